@@ -1,0 +1,103 @@
+"""Events: what happened, in the past tense, each stamped with the engine's clock.
+
+The core has no clock of its own: ``at`` is the only source of time it sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True, slots=True)
+class TrialSubmitted:
+    at: float
+    trial_id: str
+    budget: int  # steps (epochs) the trial trains when it is never stopped
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TrialReported:
+    """A running trial finished step ``step`` and measured ``value`` of the objective metric."""
+
+    at: float
+    trial_id: str
+    step: int
+    value: float
+    checkpointed: bool = False  # a checkpoint of this step is durable: a crash resumes from here
+
+
+@dataclass(frozen=True, slots=True)
+class TrialSuspended:
+    """A suspending trial saved its checkpoint at ``step`` and released its GPU."""
+
+    at: float
+    trial_id: str
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class TrialExited:
+    """The trial's process ended: it finished its budget, crashed, or obeyed a stop."""
+
+    at: float
+    trial_id: str
+    succeeded: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAdded:
+    at: float
+    node: str
+    gpus: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRemoved:
+    """The node left or died: every trial on its GPUs loses its process."""
+
+    at: float
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAdded:
+    at: float
+    node: str
+    gpu: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRemoved:
+    at: float
+    gpu: str
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodElapsed:
+    """A scheduling period passed: running trials whose turn is over may be preempted."""
+
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SubmissionsClosed:
+    """No more trials will be submitted: the experiment ends once nothing is left to run."""
+
+    at: float
+
+
+Event = (
+    TrialSubmitted
+    | TrialReported
+    | TrialSuspended
+    | TrialExited
+    | NodeAdded
+    | NodeRemoved
+    | GpuAdded
+    | GpuRemoved
+    | PeriodElapsed
+    | SubmissionsClosed
+)

@@ -1,0 +1,313 @@
+"""The scheduling core: a pure state machine, events in, decisions out.
+
+``Scheduler`` is the global level of the paper's two-level design: it owns the trials and the
+cluster model, places each new trial on the least loaded node, migrates waiting trials between
+nodes to keep the number of trials time-sharing each GPU even, and delegates the choice of
+which trial runs on each GPU to one ``NodeScheduler`` per node. It does no I/O and reads no
+clock: time comes only from the events' ``at``, so the same core drives real processes and the
+simulator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hermes.core.cluster import Cluster, Node
+from hermes.core.decisions import Decision, Stop
+from hermes.core.events import (
+    Event,
+    GpuAdded,
+    GpuRemoved,
+    NodeAdded,
+    NodeRemoved,
+    PeriodElapsed,
+    SubmissionsClosed,
+    TrialExited,
+    TrialReported,
+    TrialSubmitted,
+    TrialSuspended,
+)
+from hermes.core.node_scheduler import NodeScheduler
+from hermes.core.states import TrialState
+from hermes.core.trial import Trial
+from hermes.errors import HermesError
+from hermes.policies.base import EarlyStopper, SchedulingPolicy, Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    mode: str = "max"  # "max" or "min": the direction in which the metric improves
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("max", "min"):
+            raise HermesError(f"mode must be 'max' or 'min', got {self.mode!r}")
+
+    def score(self, value: float) -> float:
+        """The value turned so that higher is better; a non-finite value is the worst score."""
+        if not math.isfinite(value):
+            return -math.inf
+        return value if self.mode == "max" else -value
+
+
+class Scheduler:
+    def __init__(
+        self,
+        policy: SchedulingPolicy,
+        *,
+        objective: Objective | None = None,
+        stopper: EarlyStopper | None = None,
+        max_trials_per_gpu: int | None = None,
+    ) -> None:
+        if max_trials_per_gpu is not None and max_trials_per_gpu < 1:
+            raise HermesError(f"max_trials_per_gpu must be at least 1, got {max_trials_per_gpu}")
+        self.policy = policy
+        self.objective = objective or Objective()
+        self.stopper = stopper
+        # A policy without time-sharing runs one trial per GPU: the rest wait unplaced, in arrival order.
+        self.trials_per_gpu = max_trials_per_gpu if policy.time_sharing else 1
+        self.trials: dict[str, Trial] = {}
+        self.cluster = Cluster()
+        self.node_schedulers: dict[str, NodeScheduler] = {}
+        self.unplaced: dict[str, Trial] = {}
+        self.submissions_open = True
+        self.finished = False
+        self._unfinished = 0  # trials not yet terminal
+        self._busy = 0  # trials holding a GPU
+        self._last_time = 0.0
+
+    # ------------------------------------------------------------------ events in, decisions out
+    def handle(self, event: Event) -> list[Decision]:
+        """Apply one event and return what the executor must do about it, in order."""
+        if self.finished:
+            raise HermesError(f"the experiment is finished; cannot handle {type(event).__name__}")
+        self._last_time = event.at
+        decisions = self._handlers[type(event)](self, event)
+        if not self.submissions_open and not self._busy:
+            decisions += self._finish()
+        return decisions
+
+    def _on_submitted(self, event: TrialSubmitted) -> list[Decision]:
+        if not self.submissions_open:
+            raise HermesError(f"trial {event.trial_id} submitted after submissions were closed")
+        if event.trial_id in self.trials:
+            raise HermesError(f"trial {event.trial_id} submitted twice")
+        if event.budget < 1:
+            raise HermesError(f"trial {event.trial_id}: budget must be at least 1 step, got {event.budget}")
+        trial = Trial(event.trial_id, len(self.trials), event.budget, event.at, dict(event.params))
+        trial.idle_since = event.at
+        self.trials[trial.trial_id] = trial
+        self.unplaced[trial.trial_id] = trial
+        self._unfinished += 1
+        return self._place_and_fill(event.at, set())
+
+    def _on_reported(self, event: TrialReported) -> list[Decision]:
+        trial = self._trial(event.trial_id)
+        if not trial.state.holds_gpu:
+            raise HermesError(f"trial {trial.trial_id} reported while {trial.state.value}")
+        if event.step <= trial.step:
+            raise HermesError(f"trial {trial.trial_id} reported step {event.step} after step {trial.step}")
+        trial.record(event.step, event.value, self.objective.score(event.value), event.at)
+        if event.checkpointed:
+            trial.checkpoint_step = event.step
+        if trial.state is not TrialState.RUNNING or trial.stop_requested:
+            return []
+        verdict = self.policy.observe(trial, event.at)
+        if self.stopper is not None and self.stopper.should_stop(trial):
+            verdict = Verdict.STOP
+        if event.step >= trial.budget:
+            return []  # it exits by itself
+        node_scheduler = self.node_schedulers[trial.node]
+        if verdict is Verdict.STOP:
+            return self._stop(trial)
+        if verdict is Verdict.PAUSE:
+            return node_scheduler.suspend(trial)
+        return node_scheduler.review(trial, event.at)
+
+    def _on_suspended(self, event: TrialSuspended) -> list[Decision]:
+        trial = self._trial(event.trial_id)
+        if trial.state is not TrialState.SUSPENDING:
+            raise HermesError(f"trial {trial.trial_id} suspended while {trial.state.value}")
+        trial.checkpoint_step = trial.step = event.step
+        node = self._release_gpu(trial, event.at)
+        trial.move_to(TrialState.SUSPENDED)
+        return self._fill(self.node_schedulers[node.name], event.at)
+
+    def _on_exited(self, event: TrialExited) -> list[Decision]:
+        trial = self._trial(event.trial_id)
+        if trial.stop_requested:
+            outcome = TrialState.STOPPED
+        elif event.succeeded:
+            outcome = TrialState.COMPLETED
+        else:
+            outcome = TrialState.FAILED
+            trial.error = event.error
+        touched = {self._release_gpu(trial, event.at)} if trial.state.holds_gpu else set()
+        trial.move_to(outcome)
+        self._retire(trial)
+        return self._place_and_fill(event.at, touched)
+
+    def _on_period(self, event: PeriodElapsed) -> list[Decision]:
+        decisions: list[Decision] = []
+        for node_scheduler in self.node_schedulers.values():
+            for trial in list(node_scheduler.node.occupant.values()):
+                if trial is not None:
+                    decisions += node_scheduler.review(trial, event.at)
+        return decisions
+
+    def _on_node_added(self, event: NodeAdded) -> list[Decision]:
+        node = self.cluster.add_node(event.node, event.gpus)
+        self.node_schedulers[node.name] = NodeScheduler(node, self.policy)
+        return self._place_and_fill(event.at, {node})
+
+    def _on_node_removed(self, event: NodeRemoved) -> list[Decision]:
+        node = self.cluster.remove_node(event.node)
+        del self.node_schedulers[node.name]
+        for trial in node.members.values():
+            if trial.state.holds_gpu:
+                self._lose(trial, event.at)
+            trial.node = None
+            if not trial.state.is_terminal:
+                self.unplaced[trial.trial_id] = trial
+        self.unplaced = dict(sorted(self.unplaced.items(), key=lambda item: item[1].seq))
+        return self._place_and_fill(event.at, set())
+
+    def _on_gpu_added(self, event: GpuAdded) -> list[Decision]:
+        self.cluster.add_gpu(event.node, event.gpu)
+        return self._place_and_fill(event.at, {self.cluster.nodes[event.node]})
+
+    def _on_gpu_removed(self, event: GpuRemoved) -> list[Decision]:
+        node, trial = self.cluster.remove_gpu(event.gpu)
+        if trial is not None:
+            self.node_schedulers[node.name].release(trial)
+            self._lose(trial, event.at)
+        return self._place_and_fill(event.at, {node})
+
+    def _on_submissions_closed(self, event: SubmissionsClosed) -> list[Decision]:
+        self.submissions_open = False
+        return []
+
+    _handlers = {
+        TrialSubmitted: _on_submitted,
+        TrialReported: _on_reported,
+        TrialSuspended: _on_suspended,
+        TrialExited: _on_exited,
+        PeriodElapsed: _on_period,
+        NodeAdded: _on_node_added,
+        NodeRemoved: _on_node_removed,
+        GpuAdded: _on_gpu_added,
+        GpuRemoved: _on_gpu_removed,
+        SubmissionsClosed: _on_submissions_closed,
+    }
+
+    # ------------------------------------------------------------------ global placement
+    def _place_and_fill(self, now: float, touched: set[Node]) -> list[Decision]:
+        """Place what waits unplaced, even out the load, and fill free GPUs of the nodes that changed."""
+        touched |= self._place()
+        touched |= self._rebalance(now)
+        decisions: list[Decision] = []
+        for node in touched:
+            if node.name in self.node_schedulers:
+                decisions += self._fill(self.node_schedulers[node.name], now)
+        return decisions
+
+    def _fill(self, node_scheduler: NodeScheduler, now: float) -> list[Decision]:
+        decisions = node_scheduler.fill(now)
+        self._busy += len(decisions)
+        return decisions
+
+    def _has_room(self, node: Node) -> bool:
+        return bool(node.occupant) and (
+            self.trials_per_gpu is None or len(node.members) < self.trials_per_gpu * len(node.occupant)
+        )
+
+    def _place(self) -> set[Node]:
+        """Put unplaced trials, in arrival order, on the least loaded nodes that have room."""
+        touched: set[Node] = set()
+        while self.unplaced:
+            candidates = [node for node in self.cluster.nodes.values() if self._has_room(node)]
+            if not candidates:
+                break
+            node = min(candidates, key=lambda n: (len(n.members) + 1) / len(n.occupant))
+            trial = self.unplaced.pop(next(iter(self.unplaced)))
+            self._join(trial, node)
+            touched.add(node)
+        return touched
+
+    def _rebalance(self, now: float) -> set[Node]:
+        """Migrate waiting trials from the most to the least loaded node while that evens the load."""
+        touched: set[Node] = set()
+        nodes = [node for node in self.cluster.nodes.values() if node.occupant]
+        while len(nodes) > 1:
+            source = max(nodes, key=lambda n: n.load)
+            target = min(nodes, key=lambda n: n.load)
+            if (len(target.members) + 1) / len(target.occupant) > (len(source.members) - 1) / len(source.occupant):
+                break
+            movable = self.node_schedulers[source.name].ranked_waiting(now, 1)
+            if not movable or not self._has_room(target):
+                break
+            del source.members[movable[0].trial_id]
+            self._join(movable[0], target)
+            touched.add(target)
+        return touched
+
+    def _join(self, trial: Trial, node: Node) -> None:
+        trial.node = node.name
+        node.members[trial.trial_id] = trial
+
+    # ------------------------------------------------------------------ helpers
+    def _trial(self, trial_id: str) -> Trial:
+        try:
+            return self.trials[trial_id]
+        except KeyError:
+            raise HermesError(f"unknown trial {trial_id}") from None
+
+    def _release_gpu(self, trial: Trial, now: float) -> Node:
+        node = self.cluster.node_of(trial.gpu)
+        node.occupant[trial.gpu] = None
+        self.node_schedulers[node.name].release(trial)
+        trial.end_run(now)
+        self._busy -= 1
+        return node
+
+    def _lose(self, trial: Trial, now: float) -> None:
+        """The trial's process died with its GPU or node: it falls back to its last checkpoint."""
+        trial.end_run(now)
+        self._busy -= 1
+        if trial.stop_requested:
+            trial.move_to(TrialState.STOPPED)
+            self._retire(trial)
+            return
+        trial.move_to(TrialState.SUSPENDED)
+        trial.step = trial.checkpoint_step
+
+    def _retire(self, trial: Trial) -> None:
+        """A terminal trial leaves its node."""
+        node = self.cluster.nodes.get(trial.node) if trial.node is not None else None
+        if node is not None:
+            node.members.pop(trial.trial_id, None)
+        self.unplaced.pop(trial.trial_id, None)
+        self._unfinished -= 1
+
+    def _stop(self, trial: Trial) -> list[Decision]:
+        if trial.state.holds_gpu:
+            trial.stop_requested = True
+        else:
+            trial.move_to(TrialState.STOPPED)
+            self._retire(trial)
+        return [Stop(trial.trial_id)]
+
+    def _finish(self) -> list[Decision]:
+        """Submissions are closed and no GPU is busy: whatever still waits is not runnable, so stop it."""
+        if self._unfinished and not self.cluster.gpu_count:
+            return []  # wait for GPUs to come back
+        decisions: list[Decision] = []
+        for node_scheduler in self.node_schedulers.values():
+            decisions += self._fill(node_scheduler, self._last_time)  # a priority may have changed meanwhile
+        if decisions:
+            return decisions
+        for trial in self.trials.values():
+            if not trial.state.is_terminal:
+                decisions += self._stop(trial)
+        self.finished = True
+        return decisions

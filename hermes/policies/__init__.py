@@ -1,0 +1,31 @@
+"""Scheduling policies and early stoppers, chosen by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hermes.policies.base import EarlyStopper, SchedulingPolicy, Verdict
+from hermes.policies.fifo import FifoPolicy
+from hermes.policies.rr import RoundRobinPolicy
+
+POLICIES: dict[str, type[SchedulingPolicy]] = {
+    policy.name: policy for policy in (FifoPolicy, RoundRobinPolicy)
+}
+STOPPERS: dict[str, type[EarlyStopper]] = {}
+
+
+def make_policy(name: str, **params: Any) -> SchedulingPolicy:
+    try:
+        return POLICIES[name](**params)
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}") from None
+
+
+def make_stopper(name: str, **params: Any) -> EarlyStopper:
+    try:
+        return STOPPERS[name](**params)
+    except KeyError:
+        raise ValueError(f"unknown early stopper {name!r}; choose one of {', '.join(STOPPERS)}") from None
+
+
+__all__ = ["EarlyStopper", "SchedulingPolicy", "Verdict", "POLICIES", "STOPPERS", "make_policy", "make_stopper"]

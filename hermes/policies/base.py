@@ -1,0 +1,72 @@
+"""The two plug-in points of the core: a scheduling policy and an optional early stopper.
+
+Both only answer questions; the core turns their answers into decisions. Their state that must
+survive a restart is plain data (``state_dict``), never a pickled object.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from enum import Enum
+from typing import Any, ClassVar
+
+from hermes.core.trial import Trial
+
+
+class Verdict(str, Enum):
+    """A policy's answer to a report, as in Ray Tune's TrialScheduler."""
+
+    CONTINUE = "continue"  # keep running; preemption follows the usual turn rules
+    PAUSE = "pause"  # suspend now (resumable)
+    STOP = "stop"  # end the trial for good
+
+
+class SchedulingPolicy(ABC):
+    """Decides which waiting trial gets a free GPU and when a running one must yield.
+
+    ``time_sharing`` policies admit more trials than GPUs and may preempt a running trial once
+    its turn (``period`` seconds of GPU time since it last started) is over and a waiting trial
+    has a higher priority. Other policies run each trial to completion.
+    """
+
+    name: ClassVar[str]
+    time_sharing: ClassVar[bool] = True
+
+    def __init__(self, period: float = 60.0) -> None:
+        if not period > 0:
+            raise ValueError(f"the scheduling period must be positive, got {period}")
+        self.period = period
+
+    @abstractmethod
+    def priority(self, trial: Trial, now: float) -> float | None:
+        """Higher runs first; None means the trial must not run now. Ties go to the earlier arrival."""
+
+    def observe(self, trial: Trial, now: float) -> Verdict:
+        """Called after each report of ``trial`` (already recorded on it)."""
+        return Verdict.CONTINUE
+
+    def turn_over(self, trial: Trial, now: float) -> bool:
+        """Whether a running trial has had its turn and may be preempted by a better one."""
+        return trial.running_since is not None and now - trial.running_since >= self.period
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+
+
+class EarlyStopper(ABC):
+    """Ends hopeless trials; composes with any scheduling policy."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def should_stop(self, trial: Trial) -> bool:
+        """Called after each report of ``trial`` (already recorded on it)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""

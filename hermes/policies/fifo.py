@@ -1,0 +1,14 @@
+"""The traditional cluster manager: each trial holds its GPU to completion, in arrival order."""
+
+from __future__ import annotations
+
+from hermes.core.trial import Trial
+from hermes.policies.base import SchedulingPolicy
+
+
+class FifoPolicy(SchedulingPolicy):
+    name = "fifo"
+    time_sharing = False
+
+    def priority(self, trial: Trial, now: float) -> float:
+        return -trial.seq

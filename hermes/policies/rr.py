@@ -1,0 +1,14 @@
+"""Round robin: time-sharing with equal turns and no priority (Gandiva-like time-slicing)."""
+
+from __future__ import annotations
+
+from hermes.core.trial import Trial
+from hermes.policies.base import SchedulingPolicy
+
+
+class RoundRobinPolicy(SchedulingPolicy):
+    name = "rr"
+
+    def priority(self, trial: Trial, now: float) -> float:
+        """The trial that has waited longest goes next; a running trial ranks as having just arrived."""
+        return -(now if trial.running_since is not None else trial.idle_since)

@@ -1,0 +1,165 @@
+"""A simulated executor: replays recorded learning curves in simulated time.
+
+It is a discrete-event engine (a heap of ``(time, sequence, ...)``, ties broken by the sequence
+counter) behind the same ``Executor`` interface as the real executors. Suspension is
+cooperative, as in the real trial API: a trial suspends at its next epoch boundary, so no epoch
+is ever trained twice or lost.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
+from hermes.core.events import Event, TrialExited, TrialReported, TrialSuspended
+from hermes.engine import Executor
+from hermes.errors import HermesError
+from hermes.sim.costs import SwitchCosts
+from hermes.sim.trace import TraceTrial
+
+_EPOCH_END, _SUSPENDED, _KILLED = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class EpochRecord:
+    """One trained epoch, for checking invariants."""
+
+    trial_id: str
+    epoch: int
+    gpu: str
+    start: float
+    end: float
+
+
+@dataclass(slots=True, eq=False)
+class _SimTrial:
+    curve: TraceTrial
+    gpu: str | None = None
+    last_node: str | None = None
+    epoch: int = 0  # epochs completed
+    token: int = 0  # bumped to cancel what is scheduled for this trial
+    epoch_started: float = 0.0  # when the epoch in progress began training
+    run_started: float = 0.0
+    suspend_requested: bool = False
+
+
+@dataclass(slots=True)
+class Accounts:
+    """Where simulated GPU time went."""
+
+    busy: float = 0.0  # GPU-seconds held by trials
+    useful: float = 0.0  # GPU-seconds of epochs trained to their end
+    overhead: float = 0.0  # GPU-seconds spent suspending, resuming and migrating
+    reports: list[float] = field(default_factory=list)  # time of every report
+    completed_at: dict[str, float] = field(default_factory=dict)
+
+
+class SimulatedExecutor(Executor):
+    def __init__(
+        self,
+        curves: dict[str, TraceTrial],
+        gpu_node: dict[str, str],
+        costs: SwitchCosts = SwitchCosts(),
+        *,
+        record_epochs: bool = False,
+    ) -> None:
+        self.trials = {trial_id: _SimTrial(curve) for trial_id, curve in curves.items()}
+        self.gpu_node = gpu_node
+        self.costs = costs
+        self.now = 0.0
+        self.accounts = Accounts()
+        self.epochs: list[EpochRecord] | None = [] if record_epochs else None
+        self._heap: list[tuple[float, int, int, str, int]] = []
+        self._sequence = 0
+
+    # ------------------------------------------------------------------ decisions in
+    def apply(self, decision: Decision, at: float) -> None:
+        trial = self.trials[decision.trial_id]
+        if isinstance(decision, Start):
+            self._run(decision.trial_id, trial, decision.gpu, at, self.costs.start, overhead=False)
+        elif isinstance(decision, Resume):
+            cost = self.costs.resume
+            if trial.last_node is not None and self.gpu_node[decision.gpu] != trial.last_node:
+                cost += self.costs.migration
+            self._run(decision.trial_id, trial, decision.gpu, at, cost, overhead=True)
+        elif isinstance(decision, Suspend):
+            if trial.gpu is None:
+                raise HermesError(f"cannot suspend trial {decision.trial_id}: it is not running")
+            if trial.epoch_started == at:  # at an epoch boundary right now: checkpoint at once
+                trial.token += 1
+                self._suspend(decision.trial_id, trial, at)
+            else:
+                trial.suspend_requested = True
+        elif isinstance(decision, Stop):
+            if trial.gpu is not None:
+                trial.token += 1
+                self._push(at, decision.trial_id, trial, _KILLED)
+
+    def _run(self, trial_id: str, trial: _SimTrial, gpu: str, at: float, cost: float, *, overhead: bool) -> None:
+        if trial.gpu is not None:
+            raise HermesError(f"trial {trial_id} is already running on {trial.gpu}")
+        trial.gpu = gpu
+        trial.run_started = at
+        trial.suspend_requested = False
+        if overhead:
+            self.accounts.overhead += cost
+        self._begin_epoch(trial_id, trial, at + cost)
+
+    def _begin_epoch(self, trial_id: str, trial: _SimTrial, at: float) -> None:
+        trial.epoch_started = at
+        self._push(at + trial.curve.seconds[trial.epoch], trial_id, trial, _EPOCH_END)
+
+    def _suspend(self, trial_id: str, trial: _SimTrial, at: float) -> None:
+        self.accounts.overhead += self.costs.suspend
+        self._push(at + self.costs.suspend, trial_id, trial, _SUSPENDED)
+
+    def _push(self, at: float, trial_id: str, trial: _SimTrial, kind: int) -> None:
+        self._sequence += 1
+        heapq.heappush(self._heap, (at, self._sequence, trial.token, trial_id, kind))
+
+    # ------------------------------------------------------------------ events out
+    def next_events(self) -> list[Event]:
+        heap = self._heap
+        while heap:
+            at, _, token, trial_id, kind = heapq.heappop(heap)
+            trial = self.trials[trial_id]
+            if token != trial.token:
+                continue  # cancelled
+            self.now = at
+            if kind == _EPOCH_END:
+                return self._epoch_end(trial_id, trial, at)
+            self._release(trial, at)
+            if kind == _SUSPENDED:
+                return [TrialSuspended(at, trial_id, trial.epoch)]
+            return [TrialExited(at, trial_id, succeeded=False, error="stopped")]
+        return []
+
+    def _epoch_end(self, trial_id: str, trial: _SimTrial, at: float) -> list[Event]:
+        curve = trial.curve
+        trial.epoch += 1
+        epoch = trial.epoch
+        self.accounts.useful += curve.seconds[epoch - 1]
+        if self.epochs is not None:
+            self.epochs.append(EpochRecord(trial_id, epoch, trial.gpu, trial.epoch_started, at))
+        if epoch > len(curve.metrics):  # the trace says this epoch diverged
+            self._release(trial, at)
+            return [TrialExited(at, trial_id, succeeded=False, error=f"diverged in epoch {epoch}")]
+        self.accounts.reports.append(at)
+        events: list[Event] = [TrialReported(at, trial_id, epoch, curve.metrics[epoch - 1])]
+        if epoch == curve.epochs:
+            self._release(trial, at)
+            self.accounts.completed_at[trial_id] = at
+            events.append(TrialExited(at, trial_id, succeeded=True))
+        elif trial.suspend_requested:
+            trial.epoch_started = at
+            self._suspend(trial_id, trial, at)
+        else:
+            self._begin_epoch(trial_id, trial, at)
+        return events
+
+    def _release(self, trial: _SimTrial, at: float) -> None:
+        self.accounts.busy += at - trial.run_started
+        trial.last_node = self.gpu_node[trial.gpu]
+        trial.gpu = None
+        trial.token += 1

@@ -1,0 +1,141 @@
+"""Synthetic learning-curve traces whose shapes are chosen to stress a scheduler.
+
+Real traces show each difficulty only in passing; these families isolate one each,
+so a test or benchmark can say which difficulty a policy fails on. Every curve is
+built as a progress value ``u`` in [0, 1] that grows with the epoch, then mapped to
+an accuracy-like ``100 * u`` for mode "max" or a loss-like ``0.5 + 4 * (1 - u)``
+that decreases for mode "min", so both modes pose the same problem.
+
+Kinds:
+
+* ``"saturating"``: exponential approach to a per-trial asymptote at a per-trial
+  rate. Asymptotes are skewed so only a few trials are good: the easy case, where
+  stopping the bad ones early is safe.
+* ``"crossing"``: the better a trial's asymptote, the slower it rises, so curves
+  cross late and a slow starter ends best: punishes stopping on early ranks.
+* ``"misleading_first"``: like saturating from epoch 2 on, but the first epoch is
+  mostly noise and slightly anti-correlated with the final value, as in LCBench:
+  punishes deciding after one epoch.
+* ``"noisy"``: saturating with large per-epoch noise, so single readings mislead.
+* ``"mixed"``: each trial draws one of the kinds above (seeded).
+
+Each trial's epochs take a per-trial time drawn uniformly from ``epoch_seconds``,
+jittered by up to 5% per epoch. A ``diverge_fraction`` of the trials fail at a
+uniformly drawn epoch, which costs time and records an empty metric. Everything is
+drawn from ``numpy.random.default_rng(seed)``, so a seed fixes the trace.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Callable
+from types import MappingProxyType
+
+import numpy as np
+
+from hermes.sim.trace import MODES, PARAM_PREFIX, REQUIRED_COLUMNS, Trace, TraceTrial
+
+Curve = Callable[[np.random.Generator, np.ndarray], np.ndarray]
+
+NOISY_SD = 0.05
+"""Per-epoch noise of the "noisy" kind, in progress units (a twentieth of the range)."""
+SECONDS_JITTER = 0.05
+"""Relative per-epoch spread of a trial's epoch time, as on a shared real machine."""
+
+
+def _saturating(rng: np.random.Generator, t: np.ndarray) -> np.ndarray:
+    asymptote = 0.35 + 0.6 * rng.beta(1.0, 4.0)
+    tau = len(t) * rng.uniform(0.05, 0.5)
+    return asymptote * (1.0 - np.exp(-t / tau))
+
+
+def _crossing(rng: np.random.Generator, t: np.ndarray) -> np.ndarray:
+    quality = rng.uniform()
+    tau = len(t) * (0.03 + 0.6 * quality) * rng.uniform(0.9, 1.1)
+    return (0.4 + 0.5 * quality) * (1.0 - np.exp(-t / tau))
+
+
+def _misleading_first(rng: np.random.Generator, t: np.ndarray) -> np.ndarray:
+    quality = rng.uniform()
+    tau = len(t) * rng.uniform(0.05, 0.3)
+    curve = (0.4 + 0.5 * quality) * (1.0 - np.exp(-t / tau))
+    curve[0] = rng.uniform(0.1, 0.5) - 0.1 * quality
+    return curve
+
+
+def _noisy(rng: np.random.Generator, t: np.ndarray) -> np.ndarray:
+    return _saturating(rng, t) + rng.normal(0.0, NOISY_SD, len(t))
+
+
+CURVES: dict[str, Curve] = {
+    "saturating": _saturating,
+    "crossing": _crossing,
+    "misleading_first": _misleading_first,
+    "noisy": _noisy,
+}
+KINDS = (*CURVES, "mixed")
+
+
+def synthetic_trace(
+    trials: int,
+    epochs: int,
+    *,
+    seed: int,
+    mode: str = "max",
+    kind: str = "mixed",
+    epoch_seconds: tuple[float, float] = (10.0, 60.0),
+    diverge_fraction: float = 0.0,
+    noise: float = 0.0,
+) -> Trace:
+    """A seeded trace of ``trials`` curves of ``epochs`` epochs, one difficulty per ``kind``.
+
+    ``noise`` is the standard deviation of extra Gaussian noise on every epoch, in
+    progress units (0.01 is one accuracy point in mode "max").
+    """
+    low, high = epoch_seconds
+    if trials < 1 or epochs < 1:
+        raise ValueError(f"need at least one trial and one epoch, got {trials} trials of {epochs} epochs")
+    if mode not in MODES:
+        raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    if not 0.0 <= low <= high:
+        raise ValueError(f"epoch_seconds must be (low, high) with 0 <= low <= high, got {epoch_seconds}")
+    if not 0.0 <= diverge_fraction <= 1.0:
+        raise ValueError(f"diverge_fraction must be in [0, 1], got {diverge_fraction}")
+    if noise < 0.0:
+        raise ValueError(f"noise must be >= 0, got {noise}")
+
+    rng = np.random.default_rng(seed)
+    t = np.arange(1.0, epochs + 1.0)
+    kinds = rng.choice(list(CURVES), trials) if kind == "mixed" else [kind] * trials
+    curves = []
+    for trial_kind in kinds:
+        progress = np.clip(CURVES[trial_kind](rng, t) + rng.normal(0.0, noise, epochs), 0.0, 1.0)
+        metrics = 100.0 * progress if mode == "max" else 0.5 + 4.0 * (1.0 - progress)
+        seconds = rng.uniform(low, high) * rng.uniform(1.0 - SECONDS_JITTER, 1.0 + SECONDS_JITTER, epochs)
+        curves.append((str(trial_kind), metrics.round(4).tolist(), seconds.round(3).tolist()))
+
+    diverging = rng.choice(trials, round(diverge_fraction * trials), replace=False)
+    failed_epoch = dict(zip(diverging.tolist(), rng.integers(1, epochs + 1, len(diverging)).tolist()))
+
+    made = []
+    for i, (trial_kind, metrics, seconds) in enumerate(curves):
+        stop, diverged = failed_epoch.get(i, epochs), i in failed_epoch
+        params = MappingProxyType({"kind": trial_kind})
+        made.append(TraceTrial(str(i), tuple(metrics[: stop - diverged]), tuple(seconds[:stop]), diverged, params))
+    return Trace(f"<synthetic {kind} seed={seed}>", mode, tuple(made))
+
+
+def write_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
+    """Write ``trace`` in the format ``load_trace`` reads, so a generated trace can be saved and replayed."""
+    names = list(dict.fromkeys(name for trial in trace.trials for name in trial.params))
+    with open(path, "w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow([*REQUIRED_COLUMNS, *(PARAM_PREFIX + name for name in names)])
+        for trial in trace.trials:
+            params = [trial.params.get(name, "") for name in names]
+            for epoch, seconds in enumerate(trial.seconds, 1):
+                metric = trial.metrics[epoch - 1] if epoch <= len(trial.metrics) else ""
+                writer.writerow([trial.name, epoch, metric, seconds, *params])

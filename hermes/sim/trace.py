@@ -1,0 +1,194 @@
+"""Learning-curve traces: the recorded epochs that the simulator replays instead of training.
+
+A trace is a CSV file with the header ``trial,epoch,metric,seconds`` and optional
+``param_<name>`` columns, one row per trial per epoch. The rows of a trial are
+contiguous and number its epochs 1, 2, ... in order. ``seconds`` is the time the
+epoch took on one GPU. An empty ``metric`` means the trial diverged in that epoch
+and produced no value, so it must be the trial's last row.
+
+The loader is strict because a silently misread trace would make every scheduler
+comparison built on it wrong; each error names the file and the line to fix.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from itertools import groupby
+from types import MappingProxyType
+
+import numpy as np
+
+from hermes.errors import TraceError
+
+REQUIRED_COLUMNS = ("trial", "epoch", "metric", "seconds")
+PARAM_PREFIX = "param_"
+MODES = ("max", "min")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceTrial:
+    """One recorded training run, replayed epoch by epoch by the simulator."""
+
+    name: str
+    metrics: tuple[float, ...]
+    """Metric after each epoch 1..n; a diverged trial's failed epoch has no entry."""
+    seconds: tuple[float, ...]
+    """Seconds each epoch took on one GPU, including a diverged trial's failed epoch."""
+    diverged: bool
+    """True if the last epoch failed, so a scheduler pays for it and gets no value."""
+    params: Mapping[str, float | str] = field(hash=False)
+    """Hyper-parameters from the ``param_<name>`` columns, floats where they parse."""
+
+    @property
+    def epochs(self) -> int:
+        """Epochs the trial can run, counting a failed one, since each costs GPU time."""
+        return len(self.seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """All trials of one benchmark, and whether a larger or a smaller metric is better."""
+
+    path: str
+    mode: str
+    trials: tuple[TraceTrial, ...]
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise TraceError(f"{self.path}: mode must be 'max' or 'min', got {self.mode!r}")
+
+    def best_final(self) -> TraceTrial:
+        """The trial with the best last metric, the oracle's pick that regret is measured against.
+
+        Diverged trials never count; a tie goes to the trial first in the file.
+        """
+        finished = [t for t in self.trials if not t.diverged]
+        if not finished:
+            raise TraceError(f"{self.path}: every trial diverged, so none has a final metric")
+        sign = 1.0 if self.mode == "max" else -1.0
+        return max(finished, key=lambda t: sign * t.metrics[-1])
+
+    def shuffled(self, seed: int) -> tuple[TraceTrial, ...]:
+        """The trials in a seeded random arrival order, so runs differ only by the seed."""
+        order = np.random.default_rng(seed).permutation(len(self.trials))
+        return tuple(self.trials[i] for i in order)
+
+
+def load_trace(path: str | os.PathLike[str], mode: str) -> Trace:
+    """Read and validate a trace file; ``mode`` is "max" or "min" (the file does not say)."""
+    path = os.fspath(path)
+    try:
+        file = open(path, newline="", encoding="utf-8-sig")
+    except OSError as error:
+        raise TraceError(f"{path}: cannot open: {error.strerror}") from error
+    with file:
+        reader = csv.reader(file)
+        try:
+            trials = _read_trials(path, reader)
+        except csv.Error as error:
+            raise TraceError(f"{path}:{reader.line_num}: {error}") from error
+    return Trace(path, mode, trials)
+
+
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """Where each field sits in a row of one particular file."""
+
+    width: int
+    trial: int
+    epoch: int
+    metric: int
+    seconds: int
+    params: tuple[tuple[int, str], ...]
+
+
+def _read_trials(path: str, reader: Iterator[list[str]]) -> tuple[TraceTrial, ...]:
+    header = next(reader, None)
+    if header is None:
+        raise TraceError(f"{path}:1: empty file, expected the header {','.join(REQUIRED_COLUMNS)}")
+    header = [name.strip() for name in header]
+    for name in REQUIRED_COLUMNS:
+        if name not in header:
+            raise TraceError(f"{path}:1: missing column {name!r}")
+    columns = _Columns(
+        len(header),
+        *(header.index(name) for name in REQUIRED_COLUMNS),
+        params=tuple(
+            (i, name.removeprefix(PARAM_PREFIX))
+            for i, name in enumerate(header)
+            if name.startswith(PARAM_PREFIX)
+        ),
+    )
+    rows = _numbered_rows(path, reader, columns.width)
+    ended: dict[str, int] = {}
+    trials = tuple(
+        _read_trial(path, name, group, columns, ended)
+        for name, group in groupby(rows, key=lambda numbered: numbered[1][columns.trial])
+    )
+    if not trials:
+        raise TraceError(f"{path}:1: the header is not followed by any rows")
+    return trials
+
+
+def _numbered_rows(path: str, reader: Iterator[list[str]], width: int) -> Iterator[tuple[int, list[str]]]:
+    """Rows with their line numbers, skipping blank lines and rejecting ragged rows."""
+    for row in reader:
+        if not row:
+            continue
+        if len(row) != width:
+            raise TraceError(f"{path}:{reader.line_num}: expected {width} fields as in the header, got {len(row)}")
+        yield reader.line_num, row
+
+
+def _read_trial(
+    path: str, name: str, rows: Iterable[tuple[int, list[str]]], columns: _Columns, ended: dict[str, int]
+) -> TraceTrial:
+    """Build one trial from its contiguous rows; ``ended`` maps earlier trials to their last line."""
+    metrics: list[float] = []
+    seconds: list[float] = []
+    params: dict[str, float | str] = {}
+    diverged = False
+    for line, row in rows:
+        where = f"{path}:{line}"
+        if name in ended:
+            raise TraceError(f"{where}: trial {name} continues after other trials (it ended at line {ended[name]})")
+        if diverged:
+            raise TraceError(f"{where}: trial {name} has a row after it diverged in epoch {len(seconds)}")
+        epoch = _number(where, "epoch", row[columns.epoch], int)
+        if epoch != len(seconds) + 1:
+            after = f"follows epoch {len(seconds)}" if seconds else "is its first row"
+            raise TraceError(f"{where}: epoch {epoch} of trial {name} {after} (epochs must be 1, 2, ... in order)")
+        epoch_seconds = _number(where, "seconds", row[columns.seconds], float)
+        if not (math.isfinite(epoch_seconds) and epoch_seconds >= 0):
+            raise TraceError(f"{where}: seconds must be finite and >= 0, got {row[columns.seconds]!r}")
+        seconds.append(epoch_seconds)
+        if row[columns.metric].strip():
+            metric = _number(where, "metric", row[columns.metric], float)
+            if not math.isfinite(metric):
+                raise TraceError(f"{where}: metric must be finite, got {row[columns.metric]!r}")
+            metrics.append(metric)
+        else:
+            diverged = True
+        if epoch == 1:
+            params = {key: _param(row[i]) for i, key in columns.params}
+    ended[name] = line
+    return TraceTrial(name, tuple(metrics), tuple(seconds), diverged, MappingProxyType(params))
+
+
+def _number(where: str, column: str, text: str, kind: type[int] | type[float]) -> int | float:
+    try:
+        return kind(text)
+    except ValueError:
+        expected = "an integer" if kind is int else "a number"
+        raise TraceError(f"{where}: {column} must be {expected}, got {text!r}") from None
+
+
+def _param(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
