@@ -29,6 +29,9 @@ class Executor(ABC):
     def next_events(self) -> list[Event]:
         """Wait for (or, simulated, jump to) the next events; an empty list means nothing will ever come."""
 
+    def settled(self, event: Event) -> None:
+        """All decisions about ``event`` have been applied (a blocked trial may now be told to go on)."""
+
 
 class Engine:
     def __init__(self, scheduler: Scheduler, executor: Executor, listeners: Iterable[DecisionListener] = ()) -> None:
@@ -51,3 +54,4 @@ class Engine:
                 listener(event, decisions)
             for decision in decisions:
                 executor.apply(decision, event.at)
+            executor.settled(event)

@@ -15,6 +15,7 @@ class TrialSubmitted:
     trial_id: str
     budget: int  # steps (epochs) the trial trains when it is never stopped
     params: Mapping[str, Any] = field(default_factory=dict)
+    movable: bool = True  # False when suspension keeps the process resident: it resumes on its own GPU only
 
 
 @dataclass(frozen=True, slots=True)

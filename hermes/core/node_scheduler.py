@@ -21,11 +21,15 @@ class NodeScheduler:
         # preempted for the same challenger.
         self.claims: dict[str, str] = {}
 
-    def ranked_waiting(self, now: float, limit: int) -> list[Trial]:
-        """The ``limit`` best runnable waiting trials, best first (ties to the earlier arrival)."""
+    def ranked_waiting(self, now: float, limit: int, free: list[str] | None = None) -> list[Trial]:
+        """The ``limit`` best runnable waiting trials, best first (ties to the earlier arrival).
+
+        With ``free``, only trials that may run on one of those GPUs; without it, only trials
+        that may leave this node (for migration).
+        """
         ranked = []
         for trial in self.node.members.values():
-            if trial.waiting:
+            if trial.waiting and self._may_take(trial, free):
                 priority = self.policy.priority(trial, now)
                 if priority is not None:
                     ranked.append((-priority, trial.seq, trial))
@@ -38,14 +42,27 @@ class NodeScheduler:
         if not free:
             return []
         decisions: list[Decision] = []
-        for trial in self.ranked_waiting(now, len(free)):
-            gpu = trial.last_gpu if trial.last_gpu in free else free[0]
+        for trial in self.ranked_waiting(now, len(free), free):
+            if not free:
+                break
+            if trial.last_gpu in free:
+                gpu = trial.last_gpu
+            elif trial.movable or trial.last_gpu is None:
+                gpu = free[0]
+            else:
+                continue  # its GPU was taken by a better trial of this same pass
             free.remove(gpu)
             self.node.occupant[gpu] = trial
             fresh = trial.state is TrialState.PENDING
             migrated = trial.begin_run(gpu, now)
             decisions.append(Start(trial.trial_id, gpu) if fresh else Resume(trial.trial_id, gpu, migrated))
         return decisions
+
+    @staticmethod
+    def _may_take(trial: Trial, free: list[str] | None) -> bool:
+        if trial.movable or trial.last_gpu is None:
+            return True
+        return free is not None and trial.last_gpu in free
 
     def release(self, trial: Trial) -> None:
         """``trial`` left its GPU: its claim, if any, is settled."""
@@ -59,7 +76,7 @@ class NodeScheduler:
         claimed = set(self.claims.values())
         best: tuple[float, int, Trial] | None = None
         for other in self.node.members.values():
-            if other.waiting and other.trial_id not in claimed:
+            if other.waiting and other.trial_id not in claimed and self._may_take(other, [trial.gpu]):
                 priority = policy.priority(other, now)
                 if priority is not None and (best is None or (-priority, other.seq) < best[:2]):
                     best = (-priority, other.seq, other)

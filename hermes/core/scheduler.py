@@ -94,7 +94,7 @@ class Scheduler:
             raise HermesError(f"trial {event.trial_id} submitted twice")
         if event.budget < 1:
             raise HermesError(f"trial {event.trial_id}: budget must be at least 1 step, got {event.budget}")
-        trial = Trial(event.trial_id, len(self.trials), event.budget, event.at, dict(event.params))
+        trial = Trial(event.trial_id, len(self.trials), event.budget, event.at, dict(event.params), event.movable)
         trial.idle_since = event.at
         self.trials[trial.trial_id] = trial
         self.unplaced[trial.trial_id] = trial

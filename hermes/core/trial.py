@@ -21,6 +21,7 @@ class Trial:
     budget: int
     submitted_at: float
     params: Mapping[str, Any] = field(default_factory=dict)
+    movable: bool = True  # may resume on another GPU (its state is in a checkpoint, not a resident process)
     state: TrialState = TrialState.PENDING
     node: str | None = None  # node whose scheduler owns the trial
     gpu: str | None = None  # GPU it holds while running or suspending
