@@ -6,6 +6,8 @@ runs, by the policy's priority, and preempts a trial whose turn is over when a b
 
 from __future__ import annotations
 
+import heapq
+
 from hermes.core.cluster import Node
 from hermes.core.decisions import Decision, Resume, Start, Suspend
 from hermes.core.states import TrialState
@@ -21,20 +23,38 @@ class NodeScheduler:
         # preempted for the same challenger.
         self.claims: dict[str, str] = {}
 
-    def ranked_waiting(self, now: float, limit: int, free: list[str] | None = None) -> list[Trial]:
-        """The ``limit`` best runnable waiting trials, best first (ties to the earlier arrival).
+    def ranked_waiting(
+        self, now: float, limit: int, free: list[str] | None = None, exclude: frozenset[str] | set[str] = frozenset()
+    ) -> list[tuple[float, Trial]]:
+        """The ``limit`` best runnable waiting trials with their priorities, best first.
 
-        With ``free``, only trials that may run on one of those GPUs; without it, only trials
-        that may leave this node (for migration).
+        Ties go to the earlier arrival. With ``free``, only trials that may run on one of those
+        GPUs; without it, only trials that may leave their GPU (movable, or never started).
         """
-        ranked = []
+        priority_of = self.policy.priority
+        if limit == 1:  # the common case: one pass, no list
+            best_priority, best = 0.0, None
+            for trial in self.node.members.values():
+                if not trial.waiting or (exclude and trial.trial_id in exclude):
+                    continue
+                if not (trial.movable or trial.last_gpu is None or (free is not None and trial.last_gpu in free)):
+                    continue
+                priority = priority_of(trial, now)
+                if priority is not None and (
+                    best is None or priority > best_priority or (priority == best_priority and trial.seq < best.seq)
+                ):
+                    best_priority, best = priority, trial
+            return [] if best is None else [(best_priority, best)]
+        ranked: list[tuple[float, int, Trial]] = []
         for trial in self.node.members.values():
-            if trial.waiting and self._may_take(trial, free):
-                priority = self.policy.priority(trial, now)
-                if priority is not None:
-                    ranked.append((-priority, trial.seq, trial))
-        ranked.sort(key=lambda entry: entry[:2])
-        return [trial for _, _, trial in ranked[:limit]]
+            if not trial.waiting or trial.trial_id in exclude:
+                continue
+            if not (trial.movable or trial.last_gpu is None or (free is not None and trial.last_gpu in free)):
+                continue
+            priority = priority_of(trial, now)
+            if priority is not None:
+                ranked.append((-priority, trial.seq, trial))
+        return [(-key, trial) for key, _, trial in heapq.nsmallest(limit, ranked, key=_rank_key)]
 
     def fill(self, now: float) -> list[Decision]:
         """Give every free GPU to the best waiting trials, each on its last GPU when that is free."""
@@ -42,27 +62,19 @@ class NodeScheduler:
         if not free:
             return []
         decisions: list[Decision] = []
-        for trial in self.ranked_waiting(now, len(free), free):
-            if not free:
-                break
+        for _, trial in self.ranked_waiting(now, len(free), free):
             if trial.last_gpu in free:
                 gpu = trial.last_gpu
             elif trial.movable or trial.last_gpu is None:
                 gpu = free[0]
             else:
-                continue  # its GPU was taken by a better trial of this same pass
+                continue  # its own GPU went to a better trial in this same pass
             free.remove(gpu)
             self.node.occupant[gpu] = trial
             fresh = trial.state is TrialState.PENDING
             migrated = trial.begin_run(gpu, now)
             decisions.append(Start(trial.trial_id, gpu) if fresh else Resume(trial.trial_id, gpu, migrated))
         return decisions
-
-    @staticmethod
-    def _may_take(trial: Trial, free: list[str] | None) -> bool:
-        if trial.movable or trial.last_gpu is None:
-            return True
-        return free is not None and trial.last_gpu in free
 
     def release(self, trial: Trial) -> None:
         """``trial`` left its GPU: its claim, if any, is settled."""
@@ -73,21 +85,20 @@ class NodeScheduler:
         policy = self.policy
         if not policy.time_sharing or trial.state is not TrialState.RUNNING or not policy.turn_over(trial, now):
             return []
-        claimed = set(self.claims.values())
-        best: tuple[float, int, Trial] | None = None
-        for other in self.node.members.values():
-            if other.waiting and other.trial_id not in claimed and self._may_take(other, [trial.gpu]):
-                priority = policy.priority(other, now)
-                if priority is not None and (best is None or (-priority, other.seq) < best[:2]):
-                    best = (-priority, other.seq, other)
-        if best is None:
+        best = self.ranked_waiting(now, 1, [trial.gpu], set(self.claims.values()))
+        if not best:
             return []
+        challenger_priority, challenger = best[0]
         mine = policy.priority(trial, now)
-        if mine is not None and (-mine, trial.seq) < best[:2]:
+        if mine is not None and (mine, -trial.seq) > (challenger_priority, -challenger.seq):
             return []
-        self.claims[trial.trial_id] = best[2].trial_id
+        self.claims[trial.trial_id] = challenger.trial_id
         return self.suspend(trial)
 
     def suspend(self, trial: Trial) -> list[Decision]:
         trial.move_to(TrialState.SUSPENDING)
         return [Suspend(trial.trial_id)]
+
+
+def _rank_key(entry: tuple[float, int, Trial]) -> tuple[float, int]:
+    return entry[0], entry[1]

@@ -246,8 +246,9 @@ class Scheduler:
             movable = self.node_schedulers[source.name].ranked_waiting(now, 1)
             if not movable or not self._has_room(target):
                 break
-            del source.members[movable[0].trial_id]
-            self._join(movable[0], target)
+            trial = movable[0][1]
+            del source.members[trial.trial_id]
+            self._join(trial, target)
             touched.add(target)
         return touched
 

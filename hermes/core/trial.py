@@ -23,6 +23,7 @@ class Trial:
     params: Mapping[str, Any] = field(default_factory=dict)
     movable: bool = True  # may resume on another GPU (its state is in a checkpoint, not a resident process)
     state: TrialState = TrialState.PENDING
+    waiting: bool = True  # pending or suspended: it could be given a GPU now (kept in step with state)
     node: str | None = None  # node whose scheduler owns the trial
     gpu: str | None = None  # GPU it holds while running or suspending
     last_gpu: str | None = None  # GPU it ran on most recently
@@ -44,6 +45,7 @@ class Trial:
     def move_to(self, state: TrialState) -> None:
         check_transition(self.trial_id, self.state, state)
         self.state = state
+        self.waiting = state is TrialState.PENDING or state is TrialState.SUSPENDED
 
     def gpu_time_at(self, now: float) -> float:
         """GPU seconds consumed up to ``now``, counting the run in progress."""
@@ -81,7 +83,3 @@ class Trial:
     def best_score(self) -> float | None:
         return max(self.scores) if self.scores else None
 
-    @property
-    def waiting(self) -> bool:
-        """Whether the trial could be given a GPU now."""
-        return self.state in (TrialState.PENDING, TrialState.SUSPENDED)
