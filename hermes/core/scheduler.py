@@ -35,6 +35,10 @@ from hermes.errors import HermesError
 from hermes.policies.base import EarlyStopper, SchedulingPolicy, Verdict
 
 
+def _load_after_one_more(node: Node) -> float:
+    return (len(node.members) + 1) / len(node.occupant)
+
+
 @dataclass(frozen=True, slots=True)
 class Objective:
     mode: str = "max"  # "max" or "min": the direction in which the metric improves
@@ -110,16 +114,18 @@ class Scheduler:
         trial.record(event.step, event.value, self.objective.score(event.value), event.at)
         if event.checkpointed:
             trial.checkpoint_step = event.step
-        if trial.state is not TrialState.RUNNING or trial.stop_requested:
+        if trial.stop_requested:
             return []
         verdict = self.policy.observe(trial, event.at)
         if self.stopper is not None and self.stopper.should_stop(trial):
             verdict = Verdict.STOP
         if event.step >= trial.budget:
             return []  # it exits by itself
-        node_scheduler = self.node_schedulers[trial.node]
         if verdict is Verdict.STOP:
             return self._stop(trial)
+        if trial.state is TrialState.SUSPENDING:
+            return []  # it is leaving its GPU already
+        node_scheduler = self.node_schedulers[trial.node]
         if verdict is Verdict.PAUSE:
             return node_scheduler.suspend(trial)
         return node_scheduler.review(trial, event.at)
@@ -142,10 +148,12 @@ class Scheduler:
         else:
             outcome = TrialState.FAILED
             trial.error = event.error
-        touched = {self._release_gpu(trial, event.at)} if trial.state.holds_gpu else set()
+        node = self.cluster.nodes.get(trial.node) if trial.node is not None else None
+        if trial.state.holds_gpu:
+            self._release_gpu(trial, event.at)
         trial.move_to(outcome)
         self._retire(trial)
-        return self._place_and_fill(event.at, touched)
+        return self._place_and_fill(event.at, {node} if node is not None else set())
 
     def _on_period(self, event: PeriodElapsed) -> list[Decision]:
         decisions: list[Decision] = []
@@ -202,11 +210,15 @@ class Scheduler:
 
     # ------------------------------------------------------------------ global placement
     def _place_and_fill(self, now: float, touched: set[Node]) -> list[Decision]:
-        """Place what waits unplaced, even out the load, and fill free GPUs of the nodes that changed."""
+        """Place what waits unplaced, even out the load, and fill free GPUs of the nodes that changed.
+
+        ``touched`` are the nodes this event changed (a GPU freed, a member left, a node or GPU
+        joined): only they can have gained room or lost load, so only they need attention.
+        """
         touched |= self._place()
-        touched |= self._rebalance(now)
+        touched |= self._rebalance(now, touched)
         decisions: list[Decision] = []
-        for node in touched:
+        for node in sorted(touched, key=lambda n: n.name):  # a fixed order keeps decision logs reproducible
             if node.name in self.node_schedulers:
                 decisions += self._fill(self.node_schedulers[node.name], now)
         return decisions
@@ -224,33 +236,36 @@ class Scheduler:
     def _place(self) -> set[Node]:
         """Put unplaced trials, in arrival order, on the least loaded nodes that have room."""
         touched: set[Node] = set()
-        while self.unplaced:
-            candidates = [node for node in self.cluster.nodes.values() if self._has_room(node)]
-            if not candidates:
-                break
-            node = min(candidates, key=lambda n: (len(n.members) + 1) / len(n.occupant))
+        if not self.unplaced:
+            return touched
+        roomy = [node for node in self.cluster.nodes.values() if self._has_room(node)]
+        while self.unplaced and roomy:
+            node = min(roomy, key=_load_after_one_more)
             trial = self.unplaced.pop(next(iter(self.unplaced)))
             self._join(trial, node)
             touched.add(node)
+            if not self._has_room(node):
+                roomy.remove(node)
         return touched
 
-    def _rebalance(self, now: float) -> set[Node]:
-        """Migrate waiting trials from the most to the least loaded node while that evens the load."""
-        touched: set[Node] = set()
-        nodes = [node for node in self.cluster.nodes.values() if node.occupant]
-        while len(nodes) > 1:
-            source = max(nodes, key=lambda n: n.load)
-            target = min(nodes, key=lambda n: n.load)
-            if (len(target.members) + 1) / len(target.occupant) > (len(source.members) - 1) / len(source.occupant):
-                break
-            movable = self.node_schedulers[source.name].ranked_waiting(now, 1)
-            if not movable or not self._has_room(target):
-                break
-            trial = movable[0][1]
-            del source.members[trial.trial_id]
-            self._join(trial, target)
-            touched.add(target)
-        return touched
+    def _rebalance(self, now: float, targets: set[Node]) -> set[Node]:
+        """Migrate waiting trials from the most loaded node to each target while that evens the load."""
+        moved_to: set[Node] = set()
+        if len(self.cluster.nodes) < 2:
+            return moved_to
+        for target in sorted(targets, key=lambda n: n.name):
+            while target.name in self.cluster.nodes and self._has_room(target):
+                source = max(self.cluster.nodes.values(), key=lambda n: n.load)
+                if source is target or _load_after_one_more(target) > (len(source.members) - 1) / len(source.occupant):
+                    break
+                movable = self.node_schedulers[source.name].ranked_waiting(now, 1)
+                if not movable:
+                    break
+                trial = movable[0][1]
+                del source.members[trial.trial_id]
+                self._join(trial, target)
+                moved_to.add(target)
+        return moved_to
 
     def _join(self, trial: Trial, node: Node) -> None:
         trial.node = node.name

@@ -7,11 +7,13 @@ from typing import Any
 from hermes.policies.base import EarlyStopper, SchedulingPolicy, Verdict
 from hermes.policies.fifo import FifoPolicy
 from hermes.policies.rr import RoundRobinPolicy
+from hermes.policies.slaq import SlaqPolicy
+from hermes.policies.stopping import AshaStopper, MedianStopper
 
 POLICIES: dict[str, type[SchedulingPolicy]] = {
-    policy.name: policy for policy in (FifoPolicy, RoundRobinPolicy)
+    policy.name: policy for policy in (FifoPolicy, RoundRobinPolicy, SlaqPolicy)
 }
-STOPPERS: dict[str, type[EarlyStopper]] = {}
+STOPPERS: dict[str, type[EarlyStopper]] = {stopper.name: stopper for stopper in (AshaStopper, MedianStopper)}
 
 
 def make_policy(name: str, **params: Any) -> SchedulingPolicy:

@@ -51,7 +51,7 @@ class Accounts:
     busy: float = 0.0  # GPU-seconds held by trials
     useful: float = 0.0  # GPU-seconds of epochs trained to their end
     overhead: float = 0.0  # GPU-seconds spent suspending, resuming and migrating
-    reports: list[float] = field(default_factory=list)  # time of every report
+    reports: list[tuple[float, float]] = field(default_factory=list)  # (time, value) of every report
     completed_at: dict[str, float] = field(default_factory=dict)
 
 
@@ -145,8 +145,9 @@ class SimulatedExecutor(Executor):
         if epoch > len(curve.metrics):  # the trace says this epoch diverged
             self._release(trial, at)
             return [TrialExited(at, trial_id, succeeded=False, error=f"diverged in epoch {epoch}")]
-        self.accounts.reports.append(at)
-        events: list[Event] = [TrialReported(at, trial_id, epoch, curve.metrics[epoch - 1])]
+        value = curve.metrics[epoch - 1]
+        self.accounts.reports.append((at, value))
+        events: list[Event] = [TrialReported(at, trial_id, epoch, value)]
         if epoch == curve.epochs:
             self._release(trial, at)
             self.accounts.completed_at[trial_id] = at

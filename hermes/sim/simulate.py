@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -14,6 +16,8 @@ from hermes.policies.base import EarlyStopper, SchedulingPolicy
 from hermes.sim.costs import SwitchCosts
 from hermes.sim.executor import EpochRecord, SimulatedExecutor
 from hermes.sim.trace import Trace
+
+CURVE_POINTS = 20  # samples of the best-metric-over-time curve in a result
 
 
 def cluster_layout(gpus: int, nodes: int = 1) -> dict[str, tuple[str, ...]]:
@@ -28,11 +32,32 @@ def cluster_layout(gpus: int, nodes: int = 1) -> dict[str, tuple[str, ...]]:
 
 
 @dataclass(frozen=True, slots=True)
+class Tolerance:
+    """How close to the trace's best final metric counts as reaching the target."""
+
+    amount: float
+    relative: bool  # a fraction of the best metric's magnitude, else absolute
+
+    @classmethod
+    def parse(cls, text: str) -> Tolerance:
+        """``"1%"`` is relative, ``"0.5"`` is absolute (in the metric's unit)."""
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(%?)\s*", text)
+        if not match:
+            raise ValueError(f"target tolerance must be a number or a percentage, got {text!r}")
+        amount = float(match.group(1))
+        return cls(amount / 100 if match.group(2) else amount, bool(match.group(2)))
+
+    def within(self, value: float, best: float) -> bool:
+        return abs(value - best) <= (self.amount * abs(best) if self.relative else self.amount) + 1e-12
+
+
+@dataclass(frozen=True, slots=True)
 class SimulationResult:
     policy: str
     gpus: int
     trials: int
     time_to_best_s: float | None  # when the trace's final-best trial completed its budget
+    time_to_target_s: float | None  # when a trial first completed its budget within the tolerance of the best
     mean_first_feedback_s: float
     median_first_feedback_s: float
     max_first_feedback_s: float
@@ -42,6 +67,7 @@ class SimulationResult:
     overhead_fraction: float  # suspend/resume/migration time over useful training time
     preemptions: int
     migrations: int
+    best_curve: list[tuple[float, float]]  # (time, best metric reported so far), sampled
     decisions: list[tuple[float, str, str, str]] = field(default_factory=list, repr=False)
     epochs: list[EpochRecord] | None = field(default=None, repr=False)
 
@@ -60,6 +86,7 @@ def simulate(
     stopper: EarlyStopper | None = None,
     costs: SwitchCosts = SwitchCosts(),
     max_trials_per_gpu: int | None = None,
+    target: Tolerance = Tolerance(0.01, relative=True),
     record: bool = False,
 ) -> SimulationResult:
     """Replay ``trace`` with trials arriving in a random order drawn from ``seed``."""
@@ -68,9 +95,8 @@ def simulate(
     curves = {curve.name: curve for curve in arrivals}
     gpu_node = {gpu: node for node, node_gpus in layout.items() for gpu in node_gpus}
     executor = SimulatedExecutor(curves, gpu_node, costs, record_epochs=record)
-    scheduler = Scheduler(
-        policy, objective=Objective(trace.mode), stopper=stopper, max_trials_per_gpu=max_trials_per_gpu
-    )
+    objective = Objective(trace.mode)
+    scheduler = Scheduler(policy, objective=objective, stopper=stopper, max_trials_per_gpu=max_trials_per_gpu)
     log: list[tuple[float, str, str, str]] = []
     counts = {"preemptions": 0, "migrations": 0}
 
@@ -92,20 +118,44 @@ def simulate(
     makespan = executor.now
     first = sorted(t.first_report_at for t in scheduler.trials.values() if t.first_report_at is not None)
     early = makespan / 10
+    best_final = trace.best_final()
+    on_target = [
+        at for name, at in accounts.completed_at.items() if target.within(curves[name].metrics[-1], best_final.metrics[-1])
+    ]
     return SimulationResult(
         policy=policy.name,
         gpus=gpus,
         trials=len(arrivals),
-        time_to_best_s=accounts.completed_at.get(trace.best_final().name),
-        mean_first_feedback_s=statistics.fmean(first) if first else float("nan"),
-        median_first_feedback_s=statistics.median(first) if first else float("nan"),
-        max_first_feedback_s=first[-1] if first else float("nan"),
-        feedback_rate_per_h=sum(1 for at in accounts.reports if at <= early) / (early / 3600) if early else 0.0,
+        time_to_best_s=accounts.completed_at.get(best_final.name),
+        time_to_target_s=min(on_target, default=None),
+        mean_first_feedback_s=statistics.fmean(first) if first else math.nan,
+        median_first_feedback_s=statistics.median(first) if first else math.nan,
+        max_first_feedback_s=first[-1] if first else math.nan,
+        feedback_rate_per_h=sum(1 for at, _ in accounts.reports if at <= early) / (early / 3600) if early else 0.0,
         makespan_s=makespan,
         gpu_utilization=accounts.busy / (gpus * makespan) if makespan else 0.0,
         overhead_fraction=accounts.overhead / accounts.useful if accounts.useful else 0.0,
         preemptions=counts["preemptions"],
         migrations=counts["migrations"],
+        best_curve=_best_curve(accounts.reports, objective, makespan),
         decisions=log,
         epochs=executor.epochs,
     )
+
+
+def _best_curve(reports: list[tuple[float, float]], objective: Objective, makespan: float) -> list[tuple[float, float]]:
+    """The best metric reported so far, at CURVE_POINTS evenly spaced times of the run."""
+    if not reports or not makespan:
+        return []
+    ordered = sorted(reports)
+    curve, best, index = [], None, 0
+    for point in range(1, CURVE_POINTS + 1):
+        until = makespan * point / CURVE_POINTS
+        while index < len(ordered) and ordered[index][0] <= until:
+            value = ordered[index][1]
+            if best is None or objective.score(value) > objective.score(best):
+                best = value
+            index += 1
+        if best is not None:
+            curve.append((round(until, 3), best))
+    return curve

@@ -30,7 +30,6 @@ from __future__ import annotations
 import csv
 import os
 from collections.abc import Callable
-from types import MappingProxyType
 
 import numpy as np
 
@@ -123,7 +122,7 @@ def synthetic_trace(
     made = []
     for i, (trial_kind, metrics, seconds) in enumerate(curves):
         stop, diverged = failed_epoch.get(i, epochs), i in failed_epoch
-        params = MappingProxyType({"kind": trial_kind})
+        params = {"kind": trial_kind}
         made.append(TraceTrial(str(i), tuple(metrics[: stop - diverged]), tuple(seconds[:stop]), diverged, params))
     return Trace(f"<synthetic {kind} seed={seed}>", mode, tuple(made))
 

@@ -18,7 +18,6 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import groupby
-from types import MappingProxyType
 
 import numpy as np
 
@@ -176,7 +175,7 @@ def _read_trial(
         if epoch == 1:
             params = {key: _param(row[i]) for i, key in columns.params}
     ended[name] = line
-    return TraceTrial(name, tuple(metrics), tuple(seconds), diverged, MappingProxyType(params))
+    return TraceTrial(name, tuple(metrics), tuple(seconds), diverged, params)
 
 
 def _number(where: str, column: str, text: str, kind: type[int] | type[float]) -> int | float:

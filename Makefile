@@ -1,0 +1,22 @@
+# Two commands do all set-up on a fresh machine: `make demo` (the main job) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,example]'
+	touch $@
+
+.PHONY: install demo test bench
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/hermes simulate --trace data/lcbench_189908.csv --mode max --gpus 4 --compare fifo,rr,hermes --seeds 3 --workers 2
+
+test: install
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) bench/paper_comparison.py
+	$(PY) bench/scale.py

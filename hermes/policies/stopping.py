@@ -1,0 +1,113 @@
+"""Early stoppers: end trials that are clearly behind, whatever policy schedules them.
+
+Both judge a trial only against what other trials reported at the same step, and keep those
+records incrementally (sorted lists per step), so a report costs little however many trials ran.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import insort
+from typing import Any
+
+from hermes.core.trial import Trial
+from hermes.policies.base import EarlyStopper
+
+
+class AshaStopper(EarlyStopper):
+    """Asynchronous successive halving (Li et al., MLSys 2020) as a stopping rule.
+
+    Rungs sit at ``min_steps * reduction_factor**k`` steps. A trial reaching a rung goes on only
+    if its score is among the top ``1/reduction_factor`` of the scores recorded there so far.
+    Being asynchronous, it cannot wait for the others: until a rung holds ``reduction_factor``
+    scores every trial passes it.
+    """
+
+    name = "asha"
+
+    def __init__(self, min_steps: int = 1, reduction_factor: int = 3) -> None:
+        if min_steps < 1:
+            raise ValueError(f"min_steps must be at least 1, got {min_steps}")
+        if reduction_factor < 2:
+            raise ValueError(f"reduction_factor must be at least 2, got {reduction_factor}")
+        self.min_steps = min_steps
+        self.reduction_factor = reduction_factor
+        self._rungs: list[list[float]] = []  # rung k -> scores recorded there, ascending
+        self._next_rung: dict[str, int] = {}  # trial -> index of the next rung it has to pass
+
+    def _rung_step(self, k: int) -> int:
+        return self.min_steps * self.reduction_factor**k
+
+    def should_stop(self, trial: Trial) -> bool:
+        k = self._next_rung.get(trial.trial_id, 0)
+        if trial.step < self._rung_step(k):
+            return False
+        while self._rung_step(k + 1) <= trial.step:  # reports may skip rungs: judge at the highest reached
+            k += 1
+        self._next_rung[trial.trial_id] = k + 1
+        while len(self._rungs) <= k:
+            self._rungs.append([])
+        scores = self._rungs[k]
+        score = trial.scores[-1]
+        insort(scores, score)
+        top = len(scores) // self.reduction_factor
+        return top > 0 and score < scores[-top]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rungs": [list(scores) for scores in self._rungs], "next_rung": dict(self._next_rung)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._rungs = [list(scores) for scores in state["rungs"]]
+        self._next_rung = dict(state["next_rung"])
+
+
+class MedianStopper(EarlyStopper):
+    """Median stopping rule (Golovin et al., Google Vizier, KDD 2017).
+
+    After ``grace_steps`` steps, a trial stops if its best score so far is worse than the median
+    of the running-average scores other trials had at the same step, once at least
+    ``min_trials`` others got there. Best against averages makes it lenient: only trials clearly
+    behind stop. Each trial is judged and recorded once per step, so steps trained again after
+    a lost GPU are not counted twice.
+    """
+
+    name = "median"
+
+    def __init__(self, grace_steps: int = 1, min_trials: int = 3) -> None:
+        if grace_steps < 0:
+            raise ValueError(f"grace_steps must be >= 0, got {grace_steps}")
+        if min_trials < 1:
+            raise ValueError(f"min_trials must be at least 1, got {min_trials}")
+        self.grace_steps = grace_steps
+        self.min_trials = min_trials
+        self._averages: dict[int, list[float]] = {}  # step -> running averages recorded there, ascending
+        # trial -> (reports summed, their sum, best score, last step judged)
+        self._trials: dict[str, tuple[int, float, float, int]] = {}
+
+    def should_stop(self, trial: Trial) -> bool:
+        counted, total, best, judged = self._trials.get(trial.trial_id, (0, 0.0, -math.inf, 0))
+        new = trial.scores[counted:]  # every report since the last call, even one this missed
+        total += math.fsum(new)
+        best = max([best, *new])
+        self._trials[trial.trial_id] = (len(trial.scores), total, best, max(judged, trial.step))
+        if trial.step <= judged:
+            return False
+        others = self._averages.setdefault(trial.step, [])
+        stop = trial.step > self.grace_steps and len(others) >= self.min_trials and best < _median(others)
+        insort(others, total / len(trial.scores))
+        return stop
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "averages": {str(step): list(values) for step, values in self._averages.items()},
+            "trials": {trial_id: list(record) for trial_id, record in self._trials.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._averages = {int(step): list(values) for step, values in state["averages"].items()}
+        self._trials = {trial_id: tuple(record) for trial_id, record in state["trials"].items()}
+
+
+def _median(ascending: list[float]) -> float:
+    n = len(ascending)
+    return (ascending[(n - 1) // 2] + ascending[n // 2]) / 2

@@ -1,0 +1,131 @@
+"""Several policies on one trace, averaged over random arrival orders, side by side."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from hermes.policies import make_policy, make_stopper
+from hermes.sim.costs import SwitchCosts
+from hermes.sim.simulate import SimulationResult, Tolerance, simulate
+from hermes.sim.trace import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """Everything but the policy and the seed that defines one simulated run."""
+
+    gpus: int
+    nodes: int = 1
+    period: float | None = None  # None: each policy's default
+    stopper: str | None = None
+    costs: SwitchCosts = SwitchCosts()
+    target: Tolerance = Tolerance(0.01, relative=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """One policy's figures averaged over seeds (time to best: over the seeds where it was reached)."""
+
+    policy: str
+    seeds: int
+    best_reached: int  # seeds in which the final-best trial was fully trained
+    target_reached: int
+    time_to_best_s: float
+    time_to_target_s: float
+    mean_first_feedback_s: float
+    makespan_s: float
+    gpu_utilization: float
+    overhead_fraction: float
+    preemptions: float
+    migrations: float
+
+    def speedup(self, baseline: Summary, figure: str) -> float:
+        mine, theirs = getattr(self, figure), getattr(baseline, figure)
+        return theirs / mine if mine and not math.isnan(mine) and not math.isnan(theirs) else math.nan
+
+
+def run_one(trace: Trace, policy: str, seed: int, setting: Setting) -> SimulationResult:
+    params: dict[str, Any] = {} if setting.period is None else {"period": setting.period}
+    return simulate(
+        trace,
+        make_policy(policy, **params),
+        gpus=setting.gpus,
+        nodes=setting.nodes,
+        seed=seed,
+        stopper=make_stopper(setting.stopper) if setting.stopper else None,
+        costs=setting.costs,
+        target=setting.target,
+    )
+
+
+_worker_trace: Trace | None = None  # each worker process receives the trace once, not with every job
+
+
+def _init_worker(trace: Trace) -> None:
+    global _worker_trace
+    _worker_trace = trace
+
+
+def _run_job(job: tuple[str, int, Setting]) -> SimulationResult:
+    return run_one(_worker_trace, *job)  # type: ignore[arg-type]
+
+
+def compare(
+    trace: Trace, policies: Sequence[str], seeds: Sequence[int], setting: Setting, *, workers: int = 1
+) -> list[Summary]:
+    """Run every policy on every seed and summarise each policy."""
+    jobs = [(policy, seed, setting) for policy in policies for seed in seeds]
+    if workers > 1:
+        with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(trace,)) as pool:
+            results = list(pool.map(_run_job, jobs))
+    else:
+        results = [run_one(trace, *job) for job in jobs]
+    by_policy: dict[str, list[SimulationResult]] = {policy: [] for policy in policies}
+    for (policy, _, _), result in zip(jobs, results):
+        by_policy[policy].append(result)
+    return [summarise(policy, runs) for policy, runs in by_policy.items()]
+
+
+def summarise(policy: str, runs: list[SimulationResult]) -> Summary:
+    def mean(values: list[float | None]) -> float:
+        present = [v for v in values if v is not None and not math.isnan(v)]
+        return statistics.fmean(present) if present else math.nan
+
+    return Summary(
+        policy=policy,
+        seeds=len(runs),
+        best_reached=sum(r.time_to_best_s is not None for r in runs),
+        target_reached=sum(r.time_to_target_s is not None for r in runs),
+        time_to_best_s=mean([r.time_to_best_s for r in runs]),
+        time_to_target_s=mean([r.time_to_target_s for r in runs]),
+        mean_first_feedback_s=mean([r.mean_first_feedback_s for r in runs]),
+        makespan_s=mean([r.makespan_s for r in runs]),
+        gpu_utilization=mean([r.gpu_utilization for r in runs]),
+        overhead_fraction=mean([r.overhead_fraction for r in runs]),
+        preemptions=mean([r.preemptions for r in runs]),
+        migrations=mean([r.migrations for r in runs]),
+    )
+
+
+def format_table(summaries: list[Summary], baseline: str = "fifo") -> str:
+    """A plain-text table with each policy's speed-ups over ``baseline`` (when it is in the table)."""
+    base = next((s for s in summaries if s.policy == baseline), None)
+    header = (
+        f"{'policy':<10}{'best':>7}{'to best h':>11}{'x':>7}{'to target h':>13}{'x':>7}"
+        f"{'1st feedback h':>16}{'x':>8}{'makespan h':>12}{'util':>7}{'overhead':>10}{'preempt':>9}{'migrate':>9}"
+    )
+    lines = [header, "-" * len(header)]
+    for s in summaries:
+        ratio = (lambda figure: s.speedup(base, figure)) if base else (lambda figure: math.nan)
+        lines.append(
+            f"{s.policy:<10}{f'{s.best_reached}/{s.seeds}':>7}{s.time_to_best_s / 3600:>11.2f}"
+            f"{ratio('time_to_best_s'):>7.2f}{s.time_to_target_s / 3600:>13.2f}{ratio('time_to_target_s'):>7.2f}"
+            f"{s.mean_first_feedback_s / 3600:>16.3f}{ratio('mean_first_feedback_s'):>8.1f}"
+            f"{s.makespan_s / 3600:>12.1f}{s.gpu_utilization:>7.1%}{s.overhead_fraction:>10.2%}"
+            f"{s.preemptions:>9.0f}{s.migrations:>9.0f}"
+        )
+    return "\n".join(lines)
