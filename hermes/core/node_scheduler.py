@@ -62,18 +62,23 @@ class NodeScheduler:
         if not free:
             return []
         decisions: list[Decision] = []
-        for _, trial in self.ranked_waiting(now, len(free), free):
-            if trial.last_gpu in free:
-                gpu = trial.last_gpu
-            elif trial.movable or trial.last_gpu is None:
-                gpu = free[0]
-            else:
-                continue  # its own GPU went to a better trial in this same pass
-            free.remove(gpu)
-            self.node.occupant[gpu] = trial
-            fresh = trial.state is TrialState.PENDING
-            migrated = trial.begin_run(gpu, now)
-            decisions.append(Start(trial.trial_id, gpu) if fresh else Resume(trial.trial_id, gpu, migrated))
+        while free:
+            placed = False
+            for _, trial in self.ranked_waiting(now, len(free), free):
+                if trial.last_gpu in free:
+                    gpu = trial.last_gpu
+                elif trial.movable or trial.last_gpu is None:
+                    gpu = free[0]
+                else:
+                    continue  # its own GPU went to a better trial in this pass; look again for the rest
+                free.remove(gpu)
+                self.node.occupant[gpu] = trial
+                fresh = trial.state is TrialState.PENDING
+                migrated = trial.begin_run(gpu, now)
+                decisions.append(Start(trial.trial_id, gpu) if fresh else Resume(trial.trial_id, gpu, migrated))
+                placed = True
+            if not placed:
+                break
         return decisions
 
     def release(self, trial: Trial) -> None:
@@ -83,7 +88,12 @@ class NodeScheduler:
     def review(self, trial: Trial, now: float) -> list[Decision]:
         """Preempt running ``trial`` if its turn is over and a better trial waits on this node."""
         policy = self.policy
-        if not policy.time_sharing or trial.state is not TrialState.RUNNING or not policy.turn_over(trial, now):
+        if (
+            not policy.time_sharing
+            or trial.state is not TrialState.RUNNING
+            or trial.stop_requested
+            or not policy.turn_over(trial, now)
+        ):
             return []
         best = self.ranked_waiting(now, 1, [trial.gpu], set(self.claims.values()))
         if not best:

@@ -136,6 +136,10 @@ class Scheduler:
             raise HermesError(f"trial {trial.trial_id} suspended while {trial.state.value}")
         trial.checkpoint_step = trial.step = event.step
         node = self._release_gpu(trial, event.at)
+        if trial.stop_requested:  # told to stop while suspending: the Stop drops the checkpoint
+            trial.move_to(TrialState.STOPPED)
+            self._retire(trial)
+            return self._place_and_fill(event.at, {node})
         trial.move_to(TrialState.SUSPENDED)
         return self._fill(self.node_schedulers[node.name], event.at)
 
@@ -189,7 +193,13 @@ class Scheduler:
         if trial is not None:
             self.node_schedulers[node.name].release(trial)
             self._lose(trial, event.at)
-        return self._place_and_fill(event.at, {node})
+        if not node.occupant:  # a node without GPUs cannot run its trials: place them elsewhere
+            for member in node.members.values():
+                member.node = None
+                self.unplaced[member.trial_id] = member
+            node.members.clear()
+            self.unplaced = dict(sorted(self.unplaced.items(), key=lambda item: item[1].seq))
+        return self._place_and_fill(event.at, {node} | set(self.cluster.nodes.values()))
 
     def _on_submissions_closed(self, event: SubmissionsClosed) -> list[Decision]:
         self.submissions_open = False
@@ -255,7 +265,7 @@ class Scheduler:
             return moved_to
         for target in sorted(targets, key=lambda n: n.name):
             while target.name in self.cluster.nodes and self._has_room(target):
-                source = max(self.cluster.nodes.values(), key=lambda n: n.load)
+                source = max((n for n in self.cluster.nodes.values() if n.occupant), key=lambda n: n.load)
                 if source is target or _load_after_one_more(target) > (len(source.members) - 1) / len(source.occupant):
                     break
                 movable = self.node_schedulers[source.name].ranked_waiting(now, 1)

@@ -1,0 +1,481 @@
+"""The simulator: invariants on random synthetic traces, determinism, and hand-computed figures.
+
+The invariants are checked on the logs of ``simulate`` and, where the core's own view is
+needed (trial states, switching events), on a run of the same engine, scheduler and simulated
+executor wired as ``simulate`` wires them; a test checks that both runs agree.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
+from hermes.core.events import Event, NodeAdded, SubmissionsClosed, TrialExited, TrialSubmitted, TrialSuspended
+from hermes.core.scheduler import Objective, Scheduler
+from hermes.core.states import TrialState
+from hermes.core.trial import Trial
+from hermes.engine import Engine
+from hermes.policies.base import EarlyStopper, SchedulingPolicy
+from hermes.policies.fifo import FifoPolicy
+from hermes.policies.rr import RoundRobinPolicy
+from hermes.sim.costs import SwitchCosts
+from hermes.sim.executor import EpochRecord, SimulatedExecutor
+from hermes.sim.simulate import cluster_layout, simulate
+from hermes.sim.synthetic import synthetic_trace, write_trace
+from hermes.sim.trace import Trace, TraceTrial, load_trace
+
+COSTS = SwitchCosts()
+TOLERANCE = 1e-6
+
+
+class StopEveryThird(EarlyStopper):
+    """Stops trials whose name is a multiple of three once they reach step 2: exercises Stop in the simulator."""
+
+    name = "every_third"
+
+    def should_stop(self, trial: Trial) -> bool:
+        return int(trial.trial_id) % 3 == 0 and trial.step >= 2
+
+
+@dataclass(frozen=True)
+class Case:
+    seed: int
+    kind: str
+    gpus: int
+    nodes: int
+    policy: str
+    period: float = 60.0
+    trials: int = 14
+    epochs: int = 6
+    diverge: float = 0.0
+    mode: str = "max"
+    stop: bool = False
+
+    def make_policy(self) -> SchedulingPolicy:
+        return FifoPolicy() if self.policy == "fifo" else RoundRobinPolicy(period=self.period)
+
+    def trace(self) -> Trace:
+        return synthetic_trace(
+            self.trials,
+            self.epochs,
+            seed=self.seed,
+            mode=self.mode,
+            kind=self.kind,
+            epoch_seconds=(2.0, 20.0),
+            diverge_fraction=self.diverge,
+        )
+
+    def __str__(self) -> str:
+        extra = f"-p{self.period:g}" if self.policy == "rr" else ""
+        flags = ("-div" if self.diverge else "") + ("-stop" if self.stop else "")
+        return f"{self.policy}{extra}-{self.kind}-s{self.seed}-{self.gpus}g{self.nodes}n-{self.mode}{flags}"
+
+
+CASES = [
+    Case(0, "saturating", 1, 1, "fifo"),
+    Case(1, "mixed", 3, 2, "fifo", diverge=0.3),
+    Case(2, "noisy", 8, 3, "fifo", trials=20, mode="min"),
+    Case(3, "crossing", 2, 1, "fifo", stop=True),
+    Case(4, "saturating", 1, 1, "rr", period=5),
+    Case(5, "mixed", 2, 1, "rr", period=10, diverge=0.3),
+    Case(6, "misleading_first", 3, 2, "rr", period=15, mode="min"),
+    Case(7, "crossing", 4, 3, "rr", period=30, trials=20),
+    Case(8, "noisy", 5, 2, "rr", period=5, diverge=0.2, trials=18),
+    Case(9, "mixed", 8, 3, "rr", period=20, trials=24, epochs=8, diverge=0.25),
+    Case(10, "saturating", 6, 3, "rr", period=7, stop=True, diverge=0.2),
+    Case(11, "mixed", 3, 3, "rr", period=12, stop=True, mode="min"),
+    Case(12, "misleading_first", 7, 2, "rr", period=25, trials=22, epochs=10),
+    Case(13, "mixed", 2, 2, "rr", period=6, trials=10, epochs=5, diverge=0.5),
+]
+
+
+@dataclass
+class Run:
+    """One simulation with the core's and executor's view kept for inspection."""
+
+    case: Case
+    trace: Trace
+    curves: dict[str, TraceTrial]
+    gpu_node: dict[str, str]
+    scheduler: Scheduler
+    executor: SimulatedExecutor
+    log: list[tuple[float, str, str, str]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    decisions: list[tuple[float, Decision]] = field(default_factory=list)
+
+    @property
+    def epochs(self) -> list[EpochRecord]:
+        assert self.executor.epochs is not None
+        return self.executor.epochs
+
+
+@functools.cache
+def run_engine(case: Case) -> Run:
+    """What ``simulate`` does, keeping the scheduler, the executor and every event and decision."""
+    trace = case.trace()
+    layout = cluster_layout(case.gpus, case.nodes)
+    arrivals = trace.shuffled(case.seed)
+    curves = {curve.name: curve for curve in arrivals}
+    gpu_node = {gpu: node for node, gpus in layout.items() for gpu in gpus}
+    executor = SimulatedExecutor(curves, gpu_node, COSTS, record_epochs=True)
+    scheduler = Scheduler(
+        case.make_policy(), objective=Objective(trace.mode), stopper=StopEveryThird() if case.stop else None
+    )
+    run = Run(case, trace, curves, gpu_node, scheduler, executor)
+
+    def listen(event: Event, decisions: list[Decision]) -> None:
+        run.events.append(event)
+        for decision in decisions:
+            run.decisions.append((event.at, decision))
+            run.log.append((event.at, type(decision).__name__, decision.trial_id, getattr(decision, "gpu", "")))
+
+    initial: list[Event] = [NodeAdded(0.0, node, gpus) for node, gpus in layout.items()]
+    initial += [TrialSubmitted(0.0, curve.name, curve.epochs) for curve in arrivals]
+    initial.append(SubmissionsClosed(0.0))
+    Engine(scheduler, executor, [listen]).run(initial)
+    return run
+
+
+@pytest.fixture(scope="module", params=CASES, ids=str)
+def run(request: pytest.FixtureRequest) -> Run:
+    return run_engine(request.param)
+
+
+def _by_trial(epochs: list[EpochRecord]) -> dict[str, list[EpochRecord]]:
+    grouped: dict[str, list[EpochRecord]] = defaultdict(list)
+    for record in epochs:
+        grouped[record.trial_id].append(record)
+    return grouped
+
+
+def _assert_no_overlap(intervals: list[tuple[float, float]], what: str) -> None:
+    intervals = sorted(intervals)
+    for (start, end), (next_start, next_end) in zip(intervals, intervals[1:]):
+        assert next_start >= end - TOLERANCE, f"{what}: [{start}, {end}] overlaps [{next_start}, {next_end}]"
+
+
+# ---------------------------------------------------------------------------------------- invariants
+def test_engine_run_matches_simulate(run: Run) -> None:
+    """The inspected run is the very run ``simulate`` makes."""
+    case = run.case
+    result = simulate(
+        run.trace,
+        case.make_policy(),
+        gpus=case.gpus,
+        nodes=case.nodes,
+        seed=case.seed,
+        stopper=StopEveryThird() if case.stop else None,
+        record=True,
+    )
+    assert result.decisions == run.log
+    assert result.epochs == run.epochs
+    assert result.makespan_s == run.executor.now
+
+
+def test_no_gpu_runs_two_epochs_at_once(run: Run) -> None:
+    per_gpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for record in run.epochs:
+        assert record.start <= record.end
+        per_gpu[record.gpu].append((record.start, record.end))
+    assert set(per_gpu) <= set(run.gpu_node)
+    for gpu, intervals in per_gpu.items():
+        _assert_no_overlap(intervals, f"GPU {gpu}")
+
+
+def test_no_gpu_is_held_by_two_trials_at_once(run: Run) -> None:
+    """Stronger than epochs: from Start/Resume to the trial's release, switching costs included."""
+    holding: dict[str, tuple[str, float]] = {}  # trial -> (gpu, since)
+    per_gpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    timeline = sorted(
+        [(at, 1, decision) for at, decision in run.decisions] + [(e.at, 0, e) for e in run.events],
+        key=lambda item: (item[0], item[1]),
+    )
+    # Release events at time t come before decisions made at t, as the engine orders them.
+    for at, _, item in timeline:
+        if isinstance(item, (Start, Resume)):
+            assert item.trial_id not in holding, f"{item.trial_id} got a GPU while holding one"
+            holding[item.trial_id] = (item.gpu, at)
+        elif isinstance(item, (TrialSuspended, TrialExited)) and item.trial_id in holding:
+            gpu, since = holding.pop(item.trial_id)
+            per_gpu[gpu].append((since, at))
+    assert not holding, f"trials still holding GPUs at the end: {sorted(holding)}"
+    for gpu, intervals in per_gpu.items():
+        _assert_no_overlap(intervals, f"GPU {gpu}")
+
+
+def test_no_trial_runs_on_two_gpus_at_once(run: Run) -> None:
+    for trial_id, records in _by_trial(run.epochs).items():
+        _assert_no_overlap([(r.start, r.end) for r in records], f"trial {trial_id}")
+
+
+def test_every_epoch_runs_once_in_order(run: Run) -> None:
+    grouped = _by_trial(run.epochs)
+    assert set(grouped) == set(run.curves), "some trial never trained"
+    for trial_id, records in grouped.items():
+        assert [r.epoch for r in records] == list(range(1, len(records) + 1)), trial_id
+        assert [r.start for r in records] == sorted(r.start for r in records)
+        trial = run.scheduler.trials[trial_id]
+        curve = run.curves[trial_id]
+        if trial.state is TrialState.STOPPED:
+            # Killed at the epoch boundary of the report that stopped it: nothing trained after that.
+            assert len(records) == trial.step <= curve.epochs
+        else:
+            assert len(records) == curve.epochs, f"trial {trial_id} trained {len(records)} of {curve.epochs}"
+
+
+def test_epochs_take_their_recorded_time(run: Run) -> None:
+    for record in run.epochs:
+        expected = run.curves[record.trial_id].seconds[record.epoch - 1]
+        assert record.end - record.start == pytest.approx(expected, abs=TOLERANCE)
+
+
+def test_every_trial_ends_terminal_with_the_right_outcome(run: Run) -> None:
+    scheduler = run.scheduler
+    assert scheduler.finished
+    assert set(scheduler.trials) == set(run.curves)
+    for trial_id, trial in scheduler.trials.items():
+        assert trial.state.is_terminal, f"{trial_id} ended {trial.state.value}"
+        assert trial.gpu is None
+        curve = run.curves[trial_id]
+        if trial.state is TrialState.COMPLETED:
+            assert not curve.diverged
+            assert trial.step == curve.epochs
+        elif trial.state is TrialState.FAILED:
+            assert curve.diverged
+            assert trial.step == curve.epochs - 1
+        else:
+            assert trial.state is TrialState.STOPPED
+            assert trial_id in {d.trial_id for _, d in run.decisions if isinstance(d, Stop)}
+    if not run.case.stop:
+        assert all(trial.state is not TrialState.STOPPED for trial in scheduler.trials.values())
+
+
+def test_reports_match_the_trace(run: Run) -> None:
+    for trial_id, trial in run.scheduler.trials.items():
+        curve = run.curves[trial_id]
+        assert trial.steps == list(range(1, len(trial.steps) + 1))
+        assert trial.values == list(curve.metrics[: len(trial.values)])
+
+
+def test_resumed_trials_keep_their_progress_on_the_resumed_gpu(run: Run) -> None:
+    grouped = _by_trial(run.epochs)
+    resumes = 0
+    for at, decision in run.decisions:
+        if not isinstance(decision, (Start, Resume)):
+            continue
+        records = grouped[decision.trial_id]
+        before = [r for r in records if r.end <= at + TOLERANCE]
+        after = [r for r in records if r.start >= at - TOLERANCE]
+        if isinstance(decision, Start):
+            assert not before
+            assert after and after[0].epoch == 1
+            cost = COSTS.start
+        else:
+            resumes += 1
+            assert before, f"{decision.trial_id} resumed without having trained"
+            if not after:
+                continue  # stopped or lost before training again: nothing to check
+            assert after[0].epoch == before[-1].epoch + 1, f"{decision.trial_id} lost or repeated progress"
+            cost = COSTS.resume
+            if run.gpu_node[decision.gpu] != run.gpu_node[before[-1].gpu]:
+                cost += COSTS.migration
+            assert decision.migrated == (decision.gpu != before[-1].gpu)
+        assert after[0].gpu == decision.gpu
+        assert after[0].start == pytest.approx(at + cost, abs=TOLERANCE)
+    if run.case.policy == "rr":
+        assert resumes > 0, "the short periods should make rr preempt"
+
+
+def test_time_never_goes_backwards(run: Run) -> None:
+    times = [at for at, *_ in run.log]
+    assert times == sorted(times)
+    event_times = [event.at for event in run.events]
+    assert event_times == sorted(event_times)
+    assert run.executor.now == max(r.end for r in run.epochs)
+
+
+def test_useful_time_is_the_sum_of_trained_epochs(run: Run) -> None:
+    accounts = run.executor.accounts
+    trained = sum(run.curves[r.trial_id].seconds[r.epoch - 1] for r in run.epochs)
+    assert accounts.useful == pytest.approx(trained, rel=1e-9)
+    assert accounts.useful == pytest.approx(sum(r.end - r.start for r in run.epochs), rel=1e-9)
+
+
+def _node_crossings(run: Run) -> int:
+    """Resumes on another node than the trial's previous run."""
+    crossings = 0
+    last_node: dict[str, str] = {}
+    for _, decision in run.decisions:
+        if isinstance(decision, (Start, Resume)):
+            node = run.gpu_node[decision.gpu]
+            crossings += isinstance(decision, Resume) and last_node[decision.trial_id] != node
+            last_node[decision.trial_id] = node
+    return crossings
+
+
+def test_every_gpu_second_is_accounted_for(run: Run) -> None:
+    """Busy time is training plus switching: start, suspend, resume and migration costs, nothing else."""
+    accounts = run.executor.accounts
+    starts = sum(isinstance(d, Start) for _, d in run.decisions)
+    resumes = [d for _, d in run.decisions if isinstance(d, Resume)]
+    suspensions = sum(isinstance(e, TrialSuspended) for e in run.events)
+    crossings = _node_crossings(run)
+    overhead = suspensions * COSTS.suspend + len(resumes) * COSTS.resume + crossings * COSTS.migration
+    assert accounts.overhead == pytest.approx(overhead, abs=TOLERANCE)
+    assert accounts.busy == pytest.approx(accounts.useful + accounts.overhead + starts * COSTS.start, rel=1e-9)
+    assert starts == len(run.curves)
+
+
+def test_fifo_never_preempts_or_resumes(run: Run) -> None:
+    if run.case.policy == "fifo":
+        names = {name for _, name, _, _ in run.log}
+        assert names <= {"Start", "Stop"}
+        assert run.executor.accounts.overhead == 0.0
+        # One trial per GPU at a time, so no trial ever waits after its first epoch.
+        for records in _by_trial(run.epochs).values():
+            for previous, following in zip(records, records[1:]):
+                assert following.start == pytest.approx(previous.end, abs=TOLERANCE)
+                assert following.gpu == previous.gpu
+
+
+def test_cases_exercise_every_path() -> None:
+    """The random cases, taken together, reach every outcome and every kind of switch."""
+    runs = [run_engine(case) for case in CASES]
+    outcomes = {trial.state for run in runs for trial in run.scheduler.trials.values()}
+    assert outcomes == {TrialState.COMPLETED, TrialState.FAILED, TrialState.STOPPED}
+    decisions = [(run, decision) for run in runs for _, decision in run.decisions]
+    assert any(isinstance(d, Suspend) for _, d in decisions)
+    assert any(isinstance(d, Resume) and not d.migrated for _, d in decisions)
+    assert any(isinstance(d, Resume) and d.migrated for _, d in decisions)
+    assert sum(_node_crossings(run) for run in runs) > 0, "no trial ever resumed on another node"
+    assert {run.case.mode for run in runs} == {"max", "min"}
+
+
+# ---------------------------------------------------------------------------------------- determinism
+@pytest.mark.parametrize("policy", ["fifo", "rr"])
+def test_same_seed_same_decisions_and_other_seed_other_decisions(policy: str) -> None:
+    trace = synthetic_trace(16, 6, seed=7, kind="mixed", epoch_seconds=(2.0, 20.0), diverge_fraction=0.2)
+
+    def make() -> SchedulingPolicy:
+        return FifoPolicy() if policy == "fifo" else RoundRobinPolicy(period=8)
+
+    first = simulate(trace, make(), gpus=4, nodes=2, seed=3, record=True)
+    again = simulate(trace, make(), gpus=4, nodes=2, seed=3, record=True)
+    other = simulate(trace, make(), gpus=4, nodes=2, seed=4, record=True)
+    assert first.decisions, "record=True must fill the decision log"
+    assert first.decisions == again.decisions
+    assert first.epochs == again.epochs
+    assert first.figures() == again.figures()
+    assert first.decisions != other.decisions
+
+
+def test_without_record_no_logs_are_kept() -> None:
+    trace = synthetic_trace(4, 3, seed=0, epoch_seconds=(2.0, 5.0))
+    result = simulate(trace, FifoPolicy(), gpus=2)
+    assert result.decisions == []
+    assert result.epochs is None
+
+
+# ---------------------------------------------------------------------------------------- figures
+def _curve(name: str, metrics: list[float], seconds: list[float]) -> TraceTrial:
+    return TraceTrial(name, tuple(metrics), tuple(seconds), len(seconds) > len(metrics), MappingProxyType({}))
+
+
+def test_fifo_first_feedback_on_a_csv_trace(tmp_path: Path) -> None:
+    """One GPU, three identical-length trials of two 10 s epochs: the order does not change the figures."""
+    curves = (_curve(name, [0.1 * i, 0.2 * i], [10.0, 10.0]) for i, name in enumerate("abc", 1))
+    made = Trace("hand", "max", tuple(curves))
+    path = tmp_path / "hand.csv"
+    write_trace(made, path)
+    trace = load_trace(path, "max")
+    result = simulate(trace, FifoPolicy(), gpus=1, seed=0, record=True)
+    start = SwitchCosts().start
+    assert start == 1.5
+    # Each trial starts when the previous one exits, then pays the start cost before its first epoch.
+    first_reports = [start + 10, 2 * (start + 20) - 10, 3 * (start + 20) - 10]  # 11.5, 33, 54.5
+    assert result.mean_first_feedback_s == pytest.approx(sum(first_reports) / 3)
+    assert result.median_first_feedback_s == pytest.approx(first_reports[1])
+    assert result.max_first_feedback_s == pytest.approx(first_reports[2])
+    assert result.makespan_s == pytest.approx(3 * (start + 20))
+    assert result.time_to_best_s == pytest.approx(  # "c" is best; its completion depends on its place
+        (1 + [t.name for t in trace.shuffled(0)].index("c")) * (start + 20)
+    )
+    assert result.gpu_utilization == pytest.approx(1.0)
+    assert result.overhead_fraction == 0.0
+    assert result.preemptions == 0 and result.migrations == 0
+
+
+def test_fifo_figures_on_two_gpus() -> None:
+    trace = Trace("two", "max", (_curve("a", [0.5, 0.9], [10.0, 20.0]), _curve("b", [0.3, 0.4], [4.0, 4.0])))
+    result = simulate(trace, FifoPolicy(), gpus=2, seed=1)
+    # Both start at once on their own GPU: first feedback after start cost + first epoch.
+    assert result.mean_first_feedback_s == pytest.approx(((1.5 + 10) + (1.5 + 4)) / 2)
+    assert result.max_first_feedback_s == pytest.approx(11.5)
+    assert result.time_to_best_s == pytest.approx(31.5)
+    assert result.makespan_s == pytest.approx(31.5)
+    assert result.gpu_utilization == pytest.approx((31.5 + 9.5) / (2 * 31.5))
+    assert 0 < result.gpu_utilization <= 1
+    assert result.overhead_fraction == 0.0
+
+
+def test_rr_figures_on_a_hand_traced_run() -> None:
+    """One GPU, period 5 s, two trials of two 10 s epochs: every report after the first epoch preempts."""
+    trace = Trace("rr", "max", (_curve("a", [0.1, 0.2], [10.0, 10.0]), _curve("b", [0.3, 0.4], [10.0, 10.0])))
+    result = simulate(trace, RoundRobinPolicy(period=5), gpus=1, seed=0, record=True)
+    first, second = (t.name for t in trace.shuffled(0))
+    assert result.decisions == [
+        (0.0, "Start", first, "n0/g0"),
+        (11.5, "Suspend", first, ""),  # epoch 1 ends at 1.5 + 10; suspending costs 0.5
+        (12.0, "Start", second, "n0/g0"),
+        (23.5, "Suspend", second, ""),
+        (24.0, "Resume", first, "n0/g0"),  # resuming costs 1.5: epoch 2 runs 25.5 to 35.5
+        (35.5, "Resume", second, "n0/g0"),  # first completes; second's epoch 2 runs 37 to 47
+    ]
+    assert result.mean_first_feedback_s == pytest.approx((11.5 + 23.5) / 2)
+    assert result.makespan_s == pytest.approx(47.0)
+    assert result.preemptions == 2 and result.migrations == 0
+    assert result.overhead_fraction == pytest.approx((2 * 0.5 + 2 * 1.5) / 40)
+    assert result.gpu_utilization == pytest.approx(1.0)
+    fifo = simulate(trace, FifoPolicy(), gpus=1, seed=0)
+    assert fifo.mean_first_feedback_s == pytest.approx((11.5 + 33.0) / 2)
+    assert result.mean_first_feedback_s < fifo.mean_first_feedback_s
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_overhead_is_zero_for_fifo_and_positive_for_rr_with_preemptions(seed: int) -> None:
+    trace = synthetic_trace(12, 5, seed=seed, kind="mixed", epoch_seconds=(2.0, 20.0))
+    fifo = simulate(trace, FifoPolicy(), gpus=3, nodes=2, seed=seed)
+    rr = simulate(trace, RoundRobinPolicy(period=10), gpus=3, nodes=2, seed=seed)
+    assert fifo.preemptions == 0 and fifo.migrations == 0
+    assert fifo.overhead_fraction == 0.0
+    assert rr.preemptions > 0
+    assert rr.overhead_fraction > 0.0
+    for result in (fifo, rr):
+        assert 0 < result.gpu_utilization <= 1 + 1e-12
+        assert result.makespan_s > 0
+        assert 0 < result.mean_first_feedback_s <= result.max_first_feedback_s
+    # Time-sharing gets first feedback to everyone sooner.
+    assert rr.mean_first_feedback_s < fifo.mean_first_feedback_s
+
+
+def test_migration_across_nodes_costs_extra() -> None:
+    """Resume decisions flagged migrated are counted; crossing nodes adds the migration cost."""
+    trace = synthetic_trace(12, 6, seed=5, kind="saturating", epoch_seconds=(2.0, 20.0))
+    cheap = simulate(trace, RoundRobinPolicy(period=5), gpus=4, nodes=2, seed=5, costs=SwitchCosts(migration=0.0))
+    dear = simulate(trace, RoundRobinPolicy(period=5), gpus=4, nodes=2, seed=5, costs=SwitchCosts(migration=5.0))
+    assert cheap.migrations > 0
+    assert dear.overhead_fraction > cheap.overhead_fraction
+
+
+def test_cluster_layout_spreads_gpus_evenly() -> None:
+    assert cluster_layout(5, 2) == {"n0": ("n0/g0", "n0/g1", "n0/g2"), "n1": ("n1/g0", "n1/g1")}
+    with pytest.raises(ValueError):
+        cluster_layout(2, 3)
+    with pytest.raises(ValueError):
+        cluster_layout(0, 1)
