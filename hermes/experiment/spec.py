@@ -1,0 +1,412 @@
+"""The experiment spec: one YAML file says what to train, what to search, and how to schedule it.
+
+Every problem is reported as a SpecError naming the file and the field path, e.g.
+``spec.yaml: search.space.lr.low: must be > 0 for loguniform``, all problems at once.
+
+Search space semantics (see ``hermes.experiment.space``):
+
+- ``uniform`` / ``loguniform``: a float in [low, high] (loguniform: uniform in log space);
+  ``int``: an integer in [low, high], both included; ``choice``: one of ``values``, drawn per trial.
+- ``grid``: every value is tried. Grid parameters are crossed (all combinations). ``search.trials``
+  counts all trials and must be a multiple of the number of combinations: trial ``i`` takes
+  combination ``i mod combinations`` (so the first trials cover the grid once, then it repeats),
+  and draws its other parameters afresh.
+- ``sampler: grid`` allows only grid parameters, and ``trials`` defaults to one pass over the grid;
+  ``sampler: tpe`` (Optuna's TPE) allows no grid parameters.
+
+Relative paths (``trial.workdir``, ``storage.dir``) are relative to the spec file's folder; the
+spec keeps them as written so that a moved project still matches its stored spec.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+import string
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from hermes.errors import SpecError
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class _PathError(ValueError):
+    """A complaint about a field below the one whose validator raised it; ``path`` is relative to that field."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class _Section(BaseModel):
+    """A mapping of the spec: unknown keys are errors that list the known ones (typos fail loudly)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in data:
+                if key not in cls.model_fields:
+                    raise _PathError(str(key), f"unknown field; expected one of {', '.join(cls.model_fields)}")
+        return data
+
+
+# ---------------------------------------------------------------------- search space
+class Uniform(_Section):
+    type: Literal["uniform"]
+    low: FiniteFloat
+    high: FiniteFloat
+
+    @field_validator("high")
+    @classmethod
+    def _above_low(cls, high: float, info: ValidationInfo) -> float:
+        low = info.data.get("low")
+        if low is not None and not high > low:
+            raise ValueError(f"must be greater than low ({low})")
+        return high
+
+
+class LogUniform(Uniform):
+    type: Literal["loguniform"]  # type: ignore[assignment]
+
+    @field_validator("low")
+    @classmethod
+    def _positive(cls, low: float) -> float:
+        if not low > 0:
+            raise ValueError("must be > 0 for loguniform")
+        return low
+
+
+class IntRange(_Section):
+    type: Literal["int"]
+    low: int
+    high: int
+
+    @field_validator("high")
+    @classmethod
+    def _above_low(cls, high: int, info: ValidationInfo) -> int:
+        low = info.data.get("low")
+        if low is not None and not high > low:
+            raise ValueError(f"must be greater than low ({low})")
+        return high
+
+
+class Choice(_Section):
+    type: Literal["choice"]
+    values: list[Any]
+
+    @field_validator("values")
+    @classmethod
+    def _scalars(cls, values: list[Any]) -> list[Any]:
+        if not values:
+            raise ValueError("must list at least one value")
+        for index, value in enumerate(values):
+            if not isinstance(value, (str, int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+                raise _PathError(str(index), f"must be a string, a finite number or a boolean, got {value!r}")
+            if value in values[:index]:
+                raise _PathError(str(index), f"{value!r} is listed twice")
+        return values
+
+
+class Grid(Choice):
+    type: Literal["grid"]  # type: ignore[assignment]
+
+
+Parameter = Annotated[Uniform | LogUniform | IntRange | Choice | Grid, Field(discriminator="type")]
+PARAMETER_TYPES = ("uniform", "loguniform", "int", "choice", "grid")
+
+
+class SearchSpec(_Section):
+    sampler: Literal["random", "grid", "tpe"] = "random"
+    trials: PositiveInt | None = None  # total trials; default for sampler grid: one pass over the grid
+    seed: int = 0
+    space: dict[str, Parameter]
+
+    @field_validator("space")
+    @classmethod
+    def _names(cls, space: dict[str, Any]) -> dict[str, Any]:
+        if not space:
+            raise ValueError("must define at least one parameter")
+        for name in space:
+            if not _IDENTIFIER.fullmatch(name):
+                raise _PathError(name, "parameter names must be Python identifiers (letters, digits, _)")
+        return space
+
+    @property
+    def grid(self) -> dict[str, list[Any]]:
+        """The grid parameters and their values, in spec order."""
+        return {name: p.values for name, p in self.space.items() if isinstance(p, Grid)}
+
+    @property
+    def grid_size(self) -> int:
+        return math.prod(len(values) for values in self.grid.values())
+
+    @model_validator(mode="after")
+    def _sampler_fits_space(self) -> SearchSpec:
+        for name, parameter in self.space.items():
+            if self.sampler == "grid" and not isinstance(parameter, Grid):
+                raise _PathError(f"space.{name}", "sampler grid takes grid parameters only; use sampler random")
+            if self.sampler == "tpe" and isinstance(parameter, Grid):
+                raise _PathError(f"space.{name}", "sampler tpe takes no grid parameters; use type choice")
+        if self.trials is None:
+            if self.sampler != "grid":
+                raise _PathError("trials", f"required for sampler {self.sampler}")
+            self.trials = self.grid_size
+        size = self.grid_size
+        if self.trials % size:
+            lower, upper = self.trials // size * size, (self.trials // size + 1) * size
+            example = f"{lower} or {upper}" if lower else f"{upper}"
+            raise _PathError(
+                "trials",
+                f"must be a multiple of the {size} grid combinations, so each is tried equally often (e.g. {example})",
+            )
+        return self
+
+
+# ---------------------------------------------------------------------- the rest of the spec
+class TrialSpec(_Section):
+    """What one trial runs: a Python function, or a command line with ``{param}`` placeholders."""
+
+    function: str | None = None  # "package.module:function"
+    command: str | None = None
+    metrics_regex: str | None = None  # for unmodified scripts: parses their output lines
+    workdir: str = "."
+
+    @field_validator("function")
+    @classmethod
+    def _module_function(cls, function: str | None) -> str | None:
+        if function is None:
+            return None
+        module, _, name = function.partition(":")
+        if not (name and all(_IDENTIFIER.fullmatch(part) for part in [*module.split("."), name])):
+            raise ValueError(f"must be 'package.module:function', got {function!r}")
+        return function
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, command: str | None) -> str | None:
+        if command is None:
+            return None
+        try:
+            words = shlex.split(command)
+            fields = [field for _, field, _, _ in string.Formatter().parse(command) if field is not None]
+        except ValueError as error:
+            raise ValueError(f"cannot parse {command!r}: {error}") from None
+        if not words:
+            raise ValueError("must not be empty")
+        if any(not _IDENTIFIER.match(field) for field in fields):
+            raise ValueError("placeholders must name a parameter, like {lr}; write {{ and }} for literal braces")
+        return command
+
+    @field_validator("metrics_regex")
+    @classmethod
+    def _regex(cls, pattern: str | None) -> str | None:
+        if pattern is None:
+            return None
+        try:
+            groups = re.compile(pattern).groupindex
+        except re.error as error:
+            raise ValueError(f"does not compile: {error}") from None
+        if "value" not in groups:
+            raise ValueError("needs a named group (?P<value>...) for the metric; (?P<step>...) is optional")
+        return pattern
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TrialSpec:
+        if (self.function is None) == (self.command is None):
+            raise ValueError("give exactly one of function or command")
+        if self.metrics_regex is not None and self.command is None:
+            raise _PathError("metrics_regex", "only for command trials; a function reports through hermes.trial")
+        return self
+
+    @property
+    def placeholders(self) -> list[str]:
+        """The parameter names the command line uses, in order of first use."""
+        if self.command is None:
+            return []
+        fields = (field for _, field, _, _ in string.Formatter().parse(self.command) if field is not None)
+        return list(dict.fromkeys(_IDENTIFIER.match(field).group() for field in fields))  # type: ignore[union-attr]
+
+
+class MetricSpec(_Section):
+    name: str = Field(min_length=1)
+    mode: Literal["max", "min"]
+
+
+class BudgetSpec(_Section):
+    steps: PositiveInt  # steps (usually epochs) a trial trains unless the scheduler stops it
+
+
+class StopperSpec(_Section):
+    name: str
+    params: dict[str, Any] = {}
+
+
+class PolicySpec(_Section):
+    name: str = "hermes"
+    period: PositiveFloat = 60.0  # seconds of GPU time a trial runs before a better one may preempt it
+    params: dict[str, Any] = {}
+    stopper: StopperSpec | None = None
+
+    @model_validator(mode="after")
+    def _registered(self) -> PolicySpec:
+        """Build the policy and stopper once, so that a wrong name or parameter fails now, not hours in."""
+        # The registries import every policy: do that only when a spec is checked.
+        from hermes import policies
+
+        if self.name not in policies.POLICIES:
+            raise _PathError("name", f"unknown policy {self.name!r}; choose one of {_names(policies.POLICIES)}")
+        try:
+            policies.make_policy(self.name, period=self.period, **self.params)
+        except (TypeError, ValueError) as error:
+            raise _PathError("params", f"policy {self.name}: {error}") from None
+        if self.stopper is not None:
+            if self.stopper.name not in policies.STOPPERS:
+                raise _PathError(
+                    "stopper.name",
+                    f"unknown early stopper {self.stopper.name!r}; choose one of {_names(policies.STOPPERS)}",
+                )
+            try:
+                policies.make_stopper(self.stopper.name, **self.stopper.params)
+            except (TypeError, ValueError) as error:
+                raise _PathError("stopper.params", f"stopper {self.stopper.name}: {error}") from None
+        return self
+
+
+class ResourcesSpec(_Section):
+    gpus: Literal["all", "none"] | list[int] = "all"  # or the indices of the GPUs to use
+    cpu_slots: PositiveInt = 1  # trials run at once where there is no GPU
+    threads_per_slot: PositiveInt = 1
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, gpus: Any) -> Any:
+        if gpus in ("all", "none"):
+            return gpus
+        if not isinstance(gpus, list) or not gpus:
+            raise ValueError(f"must be 'all', 'none' or a list of GPU indices like [0, 1], got {gpus!r}")
+        for index, gpu in enumerate(gpus):
+            if not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 0:
+                raise _PathError(str(index), f"must be a GPU index (0, 1, ...), got {gpu!r}")
+            if gpu in gpus[:index]:
+                raise _PathError(str(index), f"GPU {gpu} is listed twice")
+        return gpus
+
+
+class StorageSpec(_Section):
+    dir: str = "runs"  # holds hermes.db (all experiments, by name), checkpoints and logs
+    checkpoint_every: PositiveInt = 1  # steps between checkpoints
+
+
+class ExperimentSpec(_Section):
+    name: str  # also its key in the store: reusing a name with another spec is refused
+    description: str = ""
+    trial: TrialSpec
+    search: SearchSpec
+    metric: MetricSpec
+    budget: BudgetSpec
+    policy: PolicySpec = Field(default={}, validate_default=True)  # validated: the default policy must exist
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    engine: Literal["local", "ray"] = "local"
+
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, name: str) -> str:
+        if not _NAME.fullmatch(name):
+            raise ValueError("must start with a letter or digit and use only letters, digits, '.', '_' and '-'")
+        return name
+
+    @model_validator(mode="after")
+    def _placeholders_exist(self) -> ExperimentSpec:
+        unknown = [name for name in self.trial.placeholders if name not in self.search.space]
+        if unknown:
+            raise _PathError(
+                "trial.command",
+                f"placeholder {{{unknown[0]}}} is not in search.space (parameters: {', '.join(self.search.space)})",
+            )
+        return self
+
+    @property
+    def workdir(self) -> Path:
+        """Where a trial runs: ``trial.workdir`` resolved against the spec file's folder."""
+        return (self._base_dir / self.trial.workdir).resolve()
+
+    @property
+    def storage_dir(self) -> Path:
+        return (self._base_dir / self.storage.dir).resolve()
+
+
+def load_spec(path: str | Path) -> ExperimentSpec:
+    """Read and validate a YAML spec; any problem raises SpecError naming the file and the fields."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise SpecError(f"{path}: cannot read: {error.strerror or error}") from None
+    except yaml.YAMLError as error:
+        raise SpecError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: must be a YAML mapping with name, trial, search, metric and budget")
+    spec = parse_spec(data, source=str(path))
+    spec._base_dir = path.resolve().parent
+    return spec
+
+
+def parse_spec(data: dict[str, Any], source: str = "<spec>") -> ExperimentSpec:
+    """Validate a spec already read into a dict; ``source`` names it in error messages."""
+    try:
+        return ExperimentSpec.model_validate(data)
+    except ValidationError as error:
+        problems = [_describe(detail) for detail in error.errors()]
+        if len(problems) == 1:
+            raise SpecError(f"{source}: {problems[0]}") from None
+        raise SpecError(f"{source}: {len(problems)} problems:\n  " + "\n  ".join(problems)) from None
+
+
+def _describe(detail: ErrorDetails) -> str:
+    path = [str(part) for part in detail["loc"]]
+    # Pydantic puts the tag of a tagged union in the path (search.space.lr.loguniform.low): drop it.
+    if path[:2] == ["search", "space"] and len(path) > 3 and path[3] in PARAMETER_TYPES:
+        del path[3]
+    cause = detail.get("ctx", {}).get("error")
+    if isinstance(cause, _PathError):
+        path += cause.path.split(".")
+    if isinstance(cause, ValueError):
+        message = str(cause)
+    elif detail["type"] == "union_tag_invalid":
+        message = f"unknown type {detail['ctx']['tag']!r}; choose one of {', '.join(PARAMETER_TYPES)}"
+    elif detail["type"] == "union_tag_not_found":
+        message = f"needs a type, one of {', '.join(PARAMETER_TYPES)}"
+    elif detail["type"] == "missing":
+        message = "required"
+    else:
+        message = detail["msg"]
+    return f"{'.'.join(path) or '(top level)'}: {message}"
+
+
+def _names(registry: dict[str, Any]) -> str:
+    return ", ".join(registry) or "(none registered)"

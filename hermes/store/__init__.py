@@ -1,0 +1,29 @@
+"""Durable record of experiments: the core's event log, decisions, trials and metrics."""
+
+from __future__ import annotations
+
+from hermes.store.base import (
+    DecisionRecord,
+    ExperimentRecord,
+    ExperimentStatus,
+    ExperimentStore,
+    MetricRecord,
+    Run,
+    StoreError,
+    TrialRecord,
+    build_runs,
+)
+from hermes.store.sql import SqlStore
+
+__all__ = [
+    "DecisionRecord",
+    "ExperimentRecord",
+    "ExperimentStatus",
+    "ExperimentStore",
+    "MetricRecord",
+    "Run",
+    "SqlStore",
+    "StoreError",
+    "TrialRecord",
+    "build_runs",
+]

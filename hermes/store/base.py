@@ -1,0 +1,217 @@
+"""What an experiment store keeps, and the contract every backend honours.
+
+The event log is the source of truth: replaying ``events()`` into a fresh core rebuilds its state.
+Trials, metrics and decisions are kept for people (dashboard, leaderboard, GPU timeline).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
+from hermes.core.events import (
+    Event,
+    GpuAdded,
+    GpuRemoved,
+    NodeAdded,
+    NodeRemoved,
+    TrialExited,
+    TrialSuspended,
+)
+from hermes.core.states import TrialState
+from hermes.errors import HermesError
+
+
+class StoreError(HermesError):
+    """The store cannot do what was asked: unknown experiment, conflicting spec, or a backend failure."""
+
+
+class ExperimentStatus(str, Enum):
+    RUNNING = "running"  # created, or reopened by a runner
+    FINISHED = "finished"  # the core finished: every trial is terminal
+    FAILED = "failed"  # the runner gave up with an error
+    INTERRUPTED = "interrupted"  # the runner was stopped; reopening resumes it
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentRecord:
+    experiment_id: int
+    name: str
+    spec: dict[str, Any]
+    created_at: float  # wall-clock seconds since the epoch
+    status: ExperimentStatus
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRecord:
+    """A trial as people see it; the runner writes it whenever the trial changes."""
+
+    trial_id: str
+    params: dict[str, Any]
+    state: TrialState
+    budget: int
+    submitted_at: float
+    step: int = 0  # last step reported
+    checkpoint_step: int = 0  # step its durable checkpoint holds
+    gpu: str | None = None  # GPU it holds now, if any
+    error: str | None = None
+    started_at: float | None = None  # first start
+    ended_at: float | None = None  # reached a terminal state
+
+
+@dataclass(frozen=True, slots=True)
+class MetricRecord:
+    """One report. Every report is kept in order, including re-reports of a step after a rollback."""
+
+    trial_id: str
+    step: int
+    at: float
+    values: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    event_seq: int  # the event (1-based position in ``events()``) that caused the decision
+    at: float  # the time of that event
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One stretch of a trial on a GPU: a bar of the GPU timeline."""
+
+    trial_id: str
+    gpu: str
+    started_at: float  # when Start or Resume was decided
+    resumed: bool  # begun by Resume rather than Start
+    migrated: bool
+    yield_requested_at: float | None = None  # when Suspend or Stop was decided while it ran
+    ended_at: float | None = None  # when the GPU was released; None while it still runs
+    ended_by: str | None = None  # suspended | completed | stopped | failed | lost (its GPU or node went away)
+
+
+class ExperimentStore(ABC):
+    """Durable record of experiments, in the spirit of Optuna's ``BaseStorage``.
+
+    Contract for every implementation:
+
+    - Atomicity: each method call is one transaction. ``append_event`` stores the event and the
+      decisions it caused together or not at all.
+    - Durability: once a write method returns, its data survives a crash of the process
+      (``kill -9``); a file-backed store also survives the machine's crash.
+    - Ordering: ``events`` returns events in append order; event ``i`` (0-based) has sequence
+      number ``i + 1``. There is one writer of events per experiment (its runner); metrics and
+      trials may be written from other threads.
+    - Thread safety: all methods may be called from any thread. Records returned are fresh
+      copies: later writes never change a record already read.
+    - Reopening: the same name and spec returns the same experiment id, so a restarted runner
+      resumes by replaying ``events``; a different spec under that name raises StoreError.
+    """
+
+    @abstractmethod
+    def create_or_open_experiment(self, name: str, spec: Mapping[str, Any]) -> int:
+        """Create the experiment (status running), or return the id of the one with this name and spec."""
+
+    @abstractmethod
+    def experiment(self, experiment_id: int) -> ExperimentRecord:
+        """The experiment with this id; StoreError if there is none."""
+
+    @abstractmethod
+    def experiments(self) -> list[ExperimentRecord]:
+        """Every experiment, oldest first."""
+
+    @abstractmethod
+    def set_status(self, experiment_id: int, status: ExperimentStatus) -> None: ...
+
+    @abstractmethod
+    def append_event(self, experiment_id: int, event: Event, decisions: Sequence[Decision] = ()) -> int:
+        """Append ``event`` and the decisions the core made about it, atomically; return its sequence number."""
+
+    @abstractmethod
+    def events(self, experiment_id: int) -> list[Event]:
+        """The whole event log, in append order: replaying it into a fresh core rebuilds the core."""
+
+    @abstractmethod
+    def decisions(self, experiment_id: int) -> list[DecisionRecord]:
+        """Every decision, in the order the core made them."""
+
+    @abstractmethod
+    def upsert_trial(self, experiment_id: int, trial: TrialRecord) -> None:
+        """Insert the trial or replace the stored record with the same ``trial_id``."""
+
+    @abstractmethod
+    def trials(self, experiment_id: int) -> list[TrialRecord]:
+        """Every trial, in order of first insertion."""
+
+    @abstractmethod
+    def record_metrics(
+        self, experiment_id: int, trial_id: str, step: int, at: float, metrics: Mapping[str, float]
+    ) -> None:
+        """Keep one report: every metric the trial measured at ``step``."""
+
+    @abstractmethod
+    def metrics(self, experiment_id: int, trial_id: str | None = None) -> list[MetricRecord]:
+        """Reports in the order they were recorded, of one trial or of all."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+
+    def runs(self, experiment_id: int) -> list[Run]:
+        """Who ran where and when, derived from the event log and the decisions."""
+        return build_runs(self.events(experiment_id), self.decisions(experiment_id))
+
+
+def build_runs(events: Sequence[Event], decisions: Sequence[DecisionRecord]) -> list[Run]:
+    """Replay the log: Start/Resume open a run; its trial's release, or the loss of its GPU, closes it.
+
+    Each event is applied before the decisions it caused, as in the engine loop.
+    """
+    by_event: dict[int, list[DecisionRecord]] = {}
+    for record in decisions:
+        by_event.setdefault(record.event_seq, []).append(record)
+    runs: list[Run] = []
+    open_runs: dict[str, int] = {}  # trial id -> index in runs
+    node_gpus: dict[str, set[str]] = {}
+    stopping: set[str] = set()
+
+    def close(trial_id: str, at: float, ended_by: str) -> None:
+        index = open_runs.pop(trial_id, None)
+        if index is not None:
+            runs[index] = replace(runs[index], ended_at=at, ended_by=ended_by)
+
+    def close_gpus(gpus: set[str], at: float) -> None:
+        for trial_id in [t for t, i in open_runs.items() if runs[i].gpu in gpus]:
+            close(trial_id, at, "lost")
+
+    for seq, event in enumerate(events, start=1):
+        if isinstance(event, TrialSuspended):
+            close(event.trial_id, event.at, "suspended")
+        elif isinstance(event, TrialExited):
+            outcome = "stopped" if event.trial_id in stopping else "completed" if event.succeeded else "failed"
+            close(event.trial_id, event.at, outcome)
+        elif isinstance(event, NodeAdded):
+            node_gpus[event.node] = set(event.gpus)
+        elif isinstance(event, GpuAdded):
+            node_gpus.setdefault(event.node, set()).add(event.gpu)
+        elif isinstance(event, NodeRemoved):
+            close_gpus(node_gpus.pop(event.node, set()), event.at)
+        elif isinstance(event, GpuRemoved):
+            close_gpus({event.gpu}, event.at)
+        for record in by_event.get(seq, ()):
+            decision = record.decision
+            if isinstance(decision, (Start, Resume)):
+                open_runs[decision.trial_id] = len(runs)
+                migrated = isinstance(decision, Resume) and decision.migrated
+                runs.append(Run(decision.trial_id, decision.gpu, record.at, isinstance(decision, Resume), migrated))
+            elif isinstance(decision, (Suspend, Stop)):
+                if isinstance(decision, Stop):
+                    stopping.add(decision.trial_id)
+                index = open_runs.get(decision.trial_id)
+                if index is not None and runs[index].yield_requested_at is None:
+                    runs[index] = replace(runs[index], yield_requested_at=record.at)
+    return runs

@@ -1,0 +1,303 @@
+"""The YAML experiment spec: what it accepts, how it names what is wrong, and the configurations it yields."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hermes.errors import HermesError, SpecError
+from hermes.experiment import (
+    ExperimentSpec,
+    load_spec,
+    make_sampler,
+    parse_spec,
+    sample_configs,
+)
+
+SPEC: dict[str, Any] = {
+    "name": "digits-mlp",
+    "trial": {"function": "examples.digits.train:train"},
+    "search": {
+        "sampler": "random",
+        "trials": 16,
+        "seed": 0,
+        "space": {
+            "lr": {"type": "loguniform", "low": 1.0e-4, "high": 1.0e-1},
+            "width": {"type": "choice", "values": [32, 64, 128]},
+            "weight_decay": {"type": "uniform", "low": 0.0, "high": 1.0e-3},
+            "layers": {"type": "int", "low": 1, "high": 3},
+            "optimizer": {"type": "grid", "values": ["sgd", "adam"]},
+        },
+    },
+    "metric": {"name": "accuracy", "mode": "max"},
+    "budget": {"steps": 30},
+    "policy": {"name": "rr", "period": 10.0, "stopper": {"name": "asha", "params": {"min_steps": 2}}},
+    "resources": {"gpus": [0, 1], "cpu_slots": 2, "threads_per_slot": 1},
+    "storage": {"dir": "runs/digits", "checkpoint_every": 1},
+    "engine": "local",
+}
+COMMAND = {
+    "command": "python train.py --lr {lr} --width {width:d} --opt {optimizer} --json '{{\"x\": 1}}'",
+    "metrics_regex": r"epoch=(?P<step>\d+) accuracy=(?P<value>[0-9.]+)",
+    "workdir": "scripts",
+}
+
+
+def spec_with(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+    data = copy.deepcopy(SPEC)
+    change(data)
+    return data
+
+
+def write(tmp_path: Path, data: object, name: str = "spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+# ---------------------------------------------------------------------- accepted specs
+def test_full_spec_loads_with_paths_relative_to_the_file(tmp_path: Path) -> None:
+    (tmp_path / "project").mkdir()
+    spec = load_spec(write(tmp_path / "project", spec_with(lambda d: d["trial"].update(COMMAND, function=None))))
+    assert spec.trial.placeholders == ["lr", "width", "optimizer"]
+    assert spec.workdir == tmp_path / "project" / "scripts"
+    assert spec.storage_dir == tmp_path / "project" / "runs" / "digits"
+    assert spec.storage.dir == "runs/digits"  # kept as written: a moved project still matches its stored spec
+    assert spec.search.grid == {"optimizer": ["sgd", "adam"]} and spec.search.grid_size == 2
+
+
+def test_model_dump_round_trips_through_yaml(tmp_path: Path) -> None:
+    spec = parse_spec(SPEC)
+    dumped = spec.model_dump()
+    assert ExperimentSpec.model_validate(dumped).model_dump() == dumped
+    assert load_spec(write(tmp_path, dumped)).model_dump() == dumped
+    assert spec.model_dump(mode="json") == dumped  # plain JSON already: the store keeps it as is
+
+
+def test_minimal_spec_gets_defaults() -> None:
+    data = {key: SPEC[key] for key in ("name", "trial", "search", "metric", "budget")}
+    data["policy"] = {"name": "fifo"}
+    spec = parse_spec(data)
+    assert spec.policy.period == 60.0 and spec.policy.stopper is None
+    assert spec.resources.gpus == "all" and spec.resources.cpu_slots == 1
+    assert spec.storage.dir == "runs" and spec.engine == "local"
+
+
+def test_grid_sampler_defaults_to_one_pass_over_the_grid() -> None:
+    space = {
+        "optimizer": {"type": "grid", "values": ["sgd", "adam"]},
+        "width": {"type": "grid", "values": [32, 64, 128]},
+    }
+    spec = parse_spec(spec_with(lambda d: d.update(search={"sampler": "grid", "space": space})))
+    assert spec.search.trials == 6
+    assert parse_spec(spec.model_dump()).search.trials == 6
+
+
+# ---------------------------------------------------------------------- rejected specs, one field each
+def put(*path: str, value: object) -> Callable[[dict[str, Any]], None]:
+    def change(data: dict[str, Any]) -> None:
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return change
+
+
+def drop(*path: str) -> Callable[[dict[str, Any]], None]:
+    def change(data: dict[str, Any]) -> None:
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        del target[path[-1]]
+
+    return change
+
+
+LR = ("search", "space", "lr")
+BAD = [
+    (put(*LR, "low", value=0.0), "search.space.lr.low: must be > 0 for loguniform"),
+    (put(*LR, "high", value=1e-5), "search.space.lr.high: must be greater than low"),
+    (put(*LR, "low", value="small"), "search.space.lr.low: Input should be a valid number"),
+    (put(*LR, "low", value=float("inf")), "search.space.lr.low: Input should be a finite number"),
+    (put(*LR, "type", value="normal"), "search.space.lr: unknown type 'normal'; choose one of uniform, loguniform"),
+    (drop(*LR, "type"), "search.space.lr: needs a type"),
+    (put(*LR, "step", value=2), "search.space.lr.step: unknown field; expected one of type, low, high"),
+    (put("search", "space", "layers", "high", value=1), "search.space.layers.high: must be greater than low"),
+    (put("search", "space", "width", "values", value=[]), "search.space.width.values: must list at least one"),
+    (put("search", "space", "width", "values", value=[32, [64]]), "search.space.width.values.1: must be a string"),
+    (put("search", "space", "width", "values", value=[32, 32]), "search.space.width.values.1: 32 is listed twice"),
+    (put("search", "space", value={}), "search.space: must define at least one parameter"),
+    (
+        put("search", "space", "learning-rate", value={"type": "int", "low": 1, "high": 2}),
+        "search.space.learning-rate: parameter names must be Python identifiers",
+    ),
+    (put("search", "trials", value=15), "search.trials: must be a multiple of the 2 grid combinations"),
+    (put("search", "trials", value=0), "search.trials: Input should be greater than 0"),
+    (drop("search", "trials"), "search.trials: required for sampler random"),
+    (put("search", "sampler", value="grid"), "search.space.lr: sampler grid takes grid parameters only"),
+    (put("search", "sampler", value="tpe"), "search.space.optimizer: sampler tpe takes no grid parameters"),
+    (put("search", "sampler", value="bayes"), "search.sampler: Input should be 'random', 'grid' or 'tpe'"),
+    (put("search", "samples", value=3), "search.samples: unknown field; expected one of sampler, trials, seed, space"),
+    (put("trial", "command", value="python train.py"), "trial: give exactly one of function or command"),
+    (put("trial", value={}), "trial: give exactly one of function or command"),
+    (put("trial", "function", value="train.py"), "trial.function: must be 'package.module:function'"),
+    (put("trial", "function", value="pkg.2mod:train"), "trial.function: must be 'package.module:function'"),
+    (
+        put("trial", value={"command": "train --lr {lr} --depth {depth}"}),
+        "trial.command: placeholder {depth} is not in search.space",
+    ),
+    (put("trial", value={"command": "train --lr {}"}), "trial.command: placeholders must name a parameter"),
+    (put("trial", value={"command": "train --lr {lr"}), "trial.command: cannot parse"),
+    (put("trial", value={"command": "train 'unclosed"}), "trial.command: cannot parse"),
+    (put("trial", value={"command": "  "}), "trial.command: must not be empty"),
+    (put("trial", value={"command": "train", "metrics_regex": "acc=(\\d+"}), "trial.metrics_regex: does not compile"),
+    (
+        put("trial", value={"command": "train", "metrics_regex": "acc=(?P<acc>\\d+)"}),
+        "trial.metrics_regex: needs a named group (?P<value>...)",
+    ),
+    (put("trial", "metrics_regex", value="acc=(?P<value>.*)"), "trial.metrics_regex: only for command trials"),
+    (put("metric", "mode", value="maximize"), "metric.mode: Input should be 'max' or 'min'"),
+    (put("metric", "name", value=""), "metric.name: String should have at least 1 character"),
+    (drop("metric"), "metric: required"),
+    (put("budget", "steps", value=0), "budget.steps: Input should be greater than 0"),
+    (put("policy", "name", value="gandiva"), "policy.name: unknown policy 'gandiva'; choose one of fifo, rr"),
+    (put("policy", "period", value=0), "policy.period: Input should be greater than 0"),
+    (put("policy", "params", value={"quantum": 3}), "policy.params: policy rr: "),
+    (put("policy", "stopper", value={"name": "hyperband"}), "policy.stopper.name: unknown early stopper 'hyperband'"),
+    (put("policy", "stopper", "params", value={"rungs": 3}), "policy.stopper.params: stopper asha: "),
+    (put("resources", "gpus", value="any"), "resources.gpus: must be 'all', 'none' or a list of GPU indices"),
+    (put("resources", "gpus", value=[]), "resources.gpus: must be 'all', 'none' or a list of GPU indices"),
+    (put("resources", "gpus", value=[0, -1]), "resources.gpus.1: must be a GPU index"),
+    (put("resources", "gpus", value=[1, 1]), "resources.gpus.1: GPU 1 is listed twice"),
+    (put("resources", "cpu_slots", value=0), "resources.cpu_slots: Input should be greater than 0"),
+    (put("storage", "checkpoint_every", value=0), "storage.checkpoint_every: Input should be greater than 0"),
+    (put("engine", value="kubernetes"), "engine: Input should be 'local' or 'ray'"),
+    (put("name", value="my experiment"), "name: must start with a letter or digit"),
+    (put("sheduler", value={}), "sheduler: unknown field; expected one of name, description, trial"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"), BAD, ids=[message.split(":")[0] + f"-{i}" for i, (_, message) in enumerate(BAD)]
+)
+def test_each_problem_names_the_file_and_the_field(tmp_path: Path, change: Callable[..., None], message: str) -> None:
+    path = write(tmp_path, spec_with(change), "bad.yaml")
+    with pytest.raises(SpecError) as raised:
+        load_spec(path)
+    assert str(raised.value).startswith(f"{path}: {message}")
+
+
+def test_all_problems_are_reported_at_once() -> None:
+    def two_problems(data: dict[str, Any]) -> None:
+        data["budget"]["steps"] = -1
+        data["metric"]["mode"] = "up"
+
+    with pytest.raises(SpecError, match=r"^exp.yaml: 2 problems:\n  metric.mode: .*\n  budget.steps: ") as raised:
+        parse_spec(spec_with(two_problems), source="exp.yaml")
+    assert isinstance(raised.value, HermesError)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("name: [unclosed\n", "not valid YAML"), ("- a list\n", "must be a YAML mapping"), ("", "must be a YAML mapping")],
+)
+def test_unreadable_files_raise_spec_errors(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=message):
+        load_spec(path)
+    with pytest.raises(SpecError, match="cannot read"):
+        load_spec(tmp_path / "missing.yaml")
+
+
+# ---------------------------------------------------------------------- configurations
+def test_random_configs_are_seeded_in_range_and_typed() -> None:
+    spec = parse_spec(SPEC)
+    configs = sample_configs(spec)
+    assert configs == sample_configs(parse_spec(SPEC)) and len(configs) == 16
+    assert configs[0]["lr"] == pytest.approx(0.005676772048204307)  # the stream is pinned across machines
+    for config in configs:
+        assert list(config) == list(SPEC["search"]["space"])
+        assert 1e-4 <= config["lr"] <= 1e-1 and 0.0 <= config["weight_decay"] <= 1e-3
+        assert config["width"] in (32, 64, 128) and type(config["layers"]) is int and 1 <= config["layers"] <= 3
+    assert {config["layers"] for config in configs} == {1, 2, 3}  # high is included
+    lrs = sorted(math.log10(config["lr"]) for config in configs)
+    assert lrs[0] < -3 and lrs[-1] > -2  # spread in log space, not crowded near the top
+    reseeded = sample_configs(parse_spec(spec_with(put("search", "seed", value=1))))
+    assert [c["lr"] for c in reseeded] != [c["lr"] for c in configs]
+
+
+def test_more_trials_keep_the_configs_already_drawn() -> None:
+    more = sample_configs(parse_spec(spec_with(put("search", "trials", value=32))))
+    assert more[:16] == sample_configs(parse_spec(SPEC))
+
+
+def test_grid_values_are_crossed_and_cycled_evenly() -> None:
+    def grid(data: dict[str, Any]) -> None:
+        data["search"]["space"]["width"]["type"] = "grid"
+        data["search"]["trials"] = 12
+
+    configs = sample_configs(parse_spec(spec_with(grid)))
+    first_pass = [(c["optimizer"], c["width"]) for c in configs[:6]]
+    assert first_pass == [(o, w) for w in (32, 64, 128) for o in ("sgd", "adam")]  # spec order, last fastest
+    assert [(c["optimizer"], c["width"]) for c in configs[6:]] == first_pass
+    assert len({c["lr"] for c in configs}) == 12  # other parameters are drawn afresh for every trial
+    assert Counter(c["optimizer"] for c in configs) == {"sgd": 6, "adam": 6}
+
+
+def test_fixed_sampler_hands_out_every_config_then_none() -> None:
+    spec = parse_spec(SPEC)
+    sampler = make_sampler(spec)
+    asked = [sampler.ask() for _ in range(16)]
+    assert sampler.ask() is None
+    assert [config.index for config in asked if config] == list(range(16))
+    assert [config.params for config in asked if config] == sample_configs(spec)
+    sampler.tell(0, 0.9)  # nothing to learn, nothing to complain about
+
+
+def tpe_spec(trials: int = 12) -> ExperimentSpec:
+    def tpe(data: dict[str, Any]) -> None:
+        data["search"].update(sampler="tpe", trials=trials)
+        data["search"]["space"]["optimizer"]["type"] = "choice"
+
+    return parse_spec(spec_with(tpe))
+
+
+def objective(params: dict[str, Any]) -> float:
+    return -abs(math.log10(params["lr"]) + 2) + (params["optimizer"] == "adam")
+
+
+def test_tpe_asks_and_learns_deterministically() -> None:
+    runs = []
+    for _ in range(2):
+        sampler = make_sampler(tpe_spec())
+        asked = []
+        while (config := sampler.ask()) is not None:
+            asked.append(config)
+            sampler.tell(config.index, None if config.index == 3 else objective(config.params))
+        runs.append(asked)
+    assert runs[0] == runs[1] and len(runs[0]) == 12
+    for config in runs[0]:
+        assert 1e-4 <= config.params["lr"] <= 1e-1 and type(config.params["layers"]) is int
+        assert config.params["optimizer"] in ("sgd", "adam")
+
+
+def test_tpe_refuses_unknown_or_repeated_tells() -> None:
+    sampler = make_sampler(tpe_spec(trials=2))
+    config = sampler.ask()
+    assert config is not None
+    sampler.tell(config.index, float("nan"))  # a diverged trial counts as failed
+    with pytest.raises(HermesError, match="told already"):
+        sampler.tell(config.index, 1.0)
+    with pytest.raises(HermesError, match="never asked"):
+        sampler.tell(7, 1.0)
+    with pytest.raises(HermesError, match="use make_sampler"):
+        sample_configs(tpe_spec())

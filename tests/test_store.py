@@ -1,0 +1,381 @@
+"""Store conformance suite (run on every backend), the codec, the GPU timeline, and durability under kill -9."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
+from hermes.core.events import (
+    Event,
+    GpuAdded,
+    GpuRemoved,
+    NodeAdded,
+    NodeRemoved,
+    PeriodElapsed,
+    SubmissionsClosed,
+    TrialExited,
+    TrialReported,
+    TrialSubmitted,
+    TrialSuspended,
+)
+from hermes.core.scheduler import Objective, Scheduler
+from hermes.core.states import TrialState
+from hermes.engine import Engine
+from hermes.errors import HermesError
+from hermes.policies import make_policy
+from hermes.sim.executor import SimulatedExecutor
+from hermes.sim.synthetic import synthetic_trace
+from hermes.store import (
+    DecisionRecord,
+    ExperimentStatus,
+    ExperimentStore,
+    MetricRecord,
+    Run,
+    SqlStore,
+    StoreError,
+    TrialRecord,
+    build_runs,
+)
+from hermes.store.codec import from_dict, to_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = {"name": "exp", "search": {"trials": 4, "space": {"lr": {"type": "uniform", "low": 0.0, "high": 1.0}}}}
+
+SAMPLES: list[Event | Decision] = [
+    TrialSubmitted(0.0, "t0", 30, {"lr": 0.01, "optimizer": "adam", "layers": 2}, movable=False),
+    TrialReported(1.5, "t0", 3, 0.875, checkpointed=True),
+    TrialReported(1.5, "t0", 4, float("inf")),
+    TrialSuspended(2.0, "t0", 3),
+    TrialExited(3.0, "t0", False, "CUDA out of memory"),
+    TrialExited(3.0, "t1", True),
+    NodeAdded(0.0, "n0", ("n0/g0", "n0/g1")),
+    NodeRemoved(4.0, "n0"),
+    GpuAdded(5.0, "n1", "n1/g0"),
+    GpuRemoved(6.0, "n1/g0"),
+    PeriodElapsed(7.0),
+    SubmissionsClosed(8.0),
+    Start("t0", "n0/g0"),
+    Suspend("t0"),
+    Resume("t0", "n0/g1", migrated=True),
+    Stop("t0"),
+]
+
+
+# ---------------------------------------------------------------------- codec
+def test_samples_cover_every_event_and_decision_type() -> None:
+    assert {type(item) for item in SAMPLES} == {*typing.get_args(Event), *typing.get_args(Decision)}
+
+
+@pytest.mark.parametrize("item", SAMPLES, ids=lambda item: type(item).__name__)
+def test_codec_round_trips(item: Event | Decision) -> None:
+    data = to_dict(item)
+    assert data["type"] == type(item).__name__
+    assert from_dict(data) == item
+    assert all(not isinstance(value, tuple) for value in data.values())  # JSON has no tuples
+
+
+def test_codec_rejects_what_it_does_not_know() -> None:
+    with pytest.raises(HermesError, match="not an event or a decision type"):
+        from_dict({"type": "Migrate", "trial_id": "t0"})
+    with pytest.raises(HermesError, match="cannot decode Start"):
+        from_dict({"type": "Start", "trial_id": "t0", "node": "n0"})
+    with pytest.raises(HermesError, match="cannot encode"):
+        to_dict(TrialRecord("t0", {}, TrialState.PENDING, 1, 0.0))  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- conformance suite
+@pytest.fixture(params=["sqlite-file", "sqlite-memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ExperimentStore]:
+    url = f"sqlite:///{tmp_path}/runs/hermes.db" if request.param == "sqlite-file" else "sqlite://"
+    store = SqlStore(url)
+    yield store
+    store.close()
+
+
+def test_reopening_an_experiment_returns_its_id(store: ExperimentStore) -> None:
+    first = store.create_or_open_experiment("exp", SPEC)
+    other = store.create_or_open_experiment("other", SPEC)
+    assert store.create_or_open_experiment("exp", dict(reversed(SPEC.items()))) == first != other
+    record = store.experiment(first)
+    assert (record.name, record.spec, record.status) == ("exp", SPEC, ExperimentStatus.RUNNING)
+    assert [e.name for e in store.experiments()] == ["exp", "other"]
+
+
+def test_reopening_with_another_spec_names_the_differences(store: ExperimentStore) -> None:
+    store.create_or_open_experiment("exp", SPEC)
+    changed = {**SPEC, "search": {**SPEC["search"], "trials": 8}, "budget": {"steps": 3}}
+    with pytest.raises(StoreError, match=r"'exp' already exists .* \(differs in search.trials, budget\)"):
+        store.create_or_open_experiment("exp", changed)
+
+
+def test_status(store: ExperimentStore) -> None:
+    experiment = store.create_or_open_experiment("exp", SPEC)
+    store.set_status(experiment, ExperimentStatus.FINISHED)
+    assert store.experiment(experiment).status is ExperimentStatus.FINISHED
+    store.create_or_open_experiment("exp", SPEC)
+    assert store.experiment(experiment).status is ExperimentStatus.FINISHED  # reopening leaves it to the runner
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.experiment(99),
+        lambda s: s.set_status(99, ExperimentStatus.FAILED),
+        lambda s: s.append_event(99, PeriodElapsed(0.0)),
+        lambda s: s.events(99),
+        lambda s: s.decisions(99),
+        lambda s: s.trials(99),
+        lambda s: s.metrics(99),
+        lambda s: s.record_metrics(99, "t0", 1, 0.0, {"loss": 1.0}),
+        lambda s: s.upsert_trial(99, TrialRecord("t0", {}, TrialState.PENDING, 1, 0.0)),
+    ],
+)
+def test_unknown_experiments_raise(store: ExperimentStore, call: typing.Callable[[ExperimentStore], object]) -> None:
+    with pytest.raises(StoreError, match="no experiment with id 99"):
+        call(store)
+
+
+def test_event_log_keeps_every_event_in_order_with_its_decisions(store: ExperimentStore) -> None:
+    experiment = store.create_or_open_experiment("exp", SPEC)
+    other = store.create_or_open_experiment("other", SPEC)
+    events = [item for item in SAMPLES if not isinstance(item, (Start, Suspend, Resume, Stop))]
+    sequence = [store.append_event(experiment, event) for event in events]
+    assert sequence == list(range(1, len(events) + 1))
+    assert store.append_event(experiment, PeriodElapsed(9.0), [Suspend("t0"), Start("t1", "g0")]) == len(events) + 1
+    assert store.append_event(other, PeriodElapsed(0.0)) == 1  # each experiment has its own sequence
+    assert store.events(experiment) == [*events, PeriodElapsed(9.0)]
+    assert store.decisions(experiment) == [
+        DecisionRecord(len(events) + 1, 9.0, Suspend("t0")),
+        DecisionRecord(len(events) + 1, 9.0, Start("t1", "g0")),
+    ]
+    assert store.events(other) == [PeriodElapsed(0.0)] and store.decisions(other) == []
+
+
+def test_non_finite_values_survive(store: ExperimentStore) -> None:
+    experiment = store.create_or_open_experiment("exp", SPEC)
+    store.append_event(experiment, TrialReported(1.0, "t0", 1, float("nan")))
+    store.record_metrics(experiment, "t0", 1, 1.0, {"loss": float("nan"), "accuracy": float("-inf")})
+    (event,) = store.events(experiment)
+    assert isinstance(event, TrialReported) and math.isnan(event.value)
+    (metrics,) = store.metrics(experiment)
+    assert math.isnan(metrics.values["loss"]) and metrics.values["accuracy"] == -math.inf
+
+
+def test_trials_upsert_in_insertion_order(store: ExperimentStore) -> None:
+    experiment = store.create_or_open_experiment("exp", SPEC)
+    pending = [TrialRecord(f"t{i}", {"lr": i / 10}, TrialState.PENDING, 30, 0.0) for i in range(3)]
+    for trial in reversed(pending):
+        store.upsert_trial(experiment, trial)
+    running = TrialRecord(
+        "t1", {"lr": 0.1}, TrialState.RUNNING, 30, 0.0, step=4, checkpoint_step=3, gpu="n0/g1", started_at=1.0
+    )
+    failed = TrialRecord(
+        "t0", {"lr": 0.0}, TrialState.FAILED, 30, 0.0, step=1, error="OOM", started_at=1.0, ended_at=2.0
+    )
+    store.upsert_trial(experiment, running)
+    store.upsert_trial(experiment, failed)
+    assert store.trials(experiment) == [pending[2], running, failed]
+    assert store.trials(store.create_or_open_experiment("other", SPEC)) == []
+
+
+def test_metrics_keep_every_report_in_order(store: ExperimentStore) -> None:
+    experiment = store.create_or_open_experiment("exp", SPEC)
+    reports = [("t0", 1, 1.0, 0.5), ("t1", 1, 1.5, 0.4), ("t0", 2, 2.0, 0.6), ("t0", 2, 3.0, 0.61)]  # a re-report
+    for trial_id, step, at, accuracy in reports:
+        store.record_metrics(experiment, trial_id, step, at, {"accuracy": accuracy, "loss": 1 - accuracy})
+    everything = store.metrics(experiment)
+    assert [(m.trial_id, m.step, m.at, m.values["accuracy"]) for m in everything] == reports
+    assert store.metrics(experiment, "t1") == [MetricRecord("t1", 1, 1.5, {"accuracy": 0.4, "loss": 0.6})]
+    with pytest.raises(StoreError, match="metrics must be numbers"):
+        store.record_metrics(experiment, "t0", 3, 4.0, {"phase": "train"})  # type: ignore[dict-item]
+
+
+def test_records_read_are_copies(store: ExperimentStore) -> None:
+    experiment = store.create_or_open_experiment("exp", SPEC)
+    store.upsert_trial(experiment, TrialRecord("t0", {"lr": 0.1}, TrialState.PENDING, 3, 0.0))
+    store.record_metrics(experiment, "t0", 1, 1.0, {"loss": 1.0})
+    store.trials(experiment)[0].params["lr"] = 99
+    store.metrics(experiment)[0].values["loss"] = 99
+    store.experiment(experiment).spec["name"] = "changed"
+    assert store.trials(experiment)[0].params == {"lr": 0.1}
+    assert store.metrics(experiment)[0].values == {"loss": 1.0}
+    assert store.experiment(experiment).spec == SPEC
+
+
+def test_concurrent_writers_lose_nothing(store: ExperimentStore) -> None:
+    experiment = store.create_or_open_experiment("exp", SPEC)
+    errors: list[BaseException] = []
+
+    def report(trial_id: str) -> None:
+        try:
+            for step in range(1, 26):
+                store.record_metrics(experiment, trial_id, step, float(step), {"loss": 1 / step})
+                store.upsert_trial(experiment, TrialRecord(trial_id, {}, TrialState.RUNNING, 25, 0.0, step=step))
+        except BaseException as error:  # surfaced below: a thread's exception would vanish
+            errors.append(error)
+
+    threads = [threading.Thread(target=report, args=(f"t{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for step in range(50):
+        store.append_event(experiment, PeriodElapsed(float(step)))
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(store.metrics(experiment)) == 100 and len(store.events(experiment)) == 50
+    assert all(trial.step == 25 for trial in store.trials(experiment))
+    for i in range(4):
+        assert [m.step for m in store.metrics(experiment, f"t{i}")] == list(range(1, 26))
+
+
+def test_replaying_the_log_rebuilds_the_core(store: ExperimentStore) -> None:
+    """Record a simulated experiment, replay its events into a fresh core: the same decisions come out."""
+    trace = synthetic_trace(8, 6, seed=3, epoch_seconds=(5.0, 20.0))
+    experiment = store.create_or_open_experiment("sim", SPEC)
+    layout = {"n0": ("n0/g0", "n0/g1"), "n1": ("n1/g0",)}
+    executor = SimulatedExecutor({c.name: c for c in trace.trials}, {g: n for n, gs in layout.items() for g in gs})
+
+    def fresh_core() -> Scheduler:
+        return Scheduler(make_policy("rr", period=15.0), objective=Objective(trace.mode))
+
+    def record(event: Event, decisions: list[Decision]) -> None:
+        store.append_event(experiment, event, decisions)
+
+    initial: list[Event] = [NodeAdded(0.0, node, gpus) for node, gpus in layout.items()]
+    initial += [TrialSubmitted(0.0, c.name, c.epochs, {"index": i}) for i, c in enumerate(trace.trials)]
+    initial.append(SubmissionsClosed(0.0))
+    Engine(fresh_core(), executor, [record]).run(initial)
+
+    replayed = fresh_core()
+    again = [
+        (seq, decision) for seq, event in enumerate(store.events(experiment), 1) for decision in replayed.handle(event)
+    ]
+    assert again == [(record.event_seq, record.decision) for record in store.decisions(experiment)]
+    assert replayed.finished
+    assert any(isinstance(record.decision, Suspend) for record in store.decisions(experiment))  # it time-shared
+
+    runs = store.runs(experiment)
+    assert len(runs) == sum(isinstance(r.decision, (Start, Resume)) for r in store.decisions(experiment))
+    assert all(run.ended_at is not None and run.ended_at >= run.started_at for run in runs)
+    for gpu in {run.gpu for run in runs}:
+        on_gpu = sorted((run.started_at, run.ended_at) for run in runs if run.gpu == gpu)
+        assert all(
+            end <= start for (_, end), (start, _) in zip(on_gpu, on_gpu[1:], strict=False)
+        )  # one trial at a time
+    assert {run.ended_by for run in runs} <= {"suspended", "completed"}
+
+
+def test_runs_follow_starts_yields_and_losses() -> None:
+    events: list[Event] = [
+        NodeAdded(0.0, "n0", ("g0",)),  # 1
+        GpuAdded(0.0, "n0", "g1"),  # 2
+        TrialSubmitted(0.0, "a", 9),  # 3: Start a on g0
+        TrialSubmitted(0.0, "b", 9),  # 4: Start b on g1
+        PeriodElapsed(10.0),  # 5: Suspend a
+        TrialSuspended(11.0, "a", 2),  # 6: Resume a on g0 at once (same time as its release)
+        PeriodElapsed(20.0),  # 7: Stop b
+        TrialExited(21.0, "b", True),  # 8
+        NodeRemoved(30.0, "n0"),  # 9: a is lost with its node
+    ]
+    decisions = [
+        DecisionRecord(3, 0.0, Start("a", "g0")),
+        DecisionRecord(4, 0.0, Start("b", "g1")),
+        DecisionRecord(5, 10.0, Suspend("a")),
+        DecisionRecord(6, 11.0, Resume("a", "g0")),
+        DecisionRecord(7, 20.0, Stop("b")),
+    ]
+    assert build_runs(events, decisions) == [
+        Run(
+            "a", "g0", 0.0, resumed=False, migrated=False, yield_requested_at=10.0, ended_at=11.0, ended_by="suspended"
+        ),
+        Run("b", "g1", 0.0, resumed=False, migrated=False, yield_requested_at=20.0, ended_at=21.0, ended_by="stopped"),
+        Run("a", "g0", 11.0, resumed=True, migrated=False, ended_at=30.0, ended_by="lost"),
+    ]
+
+
+# ---------------------------------------------------------------------- file-backed SQLite only
+def test_file_store_uses_wal_and_survives_reopening(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/deep/er/hermes.db"
+    store = SqlStore(url)
+    experiment = store.create_or_open_experiment("exp", SPEC)
+    store.append_event(experiment, NodeAdded(0.0, "n0", ("g0",)), [])
+    store.close()
+    with sqlite3.connect(tmp_path / "deep/er/hermes.db") as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    reopened = SqlStore(url)
+    assert reopened.create_or_open_experiment("exp", SPEC) == experiment
+    assert reopened.events(experiment) == [NodeAdded(0.0, "n0", ("g0",))]
+    reopened.close()
+
+
+WRITER = """
+import sys
+from hermes.core.events import TrialReported
+from hermes.core.decisions import Suspend
+from hermes.store import SqlStore
+
+store = SqlStore(sys.argv[1])
+experiment = store.create_or_open_experiment(sys.argv[2], {"name": sys.argv[2]})
+for i in range(1, int(sys.argv[3]) + 1):
+    seq = store.append_event(experiment, TrialReported(float(i), "t0", i, i / 7), [Suspend("t0")] * (i % 3))
+    print(seq, flush=True)
+"""
+
+
+def expected_event(i: int) -> TrialReported:
+    return TrialReported(float(i), "t0", i, i / 7)
+
+
+def writer(url: str, name: str, count: int) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, url, name, str(count)], stdout=subprocess.PIPE, text=True, env=env
+    )
+
+
+def test_committed_events_survive_kill_9(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/hermes.db"
+    process = writer(url, "exp", 1_000_000)
+    assert process.stdout is not None
+    confirmed = 0
+    while confirmed < 200:  # kill it mid-stream, well into its writing loop
+        confirmed = int(process.stdout.readline())
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    process.stdout.close()
+
+    store = SqlStore(url)
+    experiment = store.create_or_open_experiment("exp", {"name": "exp"})
+    events = store.events(experiment)
+    assert len(events) >= confirmed  # nothing acknowledged is lost
+    assert events == [expected_event(i) for i in range(1, len(events) + 1)]  # intact, in order, no gap
+    assert [(r.event_seq, r.decision) for r in store.decisions(experiment)] == [
+        (i, Suspend("t0")) for i in range(1, len(events) + 1) for _ in range(i % 3)
+    ]  # each event's decisions committed with it
+    store.append_event(experiment, expected_event(len(events) + 1))  # and the log goes on
+    store.close()
+
+
+def test_processes_share_one_database(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/hermes.db"
+    processes = [writer(url, f"exp{i}", 60) for i in range(3)]
+    for process in processes:
+        out, _ = process.communicate(timeout=120)
+        assert process.returncode == 0 and out.split()[-1] == "60"
+    store = SqlStore(url)
+    for i in range(3):
+        assert store.events(store.create_or_open_experiment(f"exp{i}", {"name": f"exp{i}"})) == [
+            expected_event(j) for j in range(1, 61)
+        ]
+    store.close()
