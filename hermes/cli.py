@@ -17,6 +17,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hermes", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     _add_simulate(commands)
+    _add_status(commands)
+    _add_results(commands)
+    _add_plot(commands)
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
@@ -85,6 +88,93 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def _as_dict(summary: object) -> dict:
     return {name: getattr(summary, name) for name in summary.__slots__}  # type: ignore[attr-defined]
+
+
+def _add_storage_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("dir", help="storage dir of a run (storage.dir in its spec), holding hermes.db")
+    command.add_argument("--experiment", help="experiment name (default: the newest in the store)")
+
+
+def _add_status(commands: argparse._SubParsersAction) -> None:
+    status = commands.add_parser(
+        "status",
+        help="show an experiment's progress, best trial and GPU assignments",
+        description="Summarise a stored experiment: trials by state, best trial, who runs on which GPU.",
+    )
+    _add_storage_arguments(status)
+    status.set_defaults(handler=_status)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from contextlib import closing
+
+    from hermes.report import open_store, pick_experiment
+    from hermes.report.status import experiment_status, format_status
+
+    with closing(open_store(args.dir)) as store:
+        print(format_status(experiment_status(store, pick_experiment(store, args.experiment))))
+    return 0
+
+
+def _add_results(commands: argparse._SubParsersAction) -> None:
+    from hermes.report.results import FORMATS
+
+    results = commands.add_parser(
+        "results",
+        help="rank an experiment's trials by the best metric each reported",
+        description="The leaderboard of a stored experiment: trials ranked by their best reported metric.",
+    )
+    _add_storage_arguments(results)
+    results.add_argument("--top", type=_positive_int, default=10, metavar="N", help="how many trials (default 10)")
+    results.add_argument("--format", choices=FORMATS, default="table", help="csv and json are for programs")
+    results.set_defaults(handler=_results)
+
+
+def _results(args: argparse.Namespace) -> int:
+    from contextlib import closing
+
+    from hermes.report import ExperimentView, open_store, pick_experiment
+    from hermes.report.results import format_results, standings
+
+    with closing(open_store(args.dir)) as store:
+        view = ExperimentView.load(store, pick_experiment(store, args.experiment))
+    print(format_results(view, standings(view)[: args.top], args.format))
+    return 0
+
+
+def _add_plot(commands: argparse._SubParsersAction) -> None:
+    plot = commands.add_parser(
+        "plot",
+        help="draw an experiment's learning curves and GPU timeline as PNG files",
+        description="Write PNG plots of a stored experiment: learning curves and the GPU timeline.",
+    )
+    _add_storage_arguments(plot)
+    plot.add_argument("--out", help="folder for the PNG files (default: DIR/plots)")
+    plot.set_defaults(handler=_plot)
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from contextlib import closing
+    from pathlib import Path
+
+    from hermes.report import ExperimentView, open_store, pick_experiment
+    from hermes.report.plot import plot_experiment
+
+    with closing(open_store(args.dir)) as store:
+        view = ExperimentView.load(store, pick_experiment(store, args.experiment))
+    for path in plot_experiment(view, args.out or Path(args.dir) / "plots"):
+        print(path)
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return value
 
 
 if __name__ == "__main__":

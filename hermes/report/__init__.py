@@ -1,0 +1,147 @@
+"""Read-only views of a stored experiment: ``hermes status``, ``hermes results`` and ``hermes plot``.
+
+Nothing here writes to the store, so a report may run while the experiment's runner is writing.
+Times are the experiment's clock (seconds since it started), as stamped on its events.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hermes.core.scheduler import Objective
+from hermes.errors import HermesError
+from hermes.store import ExperimentRecord, ExperimentStore, MetricRecord, Run, SqlStore, TrialRecord
+
+STORE_FILE = "hermes.db"  # in the storage dir (``storage.dir`` of the spec); one file holds every experiment
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The metric an experiment optimises, as its stored spec names it."""
+
+    name: str
+    objective: Objective
+
+    @classmethod
+    def of(cls, experiment: ExperimentRecord) -> Target:
+        metric = experiment.spec.get("metric")
+        if not isinstance(metric, Mapping) or not metric.get("name") or metric.get("mode") not in ("max", "min"):
+            raise HermesError(f"experiment {experiment.name!r}: its stored spec has no metric.name and metric.mode")
+        return cls(str(metric["name"]), Objective(str(metric["mode"])))
+
+    def value(self, values: Mapping[str, float]) -> float | None:
+        """The objective among one report's metrics.
+
+        By name; else the report's only metric (a trial that reports one metric under another name), or
+        ``value``, the group a spec's ``metrics_regex`` captures it in.
+        """
+        if self.name in values:
+            return values[self.name]
+        if len(values) == 1:
+            return next(iter(values.values()))
+        return values.get("value")
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentView:
+    """What every report reads: the experiment, its trials, its objective's reports and its GPU timeline."""
+
+    experiment: ExperimentRecord
+    target: Target
+    trials: list[TrialRecord]
+    metrics: list[MetricRecord]  # in report order
+    runs: list[Run]
+
+    @classmethod
+    def load(cls, store: ExperimentStore, experiment: ExperimentRecord) -> ExperimentView:
+        """Read it all now; the view does not change when the runner writes more."""
+        experiment_id = experiment.experiment_id
+        return cls(
+            experiment,
+            Target.of(experiment),
+            store.trials(experiment_id),
+            store.metrics(experiment_id),
+            store.runs(experiment_id),
+        )
+
+    @property
+    def now(self) -> float:
+        """The latest time recorded in reports and runs: a run still going counts up to here."""
+        times = [record.at for record in self.metrics]
+        for run in self.runs:
+            times += [time for time in (run.started_at, run.yield_requested_at, run.ended_at) if time is not None]
+        return max(times, default=0.0)
+
+
+def open_store(directory: str | Path) -> SqlStore:
+    """The store in a storage dir; a HermesError naming the path when there is none (never creates one)."""
+    path = Path(directory) / STORE_FILE
+    if not path.is_file():
+        where = "does not exist" if not Path(directory).exists() else f"holds no {STORE_FILE}"
+        raise HermesError(
+            f"no Hermes store at {path}: {directory} {where}; pass the storage dir of a run (storage.dir in its spec)"
+        )
+    return SqlStore(f"sqlite:///{path.resolve()}")
+
+
+def pick_experiment(store: ExperimentStore, name: str | None) -> ExperimentRecord:
+    """The experiment called ``name``, or the newest one when no name is given."""
+    experiments = store.experiments()
+    if not experiments:
+        raise HermesError(f"{store_location(store)} holds no experiment yet")
+    if name is None:
+        return experiments[-1]
+    for experiment in experiments:
+        if experiment.name == name:
+            return experiment
+    names = ", ".join(experiment.name for experiment in experiments)
+    raise HermesError(f"no experiment {name!r} in {store_location(store)}; it holds {names}")
+
+
+def store_location(store: ExperimentStore) -> str:
+    return getattr(store, "url", type(store).__name__)
+
+
+def format_number(value: float | None) -> str:
+    """Four significant digits, enough to rank trials and short enough for a table."""
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if math.isfinite(value) else str(value)
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
+    """Columns padded to their widest cell; the columns numbered in ``right`` (numbers) aligned right."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            cell.rjust(width) if index in right else cell.ljust(width)
+            for index, (cell, width) in enumerate(zip(cells, widths))
+        ).rstrip()
+
+    return "\n".join([line(header), "  ".join("-" * width for width in widths), *(line(row) for row in rows)])
+
+
+__all__ = [
+    "STORE_FILE",
+    "ExperimentView",
+    "Target",
+    "format_duration",
+    "format_number",
+    "format_table",
+    "open_store",
+    "pick_experiment",
+    "store_location",
+]

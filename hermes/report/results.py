@@ -1,0 +1,135 @@
+"""The leaderboard: trials ranked by the best value of the objective each has reported.
+
+Best rather than final: a stopped or suspended trial has no final value, a diverging one ends worse
+than it was, and the scheduler's policies rank trials by their best score too. The final value is
+shown beside it. A non-finite value is the worst possible (as in the core); trials that have not
+reported yet come last, in submission order, and ties keep submission order.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hermes.core.states import TrialState
+from hermes.report import ExperimentView, format_duration, format_number, format_table
+
+FORMATS = ("table", "csv", "json")
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """One trial's line on the leaderboard."""
+
+    rank: int  # 1 is best
+    trial_id: str
+    state: TrialState
+    params: dict[str, Any]
+    best: float | None  # best objective value reported; None before the first report
+    best_step: int | None  # the first step that reported ``best``
+    final: float | None  # the last value reported
+    steps: int  # last step reported
+    budget: int
+    reports: int
+    gpu_seconds: float  # time holding a GPU, summed over its runs
+
+
+def standings(view: ExperimentView) -> list[Standing]:
+    """Every trial, best first."""
+    objective = view.target.objective
+    reports: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for record in view.metrics:
+        value = view.target.value(record.values)
+        if value is not None:
+            reports[record.trial_id].append((record.step, value))
+    now = view.now
+    gpu_seconds: dict[str, float] = defaultdict(float)
+    for run in view.runs:
+        gpu_seconds[run.trial_id] += (run.ended_at if run.ended_at is not None else now) - run.started_at
+
+    unranked = []
+    for trial in view.trials:
+        own = reports.get(trial.trial_id, [])
+        best_step, best = max(own, key=lambda report: objective.score(report[1]), default=(None, None))
+        unranked.append(
+            Standing(
+                rank=0,
+                trial_id=trial.trial_id,
+                state=trial.state,
+                params=trial.params,
+                best=best,
+                best_step=best_step,
+                final=own[-1][1] if own else None,
+                steps=trial.step,
+                budget=trial.budget,
+                reports=len(own),
+                gpu_seconds=gpu_seconds.get(trial.trial_id, 0.0),
+            )
+        )
+    # sorted() is stable, so ties keep submission order.
+    ranked = sorted(unranked, key=lambda s: (s.best is None, -objective.score(s.best) if s.best is not None else 0))
+    return [replace(standing, rank=rank) for rank, standing in enumerate(ranked, start=1)]
+
+
+def format_results(view: ExperimentView, top: list[Standing], output: str) -> str:
+    """``top`` as an aligned table for people, or as CSV or JSON (non-finite numbers as null) for programs."""
+    names = list(dict.fromkeys(name for standing in top for name in standing.params))
+    metric = view.target.name
+    if output == "json":
+        return json.dumps([_as_json(standing) for standing in top], indent=2, allow_nan=False)
+    if output == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(
+            ["rank", "trial", "state", f"best_{metric}", "best_step", f"final_{metric}", "steps", "budget",
+             "gpu_seconds", *(f"param_{name}" for name in names)]
+        )
+        for s in top:
+            writer.writerow(
+                [s.rank, s.trial_id, s.state.value, _csv(s.best), _csv(s.best_step), _csv(s.final), s.steps,
+                 s.budget, round(s.gpu_seconds, 3), *(_csv(s.params.get(name)) for name in names)]
+            )
+        return buffer.getvalue().rstrip("\n")
+    header = ["#", "trial", "state", f"best {metric}", "at step", "final", "steps", "GPU time", *names]
+    rows = [
+        [str(s.rank), s.trial_id, s.state.value, format_number(s.best), _csv(s.best_step), format_number(s.final),
+         f"{s.steps}/{s.budget}", format_duration(s.gpu_seconds),
+         *(_param(s.params[name]) if name in s.params else "-" for name in names)]
+        for s in top
+    ]
+    mode = view.target.objective.mode
+    table = format_table(header, rows, right=(0, 3, 4, 5, 6, 7))
+    return f"{view.experiment.name}: top {len(top)} by best {metric} ({mode})\n{table}"
+
+
+def _as_json(standing: Standing) -> dict[str, Any]:
+    return {
+        "rank": standing.rank,
+        "trial": standing.trial_id,
+        "state": standing.state.value,
+        "best": _finite(standing.best),
+        "best_step": standing.best_step,
+        "final": _finite(standing.final),
+        "steps": standing.steps,
+        "budget": standing.budget,
+        "reports": standing.reports,
+        "gpu_seconds": round(standing.gpu_seconds, 3),
+        "params": standing.params,
+    }
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _csv(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _param(value: object) -> str:
+    return format_number(value) if isinstance(value, float) else str(value)

@@ -1,0 +1,101 @@
+"""Where an experiment stands: its progress, best trial, and who holds which GPU right now."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hermes.core.decisions import Resume, Suspend
+from hermes.core.events import Event, GpuAdded, GpuRemoved, NodeAdded, NodeRemoved
+from hermes.core.states import TrialState
+from hermes.report import ExperimentView, format_duration, format_number, format_table
+from hermes.report.results import Standing, standings
+from hermes.store import ExperimentRecord, ExperimentStore, Run
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    view: ExperimentView
+    elapsed: float  # from the first event to the last
+    now: float  # the latest time recorded
+    by_state: dict[TrialState, int]  # trials in each state, in the state enum's order, zeros left out
+    best: Standing | None  # None until a trial reports
+    gpus: dict[str, Run | None]  # every GPU the cluster has now -> the run on it, if any
+    preemptions: int  # Suspend decisions
+    migrations: int  # resumes on another GPU
+
+
+def experiment_status(store: ExperimentStore, experiment: ExperimentRecord) -> Status:
+    """Read the experiment's records and its event log; GPUs come from the log, so idle ones are listed too."""
+    view = ExperimentView.load(store, experiment)
+    events = store.events(experiment.experiment_id)
+    decisions = [record.decision for record in store.decisions(experiment.experiment_id)]
+    counts = Counter(trial.state for trial in view.trials)
+    ranked = standings(view)
+    running = {run.gpu: run for run in view.runs if run.ended_at is None}
+    return Status(
+        view=view,
+        elapsed=events[-1].at - events[0].at if events else 0.0,
+        now=max(view.now, events[-1].at if events else 0.0),
+        by_state={state: counts[state] for state in TrialState if counts[state]},
+        best=ranked[0] if ranked and ranked[0].best is not None else None,
+        gpus={gpu: running.get(gpu) for gpu in _present_gpus(events)},
+        preemptions=sum(isinstance(decision, Suspend) for decision in decisions),
+        migrations=sum(isinstance(decision, Resume) and decision.migrated for decision in decisions),
+    )
+
+
+def _present_gpus(events: Sequence[Event]) -> list[str]:
+    """The GPUs the cluster holds after the log, in order of arrival."""
+    node_gpus: dict[str, list[str]] = {}
+    for event in events:
+        if isinstance(event, NodeAdded):
+            node_gpus[event.node] = list(event.gpus)
+        elif isinstance(event, GpuAdded):
+            node_gpus.setdefault(event.node, []).append(event.gpu)
+        elif isinstance(event, NodeRemoved):
+            node_gpus.pop(event.node, None)
+        elif isinstance(event, GpuRemoved):
+            for gpus in node_gpus.values():
+                if event.gpu in gpus:
+                    gpus.remove(event.gpu)
+    return [gpu for gpus in node_gpus.values() for gpu in gpus]
+
+
+def format_status(status: Status) -> str:
+    """A few labelled lines for people, then one line per GPU."""
+    view = status.view
+    experiment, target = view.experiment, view.target
+    trials = ", ".join(f"{count} {state.value}" for state, count in status.by_state.items())
+    lines = [
+        f"experiment  {experiment.name} (id {experiment.experiment_id}): {experiment.status.value}",
+        f"metric      {target.name} ({target.objective.mode})",
+        f"elapsed     {format_duration(status.elapsed)}",
+        f"trials      {len(view.trials)}" + (f": {trials}" if trials else ""),
+    ]
+    best = status.best
+    if best is None:
+        lines.append("best        none yet (no trial has reported)")
+    else:
+        params = ", ".join(f"{name}={value}" for name, value in best.params.items())
+        lines.append(
+            f"best        trial {best.trial_id}: {target.name} {format_number(best.best)} at step {best.best_step}"
+            + (f" ({params})" if params else "")
+        )
+    lines.append(f"switches    {status.preemptions} preemptions, {status.migrations} migrations")
+    busy = sum(run is not None for run in status.gpus.values())
+    lines.append(f"GPUs        {busy} of {len(status.gpus)} busy")
+    if status.gpus:
+        rows = [[gpu, *_assignment(run, status.now)] for gpu, run in status.gpus.items()]
+        lines += ["  " + line for line in format_table(["GPU", "trial", "for", "run"], rows, right=(2,)).splitlines()]
+    return "\n".join(lines)
+
+
+def _assignment(run: Run | None, now: float) -> list[str]:
+    if run is None:
+        return ["idle", "", ""]
+    how = "migrated" if run.migrated else "resumed" if run.resumed else "started"
+    if run.yield_requested_at is not None:
+        how += f", asked to yield {format_duration(now - run.yield_requested_at)} ago"
+    return [run.trial_id, format_duration(now - run.started_at), how]

@@ -1,0 +1,336 @@
+"""hermes status, results and plot, on stores filled by real simulations through the real engine.
+
+Each experiment is recorded the way a runner records one: every event with its decisions, every
+report's metrics, and each trial's record whenever it changes. The reports must then agree with
+what the scheduling core itself knows at the end (or at the moment the run was interrupted).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from hermes.cli import main
+from hermes.core.decisions import Decision, Resume, Suspend
+from hermes.core.events import Event, NodeAdded, SubmissionsClosed, TrialReported, TrialSubmitted
+from hermes.core.scheduler import Objective, Scheduler
+from hermes.core.states import TrialState
+from hermes.core.trial import Trial
+from hermes.engine import Engine
+from hermes.errors import HermesError
+from hermes.experiment import parse_spec
+from hermes.policies import make_policy
+from hermes.report import STORE_FILE, ExperimentView, open_store, pick_experiment
+from hermes.report.results import format_results, standings
+from hermes.report.status import experiment_status, format_status
+from hermes.sim.executor import SimulatedExecutor
+from hermes.sim.synthetic import synthetic_trace
+from hermes.store import ExperimentStatus, ExperimentStore, SqlStore, TrialRecord
+
+LAYOUT = {"n0": ("n0/g0", "n0/g1"), "n1": ("n1/g0",)}
+
+
+def spec(name: str, metric: str, mode: str) -> dict[str, object]:
+    """A valid spec, stored as the runner stores one, so the reports read the real spec's layout."""
+    parsed = parse_spec(
+        {
+            "name": name,
+            "trial": {"function": "examples.digits.train:train"},
+            "search": {"trials": 10, "space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-1}}},
+            "metric": {"name": metric, "mode": mode},
+            "budget": {"steps": 6},
+            "policy": {"name": "rr", "period": 20.0},
+        }
+    )
+    return parsed.model_dump(mode="json")
+
+
+class Interrupted(Exception):
+    """Raised by the recorder to cut a run short, as if its runner had been killed."""
+
+
+@dataclass
+class Recording:
+    experiment_id: int
+    scheduler: Scheduler
+    events: int = 0
+    preemptions: int = 0
+    migrations: int = 0
+    written: dict[str, TrialRecord] = field(default_factory=dict)
+
+
+def record_simulation(
+    store: ExperimentStore, name: str, *, mode: str, seed: int, trials: int = 10, stop_after: int | None = None
+) -> Recording:
+    """Run a synthetic trace through the engine and record it in ``store`` as a runner would.
+
+    The objective is reported as ``score`` next to a decoy metric ``other``, so the reports must pick
+    the objective by the name in the spec. ``stop_after`` events, the run is interrupted.
+    """
+    trace = synthetic_trace(trials, 6, seed=seed, mode=mode, epoch_seconds=(5.0, 20.0), diverge_fraction=0.2)
+    experiment_id = store.create_or_open_experiment(name, spec(name, "score", mode))
+    scheduler = Scheduler(make_policy("rr", period=20), objective=Objective(mode))
+    executor = SimulatedExecutor({c.name: c for c in trace.trials}, {g: n for n, gs in LAYOUT.items() for g in gs})
+    recording = Recording(experiment_id, scheduler)
+    started_at: dict[str, float] = {}
+
+    def record(event: Event, decisions: list[Decision]) -> None:
+        store.append_event(experiment_id, event, decisions)
+        if isinstance(event, TrialReported):
+            metrics = {"other": -event.value, "score": event.value}
+            store.record_metrics(experiment_id, event.trial_id, event.step, event.at, metrics)
+        recording.preemptions += sum(isinstance(d, Suspend) for d in decisions)
+        recording.migrations += sum(isinstance(d, Resume) and d.migrated for d in decisions)
+        for trial in scheduler.trials.values():
+            if trial.state is not TrialState.PENDING:
+                started_at.setdefault(trial.trial_id, event.at)
+            record_trial(store, recording, trial, started_at.get(trial.trial_id), event.at)
+        recording.events += 1
+        if recording.events == stop_after:
+            raise Interrupted
+
+    initial: list[Event] = [NodeAdded(0.0, node, gpus) for node, gpus in LAYOUT.items()]
+    initial += [TrialSubmitted(0.0, c.name, c.epochs, {"lr": 10.0 ** -(1 + i % 3), **c.params})
+                for i, c in enumerate(trace.trials)]
+    initial.append(SubmissionsClosed(0.0))
+    try:
+        Engine(scheduler, executor, [record]).run(initial)
+    except Interrupted:
+        store.set_status(experiment_id, ExperimentStatus.INTERRUPTED)
+    else:
+        store.set_status(experiment_id, ExperimentStatus.FINISHED)
+    return recording
+
+
+def record_trial(store: ExperimentStore, recording: Recording, trial: Trial, started: float | None, now: float) -> None:
+    """Upsert the trial's record when it changed since it was last written."""
+    previous = recording.written.get(trial.trial_id)
+    ended = previous.ended_at if previous is not None and previous.ended_at is not None else now
+    record = TrialRecord(
+        trial_id=trial.trial_id,
+        params=dict(trial.params),
+        state=trial.state,
+        budget=trial.budget,
+        submitted_at=trial.submitted_at,
+        step=trial.step,
+        checkpoint_step=trial.checkpoint_step,
+        gpu=trial.gpu,
+        error=trial.error,
+        started_at=started,
+        ended_at=ended if trial.state.is_terminal else None,
+    )
+    if record != previous:
+        store.upsert_trial(recording.experiment_id, record)
+        recording.written[trial.trial_id] = record
+
+
+def best_by_core(scheduler: Scheduler) -> Trial:
+    """The trial with the highest score the core saw; ties go to the earlier submission."""
+    reported = [t for t in scheduler.trials.values() if t.scores]
+    return max(reported, key=lambda t: (max(t.scores), -t.seq))
+
+
+@dataclass
+class Recorded:
+    directory: Path
+    finished: Recording  # "sweep": mode max, run to the end
+    minimised: Recording  # "loss-sweep": mode min, run to the end
+    interrupted: Recording  # "cut": mode max, stopped mid-run
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    directory = tmp_path_factory.mktemp("runs")
+    store = SqlStore(f"sqlite:///{directory / STORE_FILE}")
+    try:
+        return Recorded(
+            directory,
+            record_simulation(store, "sweep", mode="max", seed=1),
+            record_simulation(store, "loss-sweep", mode="min", seed=2),
+            record_simulation(store, "cut", mode="max", seed=3, stop_after=25),
+        )
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def store(recorded: Recorded) -> Iterator[SqlStore]:
+    opened = open_store(recorded.directory)
+    yield opened
+    opened.close()
+
+
+def view_of(store: SqlStore, name: str) -> ExperimentView:
+    return ExperimentView.load(store, pick_experiment(store, name))
+
+
+# ---------------------------------------------------------------------- status
+@pytest.mark.parametrize("name", ["sweep", "loss-sweep", "cut"])
+def test_status_agrees_with_the_core(recorded: Recorded, store: SqlStore, name: str) -> None:
+    recording = {"sweep": recorded.finished, "loss-sweep": recorded.minimised, "cut": recorded.interrupted}[name]
+    core = recording.scheduler
+    status = experiment_status(store, pick_experiment(store, name))
+
+    counts = Counter(trial.state for trial in core.trials.values())
+    assert status.by_state == {state: counts[state] for state in TrialState if counts[state]}
+    best = best_by_core(core)
+    assert status.best is not None and status.best.trial_id == best.trial_id
+    assert status.best.best == best.values[best.scores.index(max(best.scores))]
+    assert status.best.best_step == best.steps[best.scores.index(max(best.scores))]
+    assert status.best.params == dict(best.params)
+    assert (status.preemptions, status.migrations) == (recording.preemptions, recording.migrations)
+    events = store.events(recording.experiment_id)
+    assert status.elapsed == events[-1].at - events[0].at > 0
+    assert list(status.gpus) == [gpu for gpus in LAYOUT.values() for gpu in gpus]
+    assignments = {gpu: run.trial_id for gpu, run in status.gpus.items() if run is not None}
+    assert assignments == {t.gpu: t.trial_id for t in core.trials.values() if t.gpu is not None}
+
+
+def test_the_runs_exercise_what_the_status_shows(recorded: Recorded) -> None:
+    """The recorded runs time-share, migrate, fail and (when cut) still hold GPUs, so the checks above bite."""
+    for recording in (recorded.finished, recorded.minimised):
+        assert recording.scheduler.finished
+        assert recording.preemptions > 0 and recording.migrations > 0
+        assert {t.state for t in recording.scheduler.trials.values()} == {TrialState.COMPLETED, TrialState.FAILED}
+    cut = recorded.interrupted.scheduler
+    assert not cut.finished
+    assert {TrialState.RUNNING, TrialState.SUSPENDED, TrialState.PENDING} <= {t.state for t in cut.trials.values()}
+
+
+def test_status_text(recorded: Recorded, store: SqlStore) -> None:
+    text = format_status(experiment_status(store, pick_experiment(store, "cut")))
+    core = recorded.interrupted.scheduler
+    best = best_by_core(core)
+    assert text.startswith("experiment  cut (id 3): interrupted\nmetric      score (max)\n")
+    assert f"best        trial {best.trial_id}: score " in text
+    assert f"{recorded.interrupted.preemptions} preemptions, {recorded.interrupted.migrations} migrations" in text
+    busy = sum(t.gpu is not None for t in core.trials.values())
+    assert f"GPUs        {busy} of 3 busy" in text
+    for trial in core.trials.values():
+        if trial.gpu is not None:
+            assert any(line.split()[:2] == [trial.gpu, trial.trial_id] for line in text.splitlines())
+
+
+# ---------------------------------------------------------------------- results
+@pytest.mark.parametrize("name", ["sweep", "loss-sweep"])
+def test_leaderboard_ranks_as_the_core_scores(recorded: Recorded, store: SqlStore, name: str) -> None:
+    core = (recorded.finished if name == "sweep" else recorded.minimised).scheduler
+    ranked = standings(view_of(store, name))
+    expected = sorted(core.trials.values(), key=lambda t: (not t.scores, -max(t.scores, default=0.0), t.seq))
+    assert [s.trial_id for s in ranked] == [t.trial_id for t in expected]
+    assert [s.rank for s in ranked] == list(range(1, len(ranked) + 1))
+    for standing in ranked:
+        trial = core.trials[standing.trial_id]
+        assert standing.state is trial.state and standing.steps == trial.step and standing.budget == trial.budget
+        assert standing.final == (trial.values[-1] if trial.values else None)
+        assert standing.reports == len(trial.values)
+        assert standing.gpu_seconds == pytest.approx(trial.gpu_time)
+    # Mode min: the leader has the lowest loss.
+    finite = [s.best for s in ranked if s.best is not None]
+    assert ranked[0].best == (max(finite) if name == "sweep" else min(finite))
+
+
+def test_results_as_csv_and_json(recorded: Recorded, store: SqlStore) -> None:
+    view = view_of(store, "sweep")
+    top = standings(view)[:4]
+    rows = list(csv.DictReader(io.StringIO(format_results(view, top, "csv"))))
+    assert [row["trial"] for row in rows] == [s.trial_id for s in top]
+    assert [float(row["best_score"]) for row in rows] == [s.best for s in top]
+    assert [float(row["gpu_seconds"]) for row in rows] == pytest.approx([s.gpu_seconds for s in top], abs=1e-3)
+    assert {row["param_lr"] for row in rows} <= {"0.1", "0.01", "0.001"}
+    parsed = json.loads(format_results(view, top, "json"))
+    assert [(item["rank"], item["trial"], item["best"], item["state"]) for item in parsed] == [
+        (s.rank, s.trial_id, s.best, s.state.value) for s in top
+    ]
+    assert parsed[0]["params"] == top[0].params
+
+
+def test_results_table_lists_params_and_units(store: SqlStore) -> None:
+    view = view_of(store, "loss-sweep")
+    lines = format_results(view, standings(view)[:3], "table").splitlines()
+    assert lines[0] == "loss-sweep: top 3 by best score (min)"
+    assert lines[1].split() == ["#", "trial", "state", "best", "score", "at", "step", "final", "steps", "GPU", "time",
+                                "lr", "kind"]
+    assert len(lines) == 6 and lines[3].split()[0] == "1"
+
+
+def test_unreported_trials_rank_last(recorded: Recorded, store: SqlStore) -> None:
+    ranked = standings(view_of(store, "cut"))
+    silent = [s for s in ranked if s.best is None]
+    assert silent and ranked[-len(silent):] == silent
+    assert all(s.reports == 0 and s.final is None for s in silent)
+    core = recorded.interrupted.scheduler
+    assert [s.trial_id for s in silent] == [t.trial_id for t in core.trials.values() if not t.values]
+
+
+# ---------------------------------------------------------------------- plots
+def test_plots_are_real_images(recorded: Recorded, store: SqlStore, tmp_path: Path) -> None:
+    image = pytest.importorskip("matplotlib.image")
+    from hermes.report.plot import plot_experiment
+
+    for name in ("sweep", "cut"):
+        paths = plot_experiment(view_of(store, name), tmp_path)
+        assert [p.name for p in paths] == [f"{name}_curves.png", f"{name}_gpus.png"]
+        for path in paths:
+            assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
+            pixels = image.imread(path)
+            assert pixels.shape[0] >= 300 and pixels.shape[1] >= 1200
+            assert pixels[..., :3].std() > 0.05  # drawn on, not a blank canvas
+            assert len({tuple(p) for p in pixels[::7, ::7, :3].reshape(-1, 3).round(2)}) > 20  # trials in colour
+
+
+# ---------------------------------------------------------------------- the command line
+def test_cli_status_results_and_plot(recorded: Recorded, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = str(recorded.directory)
+    assert main(["status", directory]) == 0
+    assert capsys.readouterr().out.startswith("experiment  cut (id 3): interrupted")  # the newest by default
+    assert main(["status", directory, "--experiment", "sweep"]) == 0
+    assert "experiment  sweep (id 1): finished" in capsys.readouterr().out
+
+    assert main(["results", directory, "--experiment", "sweep", "--top", "3", "--format", "json"]) == 0
+    parsed = json.loads(capsys.readouterr().out)
+    assert [item["trial"] for item in parsed] == [best_by_core(recorded.finished.scheduler).trial_id, *[
+        item["trial"] for item in parsed[1:]]]
+    assert len(parsed) == 3 and all(isinstance(item["best"], float) for item in parsed)
+    assert main(["results", directory, "--experiment", "loss-sweep", "--format", "csv"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1 + 10
+
+    pytest.importorskip("matplotlib")
+    assert main(["plot", directory, "--experiment", "sweep", "--out", str(tmp_path / "figures")]) == 0
+    printed = capsys.readouterr().out.split()
+    assert printed == [str(tmp_path / "figures" / "sweep_curves.png"), str(tmp_path / "figures" / "sweep_gpus.png")]
+    assert all(Path(path).is_file() for path in printed)
+
+
+def test_cli_errors_name_the_problem(recorded: Recorded, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere"
+    assert main(["status", str(missing)]) == 2
+    assert f"no Hermes store at {missing / STORE_FILE}" in capsys.readouterr().err
+    assert not missing.exists()  # a report never creates a store
+    assert main(["results", str(tmp_path)]) == 2
+    assert f"{tmp_path} holds no {STORE_FILE}" in capsys.readouterr().err
+    assert main(["plot", str(recorded.directory), "--experiment", "nope"]) == 2
+    assert "no experiment 'nope'" in capsys.readouterr().err.replace("it holds sweep, loss-sweep, cut", "")
+    with pytest.raises(SystemExit):
+        main(["results", str(recorded.directory), "--top", "0"])
+
+
+def test_an_empty_store_and_an_experiment_without_trials(tmp_path: Path) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path / STORE_FILE}")
+    try:
+        with pytest.raises(HermesError, match="holds no experiment yet"):
+            pick_experiment(store, None)
+        store.create_or_open_experiment("fresh", spec("fresh", "accuracy", "max"))
+        status = experiment_status(store, pick_experiment(store, None))
+        assert status.best is None and status.by_state == {} and status.gpus == {}
+        assert "best        none yet" in format_status(status)
+        assert standings(status.view) == []
+    finally:
+        store.close()
