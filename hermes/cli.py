@@ -16,6 +16,7 @@ GPUS_PER_NODE = 8  # default node size when --nodes is not given, like a DGX-cla
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hermes", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_run(commands)
     _add_simulate(commands)
     _add_status(commands)
     _add_results(commands)
@@ -26,6 +27,69 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HermesError as error:
         print(f"hermes: error: {error}", file=sys.stderr)
         return 2
+
+
+def _add_run(commands: argparse._SubParsersAction) -> None:
+    run = commands.add_parser(
+        "run",
+        help="run an HPO experiment on this machine (GPUs, or CPU slots), or continue it",
+        description="Run the experiment a YAML spec describes; run it again to continue after a crash.",
+    )
+    run.add_argument("spec", help="experiment spec (YAML)")
+    run.add_argument("--no-live", action="store_true", help="no live view; print a line per finished trial")
+    run.add_argument("--top", type=int, default=5, help="trials in the final leaderboard")
+    run.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from contextlib import closing, nullcontext
+
+    from rich.console import Console
+
+    from hermes.experiment import load_spec
+    from hermes.live import LiveView
+    from hermes.report import ExperimentView
+    from hermes.report.results import format_results, standings
+    from hermes.runner import ExperimentRunner
+
+    spec = load_spec(args.spec)
+    runner = ExperimentRunner(spec)
+    console = Console()
+    if args.no_live or not console.is_terminal:
+        runner.listeners.append(_progress_printer(runner))
+        view = nullcontext()
+    else:
+        clock = lambda: runner.executor.now() if runner.executor else 0.0  # noqa: E731
+        view = LiveView(spec.name, spec.metric.name, spec.metric.mode, runner.scheduler, clock, console)
+        runner.listeners.append(view)
+    try:
+        with view:
+            outcome = runner.run()
+    except KeyboardInterrupt:
+        print(f"interrupted: run `hermes run {args.spec}` again to continue", file=sys.stderr)
+        return 130
+    with closing(runner.store) as store:
+        experiment = store.experiment(outcome.experiment_id)
+        report = ExperimentView.load(store, experiment)
+    print(f"{spec.name}: {outcome.status.value}{' (continued)' if outcome.resumed else ''}; "
+          f"store {runner.storage / 'hermes.db'}")
+    print(format_results(report, standings(report)[: args.top], "table"))
+    return 0
+
+
+def _progress_printer(runner):  # type: ignore[no-untyped-def]
+    """Without a terminal: one line per trial that ends, for logs and CI."""
+    from hermes.core.events import TrialExited
+
+    def show(event, decisions):  # type: ignore[no-untyped-def]
+        if isinstance(event, TrialExited):
+            trial = runner.scheduler.trials[event.trial_id]
+            value = trial.values[-1] if trial.values else None
+            print(f"[{event.at:8.1f}s] trial {trial.trial_id} {trial.state.value} at step {trial.step}"
+                  f"{'' if value is None else f', {runner.spec.metric.name} {value:.4g}'}"
+                  f"{'' if not trial.error else f' ({trial.error.splitlines()[0][:80]})'}", flush=True)
+
+    return show
 
 
 def _add_simulate(commands: argparse._SubParsersAction) -> None:

@@ -38,10 +38,16 @@ class Engine:
         self.scheduler = scheduler
         self.executor = executor
         self.listeners = list(listeners)
+        self._queue: deque[Event] = deque()
+
+    def post(self, event: Event) -> None:
+        """Queue an event that does not come from the executor (a new trial from the sampler, say)."""
+        self._queue.append(event)
 
     def run(self, initial: Iterable[Event] = ()) -> None:
         """Feed events to the core until the experiment is finished."""
-        queue: deque[Event] = deque(initial)
+        queue = self._queue
+        queue.extend(initial)
         scheduler, executor, listeners = self.scheduler, self.executor, self.listeners
         while not scheduler.finished:
             if not queue:

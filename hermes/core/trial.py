@@ -35,6 +35,7 @@ class Trial:
     report_gpu_time: list[float] = field(default_factory=list)  # GPU seconds used at each report
     gpu_time: float = 0.0  # GPU seconds of finished runs
     running_since: float | None = None
+    started_at: float | None = None  # when it first got a GPU
     idle_since: float = 0.0  # when it last left a GPU (or arrived)
     first_report_at: float | None = None
     stop_requested: bool = False
@@ -57,6 +58,8 @@ class Trial:
         self.move_to(TrialState.RUNNING)
         self.gpu = gpu
         self.running_since = now
+        if self.started_at is None:
+            self.started_at = now
         self.starts += 1
         self.migrations += migrated
         return migrated
