@@ -1,0 +1,1 @@
+"""Hand-written digits classified by a small MLP: the example function trial."""

@@ -1,0 +1,67 @@
+"""What the local executor runs for one trial."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from hermes.errors import HermesError
+
+
+@dataclass(frozen=True, slots=True)
+class TrialLaunch:
+    """A function (``"package.module:function"``, called with ``config``) or a command (argv, its
+    ``{param}`` placeholders already substituted).
+
+    Functions and commands that use ``hermes.trial`` are *cooperative*: they checkpoint and exit
+    when suspended, so they may resume on any GPU. A command with a ``metric_pattern`` is an
+    *unmodified* program: the executor reads its metrics from stdout and suspends it with SIGSTOP;
+    its memory stays resident, so it resumes on its own GPU only.
+    """
+
+    budget: int  # steps the trial trains when never stopped; hermes.trial.budget() in the trial
+    function: str | None = None
+    command: tuple[str, ...] | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)  # JSON-serialisable; hermes.trial.config()
+    metric_pattern: str | None = None  # regex over stdout lines: a ``value`` group, optionally a ``step`` group
+    cwd: str | None = None  # working directory; the executor's when None
+    env: Mapping[str, str] = field(default_factory=dict)  # extra environment variables
+
+    def __post_init__(self) -> None:
+        if self.budget < 1:
+            raise HermesError(f"budget must be at least 1 step, got {self.budget}")
+        try:
+            json.dumps(dict(self.config))
+        except (TypeError, ValueError) as error:
+            raise HermesError(f"config must be JSON-serialisable: {error}") from None
+        if (self.function is None) == (self.command is None):
+            raise HermesError("a trial runs either a function or a command")
+        if self.function is not None and not re.fullmatch(r"[\w.]+:\w+", self.function):
+            raise HermesError(f"function must read 'package.module:function', got {self.function!r}")
+        if self.command is not None:
+            if isinstance(self.command, str) or not self.command:
+                raise HermesError("command must be a non-empty sequence of arguments")
+            object.__setattr__(self, "command", tuple(self.command))
+        if self.metric_pattern is not None:
+            if self.command is None:
+                raise HermesError("metric_pattern applies to commands only")
+            if "value" not in self.pattern.groupindex:
+                raise HermesError(f"metric_pattern needs a (?P<value>...) group: {self.metric_pattern!r}")
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        try:
+            return re.compile(self.metric_pattern or "")
+        except re.error as error:
+            raise HermesError(f"invalid metric_pattern {self.metric_pattern!r}: {error}") from None
+
+    @property
+    def cooperative(self) -> bool:
+        return self.metric_pattern is None
+
+    @property
+    def movable(self) -> bool:
+        """Whether a suspended trial may resume on another GPU (TrialSubmitted.movable)."""
+        return self.cooperative

@@ -1,0 +1,82 @@
+"""The trial API: the few calls a training function makes to be scheduled by Hermes.
+
+    from hermes import trial
+
+    state = trial.Checkpoint(model=model, optimizer=optimizer)   # saved at every checkpoint
+    for epoch in range(state.restore(), trial.budget()):          # 0, or the step resumed from
+        ...
+        trial.report(epoch + 1, accuracy=accuracy)                # may suspend or stop the process
+
+``report`` blocks until the scheduler answers. On *suspend* it commits a checkpoint and raises
+``SuspendExit`` (a SystemExit), so the process ends cleanly and frees its GPU; the executor
+restarts it later, maybe on another GPU, and ``restore`` picks up from the checkpoint. On *stop*
+it raises ``StopExit``. See docs/trials.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hermes.trial import protocol
+from hermes.trial.checkpoint import Checkpoint, Files, Saver, capture_rng, restore_rng
+from hermes.trial.session import Session, StopExit, SuspendExit, current
+
+
+def config() -> dict[str, Any]:
+    """The trial's hyper-parameters."""
+    return dict(current().config)
+
+
+def trial_id() -> str:
+    return current().trial_id
+
+
+def budget() -> int:
+    """Steps the trial trains when it is never stopped; it should exit after reporting this step."""
+    return current().budget
+
+
+def start_step() -> int:
+    """The step of the checkpoint this process resumes from; 0 when it starts fresh."""
+    return current().start_step
+
+
+def trial_dir() -> Path:
+    """The trial's own directory, kept across suspensions: put final outputs (models, plots) here."""
+    return current().directory
+
+
+def checkpoint_dir() -> Path | None:
+    """The newest committed checkpoint's directory (read-only by convention); None when there is none."""
+    latest = protocol.latest_checkpoint(current().directory)
+    return latest[0] if latest is not None else None
+
+
+def report(step: int, **metrics: Any) -> None:
+    """Report the metrics of ``step`` (> the previous step) and obey the scheduler's answer.
+
+    Returns when the trial may go on; raises ``SuspendExit`` after committing a checkpoint of
+    ``step`` when it is suspended, ``StopExit`` when it is stopped.
+    """
+    current().report(step, metrics)
+
+
+__all__ = [
+    "Checkpoint",
+    "Files",
+    "Saver",
+    "Session",
+    "StopExit",
+    "SuspendExit",
+    "budget",
+    "capture_rng",
+    "checkpoint_dir",
+    "config",
+    "current",
+    "report",
+    "restore_rng",
+    "start_step",
+    "trial_dir",
+    "trial_id",
+]

@@ -1,0 +1,50 @@
+"""What a trial process and the local executor agree on: environment, files and messages.
+
+Both sides import these names, so the protocol is written down once. The channel is a pair of
+pipes whose descriptors the executor passes in ``HERMES_CHANNEL`` (``"<read fd>,<write fd>"``):
+the trial writes one JSON object per line, the executor answers each report with one word per
+line. Pipes need no listening socket or path, and the executor sees a dead trial as EOF and as
+its process exit, so a crash can never leave either side waiting.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+ENV_TRIAL_ID = "HERMES_TRIAL_ID"
+ENV_TRIAL_DIR = "HERMES_TRIAL_DIR"  # the trial's own directory: config, logs, checkpoints, outputs
+ENV_CHANNEL = "HERMES_CHANNEL"
+ENV_BUDGET = "HERMES_BUDGET"  # steps the trial trains when it is never stopped
+ENV_METRIC = "HERMES_METRIC"  # name of the objective among the reported metrics; empty: any single one
+ENV_CHECKPOINT_EVERY = "HERMES_CHECKPOINT_EVERY"  # also checkpoint at every multiple of this step; 0: never
+ENV_THREADS = "HERMES_THREADS"  # CPU threads the trial may use
+
+CONFIG_FILE = "config.json"
+CHECKPOINTS_DIR = "checkpoints"  # holds committed checkpoints "step-<n>/" and the pointer file
+LATEST_FILE = "latest"  # names the newest committed checkpoint; replaced atomically
+META_FILE = "hermes.json"  # inside a checkpoint: {"step": n}
+
+# Trial -> executor message types.
+REPORT = "report"  # {"type", "step", "metrics", "checkpointed"}; the trial then waits for an answer
+SUSPENDED = "suspended"  # {"type", "step"}: the checkpoint of ``step`` is committed; the process exits next
+
+# Executor -> trial answers to a report.
+CONTINUE, SUSPEND, STOP = "continue", "suspend", "stop"
+ANSWERS = frozenset({CONTINUE, SUSPEND, STOP})
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return (json.dumps(message, separators=(",", ":")) + "\n").encode()
+
+
+def latest_checkpoint(trial_dir: Path) -> tuple[Path, int] | None:
+    """The newest committed checkpoint of a trial and its step; None when it has none."""
+    root = trial_dir / CHECKPOINTS_DIR
+    try:
+        directory = root / (root / LATEST_FILE).read_text().strip()
+        meta = json.loads((directory / META_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    return directory, int(meta["step"])

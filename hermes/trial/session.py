@@ -1,0 +1,168 @@
+"""The trial side of the channel: one ``Session`` per trial process, created from its environment."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from hermes.errors import HermesError
+from hermes.trial import protocol
+
+if TYPE_CHECKING:
+    from hermes.trial.checkpoint import Saver
+
+
+class SuspendExit(SystemExit):
+    """The scheduler suspended the trial; its checkpoint is committed and the process now ends.
+
+    A SystemExit (exit code 0), so ``finally`` blocks run and ``except Exception`` does not swallow it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
+class StopExit(SystemExit):
+    """The scheduler stopped the trial for good; the process now ends."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
+class Session:
+    """A trial's link to its executor: its identity, its config, its checkpoints and its channel."""
+
+    def __init__(
+        self,
+        trial_id: str,
+        directory: Path,
+        channel: tuple[int, int],
+        *,
+        budget: int,
+        metric: str | None,
+        checkpoint_every: int,
+    ) -> None:
+        self.trial_id = trial_id
+        self.directory = directory
+        self.budget = budget
+        self.metric = metric
+        self.checkpoint_every = checkpoint_every
+        self.config: dict[str, Any] = json.loads((directory / protocol.CONFIG_FILE).read_text())
+        latest = protocol.latest_checkpoint(directory)
+        self.start_step = latest[1] if latest is not None else 0
+        self.last_step = self.start_step
+        self.savers: dict[str, Saver] = {}
+        read_fd, write_fd = channel
+        for fd in channel:  # programs the trial runs must not hold the channel open
+            os.set_inheritable(fd, False)
+        self._answers = os.fdopen(read_fd, "rb")
+        self._messages = os.fdopen(write_fd, "wb")
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Session:
+        try:
+            read_fd, write_fd = (int(fd) for fd in environ[protocol.ENV_CHANNEL].split(","))
+            return cls(
+                environ[protocol.ENV_TRIAL_ID],
+                Path(environ[protocol.ENV_TRIAL_DIR]),
+                (read_fd, write_fd),
+                budget=int(environ[protocol.ENV_BUDGET]),
+                metric=environ.get(protocol.ENV_METRIC) or None,
+                checkpoint_every=int(environ.get(protocol.ENV_CHECKPOINT_EVERY) or 0),
+            )
+        except KeyError as missing:
+            raise HermesError(
+                f"hermes.trial needs {missing} from a Hermes executor; run this trial through one"
+            ) from None
+
+    def register(self, saver: Saver) -> None:
+        if saver.name in self.savers:
+            raise HermesError(f"a checkpoint part named {saver.name!r} is already registered")
+        self.savers[saver.name] = saver
+
+    def report(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Send the metrics of ``step``, wait for the scheduler's answer and obey it."""
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise TypeError(f"step must be an int, got {type(step).__name__}")
+        if step <= self.last_step:
+            raise ValueError(f"step {step} must exceed the previous step {self.last_step}")
+        if not metrics:
+            raise ValueError("report() needs at least one metric")
+        if self.metric is None and len(metrics) > 1:
+            raise ValueError("several metrics reported but the experiment names no objective metric")
+        if self.metric is not None and self.metric not in metrics:
+            raise ValueError(f"report() must include the objective metric {self.metric!r}")
+        values = {name: float(value) for name, value in metrics.items()}
+        checkpointed = self.checkpoint_every > 0 and step % self.checkpoint_every == 0
+        if checkpointed:
+            self.save(step)
+        self.last_step = step
+        self._send({"type": protocol.REPORT, "step": step, "metrics": values, "checkpointed": checkpointed})
+        answer = self._answers.readline().decode().strip()
+        if answer == protocol.SUSPEND:
+            if not checkpointed:
+                self.save(step)
+            self._send({"type": protocol.SUSPENDED, "step": step})
+            fast_exit()
+            raise SuspendExit
+        if answer == protocol.STOP:
+            fast_exit()
+            raise StopExit
+        if answer != protocol.CONTINUE:
+            raise HermesError(f"the executor closed the channel or answered {answer!r}")
+
+    def save(self, step: int) -> None:
+        """Commit a checkpoint of ``step``: written under a temporary name, renamed, then published
+        by atomically replacing the pointer file, so a crash at any moment leaves the previous
+        checkpoint intact and never a torn one."""
+        root = self.directory / protocol.CHECKPOINTS_DIR
+        root.mkdir(parents=True, exist_ok=True)
+        temporary = root / f".tmp-step-{step}"
+        shutil.rmtree(temporary, ignore_errors=True)
+        temporary.mkdir()
+        for name, saver in self.savers.items():
+            (temporary / name).mkdir()
+            saver.save(temporary / name)
+        (temporary / protocol.META_FILE).write_text(json.dumps({"step": step}))
+        final = root / f"step-{step}"
+        shutil.rmtree(final, ignore_errors=True)  # written but never published by a run that crashed
+        temporary.rename(final)
+        pointer = root / f"{protocol.LATEST_FILE}.tmp"
+        pointer.write_text(final.name)
+        os.replace(pointer, root / protocol.LATEST_FILE)
+        for entry in root.iterdir():
+            if entry.is_dir() and entry != final:
+                shutil.rmtree(entry, ignore_errors=True)
+
+    def _send(self, message: dict[str, Any]) -> None:
+        try:
+            self._messages.write(protocol.encode(message))
+            self._messages.flush()
+        except BrokenPipeError:
+            raise HermesError("the executor closed the channel") from None
+
+
+def fast_exit() -> None:
+    """Prepare a quick interpreter exit: the GPU is free only once the process is gone.
+
+    With torch loaded, the garbage collections at interpreter shutdown take most of a second;
+    frozen objects are skipped by them. Objects freed by reference counting (files held by
+    modules, say) are still closed; only cycles' ``__del__`` may not run, which Python never
+    promises at exit anyway.
+    """
+    gc.freeze()
+
+
+_current: Session | None = None
+
+
+def current() -> Session:
+    """This process's session, created on first use from the environment the executor set."""
+    global _current
+    if _current is None:
+        _current = Session.from_environment()
+    return _current

@@ -1,0 +1,220 @@
+"""The trial API against real pipes and real checkpoint files; the test plays the executor."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import hermes.trial.session as session_module
+from hermes import trial
+from hermes.errors import HermesError
+from hermes.trial import protocol
+
+
+class Channel:
+    """The executor's ends of a trial's pipes, and the trial's session installed in this process."""
+
+    def __init__(self, directory: Path, monkeypatch: pytest.MonkeyPatch, **environment: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / protocol.CONFIG_FILE).write_text(json.dumps({"lr": 0.1}))
+        answers_read, self.answers = os.pipe()
+        self.messages, messages_write = os.pipe()
+        os.set_blocking(self.messages, False)
+        env = {
+            protocol.ENV_TRIAL_ID: "t1",
+            protocol.ENV_TRIAL_DIR: str(directory),
+            protocol.ENV_CHANNEL: f"{answers_read},{messages_write}",
+            protocol.ENV_BUDGET: "10",
+            protocol.ENV_METRIC: "accuracy",
+            **environment,
+        }
+        self.session = session_module.Session.from_environment(env)
+        monkeypatch.setattr(session_module, "_current", self.session)
+
+    def answer(self, *words: str) -> None:
+        os.write(self.answers, "".join(f"{word}\n" for word in words).encode())
+
+    def received(self) -> list[dict]:
+        try:
+            data = os.read(self.messages, 1 << 16)
+        except BlockingIOError:
+            return []
+        return [json.loads(line) for line in data.splitlines()]
+
+
+@pytest.fixture
+def channel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Channel:
+    return Channel(tmp_path / "t1", monkeypatch)
+
+
+def test_identity_config_and_fresh_start(channel: Channel, tmp_path: Path) -> None:
+    assert trial.trial_id() == "t1"
+    assert trial.config() == {"lr": 0.1}
+    assert trial.budget() == 10
+    assert trial.start_step() == 0
+    assert trial.trial_dir() == tmp_path / "t1"
+    assert trial.checkpoint_dir() is None
+
+
+def test_report_blocks_for_the_answer_and_goes_on(channel: Channel) -> None:
+    channel.answer(protocol.CONTINUE, protocol.CONTINUE)
+    trial.report(1, accuracy=0.5, loss=2.0)
+    trial.report(2, accuracy=torch.tensor(0.75))  # anything float() accepts
+    assert channel.received() == [
+        {"type": "report", "step": 1, "metrics": {"accuracy": 0.5, "loss": 2.0}, "checkpointed": False},
+        {"type": "report", "step": 2, "metrics": {"accuracy": 0.75}, "checkpointed": False},
+    ]
+
+
+def test_suspend_commits_a_checkpoint_then_exits_cleanly(channel: Channel) -> None:
+    model = torch.nn.Linear(3, 2)
+    trial.Checkpoint(model=model)
+    channel.answer(protocol.CONTINUE, protocol.SUSPEND)
+    trial.report(1, accuracy=0.5)
+    with pytest.raises(trial.SuspendExit) as exit_info:
+        trial.report(2, accuracy=0.6)
+    assert isinstance(exit_info.value, SystemExit) and exit_info.value.code == 0
+    assert channel.received()[-1] == {"type": "suspended", "step": 2}
+    directory, step = protocol.latest_checkpoint(channel.session.directory)
+    assert step == 2 and directory.name == "step-2"
+    saved = torch.load(directory / "state" / "state.pt", weights_only=False)
+    assert torch.equal(saved["objects"]["model"]["weight"], model.weight)
+
+
+def test_stop_exits_without_checkpoint(channel: Channel) -> None:
+    channel.answer(protocol.STOP)
+    with pytest.raises(trial.StopExit):
+        trial.report(1, accuracy=0.5)
+    assert trial.checkpoint_dir() is None
+
+
+def test_a_closed_channel_ends_the_trial_with_an_error(channel: Channel) -> None:
+    os.close(channel.answers)
+    with pytest.raises(HermesError, match="closed the channel"):
+        trial.report(1, accuracy=0.5)
+
+
+def test_reports_are_validated_in_the_trial(channel: Channel) -> None:
+    channel.answer(protocol.CONTINUE)
+    trial.report(3, accuracy=0.5)
+    with pytest.raises(ValueError, match="must exceed the previous step 3"):
+        trial.report(3, accuracy=0.5)
+    with pytest.raises(ValueError, match="objective metric 'accuracy'"):
+        trial.report(4, loss=1.0)
+    with pytest.raises(TypeError):
+        trial.report(4.0, accuracy=0.5)  # type: ignore[arg-type]
+
+
+def test_several_metrics_need_a_named_objective(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    Channel(tmp_path / "t1", monkeypatch, **{protocol.ENV_METRIC: ""})
+    with pytest.raises(ValueError, match="names no objective"):
+        trial.report(1, accuracy=0.5, loss=1.0)
+
+
+def test_periodic_checkpoints_are_reported_as_checkpointed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    channel = Channel(tmp_path / "t1", monkeypatch, **{protocol.ENV_CHECKPOINT_EVERY: "2"})
+    channel.answer(*[protocol.CONTINUE] * 3)
+    for step in (1, 2, 3):
+        trial.report(step, accuracy=0.1 * step)
+    assert [message["checkpointed"] for message in channel.received()] == [False, True, False]
+    assert protocol.latest_checkpoint(channel.session.directory)[1] == 2
+
+
+def test_restore_resumes_model_optimizer_and_every_random_generator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(8, 4)).sum().backward()
+    optimizer.step()
+    first = Channel(tmp_path / "t1", monkeypatch)
+    trial.Checkpoint(model=model, optimizer=optimizer)
+    first.session.save(5)
+    expected = (random.random(), np.random.rand(), torch.rand(3))
+
+    # A new process of the same trial: fresh objects, then restore.
+    Channel(tmp_path / "t1", monkeypatch)
+    assert trial.start_step() == 5
+    torch.manual_seed(1)
+    restored_model = torch.nn.Linear(4, 2)
+    restored_optimizer = torch.optim.SGD(restored_model.parameters(), lr=0.1, momentum=0.9)
+    assert trial.Checkpoint(model=restored_model, optimizer=restored_optimizer).restore() == 5
+    assert torch.equal(restored_model.weight, model.weight)
+    assert torch.equal(
+        restored_optimizer.state_dict()["state"][0]["momentum_buffer"],
+        optimizer.state_dict()["state"][0]["momentum_buffer"],
+    )
+    again = (random.random(), np.random.rand(), torch.rand(3))
+    assert again[:2] == expected[:2] and torch.equal(again[2], expected[2])
+
+
+def test_files_saver_and_checkpoint_dir(channel: Channel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    notes = {"seen": 3}
+    trial.Files(lambda d: (d / "notes.json").write_text(json.dumps(notes)), lambda d: None, name="notes")
+    channel.session.save(1)
+    assert json.loads((trial.checkpoint_dir() / "notes" / "notes.json").read_text()) == notes
+
+    Channel(tmp_path / "t1", monkeypatch)
+    loaded: dict = {}
+    files = trial.Files(
+        lambda d: None, lambda d: loaded.update(json.loads((d / "notes.json").read_text())), name="notes"
+    )
+    assert files.restore() == 1 and loaded == notes
+
+
+def test_a_crash_while_saving_leaves_the_previous_checkpoint(channel: Channel) -> None:
+    state = {"value": 1}
+    crash = False
+
+    def save(directory: Path) -> None:
+        (directory / "half.txt").write_text(str(state["value"]))
+        if crash:
+            raise OSError("disk full")
+
+    trial.Files(save, lambda d: None)
+    channel.session.save(1)
+    state["value"], crash = 2, True
+    with pytest.raises(OSError):
+        channel.session.save(2)
+    directory, step = protocol.latest_checkpoint(channel.session.directory)
+    assert step == 1 and (directory / "files" / "half.txt").read_text() == "1"
+    crash = False
+    channel.session.save(3)  # cleans up what the crash left
+    assert sorted(p.name for p in (channel.session.directory / "checkpoints").iterdir()) == ["latest", "step-3"]
+
+
+def test_restore_refuses_a_checkpoint_without_its_part(channel: Channel) -> None:
+    channel.session.save(1)
+    with pytest.raises(HermesError, match="no part 'files'"):
+        trial.Files(lambda d: None, lambda d: None).restore()
+
+
+def test_saver_names_are_unique(channel: Channel) -> None:
+    trial.Files(lambda d: None, lambda d: None)
+    with pytest.raises(HermesError, match="already registered"):
+        trial.Files(lambda d: None, lambda d: None)
+    with pytest.raises(HermesError, match="invalid"):
+        trial.Files(lambda d: None, lambda d: None, name="../x")
+
+
+def test_outside_an_executor_the_api_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(session_module, "_current", None)
+    monkeypatch.delenv(protocol.ENV_CHANNEL, raising=False)
+    with pytest.raises(HermesError, match="run this trial through one"):
+        trial.config()
+
+
+def test_runner_rejects_a_malformed_target() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "hermes.trial.runner", "nofunction"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode != 0 and "usage" in result.stderr
