@@ -33,13 +33,33 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
     return data[:, :-1], data[:, -1].astype(np.int64)
 
 
+def enlarge(images: np.ndarray, labels: np.ndarray, copies: int) -> tuple[np.ndarray, np.ndarray]:
+    """``copies`` noisy copies of each image, shifted by up to a pixel: a bigger training set, same task.
+
+    Fixed by its own seed, so every trial and every resume sees the same data.
+    """
+    rng = np.random.RandomState(1)
+    squares = images.reshape(-1, 8, 8)
+    out = []
+    for _ in range(copies):
+        dy, dx = rng.randint(-1, 2, size=2)
+        shifted = np.roll(np.roll(squares, dy, axis=1), dx, axis=2)
+        out.append(np.clip(shifted + rng.normal(0.0, 1.0, shifted.shape), 0.0, 16.0).reshape(-1, 64))
+    return np.concatenate(out), np.tile(labels, copies)
+
+
 def train(config: dict[str, Any]) -> None:
     torch.manual_seed(int(config.get("seed", 0)))
     features, labels = load_digits()
     order = np.random.RandomState(0).permutation(len(labels))
-    x = torch.tensor(features[order] / 16.0, dtype=torch.float32)
-    y = torch.tensor(labels[order])
-    x_val, y_val, x_train, y_train = x[:VALIDATION], y[:VALIDATION], x[VALIDATION:], y[VALIDATION:]
+    features, labels = features[order], labels[order]
+    train_features, train_labels = features[VALIDATION:], labels[VALIDATION:]
+    copies = int(config.get("copies", 1))  # > 1: an enlarged training set (the validation set stays clean)
+    if copies > 1:
+        train_features, train_labels = enlarge(train_features, train_labels, copies)
+    x_val, y_val = torch.tensor(features[:VALIDATION] / 16.0, dtype=torch.float32), torch.tensor(labels[:VALIDATION])
+    x_train = torch.tensor(train_features / 16.0, dtype=torch.float32)
+    y_train = torch.tensor(train_labels)
 
     width = int(config.get("width", 64))
     model = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
