@@ -56,8 +56,6 @@ class ExperimentRunner:
             raise HermesError(f"engine: {spec.engine!r} is not available in this version; use 'local'")
         self.spec = spec
         self.storage = spec.storage_dir
-        self.store = SqlStore(f"sqlite:///{self.storage / STORE_FILE}")
-        self.experiment_id = self.store.create_or_open_experiment(spec.name, spec.model_dump(mode="json"))
         policy = spec.policy
         self.scheduler = Scheduler(
             make_policy(policy.name, period=policy.period, **policy.params),
@@ -65,6 +63,11 @@ class ExperimentRunner:
             stopper=make_stopper(policy.stopper.name, **policy.stopper.params) if policy.stopper else None,
         )
         self.sampler: Sampler = make_sampler(spec)
+        # Before the store: a spec this machine cannot run (a GPU it lacks) must leave no experiment
+        # behind, or the corrected spec would clash with it under the same name.
+        self.slots = slots_for(spec.resources)
+        self.store = SqlStore(f"sqlite:///{self.storage / STORE_FILE}")
+        self.experiment_id = self.store.create_or_open_experiment(spec.name, spec.model_dump(mode="json"))
         self.listeners = listeners or []
         self.executor: LocalExecutor | None = None
         self._engine: Engine | None = None
@@ -78,11 +81,13 @@ class ExperimentRunner:
         for event in history:  # rebuild the core, the sampler and the launches from the log
             self.scheduler.handle(event)
             self._follow(event, replaying=True)
+        if history:  # the old runner may have died before writing the trial records of its last event
+            decisions = self.store.decisions(self.experiment_id)
+            self._update_trials(history[-1], [d.decision for d in decisions if d.event_seq == len(history)])
         now = history[-1].at if history else 0.0
-        slots = slots_for(self.spec.resources)
         executor = self.executor = LocalExecutor(
             self.storage / self.spec.name,
-            slots=slots,
+            slots=self.slots,
             metric=self.spec.metric.name,
             checkpoint_every=self.spec.storage.checkpoint_every,
             clock_offset=now,
@@ -165,12 +170,27 @@ class ExperimentRunner:
 
     # ------------------------------------------------------------------ the engine's listener
     def _record(self, event: Event, decisions: list[Decision]) -> None:
-        """Write the event and its decisions, then what changed, before the executor acts."""
+        """Write the event and its decisions, then what changed, before the executor acts.
+
+        These are separate transactions, and the runner may die between any two. A report's
+        metrics go first: a report the log then lacks is made again after the restart (its trial
+        resumes from an earlier checkpoint), whereas metrics written after the event would be lost
+        for good. The trial records of the last event are rewritten by the restarted runner.
+        """
         store, experiment = self.store, self.experiment_id
-        store.append_event(experiment, event, decisions)
         if isinstance(event, TrialReported):
             metrics = self.executor.reported_metrics.pop((event.trial_id, event.step), {self.spec.metric.name: event.value})
             store.record_metrics(experiment, event.trial_id, event.step, event.at, metrics)
+        store.append_event(experiment, event, decisions)
+        changed = self._update_trials(event, decisions)
+        self._follow(event, replaying=False)
+        if isinstance(event, TrialExited) or any(self.scheduler.trials[t].state.is_terminal for t in changed):
+            for submission in self._submissions(event.at):
+                self._engine.post(submission)
+
+    def _update_trials(self, event: Event, decisions: list[Decision]) -> set[str]:
+        """Write the records of the trials that ``event`` and its decisions changed, as the core has them
+        now; return their ids."""
         changed = {decision.trial_id for decision in decisions}
         trial_id = getattr(event, "trial_id", None)
         if trial_id is not None:
@@ -178,11 +198,8 @@ class ExperimentRunner:
         if isinstance(event, (NodeAdded, NodeRemoved)):
             changed.update(t.trial_id for t in self.scheduler.trials.values() if not t.state.is_terminal)
         for changed_id in sorted(changed):
-            store.upsert_trial(experiment, _record_of(self.scheduler.trials[changed_id], event.at))
-        self._follow(event, replaying=False)
-        if isinstance(event, TrialExited) or any(self.scheduler.trials[t].state.is_terminal for t in changed):
-            for submission in self._submissions(event.at):
-                self._engine.post(submission)
+            self.store.upsert_trial(self.experiment_id, _record_of(self.scheduler.trials[changed_id], event.at))
+        return changed
 
 
 def slots_for(resources: ResourcesSpec) -> list[Slot]:

@@ -13,6 +13,7 @@ leaves the executor waiting. Linux only (pidfd, /proc, sched_setaffinity).
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import selectors
@@ -215,7 +216,7 @@ class LocalExecutor(Executor):
                 stderr=stderr_log,
                 pass_fds=child_fds,
                 start_new_session=True,  # its own process group: suspend and kill reach its children too
-                preexec_fn=_die_with_parent,
+                preexec_fn=functools.partial(_die_with_parent, os.getpid()),
             )
         except OSError as error:
             stdout_log.close()
@@ -423,6 +424,8 @@ class LocalExecutor(Executor):
         if message["type"] == protocol.REPORT:
             metrics = {str(name): float(value) for name, value in message["metrics"].items()}
             if self.metric is not None:
+                if self.metric not in metrics:
+                    raise ValueError(f"report of step {message['step']} lacks the objective metric {self.metric!r}")
                 value = metrics[self.metric]
             elif len(metrics) == 1:
                 value = next(iter(metrics.values()))
@@ -547,11 +550,13 @@ def _hermes_source() -> str | None:
     return None if root.name in ("site-packages", "dist-packages") else str(root)
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
     """In the child, before exec: be killed if the executor's process dies (even by SIGKILL), so a
     crashed runner leaves no trial behind to race the one a restarted runner resumes."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died between the fork and the prctl: no signal will come
+        os._exit(1)
 
 
 def _wait_stopped(pid: int, patience: float = 5.0) -> bool:

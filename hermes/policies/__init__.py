@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from hermes.policies.asha import AshaPolicy, HyperbandPolicy
 from hermes.policies.base import EarlyStopper, SchedulingPolicy, Verdict
 from hermes.policies.fifo import FifoPolicy
+from hermes.policies.hermes import HermesPolicy
 from hermes.policies.rr import RoundRobinPolicy
 from hermes.policies.slaq import SlaqPolicy
 from hermes.policies.stopping import AshaStopper, MedianStopper
 
 POLICIES: dict[str, type[SchedulingPolicy]] = {
-    policy.name: policy for policy in (FifoPolicy, RoundRobinPolicy, SlaqPolicy)
+    policy.name: policy for policy in (FifoPolicy, RoundRobinPolicy, SlaqPolicy, AshaPolicy, HyperbandPolicy, HermesPolicy)
 }
 STOPPERS: dict[str, type[EarlyStopper]] = {stopper.name: stopper for stopper in (AshaStopper, MedianStopper)}
 

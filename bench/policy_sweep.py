@@ -1,0 +1,149 @@
+"""Policy sweep: how the scheduling policies compare on the shipped traces and on synthetic ones.
+
+Every policy replays the same random arrival orders (seeds 0..K-1) with the default switch
+costs. For each trace the table gives, averaged over seeds: in how many seeds the final-best
+trial was fully trained, the time until then (over the seeds where it was), the mean time to
+first feedback, each as a speed-up over FIFO, and the time-sharing overhead.
+
+Synthetic traces vary what makes scheduling hard (see ``hermes.sim.synthetic``: curves that
+cross late, a misleading first epoch, noise, diverging trials) and how long an epoch takes
+relative to the switch costs (tiny epochs, where a switch costs more than an epoch; long ones).
+Hermes's settings can be overridden to study them: ``--set optimism=1.5``.
+
+Run: python bench/policy_sweep.py [--suite real|synthetic|all] [--seeds 10] [--gpus 4]
+     [--policies fifo,rr,slaq,asha,hyperband,hermes] [--set NAME=VALUE ...] [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from hermes.policies import POLICIES, make_policy
+from hermes.sim.simulate import simulate
+from hermes.sim.synthetic import synthetic_trace
+from hermes.sim.trace import Trace, load_trace
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "data")
+REAL = (("nasbench_nlp_wt2.csv", "min"), ("lcbench_189908.csv", "max"))
+SYNTHETIC = (
+    # (label, trials, epochs, kind, epoch seconds, diverge fraction, trace seed)
+    ("saturating", 200, 50, "saturating", (10.0, 60.0), 0.0, 1),
+    ("crossing", 200, 50, "crossing", (10.0, 60.0), 0.0, 2),
+    ("misleading", 200, 50, "misleading_first", (10.0, 60.0), 0.0, 3),
+    ("noisy", 200, 50, "noisy", (10.0, 60.0), 0.0, 4),
+    ("mixed+diverge", 200, 50, "mixed", (10.0, 60.0), 0.1, 5),
+    ("mixed tiny", 200, 50, "mixed", (0.1, 0.5), 0.0, 6),
+    ("mixed short", 200, 30, "mixed", (1.0, 3.0), 0.0, 7),
+    ("mixed long", 100, 20, "mixed", (1800.0, 7200.0), 0.05, 8),
+)
+DEFAULT_POLICIES = ("fifo", "rr", "slaq", "asha", "hyperband", "hermes")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    policy: str
+    seeds: int
+    best_reached: int
+    time_to_best_s: float  # mean over the seeds where the best was fully trained
+    first_feedback_s: float
+    overhead: float
+    preemptions: float
+
+
+def _run(job: tuple[Trace, str, int, int, dict[str, Any]]) -> tuple[float | None, float, float, int]:
+    trace, policy, seed, gpus, params = job
+    result = simulate(trace, make_policy(policy, **params), gpus=gpus, seed=seed)
+    return result.time_to_best_s, result.mean_first_feedback_s, result.overhead_fraction, result.preemptions
+
+
+def sweep(trace: Trace, policies: list[str], seeds: int, gpus: int, hermes: dict[str, Any], workers: int) -> list[Row]:
+    jobs = [(trace, p, s, gpus, hermes if p == "hermes" else {}) for p in policies for s in range(seeds)]
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            results = list(pool.map(_run, jobs, chunksize=1))
+    else:
+        results = [_run(job) for job in jobs]
+    rows = []
+    for i, policy in enumerate(policies):
+        mine = results[i * seeds : (i + 1) * seeds]
+        reached = [r[0] for r in mine if r[0] is not None]
+        rows.append(Row(
+            policy, seeds, len(reached), statistics.fmean(reached) if reached else math.nan,
+            statistics.fmean(r[1] for r in mine), statistics.fmean(r[2] for r in mine),
+            statistics.fmean(r[3] for r in mine),
+        ))
+    return rows
+
+
+def table(title: str, rows: list[Row]) -> str:
+    fifo = next((r for r in rows if r.policy == "fifo"), None)
+
+    def ratio(mine: float, theirs: float | None) -> str:
+        return f"{theirs / mine:7.1f}x" if theirs and mine and not math.isnan(mine) else "      - "
+
+    header = (
+        f"{'policy':<10}{'best':>6}{'to best h':>11}{'vs fifo':>9}{'1st fb h':>10}{'vs fifo':>9}"
+        f"{'overhead':>10}{'preempt':>9}"
+    )
+    lines = [f"== {title}", header]
+    for r in rows:
+        lines.append(
+            f"{r.policy:<10}{f'{r.best_reached}/{r.seeds}':>6}{r.time_to_best_s / 3600:>11.3f}"
+            f"{ratio(r.time_to_best_s, fifo.time_to_best_s if fifo else None):>9}{r.first_feedback_s / 3600:>10.3f}"
+            f"{ratio(r.first_feedback_s, fifo.first_feedback_s if fifo else None):>9}{r.overhead:>10.2%}"
+            f"{r.preemptions:>9.0f}"
+        )
+    return "\n".join(lines)
+
+
+def traces(suite: str) -> list[tuple[str, Trace]]:
+    found = []
+    if suite in ("real", "all"):
+        found += [(file, load_trace(os.path.join(DATA, file), mode)) for file, mode in REAL]
+    if suite in ("synthetic", "all"):
+        for label, trials, epochs, kind, seconds, diverge, seed in SYNTHETIC:
+            trace = synthetic_trace(trials, epochs, seed=seed, kind=kind, epoch_seconds=seconds,
+                                    diverge_fraction=diverge)
+            found.append((f"synthetic {label}: {trials} x {epochs} epochs of {seconds[0]:g}-{seconds[1]:g} s", trace))
+    return found
+
+
+def _value(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", choices=("real", "synthetic", "all"), default="real")
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--gpus", type=int, default=4)
+    parser.add_argument("--policies", default=",".join(p for p in DEFAULT_POLICIES if p in POLICIES))
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a hermes setting")
+    parser.add_argument("--only", help="run only traces whose title contains this text")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+    hermes = {name: _value(value) for name, value in (item.split("=", 1) for item in args.set)}
+    policies = args.policies.split(",")
+    started = time.perf_counter()
+    for title, trace in traces(args.suite):
+        if args.only and args.only not in title:
+            continue
+        rows = sweep(trace, policies, args.seeds, args.gpus, hermes, args.workers)
+        print(table(f"{title} ({len(trace.trials)} trials, {args.gpus} GPUs, {args.seeds} seeds)", rows), flush=True)
+    print(f"(wall time {time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""Hermes: unmeasured trials first, then optimistic convergence-aware standings, ageing, cheap turns.
+
+Hand-made situations drive the policy directly with Trial records; simulations on synthetic
+traces check the whole loop on each difficulty (late crossing, misleading first epoch, noise,
+divergence, epochs shorter than a switch, very long epochs).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from hermes.core.states import TrialState
+from hermes.core.trial import Trial
+from hermes.policies import make_policy
+from hermes.policies.hermes import UNMEASURED, HermesPolicy, normal_scores, probit
+from hermes.sim.simulate import simulate
+from hermes.sim.synthetic import synthetic_trace
+from hermes.sim.trace import Trace, TraceTrial
+
+STEP_SECONDS = 30.0
+
+
+class Clock:
+    """Hands out GPU time so that hand-made trials look like they ran one at a time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+
+def trained(policy: HermesPolicy, clock: Clock, trial_id: str, seq: int, scores: list[float], budget: int = 50) -> Trial:
+    """A trial that ran once from the start, reported ``scores`` at steps 1, 2, ... and was suspended."""
+    trial = Trial(trial_id, seq, budget, submitted_at=0.0)
+    trial.begin_run("g0", clock.now)
+    for step, score in enumerate(scores, 1):
+        clock.now += STEP_SECONDS
+        trial.record(step, score, score, clock.now)
+        policy.observe(trial, clock.now)
+    trial.move_to(TrialState.SUSPENDING)
+    trial.end_run(clock.now)
+    trial.move_to(TrialState.SUSPENDED)
+    return trial
+
+
+def population(policy: HermesPolicy, clock: Clock, finals: np.ndarray, first: np.ndarray, steps: int) -> list[Trial]:
+    """Trials whose curves rise from ``first`` towards ``finals``; the first 25 train ``steps`` steps, the rest 1."""
+    trials = []
+    for i, (low, high) in enumerate(zip(first, finals)):
+        curve = [low] + [high - (high - low) * 0.5**k for k in range(1, steps)]
+        trials.append(trained(policy, clock, f"t{i}", i, curve if i < 25 else curve[:1]))
+    return trials
+
+
+# ---------------------------------------------------------------------- the parts
+
+
+def test_registered_by_name_and_validates_settings() -> None:
+    assert isinstance(make_policy("hermes", period=30.0), HermesPolicy)
+    for bad in ({"optimism": -1.0}, {"ageing": -1.0}, {"overhead_budget": 0.0}, {"min_trials": 2},
+                {"rung_factor": 1.0}, {"switch_cost": -1.0}, {"period": 0.0}):
+        with pytest.raises(ValueError):
+            HermesPolicy(**bad)
+
+
+def test_normal_scores_depend_only_on_the_order() -> None:
+    values = np.array([3.0, -math.inf, 10.0, 0.5])
+    assert np.allclose(normal_scores(values), normal_scores(1000 * values + 7))
+    assert list(np.argsort(normal_scores(values))) == [1, 3, 0, 2]
+    assert probit(np.array([0.5, 0.975, 0.001]))[1] == pytest.approx(1.959964, abs=1e-6)
+    assert probit(np.array([0.001]))[0] == pytest.approx(-3.090232, abs=1e-6)
+
+
+def test_unmeasured_trials_come_first() -> None:
+    policy, clock = HermesPolicy(), Clock()
+    measured = [trained(policy, clock, f"m{i}", i, [float(i)]) for i in range(5)]
+    new = Trial("new", 9, 50, submitted_at=0.0)
+    assert policy.priority(new, clock.now) == UNMEASURED
+    assert all(policy.priority(t, clock.now) < UNMEASURED for t in measured)
+
+
+def test_a_trial_converging_faster_than_its_peers_outranks_a_slow_one() -> None:
+    """Once ranks are seen to persist, the trial that climbed above its peers goes first."""
+    rng = np.random.default_rng(0)
+    policy, clock = HermesPolicy(ageing=0.0), Clock()
+    finals = rng.uniform(50, 90, 40)
+    population(policy, clock, finals, finals / 2, steps=8)
+    # Both start level; "fast" then rises to near the top, "slow" barely moves.
+    fast = trained(policy, clock, "fast", 40, [45.0, 80.0, 86.0, 88.0])
+    slow = trained(policy, clock, "slow", 41, [45.0, 48.0, 50.0, 51.0])
+    assert policy.priority(fast, clock.now) > policy.priority(slow, clock.now)
+
+
+def test_trust_in_early_ranks_is_learned_from_trials_that_went_further() -> None:
+    """Step-1 ranks that predict later ranks (nasbench) spread priorities; ranks that do not (lcbench) do not."""
+    rng = np.random.default_rng(1)
+    finals = rng.uniform(50, 90, 60)
+    spreads = {}
+    for label, first in (("informative", finals / 2), ("misleading", rng.uniform(5, 45, 60))):
+        policy, clock = HermesPolicy(ageing=0.0), Clock()
+        trials = population(policy, clock, finals, first, steps=8)
+        waiting_at_step_1 = [policy.priority(t, clock.now) for t in trials[25:]]
+        spreads[label] = max(waiting_at_step_1) - min(waiting_at_step_1)
+    assert spreads["informative"] > 1.5
+    assert spreads["misleading"] < 0.5 * spreads["informative"]
+
+
+def test_without_evidence_all_measured_trials_tie() -> None:
+    """Before enough trials went deeper, nothing says step-1 ranks matter: ageing alone orders them."""
+    policy, clock = HermesPolicy(ageing=0.0), Clock()
+    trials = [trained(policy, clock, f"t{i}", i, [float(i)]) for i in range(30)]
+    assert len({policy.priority(t, clock.now) for t in trials}) == 1
+
+
+def test_ageing_lifts_a_starved_trial_eventually() -> None:
+    policy, clock = HermesPolicy(), Clock()
+    rng = np.random.default_rng(2)
+    finals = rng.uniform(50, 90, 40)
+    trials = population(policy, clock, finals, finals / 2, steps=8)
+    leader = max(trials, key=lambda t: policy.priority(t, clock.now))
+    laggard = min(trials, key=lambda t: policy.priority(t, clock.now))
+    leader.begin_run("g0", clock.now)  # the leader holds the only GPU, so it does not age
+    policy._refresh_budgets(clock.now)
+    assert policy.priority(laggard, clock.now) < policy.priority(leader, clock.now)
+    later = clock.now + 1e3
+    while policy.priority(laggard, later) <= policy.priority(leader, later):
+        later *= 2
+        assert later < 1e12, "the laggard never catches up"
+
+
+def test_no_switch_when_it_costs_more_than_finishing() -> None:
+    """With steps far shorter than a switch, a turn is never over: the trial runs to its end."""
+    policy = HermesPolicy(period=1.0)
+    trial = Trial("tiny", 0, 50, submitted_at=0.0)
+    trial.begin_run("g0", 0.0)
+    now = 1.5
+    for step in range(1, 40):
+        now += 0.1
+        trial.record(step, float(step), float(step), now)
+        policy.observe(trial, now)
+        assert not policy.turn_over(trial, now)
+
+
+def test_turns_end_at_rungs_and_after_the_period() -> None:
+    policy, clock = HermesPolicy(period=60.0), Clock()
+    for i in range(3):
+        trained(policy, clock, f"other{i}", i, [1.0])
+    trial = Trial("t", 9, 100, submitted_at=0.0)
+    trial.begin_run("g0", clock.now)
+    clock.now += STEP_SECONDS
+    trial.record(1, 1.0, 1.0, clock.now)
+    policy.observe(trial, clock.now)
+    assert policy.turn_over(trial, clock.now)  # its first report: let unmeasured trials have the GPU
+    for step in (2, 3):
+        suspend_and_resume(trial, clock.now)
+        clock.now += STEP_SECONDS
+        trial.record(step, float(step), float(step), clock.now)
+        policy.observe(trial, clock.now)
+        assert policy.turn_over(trial, clock.now) == (step == 2)  # rung 1 is step 2; step 3 is no rung
+    assert policy.turn_over(trial, trial.running_since + 100.0)  # a turn lasts switch_cost / overhead_budget
+
+
+def suspend_and_resume(trial: Trial, now: float) -> None:
+    trial.move_to(TrialState.SUSPENDING)
+    trial.end_run(now)
+    trial.move_to(TrialState.SUSPENDED)
+    trial.begin_run("g0", now)
+
+
+def test_state_round_trips_through_json() -> None:
+    rng = np.random.default_rng(3)
+    policy, clock = HermesPolicy(), Clock()
+    finals = rng.uniform(50, 90, 40)
+    trials = population(policy, clock, finals, finals / 2, steps=8)
+    trials.append(trained(policy, clock, "diverged", 99, [10.0, -math.inf]))
+    trials.append(Trial("new", 100, 50, submitted_at=0.0))
+    restored = HermesPolicy()
+    restored.load_state_dict(json.loads(json.dumps(policy.state_dict(), allow_nan=False)))
+    assert [restored.priority(t, clock.now) for t in trials] == [policy.priority(t, clock.now) for t in trials]
+    assert restored.state_dict() == policy.state_dict()
+
+
+# ---------------------------------------------------------------------- whole simulations
+
+
+def check_run(trace: Trace, gpus: int = 4, seed: int = 0, **settings) -> tuple:
+    result = simulate(trace, HermesPolicy(**settings), gpus=gpus, seed=seed, record=True)
+    epochs = Counter(epoch.trial_id for epoch in result.epochs)
+    assert epochs == {t.name: t.epochs for t in trace.trials}  # every trial trained to its end (or divergence)
+    assert not [d for d in result.decisions if d[1] == "Stop"]  # Hermes stops no trial
+    assert result.time_to_best_s is not None
+    return result
+
+
+@pytest.mark.parametrize(
+    ("kind", "diverge"), [("crossing", 0.0), ("misleading_first", 0.0), ("noisy", 0.0), ("mixed", 0.2)]
+)
+def test_every_difficulty_ends_with_the_best_trained_and_every_trial_done(kind: str, diverge: float) -> None:
+    trace = synthetic_trace(60, 20, seed=5, kind=kind, epoch_seconds=(10.0, 60.0), diverge_fraction=diverge)
+    hermes = check_run(trace)
+    fifo = simulate(trace, make_policy("fifo"), gpus=4, seed=0)
+    assert hermes.mean_first_feedback_s < fifo.mean_first_feedback_s / 5
+    assert hermes.overhead_fraction < 0.03
+
+
+def test_beats_fifo_and_round_robin_where_early_ranks_mislead() -> None:
+    """Misleading first epochs (as in lcbench): Hermes learns not to trust them and still finds the best fast."""
+    trace = synthetic_trace(80, 24, seed=7, kind="misleading_first", epoch_seconds=(10.0, 60.0))
+    hermes = [check_run(trace, seed=seed).time_to_best_s for seed in range(3)]
+    fifo = [simulate(trace, make_policy("fifo"), gpus=4, seed=seed).time_to_best_s for seed in range(3)]
+    rr = [simulate(trace, make_policy("rr"), gpus=4, seed=seed).time_to_best_s for seed in range(3)]
+    assert sum(hermes) < sum(fifo) / 1.5
+    assert sum(hermes) < sum(rr) / 2
+
+
+def test_no_thrash_when_epochs_are_shorter_than_a_switch() -> None:
+    trace = synthetic_trace(40, 30, seed=8, kind="mixed", epoch_seconds=(0.05, 0.3))
+    result = check_run(trace)
+    assert result.preemptions == 0  # a whole trial costs less than 50 switches: each runs to its end
+    assert result.overhead_fraction == 0.0
+
+
+def test_very_long_epochs_share_the_gpus() -> None:
+    trace = synthetic_trace(20, 8, seed=9, kind="mixed", epoch_seconds=(3600.0, 7200.0))
+    result = check_run(trace, gpus=2)
+    fifo = simulate(trace, make_policy("fifo"), gpus=2, seed=0)
+    assert result.mean_first_feedback_s < fifo.mean_first_feedback_s / 3
+    assert result.time_to_best_s < fifo.makespan_s
+
+
+def test_metric_scale_and_direction_do_not_change_decisions() -> None:
+    trace = synthetic_trace(30, 12, seed=10, kind="mixed", epoch_seconds=(5.0, 20.0))
+    rescaled = Trace("rescaled", "min", tuple(
+        TraceTrial(t.name, tuple(-1000.0 * m + 3.0 for m in t.metrics), t.seconds, t.diverged, t.params)
+        for t in trace.trials
+    ))
+    logs = [simulate(tr, HermesPolicy(), gpus=2, seed=1, record=True).decisions for tr in (trace, rescaled)]
+    assert logs[0] == logs[1]
+
+
+def test_same_seed_same_decisions() -> None:
+    trace = synthetic_trace(30, 12, seed=11, kind="mixed", epoch_seconds=(5.0, 20.0))
+    logs = [simulate(trace, HermesPolicy(), gpus=3, nodes=3, seed=4, record=True).decisions for _ in range(2)]
+    assert logs[0] == logs[1]

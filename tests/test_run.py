@@ -1,0 +1,737 @@
+"""End-to-end tests of ``hermes run``: the real command line, real trial processes, the real store.
+
+Nothing of ours is mocked. The trials are tiny pure-Python programs in ``tests/trials/`` (a
+synthetic learning curve, a short sleep per step, state checkpointed with ``hermes.trial.Files``),
+run with ``tests/`` as their working directory, so the whole file takes seconds, not minutes.
+Every run uses CPU slots (``gpus: none``), so it behaves the same on a machine with GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from copy import deepcopy
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hermes.core.decisions import Resume, Start, Suspend
+from hermes.core.states import TrialState
+from hermes.report import ExperimentView, open_store, pick_experiment
+from hermes.store import ExperimentStatus, MetricRecord, TrialRecord
+from hermes.trial import protocol
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+RUN_TIMEOUT = 90  # seconds: a hung runner fails its test instead of hanging the suite
+RATE = {"type": "uniform", "low": 0.2, "high": 1.0}  # how fast a curve trial learns
+
+
+def score(rate: float, step: int) -> float:
+    """What tests/trials/curve.py reports at ``step``."""
+    return 1.0 - math.exp(-rate * step)
+
+
+def spec_of(name: str, **sections: Any) -> dict[str, Any]:
+    """A spec of curve trials on two CPU slots; ``sections`` replace whole top-level sections."""
+    spec: dict[str, Any] = {
+        "name": name,
+        "trial": {"function": "trials.curve:train", "workdir": str(TESTS)},
+        "search": search(6, 0, 0.05),
+        "metric": {"name": "score", "mode": "max"},
+        "budget": {"steps": 5},
+        "policy": {"name": "rr", "period": 0.5},
+        "resources": {"gpus": "none", "cpu_slots": 2},
+        "storage": {"dir": "runs", "checkpoint_every": 2},
+    }
+    spec.update(sections)
+    return spec
+
+
+def search(trials: int, seed: int, sleep: float, **space: Any) -> dict[str, Any]:
+    """A random search over ``rate`` (and ``space``), every trial sleeping ``sleep`` seconds a step."""
+    return {
+        "sampler": "random",
+        "trials": trials,
+        "seed": seed,
+        "space": {
+            "rate": RATE,
+            "sleep": {"type": "choice", "values": [sleep]},
+            **space,
+        },
+    }
+
+
+def write_spec(directory: Path, spec: dict[str, Any]) -> Path:
+    path = directory / "experiment.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def environment() -> dict[str, str]:
+    """This checkout's hermes for the runner (it passes it on to its trials)."""
+    paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in paths if path)}
+
+
+def hermes_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "hermes.cli", *args]
+
+
+def hermes(*args: str, cwd: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    """Run the hermes command line to its end (or fail the test after ``timeout`` seconds)."""
+    try:
+        return subprocess.run(
+            hermes_command(*args), check=False, cwd=cwd, env=environment(), capture_output=True, text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as expired:
+        pytest.fail(f"hermes {' '.join(args)} did not end within {timeout}s; stdout:\n{expired.stdout!r}\n"
+                    f"stderr:\n{expired.stderr!r}")
+
+
+def run_ok(spec_path: Path) -> subprocess.CompletedProcess[str]:
+    result = hermes("run", str(spec_path), "--no-live", cwd=spec_path.parent)
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result
+
+
+def load_view(storage: Path) -> tuple[ExperimentView, list]:
+    """The stored experiment and its decisions, read once the runner is gone."""
+    store = open_store(storage)
+    try:
+        experiment = pick_experiment(store, None)
+        view = ExperimentView.load(store, experiment)
+        decisions = [record.decision for record in store.decisions(experiment.experiment_id)]
+    finally:
+        store.close()
+    return view, decisions
+
+
+def metrics_by_trial(metrics: list[MetricRecord]) -> dict[str, list[MetricRecord]]:
+    grouped: dict[str, list[MetricRecord]] = {}
+    for record in metrics:
+        grouped.setdefault(record.trial_id, []).append(record)
+    return grouped
+
+
+def own_steps(records: list[MetricRecord]) -> list[int]:
+    return [record.step for record in records]
+
+
+def trials_by_id(trials: list[TrialRecord]) -> dict[str, TrialRecord]:
+    return {trial.trial_id: trial for trial in trials}
+
+
+def trial_dir(storage: Path, spec: dict[str, Any], trial_id: str) -> Path:
+    return storage / spec["name"] / "trials" / trial_id
+
+
+# ---------------------------------------------------------------------- 1. a whole experiment
+def test_an_experiment_runs_to_the_end_with_preemptions_and_its_reports_work(tmp_path: Path) -> None:
+    budget = 6
+    spec = spec_of(
+        "e2e-small",
+        search=search(6, 1, 0.12),
+        budget={"steps": budget},
+        policy={"name": "rr", "period": 0.4},  # a trial runs ~0.75 s of steps: each is preempted
+    )
+    path = write_spec(tmp_path, spec)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = hermes("run", str(path), "--no-live", cwd=elsewhere)  # relative paths follow the spec, not the cwd
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    storage = tmp_path / "runs"
+
+    assert "e2e-small: finished" in result.stdout
+    assert result.stdout.count(" completed at step 6") == 6  # the --no-live line per finished trial
+
+    view, decisions = load_view(storage)
+    assert view.experiment.status is ExperimentStatus.FINISHED
+    assert len(view.trials) == 6
+    grouped = metrics_by_trial(view.metrics)
+    for trial in view.trials:
+        assert trial.state is TrialState.COMPLETED and trial.error is None
+        assert trial.step == budget and trial.ended_at is not None
+        rate = trial.params["rate"]
+        own = grouped[trial.trial_id]
+        # A clean run re-reports nothing: each step once, in order, with every metric the trial sent.
+        assert [record.step for record in own] == list(range(1, budget + 1))
+        assert all(set(record.values) == {"score", "total"} for record in own)
+        assert [record.values["score"] for record in own] == pytest.approx([score(rate, s) for s in own_steps(own)])
+        # Its state survived every suspension: the running sum equals an uninterrupted run's.
+        result_file = json.loads((trial_dir(storage, spec, trial.trial_id) / "result.json").read_text())
+        assert result_file["total"] == pytest.approx(sum(score(rate, s) for s in range(1, budget + 1)))
+
+    starts = Counter(d.trial_id for d in decisions if isinstance(d, Start))
+    suspends = [d for d in decisions if isinstance(d, Suspend)]
+    resumes = [d for d in decisions if isinstance(d, Resume)]
+    assert starts == Counter({trial.trial_id: 1 for trial in view.trials})  # each started once, from scratch
+    assert suspends, "rr with a short period preempts"
+    assert Counter(d.trial_id for d in resumes) == Counter(d.trial_id for d in suspends)  # every one came back
+    assert {run.ended_by for run in view.runs} == {"suspended", "completed"}
+
+    # The read-only commands work on what the run left.
+    status = hermes("status", str(storage), cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert "e2e-small" in status.stdout and "finished" in status.stdout
+    assert "6 completed" in status.stdout
+    assert f"{len(suspends)} preemptions" in status.stdout
+
+    results = hermes("results", str(storage), "--format", "json", "--top", "10", cwd=tmp_path)
+    assert results.returncode == 0, results.stderr
+    standings = json.loads(results.stdout)
+    assert [entry["rank"] for entry in standings] == [1, 2, 3, 4, 5, 6]
+    assert sorted(entry["trial"] for entry in standings) == sorted(trial.trial_id for trial in view.trials)
+    params = {trial.trial_id: trial.params for trial in view.trials}
+    for entry in standings:
+        assert entry["state"] == "completed" and entry["steps"] == budget and entry["reports"] == budget
+        assert entry["best"] == pytest.approx(score(params[entry["trial"]]["rate"], budget))
+    bests = [entry["best"] for entry in standings]
+    assert bests == sorted(bests, reverse=True)
+
+    plots = hermes("plot", str(storage), "--out", str(tmp_path / "plots"), cwd=tmp_path)
+    assert plots.returncode == 0, plots.stderr
+    written = [Path(line) for line in plots.stdout.split()]
+    assert len(written) == 2
+    for png in written:
+        assert png.parent == tmp_path / "plots" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------------- 2. crash recovery
+def trial_processes(storage: Path) -> list[int]:
+    """Live processes of trials of this storage dir: those whose environment names a trial dir in it."""
+    marker = f"{protocol.ENV_TRIAL_DIR}={storage}{os.sep}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if state not in ("Z", "X") and any(item.startswith(marker) for item in environ.split(b"\0")):
+            pids.append(int(entry.name))
+    return pids
+
+
+def count_reports(database: Path) -> int:
+    """Reports recorded so far, read without writing (the runner may be creating the file)."""
+    if not database.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=1.0) as connection:
+            return connection.execute("SELECT count(*) FROM metrics").fetchone()[0]
+    except sqlite3.Error:  # no tables yet
+        return 0
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.002)
+
+
+@pytest.mark.parametrize("kill_after", [3, 10, 20, 40])  # of 48 reports; by 40 some trials completed
+def test_a_runner_killed_at_any_moment_continues_where_it_was(tmp_path: Path, kill_after: int) -> None:
+    budget, checkpoint_every = 8, 3  # the budget is no multiple of the interval: the last steps are never saved
+    spec = spec_of(
+        f"e2e-crash-{kill_after}",
+        search=search(6, 2, 0.06),
+        budget={"steps": budget},
+        policy={"name": "rr", "period": 0.3},
+        storage={"dir": "runs", "checkpoint_every": checkpoint_every},
+    )
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    database = storage / "hermes.db"
+
+    runner = subprocess.Popen(
+        hermes_command("run", str(path), "--no-live"),
+        cwd=tmp_path, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        # The moment: enough reports recorded, and trial processes running that the kill must take along.
+        wait_for(lambda: count_reports(database) >= kill_after and trial_processes(storage), 60, "the moment")
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(timeout=10)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert runner.returncode == -signal.SIGKILL
+
+    # Every trial process died with its runner (PR_SET_PDEATHSIG), so none races the restarted one.
+    wait_for(lambda: not trial_processes(storage), 5, "the trial processes of the killed runner to die")
+
+    store = open_store(storage)
+    try:
+        experiment = pick_experiment(store, None)
+        before_metrics = store.metrics(experiment.experiment_id)
+        before_trials = trials_by_id(store.trials(experiment.experiment_id))
+    finally:
+        store.close()
+    assert experiment.status is ExperimentStatus.RUNNING  # killed: nobody set anything else
+    completed_before = {t for t, record in before_trials.items() if record.state is TrialState.COMPLETED}
+
+    result = run_ok(path)
+    assert "(continued)" in result.stdout
+
+    view, decisions = load_view(storage)
+    assert view.experiment.experiment_id == experiment.experiment_id
+    assert view.experiment.status is ExperimentStatus.FINISHED
+    ids = [trial.trial_id for trial in view.trials]
+    assert len(ids) == len(set(ids)) == 6  # no trial twice in the trials table
+    # The store's log is append-only: what the first runner recorded is still there, first.
+    assert view.metrics[: len(before_metrics)] == before_metrics
+    after = metrics_by_trial(view.metrics[len(before_metrics):])
+    before = metrics_by_trial(before_metrics)
+    assert not completed_before & set(after), "trials completed before the kill ran again"
+    unrecorded: list[str] = []
+    for trial in view.trials:
+        assert trial.state is TrialState.COMPLETED, f"trial {trial.trial_id}: {trial.state} {trial.error}"
+        rate = trial.params["rate"]
+        steps_before = set(own_steps(before.get(trial.trial_id, [])))
+        steps_after = own_steps(after.get(trial.trial_id, []))
+        # Every step was reported, and values are what the curve gives at that step.
+        missing = set(range(1, budget + 1)) - steps_before - set(steps_after)
+        if missing:  # only the trace of the known bug is let through, to an xfail below
+            (gap,) = missing
+            assert gap % checkpoint_every == 0 and max(steps_before, default=0) + 1 == gap, (
+                f"trial {trial.trial_id}: reported {sorted(steps_before)} then {steps_after}"
+            )
+            assert steps_after[:1] == [gap + 1]
+            unrecorded.append(f"trial {trial.trial_id} step {gap}")
+        assert set(steps_after) <= set(range(1, budget + 1)) and steps_after == sorted(steps_after)
+        repeated = [step for step in steps_after if step in steps_before]
+        assert len(repeated) <= checkpoint_every, f"trial {trial.trial_id} lost {repeated} to the crash"
+        for record in view.metrics:
+            if record.trial_id == trial.trial_id:
+                assert record.values["score"] == pytest.approx(score(rate, record.step))
+        # Resumed from checkpoints that hold the right state: the running sum is an uninterrupted run's.
+        result_file = json.loads((trial_dir(storage, spec, trial.trial_id) / "result.json").read_text())
+        assert result_file["total"] == pytest.approx(sum(score(rate, s) for s in range(1, budget + 1)))
+    # The trials the first runner had started were resumed, not started again from scratch.
+    starts = Counter(d.trial_id for d in decisions if isinstance(d, Start))
+    assert all(count == 1 for count in starts.values()) and set(starts) == set(ids)
+    if unrecorded:
+        # See test_a_checkpoint_whose_report_the_runner_never_recorded: killed after a trial
+        # committed a checkpoint but before its report was recorded, which a random kill hits now and then.
+        pytest.xfail(f"known bug in hermes/trial/session.py: reports never recorded of {', '.join(unrecorded)}")
+
+
+def test_a_checkpoint_whose_report_the_runner_never_recorded(tmp_path: Path) -> None:
+    """The narrowest moment of a crash, made deterministic: a trial has committed the checkpoint
+    of step 3 and sent its report, but the runner dies before recording it (the test holds the
+    store's write lock meanwhile). The restarted runner resumes the trial from that checkpoint."""
+    budget = 5
+    spec = spec_of(
+        "e2e-unrecorded-checkpoint",
+        search=search(1, 0, 0.02, hold_save={"type": "choice", "values": [3]}),
+        budget={"steps": budget},
+        policy={"name": "fifo", "period": 1.0},
+        resources={"gpus": "none", "cpu_slots": 1},
+        storage={"dir": "runs", "checkpoint_every": 3},
+    )
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    directory = trial_dir(storage, spec, "0")
+    runner = subprocess.Popen(
+        hermes_command("run", str(path), "--no-live"),
+        cwd=tmp_path, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    lock = None
+    try:
+        wait_for(lambda: (directory / "saving-3").exists(), 60, "the checkpoint of step 3")
+        lock = sqlite3.connect(storage / "hermes.db", timeout=10.0, isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")  # the runner can record nothing from now on
+        (directory / "go-3").touch()
+        wait_for(lambda: protocol.latest_checkpoint(directory) is not None, 10, "the checkpoint to be committed")
+        time.sleep(0.3)  # the report is sent; the runner waits for the lock
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(timeout=10)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+        if lock is not None:
+            lock.execute("ROLLBACK")
+            lock.close()
+    wait_for(lambda: not trial_processes(storage), 5, "the trial process of the killed runner to die")
+    assert protocol.latest_checkpoint(directory) == (directory / "checkpoints" / "step-3", 3)
+    view, _ = load_view(storage)
+    assert own_steps(view.metrics) == [1, 2]  # report 3 never made it to the store
+
+    run_ok(path)
+    view, _ = load_view(storage)
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED]
+    steps = own_steps(view.metrics)
+    result_file = json.loads((directory / "result.json").read_text())
+    rate = view.trials[0].params["rate"]
+    assert result_file["total"] == pytest.approx(sum(score(rate, s) for s in range(1, budget + 1)))
+    if steps == [1, 2, 4, 5]:
+        # Known bug in hermes/trial/session.py: Session.save publishes the checkpoint of a step (and
+        # deletes the previous one) before its report is sent and recorded, so a runner that dies in
+        # between leaves a checkpoint ahead of the log; the resumed trial restores it and never
+        # reports step 3 again, and nothing can: its metrics are gone. See test_run.py's crash test.
+        pytest.xfail("the report of a checkpointed step is lost when the runner dies before recording it")
+    assert set(steps) == set(range(1, budget + 1))
+
+
+FAULTS = {
+    # The runner dies after recording a trial's exit in the log, before rewriting the trial's record.
+    "trial-record": "BEFORE UPDATE ON trials WHEN NEW.state = 'completed'",
+    # It dies before the log has a report whose checkpoint the trial has already committed.
+    "checkpointed-report": "BEFORE INSERT ON events WHEN NEW.type = 'TrialReported' "
+                           "AND json_extract(NEW.data, '$.step') = 4",
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_runner_that_dies_between_two_of_its_writes_leaves_a_store_its_successor_completes(
+    tmp_path: Path, fault: str
+) -> None:
+    """Each event is several transactions (metrics, the event, trial records): a fault injected
+    into the store (a trigger that aborts one write) ends the runner between two of them."""
+    from hermes.store import SqlStore
+
+    budget = 5
+    spec = spec_of(
+        f"e2e-fault-{fault}",
+        search=search(2, 0, 0.02),
+        budget={"steps": budget},
+        policy={"name": "fifo", "period": 1.0},
+        resources={"gpus": "none", "cpu_slots": 1},
+        storage={"dir": "runs", "checkpoint_every": 2},
+    )
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    SqlStore(f"sqlite:///{storage / 'hermes.db'}").close()  # the tables, for the trigger
+    with sqlite3.connect(storage / "hermes.db") as connection:
+        connection.execute(f"CREATE TRIGGER fault {FAULTS[fault]} BEGIN SELECT RAISE(ABORT, 'injected fault'); END")
+    failed = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert failed.returncode == 2 and "injected fault" in failed.stderr, failed.stderr
+    assert not trial_processes(storage)
+    with sqlite3.connect(storage / "hermes.db") as connection:
+        connection.execute("DROP TRIGGER fault")
+
+    result = run_ok(path)
+    assert "(continued)" in result.stdout
+    view, _ = load_view(storage)
+    assert view.experiment.status is ExperimentStatus.FINISHED
+    for trial in view.trials:
+        assert trial.state is TrialState.COMPLETED and trial.step == budget and trial.ended_at is not None
+    for trial_id, records in metrics_by_trial(view.metrics).items():
+        assert set(own_steps(records)) == set(range(1, budget + 1)), f"trial {trial_id}: {own_steps(records)}"
+
+
+def test_an_interrupted_run_stops_its_trials_and_continues_when_run_again(tmp_path: Path) -> None:
+    spec = spec_of("e2e-interrupt", budget={"steps": 6})
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    runner = subprocess.Popen(
+        hermes_command("run", str(path), "--no-live"),
+        cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_for(lambda: count_reports(storage / "hermes.db") >= 5 and trial_processes(storage), 60, "5 reports")
+        runner.send_signal(signal.SIGINT)  # Ctrl-C
+        _, stderr = runner.communicate(timeout=30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    assert runner.returncode == 130, stderr
+    assert f"interrupted: run `hermes run {path}` again to continue" in stderr
+    assert not trial_processes(storage)  # the runner stopped them before it exited
+    view, _ = load_view(storage)
+    assert view.experiment.status is ExperimentStatus.INTERRUPTED
+
+    result = run_ok(path)
+    assert "e2e-interrupt: finished (continued)" in result.stdout
+    view, _ = load_view(storage)
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED] * 6
+    for trial_id, records in metrics_by_trial(view.metrics).items():
+        assert set(own_steps(records)) == set(range(1, 7)), trial_id
+
+
+def test_the_live_view_runs_on_a_terminal(tmp_path: Path) -> None:
+    """Without --no-live on a terminal, the run shows Rich's live view, then the same leaderboard."""
+    import pty
+
+    spec = spec_of("e2e-live", search=search(3, 0, 0.02), budget={"steps": 3})
+    path = write_spec(tmp_path, spec)
+    leader, follower = pty.openpty()
+    runner = subprocess.Popen(
+        hermes_command("run", str(path)), cwd=tmp_path, env={**environment(), "TERM": "xterm", "COLUMNS": "120"},
+        stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
+    )
+    os.close(follower)
+    output = b""
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                chunk = os.read(leader, 1 << 16)
+            except OSError:  # EIO: the runner closed the terminal
+                break
+            if not chunk:
+                break
+            output += chunk
+        runner.wait(timeout=10)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+        os.close(leader)
+    text = output.decode(errors="replace")
+    assert runner.returncode == 0, text
+    assert "leaderboard" in text  # the live view was drawn
+    assert "e2e-live: finished" in text and "top 3 by best score" in text
+
+
+# ---------------------------------------------------------------------- 3. a crashing trial
+def test_a_crashing_trial_fails_with_its_exit_code_and_stderr_and_the_others_complete(tmp_path: Path) -> None:
+    budget = 4
+    spec = spec_of(
+        "e2e-crash-trial",
+        search=search(6, 3, 0.03, crash={"type": "grid", "values": ["none", "raise", "exit3"]}),
+        budget={"steps": budget},
+    )
+    result = run_ok(write_spec(tmp_path, spec))
+    assert "e2e-crash-trial: finished" in result.stdout
+    view, _ = load_view(tmp_path / "runs")
+    assert view.experiment.status is ExperimentStatus.FINISHED
+    grouped = metrics_by_trial(view.metrics)
+    assert Counter(trial.params["crash"] for trial in view.trials) == {"none": 2, "raise": 2, "exit3": 2}
+    for trial in view.trials:
+        crash = trial.params["crash"]
+        steps = own_steps(grouped.get(trial.trial_id, []))
+        if crash == "none":
+            assert trial.state is TrialState.COMPLETED and trial.error is None
+            assert steps == list(range(1, budget + 1))
+            continue
+        assert trial.state is TrialState.FAILED and trial.ended_at is not None
+        assert steps == [1]  # it fails at step 2
+        error = trial.error or ""
+        if crash == "raise":
+            assert error.startswith("exit code 1: ")
+            assert "about to fail at step 2" in error
+            assert "RuntimeError: synthetic failure at step 2" in error  # the traceback's tail
+        else:
+            assert error.startswith("exit code 3: ")
+            assert error.endswith("giving up at step 2 with exit code 3")
+        assert f"trial {trial.trial_id} failed at step 1" in result.stdout
+
+
+# ---------------------------------------------------------------------- 4. malformed specs
+def _without_metric(spec: dict[str, Any]) -> None:
+    del spec["metric"]
+
+
+def _bad_bound(spec: dict[str, Any]) -> None:
+    spec["search"]["space"]["rate"] = {"type": "loguniform", "low": 0.0, "high": 1.0}
+
+
+def _high_below_low(spec: dict[str, Any]) -> None:
+    spec["search"]["space"]["rate"] = {"type": "uniform", "low": 1.0, "high": 0.5}
+
+
+def _unknown_policy(spec: dict[str, Any]) -> None:
+    spec["policy"] = {"name": "no-such-policy", "period": 1.0}
+
+
+def _unknown_placeholder(spec: dict[str, Any]) -> None:
+    spec["trial"] = {"command": f"{sys.executable} trials/printer.py --rate {{rate}} --steps {{steps}}",
+                     "metrics_regex": r"score (?P<value>\S+)", "workdir": str(TESTS)}
+
+
+def _zero_budget(spec: dict[str, Any]) -> None:
+    spec["budget"] = {"steps": 0}
+
+
+def _missing_gpu(spec: dict[str, Any]) -> None:
+    spec["resources"] = {"gpus": [99], "cpu_slots": 2}
+
+
+@pytest.mark.parametrize(
+    ("break_spec", "expected"),
+    [
+        (_without_metric, "metric: required"),
+        (_bad_bound, "search.space.rate.low: must be > 0 for loguniform"),
+        (_high_below_low, "search.space.rate.high: must be greater than low"),
+        (_unknown_policy, "policy.name: unknown policy 'no-such-policy'"),
+        (_unknown_placeholder, "trial.command: placeholder {steps} is not in search.space"),
+        (_zero_budget, "budget.steps"),
+        (_missing_gpu, "resources.gpus: no GPU 99 on this machine"),
+    ],
+    ids=["no-metric", "loguniform-from-0", "high-below-low", "unknown-policy", "unknown-placeholder",
+         "zero-budget", "missing-gpu"],
+)
+def test_a_malformed_spec_is_refused_before_anything_is_written(
+    tmp_path: Path, break_spec: Callable[[dict[str, Any]], None], expected: str
+) -> None:
+    spec = spec_of("e2e-bad")
+    break_spec(spec)
+    path = write_spec(tmp_path, spec)
+    result = hermes("run", str(path), "--no-live", cwd=tmp_path, timeout=30)
+    assert result.returncode == 2, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.stderr.startswith("hermes: error: ")
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "runs").exists()  # no store, no trial dirs: fixing the spec starts afresh
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == ["experiment.yaml"]
+
+
+def test_the_fixed_spec_runs_after_a_refused_one(tmp_path: Path) -> None:
+    """A spec refused for a missing GPU leaves no experiment behind that the corrected spec would clash with."""
+    spec = spec_of("e2e-fixed", search=search(2, 0, 0.0), budget={"steps": 2})
+    broken = deepcopy(spec)
+    _missing_gpu(broken)
+    assert hermes("run", str(write_spec(tmp_path, broken)), "--no-live", cwd=tmp_path, timeout=30).returncode == 2
+    run_ok(write_spec(tmp_path, spec))
+    view, _ = load_view(tmp_path / "runs")
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED] * 2
+
+
+# ---------------------------------------------------------------------- 5. unmodified programs
+PRINTED = r"step (?P<step>\d+) loss (?P<loss>\S+) score (?P<value>\S+)"
+
+
+def test_an_unmodified_program_is_stopped_and_continued_and_reports_everything(tmp_path: Path) -> None:
+    steps = 6
+    spec = spec_of(
+        "e2e-unmodified",
+        trial={
+            "command": f"{sys.executable} trials/printer.py --steps {steps} --rate {{rate}} --sleep 0.1",
+            "metrics_regex": PRINTED,
+            "workdir": str(TESTS),
+        },
+        search={"sampler": "random", "trials": 3, "seed": 4, "space": {"rate": RATE}},
+        budget={"steps": steps},
+        policy={"name": "rr", "period": 0.2},
+        resources={"gpus": "none", "cpu_slots": 1},
+    )
+    result = run_ok(write_spec(tmp_path, spec))
+    assert "e2e-unmodified: finished" in result.stdout
+    storage = tmp_path / "runs"
+    view, decisions = load_view(storage)
+    grouped = metrics_by_trial(view.metrics)
+    for trial in view.trials:
+        assert trial.state is TrialState.COMPLETED and trial.error is None and trial.step == steps
+        own = grouped[trial.trial_id]
+        assert own_steps(own) == list(range(1, steps + 1))
+        rate = trial.params["rate"]
+        assert [record.values["value"] for record in own] == [round(score(rate, s), 4) for s in range(1, steps + 1)]
+        assert [record.values["loss"] for record in own] == [round(1 - score(rate, s), 4) for s in range(1, steps + 1)]
+        # One process printed every line: it was stopped and continued, never started again.
+        lines = (trial_dir(storage, spec, trial.trial_id) / "stdout.log").read_text().splitlines()
+        assert len(lines) == steps
+        assert len({line.rsplit(" pid ", 1)[1] for line in lines}) == 1
+    suspended = {d.trial_id for d in decisions if isinstance(d, Suspend)}
+    resumes = [d for d in decisions if isinstance(d, Resume)]
+    assert suspended, "rr with a short period preempts"
+    assert {d.trial_id for d in resumes} == suspended
+    assert not any(d.migrated for d in resumes)
+    assert all(run.gpu == "local/cpu0" for run in view.runs)
+    # While stopped, a program reports nothing: no report lands inside a suspension.
+    for trial in view.trials:
+        runs = runs_of(view, trial.trial_id)
+        gaps = [(a.ended_at, b.started_at) for a, b in pairwise(runs)]
+        for record in grouped[trial.trial_id]:
+            assert not any(start < record.at < end for start, end in gaps)
+
+
+def runs_of(view: ExperimentView, trial_id: str) -> list:
+    return [run for run in view.runs if run.trial_id == trial_id]
+
+
+# ---------------------------------------------------------------------- 6. bad reports
+def test_bad_reports_fail_their_trial_or_rank_last_and_never_hang_the_runner(tmp_path: Path) -> None:
+    budget = 3
+    spec = spec_of(
+        "e2e-bad-reports",
+        search={
+            "sampler": "grid",
+            "space": {
+                "report": {"type": "grid", "values": ["ok", "nan", "unnamed"]},
+                "sleep": {"type": "grid", "values": [0.02]},
+            },
+        },
+        budget={"steps": budget},
+    )
+    result = run_ok(write_spec(tmp_path, spec))
+    view, _ = load_view(tmp_path / "runs")
+    by_kind = {trial.params["report"]: trial for trial in view.trials}
+    grouped = metrics_by_trial(view.metrics)
+
+    # A report without the objective metric is refused in the trial: it fails and says why.
+    unnamed = by_kind["unnamed"]
+    assert unnamed.state is TrialState.FAILED
+    assert (unnamed.error or "").startswith("exit code 1: ")
+    assert "report() must include the objective metric 'score'" in (unnamed.error or "")
+    assert unnamed.trial_id not in grouped
+    assert f"trial {unnamed.trial_id} failed at step 0" in result.stdout
+
+    # NaN is a diverged trial: it is recorded as reported, and ranks below every finite value.
+    nan = by_kind["nan"]
+    assert nan.state is TrialState.COMPLETED
+    assert own_steps(grouped[nan.trial_id]) == list(range(1, budget + 1))
+    assert all(math.isnan(record.values["score"]) for record in grouped[nan.trial_id])
+    assert by_kind["ok"].state is TrialState.COMPLETED
+
+    results = hermes("results", str(tmp_path / "runs"), "--format", "json", cwd=tmp_path)
+    assert results.returncode == 0, results.stderr
+    standings = json.loads(results.stdout)  # strict JSON: NaN is written as null
+    assert [entry["trial"] for entry in standings[:2]] == [by_kind["ok"].trial_id, nan.trial_id]
+    assert standings[1]["best"] is None and standings[1]["reports"] == budget
+    assert hermes("status", str(tmp_path / "runs"), cwd=tmp_path).returncode == 0
+
+
+def test_an_unmodified_program_printing_nan_completes(tmp_path: Path) -> None:
+    spec = spec_of(
+        "e2e-unmodified-nan",
+        trial={
+            "command": f"{sys.executable} trials/printer.py --steps 3 --sleep 0.01 --nan",
+            "metrics_regex": PRINTED,
+            "workdir": str(TESTS),
+        },
+        search={"sampler": "random", "trials": 1, "seed": 0, "space": {"rate": RATE}},
+        budget={"steps": 3},
+    )
+    run_ok(write_spec(tmp_path, spec))
+    view, _ = load_view(tmp_path / "runs")
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED]
+    assert own_steps(view.metrics) == [1, 2, 3]
+    assert all(math.isnan(record.values["value"]) for record in view.metrics)
+
+
+def test_a_report_that_lacks_the_objective_on_the_wire_fails_its_trial(tmp_path: Path) -> None:
+    """A program that speaks the protocol itself (not through hermes.trial) and omits the objective."""
+    spec = spec_of(
+        "e2e-raw-report",
+        trial={"command": f"{sys.executable} trials/raw.py", "workdir": str(TESTS)},
+        search=search(1, 0, 0.0),
+        budget={"steps": 2},
+    )
+    result = run_ok(write_spec(tmp_path, spec))
+    view, _ = load_view(tmp_path / "runs")
+    (trial,) = view.trials
+    assert trial.state is TrialState.FAILED and not view.metrics
+    assert (trial.error or "").startswith("protocol error: ")
+    assert "report of step 1 lacks the objective metric 'score'" in (trial.error or "")
+    assert "failed at step 0 (protocol error" in result.stdout

@@ -1,0 +1,73 @@
+"""A function trial with a synthetic learning curve, resumable from its checkpoints.
+
+Config (every key optional):
+
+- ``rate``: how fast the curve rises towards 1 (``score = 1 - exp(-rate * step)``);
+- ``sleep``: seconds of "training" per step;
+- ``crash``: ``"none"``, ``"raise"`` (an exception at step ``crash_step``) or ``"exit3"``
+  (``sys.exit(3)`` there), to test failing trials;
+- ``report``: ``"ok"``, ``"nan"`` (reports NaN as the objective) or ``"unnamed"`` (reports a
+  metric that is not the spec's), to test bad reports;
+- ``hold_save``: a step whose checkpoint waits, half written, until a test lets it go: the trial
+  creates ``saving-<step>`` in its directory and waits for ``go-<step>`` there.
+
+Its state is a small JSON file saved with ``trial.Files``: the running sum of the scores, which a
+correct resume continues exactly, and the pid of every process that worked on it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hermes import trial
+
+
+def score(rate: float, step: int) -> float:
+    return 1.0 - math.exp(-rate * step)
+
+
+def train(config: dict[str, Any]) -> None:
+    rate = float(config.get("rate", 0.5))
+    sleep = float(config.get("sleep", 0.05))
+    crash = str(config.get("crash", "none"))
+    crash_step = int(config.get("crash_step", 2))
+    report = str(config.get("report", "ok"))
+    hold_save = int(config.get("hold_save", 0))
+    state: dict[str, Any] = {"total": 0.0, "pids": [], "step": 0}
+
+    def save(directory: Path) -> None:
+        (directory / "state.json").write_text(json.dumps(state))
+        if state["step"] == hold_save:
+            (trial.trial_dir() / f"saving-{hold_save}").touch()
+            while not (trial.trial_dir() / f"go-{hold_save}").exists():
+                time.sleep(0.005)
+
+    def load(directory: Path) -> None:
+        state.update(json.loads((directory / "state.json").read_text()))
+
+    start = trial.Files(save, load).restore()
+    state["pids"].append(os.getpid())
+    for step in range(start + 1, trial.budget() + 1):
+        time.sleep(sleep)
+        if step == crash_step and crash == "raise":
+            print(f"about to fail at step {step}", file=sys.stderr)
+            raise RuntimeError(f"synthetic failure at step {step}")
+        if step == crash_step and crash == "exit3":
+            print(f"giving up at step {step} with exit code 3", file=sys.stderr, flush=True)
+            sys.exit(3)
+        value = score(rate, step)
+        state["total"] += value
+        state["step"] = step
+        if report == "nan":
+            trial.report(step, score=math.nan, total=state["total"])
+        elif report == "unnamed":
+            trial.report(step, accuracy=value, loss=1.0 - value)
+        else:
+            trial.report(step, score=value, total=state["total"])
+    (trial.trial_dir() / "result.json").write_text(json.dumps(state))
