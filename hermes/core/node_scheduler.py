@@ -22,6 +22,10 @@ class NodeScheduler:
         # suspending trial -> the waiting trial it yields to, so that two GPUs are not both
         # preempted for the same challenger.
         self.claims: dict[str, str] = {}
+        # Waiting trials sorted once, for policies that promise a time-invariant order
+        # (SchedulingPolicy.order_version); kept up to date by add_waiting, rebuilt when the counter moves.
+        self._sorted: list[Trial] = []
+        self._sorted_for: int | None = None  # the order_version the sort is valid for
 
     def ranked_waiting(
         self, now: float, limit: int, free: list[str] | None = None, exclude: frozenset[str] | set[str] = frozenset()
@@ -32,6 +36,8 @@ class NodeScheduler:
         GPUs; without it, only trials that may leave their GPU (movable, or never started).
         """
         priority_of = self.policy.priority
+        if self.policy.order_version is not None:
+            return self._from_sorted(now, limit, free, exclude)
         if limit == 1:  # the common case: one pass, no list
             best_priority, best = 0.0, None
             for trial in self.node.members.values():
@@ -55,6 +61,65 @@ class NodeScheduler:
             if priority is not None:
                 ranked.append((-priority, trial.seq, trial))
         return [(-key, trial) for key, _, trial in heapq.nsmallest(limit, ranked, key=_rank_key)]
+
+    def _from_sorted(
+        self, now: float, limit: int, free: list[str] | None, exclude: frozenset[str] | set[str]
+    ) -> list[tuple[float, Trial]]:
+        """``ranked_waiting`` from the cached order: trials that stopped waiting are skipped lazily."""
+        key = self.policy.order_version
+        if self._sorted_for != key:
+            priority_of = self.policy.priority
+            entries = []
+            for trial in self.node.members.values():
+                if trial.waiting:
+                    priority = priority_of(trial, now)
+                    if priority is not None:
+                        entries.append((-priority, trial.seq, trial))
+            entries.sort(key=_rank_key)
+            self._sorted = [trial for _, _, trial in entries]
+            self._sorted_for = key
+        chosen: list[tuple[float, Trial]] = []
+        members = self.node.members
+        ordered = self._sorted
+        while ordered and (not ordered[0].waiting or ordered[0].trial_id not in members):
+            ordered.pop(0)  # started or gone since the sort: it only comes back with a bump
+        for trial in ordered:
+            if not trial.waiting or trial.trial_id not in members or trial.trial_id in exclude:
+                continue
+            if not (trial.movable or trial.last_gpu is None or (free is not None and trial.last_gpu in free)):
+                continue
+            priority = self.policy.priority(trial, now)
+            if priority is None:
+                continue
+            chosen.append((priority, trial))
+            if len(chosen) == limit:
+                break
+        return chosen
+
+    def add_waiting(self, trial: Trial, now: float) -> None:
+        """``trial`` joined this node or became waiting on it: put it in the cached order, if any.
+
+        Under a time-invariant order the cached list is still sorted by the priorities of ``now``,
+        so a binary search with live priorities finds its place."""
+        if self._sorted_for is None or self._sorted_for != self.policy.order_version:
+            return  # no valid cache: the next query sorts everything anyway
+        ordered = self._sorted
+        if trial in ordered:
+            ordered.remove(trial)  # a stale entry from an earlier wait
+        priority_of = self.policy.priority
+        priority = priority_of(trial, now)
+        if priority is None:
+            return
+        low, high = 0, len(ordered)
+        while low < high:
+            middle = (low + high) // 2
+            other = ordered[middle]
+            other_priority = priority_of(other, now)
+            if other_priority is None or (-other_priority, other.seq) > (-priority, trial.seq):
+                high = middle
+            else:
+                low = middle + 1
+        ordered.insert(low, trial)
 
     def fill(self, now: float) -> list[Decision]:
         """Give every free GPU to the best waiting trials, each on its last GPU when that is free."""

@@ -141,6 +141,7 @@ class Scheduler:
             self._retire(trial)
             return self._place_and_fill(event.at, {node})
         trial.move_to(TrialState.SUSPENDED)
+        self.node_schedulers[node.name].add_waiting(trial, event.at)
         return self._fill(self.node_schedulers[node.name], event.at)
 
     def _on_exited(self, event: TrialExited) -> list[Decision]:
@@ -259,12 +260,20 @@ class Scheduler:
         return touched
 
     def _rebalance(self, now: float, targets: set[Node]) -> set[Node]:
-        """Migrate waiting trials from the most loaded node to each target while that evens the load."""
+        """Migrate waiting trials from the most loaded node to each target while that evens the load.
+
+        Only a target below the mean load pulls trials, and the mean costs nothing to compute, so
+        the search for the most loaded node is skipped in the common, balanced case.
+        """
         moved_to: set[Node] = set()
-        if len(self.cluster.nodes) < 2:
+        gpus = self.cluster.gpu_count
+        if len(self.cluster.nodes) < 2 or not gpus:
             return moved_to
         for target in sorted(targets, key=lambda n: n.name):
             while target.name in self.cluster.nodes and self._has_room(target):
+                mean = (self._unfinished - len(self.unplaced)) / gpus
+                if target.load >= mean:
+                    break
                 source = max((n for n in self.cluster.nodes.values() if n.occupant), key=lambda n: n.load)
                 if source is target or _load_after_one_more(target) > (len(source.members) - 1) / len(source.occupant):
                     break
@@ -280,6 +289,8 @@ class Scheduler:
     def _join(self, trial: Trial, node: Node) -> None:
         trial.node = node.name
         node.members[trial.trial_id] = trial
+        if trial.waiting:
+            self.node_schedulers[node.name].add_waiting(trial, self._last_time)
 
     # ------------------------------------------------------------------ helpers
     def _trial(self, trial_id: str) -> Trial:
@@ -306,6 +317,8 @@ class Scheduler:
             return
         trial.move_to(TrialState.SUSPENDED)
         trial.step = trial.checkpoint_step
+        if trial.node in self.node_schedulers:
+            self.node_schedulers[trial.node].add_waiting(trial, now)
 
     def _retire(self, trial: Trial) -> None:
         """A terminal trial leaves its node."""

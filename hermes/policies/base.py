@@ -31,6 +31,10 @@ class SchedulingPolicy(ABC):
 
     name: ClassVar[str]
     time_sharing: ClassVar[bool] = True
+    order_version: int | None = None
+    """A promise that lets the core sort waiting trials once instead of scanning them at every
+    decision: the relative order of waiting trials does not change as time passes, only when this
+    counter changes (the policy bumps it). None: no such promise."""
 
     def __init__(self, period: float = 60.0) -> None:
         if not period > 0:

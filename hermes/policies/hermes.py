@@ -305,6 +305,7 @@ class HermesPolicy(SchedulingPolicy):
         self._priority: dict[str, float] = {}  # measured trial -> optimistic standing
         self._records_at_refit = 0
         self._records = 0
+        self.order_version = 0
 
     # ------------------------------------------------------------------ reports
     def observe(self, trial: Trial, now: float) -> Verdict:
@@ -323,6 +324,7 @@ class HermesPolicy(SchedulingPolicy):
             if self._records - self._records_at_refit >= max(1.0, REFIT_GROWTH * self._records):
                 self._refit()
                 self._refresh_budgets(now)
+                self.order_version += 1  # every waiting trial was re-ranked, and ageing may be faster
             else:
                 self._rank(trial.trial_id, row)
         return Verdict.CONTINUE
@@ -518,6 +520,7 @@ class HermesPolicy(SchedulingPolicy):
         self._crossed_run = [int(r) for r in state["crossed_run"]]
         self._starts_seen = [int(s) for s in state["starts_seen"]]
         self._age_rate = float(state["age_rate"])
+        self.order_version += 1
         self._work = float(state["work"])
         self._suspensions = int(state["suspensions"])
         self._trials = {}

@@ -8,6 +8,7 @@ from hermes.policies.base import SchedulingPolicy
 
 class RoundRobinPolicy(SchedulingPolicy):
     name = "rr"
+    order_version = 0  # a waiting trial's priority, -idle_since, never changes while it waits
 
     def priority(self, trial: Trial, now: float) -> float:
         """The trial that has waited longest goes next; a running trial ranks as having just arrived."""
