@@ -383,6 +383,9 @@ def test_without_record_no_logs_are_kept() -> None:
 
 
 # ---------------------------------------------------------------------------------------- figures
+HAND_COSTS = SwitchCosts(start=1.5, suspend=0.5, resume=1.5, migration=1.0)  # the hand-traced figures use these
+
+
 def _curve(name: str, metrics: list[float], seconds: list[float]) -> TraceTrial:
     return TraceTrial(name, tuple(metrics), tuple(seconds), len(seconds) > len(metrics), MappingProxyType({}))
 
@@ -394,9 +397,8 @@ def test_fifo_first_feedback_on_a_csv_trace(tmp_path: Path) -> None:
     path = tmp_path / "hand.csv"
     write_trace(made, path)
     trace = load_trace(path, "max")
-    result = simulate(trace, FifoPolicy(), gpus=1, seed=0, record=True)
-    start = SwitchCosts().start
-    assert start == 1.5
+    result = simulate(trace, FifoPolicy(), gpus=1, seed=0, record=True, costs=HAND_COSTS)
+    start = HAND_COSTS.start
     # Each trial starts when the previous one exits, then pays the start cost before its first epoch.
     first_reports = [start + 10, 2 * (start + 20) - 10, 3 * (start + 20) - 10]  # 11.5, 33, 54.5
     assert result.mean_first_feedback_s == pytest.approx(sum(first_reports) / 3)
@@ -413,7 +415,7 @@ def test_fifo_first_feedback_on_a_csv_trace(tmp_path: Path) -> None:
 
 def test_fifo_figures_on_two_gpus() -> None:
     trace = Trace("two", "max", (_curve("a", [0.5, 0.9], [10.0, 20.0]), _curve("b", [0.3, 0.4], [4.0, 4.0])))
-    result = simulate(trace, FifoPolicy(), gpus=2, seed=1)
+    result = simulate(trace, FifoPolicy(), gpus=2, seed=1, costs=HAND_COSTS)
     # Both start at once on their own GPU: first feedback after start cost + first epoch.
     assert result.mean_first_feedback_s == pytest.approx(((1.5 + 10) + (1.5 + 4)) / 2)
     assert result.max_first_feedback_s == pytest.approx(11.5)
@@ -427,7 +429,7 @@ def test_fifo_figures_on_two_gpus() -> None:
 def test_rr_figures_on_a_hand_traced_run() -> None:
     """One GPU, period 5 s, two trials of two 10 s epochs: every report after the first epoch preempts."""
     trace = Trace("rr", "max", (_curve("a", [0.1, 0.2], [10.0, 10.0]), _curve("b", [0.3, 0.4], [10.0, 10.0])))
-    result = simulate(trace, RoundRobinPolicy(period=5), gpus=1, seed=0, record=True)
+    result = simulate(trace, RoundRobinPolicy(period=5), gpus=1, seed=0, record=True, costs=HAND_COSTS)
     first, second = (t.name for t in trace.shuffled(0))
     assert result.decisions == [
         (0.0, "Start", first, "n0/g0"),
@@ -442,7 +444,7 @@ def test_rr_figures_on_a_hand_traced_run() -> None:
     assert result.preemptions == 2 and result.migrations == 0
     assert result.overhead_fraction == pytest.approx((2 * 0.5 + 2 * 1.5) / 40)
     assert result.gpu_utilization == pytest.approx(1.0)
-    fifo = simulate(trace, FifoPolicy(), gpus=1, seed=0)
+    fifo = simulate(trace, FifoPolicy(), gpus=1, seed=0, costs=HAND_COSTS)
     assert fifo.mean_first_feedback_s == pytest.approx((11.5 + 33.0) / 2)
     assert result.mean_first_feedback_s < fifo.mean_first_feedback_s
 

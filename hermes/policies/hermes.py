@@ -66,10 +66,10 @@ Ageing
     and 3 to 30 perform alike.
 
 The scheduling period: turns that keep switching overhead small
-    A switch (suspend and resume) costs ``switch_cost`` GPU seconds (default 2.0, the
+    A switch (suspend and resume) costs ``switch_cost`` GPU seconds (default 3.2, the
     simulator's default suspend and resume; set it from the executor's measurements). A running
     trial's turn is over when it reached a new rung in this run (its priority changed), or after
-    ``max(period, switch_cost / overhead_budget)`` seconds of GPU time (at least 100 s with the
+    ``max(period, switch_cost / overhead_budget)`` seconds of GPU time (at least 160 s with the
     defaults: then a time-sharing switch costs at most 2% of the run before it). A turn is never
     over when the run so far is shorter than a switch, nor when the trial's remaining work is
     less than ``switch_cost / overhead_budget`` (finishing it costs about as little as a switch:
@@ -250,7 +250,7 @@ class HermesPolicy(SchedulingPolicy):
         *,
         optimism: float = 1.0,
         ageing: float = 3.0,
-        switch_cost: float = 2.0,
+        switch_cost: float = 3.2,
         overhead_budget: float = 0.02,
         min_trials: int = 20,
         rung_factor: float = 2.0,
