@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 demo: install
-	$(VENV)/bin/hermes simulate --trace data/lcbench_189908.csv --mode max --gpus 4 --compare fifo,rr,hermes --seeds 3 --workers 2
+	$(VENV)/bin/hermes run examples/digits/experiment.yaml
 
 test: install
 	$(PY) -m pytest -q
@@ -20,3 +20,4 @@ test: install
 bench: install
 	$(PY) bench/paper_comparison.py
 	$(PY) bench/scale.py
+	$(PY) bench/real_example.py
