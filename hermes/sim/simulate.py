@@ -17,9 +17,6 @@ from hermes.sim.costs import SwitchCosts
 from hermes.sim.executor import EpochRecord, SimulatedExecutor
 from hermes.sim.trace import Trace
 
-CURVE_POINTS = 20  # samples of the best-metric-over-time curve in a result
-
-
 def cluster_layout(gpus: int, nodes: int = 1) -> dict[str, tuple[str, ...]]:
     """``gpus`` GPUs spread as evenly as possible over ``nodes`` nodes, named ``n<i>/g<j>``."""
     if gpus < 1 or nodes < 1 or nodes > gpus:
@@ -67,7 +64,7 @@ class SimulationResult:
     overhead_fraction: float  # suspend/resume/migration time over useful training time
     preemptions: int
     migrations: int
-    best_curve: list[tuple[float, float]]  # (time, best metric reported so far), sampled
+    best_curve: list[tuple[float, float]]  # (time, best metric so far) at each improvement
     decisions: list[tuple[float, str, str, str]] = field(default_factory=list, repr=False)
     epochs: list[EpochRecord] | None = field(default=None, repr=False)
 
@@ -137,25 +134,19 @@ def simulate(
         overhead_fraction=accounts.overhead / accounts.useful if accounts.useful else 0.0,
         preemptions=counts["preemptions"],
         migrations=counts["migrations"],
-        best_curve=_best_curve(accounts.reports, objective, makespan),
+        best_curve=_best_curve(accounts.reports, objective),
         decisions=log,
         epochs=executor.epochs,
     )
 
 
-def _best_curve(reports: list[tuple[float, float]], objective: Objective, makespan: float) -> list[tuple[float, float]]:
-    """The best metric reported so far, at CURVE_POINTS evenly spaced times of the run."""
-    if not reports or not makespan:
-        return []
-    ordered = sorted(reports)
-    curve, best, index = [], None, 0
-    for point in range(1, CURVE_POINTS + 1):
-        until = makespan * point / CURVE_POINTS
-        while index < len(ordered) and ordered[index][0] <= until:
-            value = ordered[index][1]
-            if best is None or objective.score(value) > objective.score(best):
-                best = value
-            index += 1
-        if best is not None:
-            curve.append((round(until, 3), best))
+def _best_curve(reports: list[tuple[float, float]], objective: Objective) -> list[tuple[float, float]]:
+    """(time, best metric reported so far) at each improvement: short, and exact as a step function."""
+    curve: list[tuple[float, float]] = []
+    best = -math.inf
+    for at, value in sorted(reports):
+        score = objective.score(value)
+        if score > best:
+            best = score
+            curve.append((round(at, 3), value))
     return curve
