@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from hermes.errors import HermesError
+
+if TYPE_CHECKING:
+    from hermes.core.decisions import Decision
+    from hermes.core.events import Event
+    from hermes.runner import ExperimentRunner, Listener
 
 GPUS_PER_NODE = 8  # default node size when --nodes is not given, like a DGX-class server
 
@@ -77,17 +83,17 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress_printer(runner):  # type: ignore[no-untyped-def]
+def _progress_printer(runner: ExperimentRunner) -> Listener:
     """Without a terminal: one line per trial that ends, for logs and CI."""
     from hermes.core.events import TrialExited
 
-    def show(event, decisions):  # type: ignore[no-untyped-def]
+    def show(event: Event, decisions: list[Decision]) -> None:
         if isinstance(event, TrialExited):
             trial = runner.scheduler.trials[event.trial_id]
-            value = trial.values[-1] if trial.values else None
-            print(f"[{event.at:8.1f}s] trial {trial.trial_id} {trial.state.value} at step {trial.step}"
-                  f"{'' if value is None else f', {runner.spec.metric.name} {value:.4g}'}"
-                  f"{'' if not trial.error else f' ({trial.error.splitlines()[0][:80]})'}", flush=True)
+            value = f", {runner.spec.metric.name} {trial.values[-1]:.4g}" if trial.values else ""
+            error = f" ({trial.error.splitlines()[0][:80]})" if trial.error else ""
+            print(f"[{event.at:8.1f}s] trial {trial.trial_id} {trial.state.value} at step {trial.step}{value}{error}",
+                  flush=True)
 
     return show
 
@@ -134,7 +140,7 @@ def _simulate(args: argparse.Namespace) -> int:
         policies = [name.strip() for name in args.compare.split(",") if name.strip()]
         summaries = compare(trace, policies, range(args.seeds), setting, workers=args.workers)
         if args.json:
-            print(json.dumps([s.__dict__ if hasattr(s, "__dict__") else _as_dict(s) for s in summaries]))
+            print(json.dumps([dataclasses.asdict(s) for s in summaries]))
         else:
             print(f"{trace.path}: {len(trace.trials)} trials, {args.gpus} GPUs on {nodes} node(s), {args.seeds} seeds")
             print(format_table(summaries))
@@ -148,10 +154,6 @@ def _simulate(args: argparse.Namespace) -> int:
             if key != "best_curve":
                 print(f"{key:>24}: {value}")
     return 0
-
-
-def _as_dict(summary: object) -> dict:
-    return {name: getattr(summary, name) for name in summary.__slots__}  # type: ignore[attr-defined]
 
 
 def _add_storage_arguments(command: argparse.ArgumentParser) -> None:

@@ -94,7 +94,9 @@ class ExperimentRunner:
             cwd=self.spec.workdir,
         )
         for trial in self.scheduler.trials.values():
-            executor.submit(trial.trial_id, self._launch(trial.params), at=trial.submitted_at)
+            executor.submit(  # the trials it ran fall back to their checkpoints, so the core knows that step
+                trial.trial_id, self._launch(trial.params), at=trial.submitted_at, reported_step=trial.checkpoint_step
+            )
         if self.scheduler.finished:
             self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
             executor.shutdown()

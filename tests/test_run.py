@@ -301,21 +301,15 @@ def test_a_runner_killed_at_any_moment_continues_where_it_was(tmp_path: Path, ki
     after = metrics_by_trial(view.metrics[len(before_metrics):])
     before = metrics_by_trial(before_metrics)
     assert not completed_before & set(after), "trials completed before the kill ran again"
-    unrecorded: list[str] = []
     for trial in view.trials:
         assert trial.state is TrialState.COMPLETED, f"trial {trial.trial_id}: {trial.state} {trial.error}"
         rate = trial.params["rate"]
         steps_before = set(own_steps(before.get(trial.trial_id, [])))
         steps_after = own_steps(after.get(trial.trial_id, []))
         # Every step was reported, and values are what the curve gives at that step.
-        missing = set(range(1, budget + 1)) - steps_before - set(steps_after)
-        if missing:  # only the trace of the known bug is let through, to an xfail below
-            (gap,) = missing
-            assert gap % checkpoint_every == 0 and max(steps_before, default=0) + 1 == gap, (
-                f"trial {trial.trial_id}: reported {sorted(steps_before)} then {steps_after}"
-            )
-            assert steps_after[:1] == [gap + 1]
-            unrecorded.append(f"trial {trial.trial_id} step {gap}")
+        assert set(range(1, budget + 1)) == steps_before | set(steps_after), (
+            f"trial {trial.trial_id}: reported {sorted(steps_before)} then {steps_after}"
+        )
         assert set(steps_after) <= set(range(1, budget + 1)) and steps_after == sorted(steps_after)
         repeated = [step for step in steps_after if step in steps_before]
         assert len(repeated) <= checkpoint_every, f"trial {trial.trial_id} lost {repeated} to the crash"
@@ -328,10 +322,6 @@ def test_a_runner_killed_at_any_moment_continues_where_it_was(tmp_path: Path, ki
     # The trials the first runner had started were resumed, not started again from scratch.
     starts = Counter(d.trial_id for d in decisions if isinstance(d, Start))
     assert all(count == 1 for count in starts.values()) and set(starts) == set(ids)
-    if unrecorded:
-        # See test_a_checkpoint_whose_report_the_runner_never_recorded: killed after a trial
-        # committed a checkpoint but before its report was recorded, which a random kill hits now and then.
-        pytest.xfail(f"known bug in hermes/trial/session.py: reports never recorded of {', '.join(unrecorded)}")
 
 
 def test_a_checkpoint_whose_report_the_runner_never_recorded(tmp_path: Path) -> None:
@@ -383,13 +373,9 @@ def test_a_checkpoint_whose_report_the_runner_never_recorded(tmp_path: Path) -> 
     result_file = json.loads((directory / "result.json").read_text())
     rate = view.trials[0].params["rate"]
     assert result_file["total"] == pytest.approx(sum(score(rate, s) for s in range(1, budget + 1)))
-    if steps == [1, 2, 4, 5]:
-        # Known bug in hermes/trial/session.py: Session.save publishes the checkpoint of a step (and
-        # deletes the previous one) before its report is sent and recorded, so a runner that dies in
-        # between leaves a checkpoint ahead of the log; the resumed trial restores it and never
-        # reports step 3 again, and nothing can: its metrics are gone. See test_run.py's crash test.
-        pytest.xfail("the report of a checkpointed step is lost when the runner dies before recording it")
-    assert set(steps) == set(range(1, budget + 1))
+    # The checkpoint is ahead of the log: the resumed trial reports step 3 again from the metrics
+    # its checkpoint keeps, before training step 4.
+    assert steps == [1, 2, 3, 4, 5]
 
 
 FAULTS = {

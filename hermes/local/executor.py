@@ -158,13 +158,18 @@ class LocalExecutor(Executor):
     def now(self) -> float:
         return time.monotonic() - self._started
 
-    def submit(self, trial_id: str, launch: TrialLaunch, at: float | None = None) -> TrialSubmitted:
-        """Register what to run for ``trial_id``; return the event that tells the scheduler about it."""
+    def submit(
+        self, trial_id: str, launch: TrialLaunch, at: float | None = None, *, reported_step: int = 0
+    ) -> TrialSubmitted:
+        """Register what to run for ``trial_id``; return the event that tells the scheduler about it.
+
+        ``reported_step``: the last step of the trial the scheduler knows, when a restarted runner
+        registers a trial that already ran."""
         if not trial_id or trial_id.startswith(".") or not all(c.isalnum() or c in "._-" for c in trial_id):
             raise HermesError(f"trial id {trial_id!r} must be letters, digits, '.', '_' or '-'")
         if trial_id in self._trials:
             raise HermesError(f"trial {trial_id} submitted twice")
-        self._trials[trial_id] = _Trial(trial_id, launch, self.directory / "trials" / trial_id)
+        self._trials[trial_id] = _Trial(trial_id, launch, self.directory / "trials" / trial_id, reported_step)
         return TrialSubmitted(
             self.now() if at is None else at, trial_id, launch.budget, dict(launch.config), launch.movable
         )
@@ -267,6 +272,7 @@ class LocalExecutor(Executor):
             protocol.ENV_BUDGET: str(trial.launch.budget),
             protocol.ENV_METRIC: self.metric or "",
             protocol.ENV_CHECKPOINT_EVERY: str(self.checkpoint_every),
+            protocol.ENV_REPORTED_STEP: str(trial.last_step),
             protocol.ENV_THREADS: threads,
             "OMP_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,

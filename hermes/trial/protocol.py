@@ -20,11 +20,12 @@ ENV_BUDGET = "HERMES_BUDGET"  # steps the trial trains when it is never stopped
 ENV_METRIC = "HERMES_METRIC"  # name of the objective among the reported metrics; empty: any single one
 ENV_CHECKPOINT_EVERY = "HERMES_CHECKPOINT_EVERY"  # also checkpoint at every multiple of this step; 0: never
 ENV_THREADS = "HERMES_THREADS"  # CPU threads the trial may use
+ENV_REPORTED_STEP = "HERMES_REPORTED_STEP"  # the last step of this trial the scheduler has recorded
 
 CONFIG_FILE = "config.json"
 CHECKPOINTS_DIR = "checkpoints"  # holds committed checkpoints "step-<n>/" and the pointer file
 LATEST_FILE = "latest"  # names the newest committed checkpoint; replaced atomically
-META_FILE = "hermes.json"  # inside a checkpoint: {"step": n}
+META_FILE = "hermes.json"  # inside a checkpoint: {"step": n, "metrics": {...}} (metrics of step n)
 
 # Trial -> executor message types.
 REPORT = "report"  # {"type", "step", "metrics", "checkpointed"}; the trial then waits for an answer

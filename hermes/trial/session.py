@@ -45,6 +45,7 @@ class Session:
         budget: int,
         metric: str | None,
         checkpoint_every: int,
+        reported_step: int | None = None,
     ) -> None:
         self.trial_id = trial_id
         self.directory = directory
@@ -61,6 +62,16 @@ class Session:
             os.set_inheritable(fd, False)
         self._answers = os.fdopen(read_fd, "rb")
         self._messages = os.fdopen(write_fd, "wb")
+        if latest is not None and reported_step is not None and self.start_step > reported_step:
+            self._report_again(latest[0])
+
+    def _report_again(self, checkpoint: Path) -> None:
+        """The checkpoint is ahead of what the scheduler recorded (its runner died between the two):
+        report that step again from the metrics kept in the checkpoint, so none is lost."""
+        metrics = json.loads((checkpoint / protocol.META_FILE).read_text()).get("metrics")
+        if metrics:
+            self._send({"type": protocol.REPORT, "step": self.start_step, "metrics": metrics, "checkpointed": True})
+            self._obey(self.start_step, checkpointed=True, metrics=metrics)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Session:
@@ -73,6 +84,7 @@ class Session:
                 budget=int(environ[protocol.ENV_BUDGET]),
                 metric=environ.get(protocol.ENV_METRIC) or None,
                 checkpoint_every=int(environ.get(protocol.ENV_CHECKPOINT_EVERY) or 0),
+                reported_step=int(environ[protocol.ENV_REPORTED_STEP]) if protocol.ENV_REPORTED_STEP in environ else None,
             )
         except KeyError as missing:
             raise HermesError(
@@ -99,13 +111,17 @@ class Session:
         values = {name: float(value) for name, value in metrics.items()}
         checkpointed = self.checkpoint_every > 0 and step % self.checkpoint_every == 0
         if checkpointed:
-            self.save(step)
+            self.save(step, values)
         self.last_step = step
         self._send({"type": protocol.REPORT, "step": step, "metrics": values, "checkpointed": checkpointed})
+        self._obey(step, checkpointed=checkpointed, metrics=values)
+
+    def _obey(self, step: int, *, checkpointed: bool, metrics: Mapping[str, float]) -> None:
+        """Wait for the answer to the report of ``step`` and do what it says."""
         answer = self._answers.readline().decode().strip()
         if answer == protocol.SUSPEND:
             if not checkpointed:
-                self.save(step)
+                self.save(step, metrics)
             self._send({"type": protocol.SUSPENDED, "step": step})
             fast_exit()
             raise SuspendExit
@@ -115,7 +131,7 @@ class Session:
         if answer != protocol.CONTINUE:
             raise HermesError(f"the executor closed the channel or answered {answer!r}")
 
-    def save(self, step: int) -> None:
+    def save(self, step: int, metrics: Mapping[str, float] | None = None) -> None:
         """Commit a checkpoint of ``step``: written under a temporary name, renamed, then published
         by atomically replacing the pointer file, so a crash at any moment leaves the previous
         checkpoint intact and never a torn one."""
@@ -127,7 +143,7 @@ class Session:
         for name, saver in self.savers.items():
             (temporary / name).mkdir()
             saver.save(temporary / name)
-        (temporary / protocol.META_FILE).write_text(json.dumps({"step": step}))
+        (temporary / protocol.META_FILE).write_text(json.dumps({"step": step, "metrics": dict(metrics or {})}))
         final = root / f"step-{step}"
         shutil.rmtree(final, ignore_errors=True)  # written but never published by a run that crashed
         temporary.rename(final)
