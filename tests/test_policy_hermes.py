@@ -160,7 +160,9 @@ def test_turns_end_at_rungs_and_after_the_period() -> None:
         trial.record(step, float(step), float(step), clock.now)
         policy.observe(trial, clock.now)
         assert policy.turn_over(trial, clock.now) == (step == 2)  # rung 1 is step 2; step 3 is no rung
-    assert policy.turn_over(trial, trial.running_since + 100.0)  # a turn lasts switch_cost / overhead_budget
+    turn = policy.switch_cost / policy.overhead_budget  # a turn lasts this long (more than the period here)
+    assert not policy.turn_over(trial, trial.running_since + turn - 1.0)
+    assert policy.turn_over(trial, trial.running_since + turn)
 
 
 def suspend_and_resume(trial: Trial, now: float) -> None:
