@@ -90,6 +90,9 @@ class ExperimentRunner:
             slots=self.slots,
             metric=self.spec.metric.name,
             checkpoint_every=self.spec.storage.checkpoint_every,
+            # Unmodified scripts may print rarely: period ticks let the core preempt them between
+            # reports. Cooperative trials yield at reports anyway, as in the simulator.
+            period=self.spec.policy.period if self.spec.trial.metrics_regex else None,
             clock_offset=now,
             cwd=self.spec.workdir,
         )

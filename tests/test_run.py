@@ -642,6 +642,30 @@ def test_an_unmodified_program_is_stopped_and_continued_and_reports_everything(t
             assert not any(start < record.at < end for start, end in gaps)
 
 
+def test_an_unmodified_program_that_prints_rarely_is_preempted_between_its_lines(tmp_path: Path) -> None:
+    """Its steps take 1.5 s and the period is 0.3 s: the period ticks let the core suspend it mid-step."""
+    spec = spec_of(
+        "e2e-unmodified-rare",
+        trial={
+            "command": f"{sys.executable} trials/printer.py --steps 2 --rate {{rate}} --sleep 1.5",
+            "metrics_regex": PRINTED,
+            "workdir": str(TESTS),
+        },
+        search={"sampler": "random", "trials": 2, "seed": 4, "space": {"rate": RATE}},
+        budget={"steps": 2},
+        policy={"name": "rr", "period": 0.3},
+        resources={"gpus": "none", "cpu_slots": 1},
+    )
+    run_ok(write_spec(tmp_path, spec))
+    view, _ = load_view(tmp_path / "runs")
+    assert all(trial.state is TrialState.COMPLETED for trial in view.trials)
+    started_first = min(view.runs, key=lambda run: run.started_at).trial_id
+    first_run = runs_of(view, started_first)[0]
+    first_report = min(r.at for r in view.metrics if r.trial_id == started_first)
+    # It was suspended before it printed anything: a tick, not a report, ended its turn.
+    assert first_run.ended_by == "suspended" and first_run.ended_at < first_report
+
+
 def runs_of(view: ExperimentView, trial_id: str) -> list:
     return [run for run in view.runs if run.trial_id == trial_id]
 
