@@ -745,3 +745,26 @@ def test_a_report_that_lacks_the_objective_on_the_wire_fails_its_trial(tmp_path:
     assert (trial.error or "").startswith("protocol error: ")
     assert "report of step 1 lacks the objective metric 'score'" in (trial.error or "")
     assert "failed at step 0 (protocol error" in result.stdout
+
+
+# ---------------------------------------------------------------------- 7. TPE: trials proposed as results arrive
+def test_tpe_proposes_trials_as_others_finish_and_a_rerun_continues_the_same_study(tmp_path: Path) -> None:
+    """With Optuna's TPE, a few trials per slot are in flight and each finished one is told to the
+    sampler before the next is asked for; a second run of the finished experiment replays the same
+    asks and tells and changes nothing."""
+    trials = 10
+    search_tpe = search(trials, 3, 0.01)
+    search_tpe["sampler"] = "tpe"
+    spec = spec_of("e2e-tpe", search=search_tpe, budget={"steps": 3}, resources={"gpus": "none", "cpu_slots": 1})
+    path = write_spec(tmp_path, spec)
+    run_ok(path)
+    view, _ = load_view(tmp_path / "runs")
+    assert len(view.trials) == trials
+    assert all(trial.state is TrialState.COMPLETED for trial in view.trials)
+    # 4 trials per slot in flight: the 5th is submitted only after the 1st ended.
+    submitted = sorted(trial.submitted_at for trial in view.trials)
+    first_end = min(trial.ended_at for trial in view.trials)
+    assert submitted[3] < first_end <= submitted[4]
+    again = run_ok(path)
+    assert "(continued)" in again.stdout
+    assert load_view(tmp_path / "runs")[0].metrics == view.metrics
