@@ -20,4 +20,5 @@ test: install
 bench: install
 	$(PY) bench/paper_comparison.py
 	$(PY) bench/scale.py
-	$(PY) bench/real_example.py
+	$(PY) bench/real_example.py --policies fifo,hermes,rr
+	$(PY) bench/best_curve.py
