@@ -17,6 +17,8 @@ from typing import Callable
 from hermes.core.decisions import Decision
 from hermes.core.events import (
     Event,
+    GpuAdded,
+    GpuRemoved,
     NodeAdded,
     NodeRemoved,
     SubmissionsClosed,
@@ -79,8 +81,7 @@ class ExperimentRunner:
     def run(self) -> Outcome:
         history = self.store.events(self.experiment_id)
         for event in history:  # rebuild the core, the sampler and the launches from the log
-            self.scheduler.handle(event)
-            self._follow(event, replaying=True)
+            self._follow(event, self.scheduler.handle(event), replaying=True)
         if history:  # the old runner may have died before writing the trial records of its last event
             decisions = self.store.decisions(self.experiment_id)
             self._update_trials(history[-1], [d.decision for d in decisions if d.event_seq == len(history)])
@@ -147,7 +148,7 @@ class ExperimentRunner:
             return self.spec.search.trials or 1 << 30
         return 4 * len(self.executor.slots) if self.executor else 1
 
-    def _follow(self, event: Event, *, replaying: bool) -> None:
+    def _follow(self, event: Event, decisions: list[Decision], *, replaying: bool) -> None:
         """Keep the sampler in step with the log: one ask per submission, one tell per finished trial."""
         if isinstance(event, TrialSubmitted) and replaying:
             config = self.sampler.ask()
@@ -158,7 +159,12 @@ class ExperimentRunner:
                 )
         elif isinstance(event, SubmissionsClosed):
             self._closed = True
-        for trial in self.scheduler.trials.values():
+        if isinstance(event, (NodeAdded, NodeRemoved, GpuAdded, GpuRemoved)):
+            touched = set(self.scheduler.trials)  # a lost trial told to stop ends without a decision
+        else:
+            touched = {decision.trial_id for decision in decisions}
+            touched.update([event.trial_id] if hasattr(event, "trial_id") else [])
+        for trial in (self.scheduler.trials[trial_id] for trial_id in sorted(touched)):
             if trial.state.is_terminal and trial.trial_id not in self._told:
                 self._told.add(trial.trial_id)
                 best = trial.best_score
@@ -188,7 +194,7 @@ class ExperimentRunner:
             store.record_metrics(experiment, event.trial_id, event.step, event.at, metrics)
         store.append_event(experiment, event, decisions)
         changed = self._update_trials(event, decisions)
-        self._follow(event, replaying=False)
+        self._follow(event, decisions, replaying=False)
         if isinstance(event, TrialExited) or any(self.scheduler.trials[t].state.is_terminal for t in changed):
             for submission in self._submissions(event.at):
                 self._engine.post(submission)
