@@ -106,7 +106,7 @@ class Scheduler:
         return self._place_and_fill(event.at, set())
 
     def _on_reported(self, event: TrialReported) -> list[Decision]:
-        trial = self._trial(event.trial_id)
+        trial = self.trials.get(event.trial_id) or self._trial(event.trial_id)
         if not trial.state.holds_gpu:
             raise HermesError(f"trial {trial.trial_id} reported while {trial.state.value}")
         if event.step <= trial.step:

@@ -78,7 +78,8 @@ class Trial:
         self.steps.append(step)
         self.values.append(value)
         self.scores.append(score)
-        self.report_gpu_time.append(self.gpu_time_at(now))
+        running_since = self.running_since
+        self.report_gpu_time.append(self.gpu_time + (now - running_since if running_since is not None else 0.0))
         if self.first_report_at is None:
             self.first_report_at = now
 

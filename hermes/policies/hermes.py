@@ -443,12 +443,13 @@ class HermesPolicy(SchedulingPolicy):
         index, step_seconds = self._index, self._step_seconds
         active = running = runs = suspensions = 0
         gpu = work = 0.0
-        for trial in self._trials.values():
-            state, starts = trial.state, trial.starts
+        terminal = TERMINAL_STATES
+        for trial_id, trial in self._trials.items():
+            state, starts, since = trial.state, trial.starts, trial.running_since
             runs += starts
-            gpu += trial.gpu_time_at(now)
-            work += trial.budget * (step_seconds[index[trial.trial_id]] or mean_step)
-            if state in TERMINAL_STATES:
+            gpu += trial.gpu_time if since is None else trial.gpu_time + now - since
+            work += trial.budget * (step_seconds[index[trial_id]] or mean_step)
+            if state in terminal:
                 suspensions += max(0, starts - 1)
                 continue
             active += 1
