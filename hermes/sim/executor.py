@@ -53,6 +53,8 @@ class Accounts:
     overhead: float = 0.0  # GPU-seconds spent suspending, resuming and migrating
     reports: list[tuple[float, float]] = field(default_factory=list)  # (time, value) of every report
     completed_at: dict[str, float] = field(default_factory=dict)
+    preemptions: int = 0  # Suspend decisions
+    migrations: int = 0  # Resume decisions onto another GPU
 
 
 class SimulatedExecutor(Executor):
@@ -79,11 +81,13 @@ class SimulatedExecutor(Executor):
         if isinstance(decision, Start):
             self._run(decision.trial_id, trial, decision.gpu, at, self.costs.start, overhead=False)
         elif isinstance(decision, Resume):
+            self.accounts.migrations += decision.migrated
             cost = self.costs.resume
             if trial.last_node is not None and self.gpu_node[decision.gpu] != trial.last_node:
                 cost += self.costs.migration
             self._run(decision.trial_id, trial, decision.gpu, at, cost, overhead=True)
         elif isinstance(decision, Suspend):
+            self.accounts.preemptions += 1
             if trial.gpu is None:
                 raise HermesError(f"cannot suspend trial {decision.trial_id}: it is not running")
             if trial.epoch_started == at:  # at an epoch boundary right now: checkpoint at once

@@ -8,7 +8,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hermes.core.decisions import Decision, Resume, Suspend
+from hermes.core.decisions import Decision
 from hermes.core.events import Event, NodeAdded, SubmissionsClosed, TrialSubmitted
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.engine import Engine
@@ -95,21 +95,15 @@ def simulate(
     objective = Objective(trace.mode)
     scheduler = Scheduler(policy, objective=objective, stopper=stopper, max_trials_per_gpu=max_trials_per_gpu)
     log: list[tuple[float, str, str, str]] = []
-    counts = {"preemptions": 0, "migrations": 0}
 
     def listen(event: Event, decisions: list[Decision]) -> None:
         for decision in decisions:
-            if isinstance(decision, Suspend):
-                counts["preemptions"] += 1
-            elif isinstance(decision, Resume) and decision.migrated:
-                counts["migrations"] += 1
-            if record:
-                log.append((event.at, type(decision).__name__, decision.trial_id, getattr(decision, "gpu", "")))
+            log.append((event.at, type(decision).__name__, decision.trial_id, getattr(decision, "gpu", "")))
 
     initial: list[Event] = [NodeAdded(0.0, node, node_gpus) for node, node_gpus in layout.items()]
     initial += [TrialSubmitted(0.0, curve.name, curve.epochs) for curve in arrivals]
     initial.append(SubmissionsClosed(0.0))
-    Engine(scheduler, executor, [listen]).run(initial)
+    Engine(scheduler, executor, [listen] if record else []).run(initial)
 
     accounts = executor.accounts
     makespan = executor.now
@@ -132,8 +126,8 @@ def simulate(
         makespan_s=makespan,
         gpu_utilization=accounts.busy / (gpus * makespan) if makespan else 0.0,
         overhead_fraction=accounts.overhead / accounts.useful if accounts.useful else 0.0,
-        preemptions=counts["preemptions"],
-        migrations=counts["migrations"],
+        preemptions=accounts.preemptions,
+        migrations=accounts.migrations,
         best_curve=_best_curve(accounts.reports, objective),
         decisions=log,
         epochs=executor.epochs,
