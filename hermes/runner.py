@@ -175,7 +175,7 @@ class ExperimentRunner:
         trial = self.spec.trial
         common = dict(budget=self.spec.budget.steps, config=params, cwd=str(self.spec.workdir))
         if trial.function is not None:
-            return TrialLaunch(function=trial.function, **common)
+            return TrialLaunch(function=trial.function, warm=trial.warm_workers, **common)
         command = tuple(shlex.split(trial.command.format_map({k: str(v) for k, v in params.items()})))
         return TrialLaunch(command=command, metric_pattern=trial.metrics_regex, **common)
 

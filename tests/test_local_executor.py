@@ -87,16 +87,27 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+class AlwaysContinue:
+    """A session channel that records the messages and answers every report 'continue'."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict] = []
+
+    def send(self, message: dict) -> None:
+        self.messages.append(message)
+
+    def receive(self) -> str:
+        return protocol.CONTINUE
+
+
 def reference_run(config: dict, budget: int, directory: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
-    """Train the digits function uninterrupted, in this process with one thread like a CPU slot;
-    every report is answered 'continue' ahead of time. Returns the reported metrics."""
+    """Train the digits function uninterrupted, in this process with one thread like a CPU slot.
+    Returns the reported metrics."""
     directory.mkdir(parents=True)
     (directory / protocol.CONFIG_FILE).write_text(json.dumps(config))
-    answers_read, answers_write = os.pipe()
-    messages_read, messages_write = os.pipe()
-    os.write(answers_write, f"{protocol.CONTINUE}\n".encode() * budget)
+    channel = AlwaysContinue()
     session = session_module.Session(
-        "reference", directory, (answers_read, messages_write), budget=budget, metric="accuracy", checkpoint_every=0
+        "reference", directory, channel, budget=budget, metric="accuracy", checkpoint_every=0
     )
     monkeypatch.setattr(session_module, "_current", session)
     threads = torch.get_num_threads()
@@ -105,10 +116,7 @@ def reference_run(config: dict, budget: int, directory: Path, monkeypatch: pytes
         train(config)
     finally:
         torch.set_num_threads(threads)
-        session._messages.close()
-        os.close(answers_write)
-    with os.fdopen(messages_read, "rb") as messages:
-        return [json.loads(line)["metrics"] for line in messages]
+    return [message["metrics"] for message in channel.messages]
 
 
 def test_load_digits_reads_scikit_learns_data() -> None:
@@ -119,7 +127,10 @@ def test_load_digits_reads_scikit_learns_data() -> None:
     assert np.array_equal(features, reference.data) and np.array_equal(labels, reference.target)
 
 
-def test_digits_trials_resume_bitwise_exactly_across_slots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("warm", [True, False], ids=["warm-workers", "process-per-trial"])
+def test_digits_trials_resume_bitwise_exactly_across_slots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warm: bool
+) -> None:
     budget = 3
     configs = {
         "a": {"seed": 1, "width": 1024, "lr": 0.05},
@@ -127,7 +138,7 @@ def test_digits_trials_resume_bitwise_exactly_across_slots(tmp_path: Path, monke
         "c": {"seed": 3, "width": 1024, "lr": 0.02, "weight_decay": 1e-4, "batch_size": 64},
     }
     launches = {
-        trial_id: TrialLaunch(budget, function="examples.digits.train:train", config=config)
+        trial_id: TrialLaunch(budget, function="examples.digits.train:train", config=config, warm=warm)
         for trial_id, config in configs.items()
     }
     with LocalExecutor(

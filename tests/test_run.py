@@ -211,8 +211,9 @@ def test_an_experiment_runs_to_the_end_with_preemptions_and_its_reports_work(tmp
 
 # ---------------------------------------------------------------------- 2. crash recovery
 def trial_processes(storage: Path) -> list[int]:
-    """Live processes of trials of this storage dir: those whose environment names a trial dir in it."""
-    marker = f"{protocol.ENV_TRIAL_DIR}={storage}{os.sep}".encode()
+    """Live processes of trials of this storage dir: those whose environment names a trial dir in
+    it, and the warm workers that run its function trials."""
+    markers = (f"{protocol.ENV_TRIAL_DIR}={storage}{os.sep}".encode(), f"{protocol.ENV_WORKER_OF}={storage}{os.sep}".encode())
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -222,7 +223,7 @@ def trial_processes(storage: Path) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:  # gone meanwhile, or not ours to read
             continue
-        if state not in ("Z", "X") and any(item.startswith(marker) for item in environ.split(b"\0")):
+        if state not in ("Z", "X") and any(item.startswith(markers) for item in environ.split(b"\0")):
             pids.append(int(entry.name))
     return pids
 
@@ -514,8 +515,8 @@ def test_a_crashing_trial_fails_with_its_exit_code_and_stderr_and_the_others_com
         assert trial.state is TrialState.FAILED and trial.ended_at is not None
         assert steps == [1]  # it fails at step 2
         error = trial.error or ""
-        if crash == "raise":
-            assert error.startswith("exit code 1: ")
+        if crash == "raise":  # in a warm worker: an exception is no process exit
+            assert error.startswith("uncaught RuntimeError: ")
             assert "about to fail at step 2" in error
             assert "RuntimeError: synthetic failure at step 2" in error  # the traceback's tail
         else:
@@ -692,7 +693,7 @@ def test_bad_reports_fail_their_trial_or_rank_last_and_never_hang_the_runner(tmp
     # A report without the objective metric is refused in the trial: it fails and says why.
     unnamed = by_kind["unnamed"]
     assert unnamed.state is TrialState.FAILED
-    assert (unnamed.error or "").startswith("exit code 1: ")
+    assert (unnamed.error or "").startswith("uncaught ValueError: ")
     assert "report() must include the objective metric 'score'" in (unnamed.error or "")
     assert unnamed.trial_id not in grouped
     assert f"trial {unnamed.trial_id} failed at step 0" in result.stdout

@@ -192,6 +192,9 @@ class TrialSpec(_Section):
     command: str | None = None
     metrics_regex: str | None = None  # for unmodified scripts: parses their output lines
     workdir: str = "."
+    # A function runs in its slot's warm worker, parked in memory when suspended; false: a process
+    # per trial and per resume (slower switches, but a trial can never disturb another's process).
+    warm_workers: bool = True
 
     @field_validator("function")
     @classmethod

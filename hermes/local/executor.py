@@ -1,13 +1,22 @@
 """The local executor: one process per trial on this machine's GPUs or CPU slots.
 
 Semantics follow the simulator (hermes/sim/executor.py): a cooperative trial suspends at its next
-step boundary (its next report), checkpoints and exits, and only then is it TrialSuspended, so
-its GPU is free; it resumes, anywhere, by starting a new process that restores the checkpoint.
-An unmodified program is suspended at once with SIGSTOP and resumed with SIGCONT on its own GPU.
+step boundary (its next report), and only then is it TrialSuspended, so its GPU is free.
+
+- A function trial runs in its slot's *warm worker* (hermes/local/worker.py), a process that
+  outlives its trials. Suspended, the trial parks there with its state in memory and resumes on
+  that slot from memory. To resume on another slot, it first writes a checkpoint (a *spill*); it
+  is spilled too when the host runs short of memory, and its worker is replaced when the worker
+  outgrows its memory limit. A worker that dies fails only the trial it was running; the trials
+  parked in it fall back to their last checkpoints and silently catch up to the step the
+  scheduler knows.
+- A command trial that uses ``hermes.trial`` checkpoints and exits when suspended, and resumes,
+  anywhere, as a new process that restores the checkpoint.
+- An unmodified program is suspended at once with SIGSTOP and resumed with SIGCONT on its own GPU.
 
 Everything runs in the engine's thread: ``next_events`` waits with one selector on every trial's
-channel (or stdout) and on a pidfd per process, so a dying trial is seen at once and never
-leaves the executor waiting. Linux only (pidfd, /proc, sched_setaffinity).
+channel (or stdout), every worker's channel and a pidfd per process, so a dying process is seen
+at once and never leaves the executor waiting. Linux only (pidfd, /proc, sched_setaffinity).
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Mapping
 
@@ -35,9 +44,11 @@ from hermes.local.launch import TrialLaunch
 from hermes.local.resources import Slot, local_slots
 from hermes.trial import protocol
 
-_CHANNEL, _EXIT = 0, 1  # what a selector key watches; channels are read before exits
+# What a selector key watches; channels are read before exits.
+_CHANNEL, _WORKER_CHANNEL, _EXIT, _WORKER_EXIT = 0, 1, 2, 3
 _PR_SET_PDEATHSIG = 1  # prctl option, from <linux/prctl.h>
 _STDERR_TAIL = 2000  # characters of stderr quoted in a crashed trial's error
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass(slots=True)
@@ -72,36 +83,55 @@ class _Trial:
     trial_id: str
     launch: TrialLaunch
     directory: Path
-    last_step: int = 0
+    last_step: int = 0  # the last step the scheduler knows; a report up to it is a catch-up
     run: _Run | None = None
+    destination: Slot | None = None  # held for it while its run spills, to start there next
     timing: SwitchTiming | None = None  # the switch in progress
 
 
 @dataclass(slots=True, eq=False)
-class _Run:
-    """One process of a trial, from launch until it is reaped."""
+class _Worker:
+    """A warm worker process (hermes/local/worker.py): runs one slot's function trials in turn."""
 
-    trial: _Trial
     slot: Slot
     process: subprocess.Popen[bytes]
     pidfd: int
-    channel: int | None  # read end of its messages (cooperative) or of its stdout (unmodified)
-    answers: int | None  # write end of the answers to its reports (cooperative)
-    stdout_log: IO[bytes] | None  # unmodified: its stdout is copied here
-    stderr_offset: int  # where this run's stderr starts in stderr.log
+    channel: int | None  # read end of its messages
+    log: Path  # its own stdout and stderr
+    runs: dict[str, _Run] = field(default_factory=dict)  # trial id -> its run in here: live, parked or ending
+    buffer: bytes = b""
+    retiring: bool = False  # over its memory limit: spill what it holds, then end it
+
+
+@dataclass(slots=True, eq=False)
+class _Run:
+    """One attempt of a trial: a process from launch until it is reaped, or a thread of a warm
+    worker from its start until it ends."""
+
+    trial: _Trial
+    slot: Slot
+    process: subprocess.Popen[bytes] | None = None
+    pidfd: int = -1
+    channel: int | None = None  # read end of its messages (cooperative) or of its stdout (unmodified)
+    answers: int | None = None  # write end of the answers to its reports (cooperative)
+    stdout_log: IO[bytes] | None = None  # unmodified: its stdout is copied here
+    stderr_offset: int = 0  # where this run's stderr starts in stderr.log
+    worker: _Worker | None = None  # the warm worker it runs in, instead of a process
     buffer: bytes = b""  # a partial line
     awaiting: TrialReported | None = None  # its report that waits for an answer
     suspend_requested: bool = False
     stop_requested: bool = False
     suspended_step: int | None = None  # its checkpoint of this step is committed
     paused: bool = False  # SIGSTOPped
-    silent: bool = False  # stopped while paused: the core expects no event
+    parked: bool = False  # suspended in its worker with its state in memory
+    spilling: bool = False  # parked and told to write its checkpoint and end
+    silent: bool = False  # stopped while paused or parked: the core expects no event
     error: str | None = None  # why the executor killed it
 
     @property
     def reporting(self) -> bool:
-        """Whether an event from this process may still come."""
-        return not self.paused and not self.silent
+        """Whether an event from this run may still come."""
+        return not self.paused and not self.silent and (not self.parked or self.spilling)
 
 
 class LocalExecutor(Executor):
@@ -111,6 +141,10 @@ class LocalExecutor(Executor):
     the trial's own outputs). ``metric`` names the objective among a cooperative trial's metrics (None: each
     report carries exactly one). ``period`` adds a PeriodElapsed every that many seconds.
     ``clock_offset`` continues the timeline of an experiment that is restarted.
+    A trial parked in a warm worker is spilled to disk at once while the host has less than
+    ``memory_reserve`` bytes available (default: a tenth of its memory); a worker whose resident
+    memory exceeds ``worker_memory_limit`` bytes (default: the host's memory over the slots) is
+    replaced once it runs nothing.
     """
 
     def __init__(
@@ -123,6 +157,8 @@ class LocalExecutor(Executor):
         checkpoint_every: int = 0,
         clock_offset: float = 0.0,
         cwd: str | Path | None = None,
+        memory_reserve: int | None = None,
+        worker_memory_limit: int | None = None,
     ) -> None:
         if not hasattr(os, "pidfd_open"):
             raise HermesError("the local executor needs Linux 5.3 or later (pidfd_open)")
@@ -136,6 +172,9 @@ class LocalExecutor(Executor):
         self.period = period
         self.checkpoint_every = checkpoint_every
         self.cwd = str(cwd or os.getcwd())
+        total_memory = _meminfo("MemTotal")
+        self.memory_reserve = total_memory // 10 if memory_reserve is None else memory_reserve
+        self.worker_memory_limit = worker_memory_limit or total_memory // max(1, len(self.slots))
         self.switch_timings: list[SwitchTiming] = []
         # Every metric of each report, beyond the objective the event carries, until a listener pops it.
         self.reported_metrics: dict[tuple[str, int], dict[str, float]] = {}
@@ -143,7 +182,9 @@ class LocalExecutor(Executor):
         self._next_period = self.now() + period if period is not None else None
         self._trials: dict[str, _Trial] = {}
         self._live: list[_Run] = []  # processes not yet reaped
-        self._occupied: dict[str, _Run] = {}  # slot name -> the run using it
+        self._workers: dict[str, _Worker] = {}  # slot name -> its warm worker (a retiring one is not here)
+        self._retiring: list[_Worker] = []
+        self._occupied: dict[str, _Trial] = {}  # slot name -> the trial that holds it
         self._events: list[Event] = []
         self._selector = selectors.DefaultSelector()
 
@@ -180,9 +221,11 @@ class LocalExecutor(Executor):
         if trial is None:
             raise HermesError(f"unknown trial {decision.trial_id}: submit it to the executor first")
         if isinstance(decision, Start):  # from scratch: forget any earlier attempt's checkpoints
+            if trial.run is not None:
+                raise HermesError(f"trial {trial.trial_id} already runs on {trial.run.slot.name}")
             shutil.rmtree(trial.directory / protocol.CHECKPOINTS_DIR, ignore_errors=True)
             trial.last_step = 0
-            self._launch(trial, decision.gpu)
+            self._launch(trial, self._free_slot(trial, decision.gpu))
         elif isinstance(decision, Resume):
             self._resume(trial, decision)
         elif isinstance(decision, Suspend):
@@ -190,13 +233,34 @@ class LocalExecutor(Executor):
         elif isinstance(decision, Stop):
             self._stop(trial)
 
-    def _launch(self, trial: _Trial, gpu: str) -> None:
-        slot = self._free_slot(trial, gpu)
-        if trial.run is not None:
-            raise HermesError(f"trial {trial.trial_id} already has a process on {trial.run.slot.name}")
+    def _launch(self, trial: _Trial, slot: Slot) -> None:
+        """Run the trial on ``slot`` (free, or held for it): in the slot's warm worker, or as a process."""
         launch = trial.launch
         trial.directory.mkdir(parents=True, exist_ok=True)
         (trial.directory / protocol.CONFIG_FILE).write_text(json.dumps(dict(launch.config)))
+        self._occupied[slot.name] = trial
+        if launch.in_worker:
+            for other in self.slots.values():  # every slot's worker warms up while this one starts
+                if other.name not in self._workers:
+                    self._spawn_worker(other, launch)
+            worker = self._workers[slot.name]
+            stderr = trial.directory / "stderr.log"
+            offset = stderr.stat().st_size if stderr.exists() else 0
+            run = trial.run = worker.runs[trial.trial_id] = _Run(trial, slot, stderr_offset=offset, worker=worker)
+            self._command(
+                worker,
+                {
+                    "op": protocol.START,
+                    "trial": trial.trial_id,
+                    "function": launch.function,
+                    "directory": str(trial.directory),
+                    "budget": launch.budget,
+                    "metric": self.metric or "",
+                    "checkpoint_every": self.checkpoint_every,
+                    "reported_step": trial.last_step,
+                },
+            )
+            return
         env = self._environment(trial, slot)
         stdout_log = open(trial.directory / "stdout.log", "ab")
         stderr_log = open(trial.directory / "stderr.log", "ab")
@@ -227,6 +291,7 @@ class LocalExecutor(Executor):
             stdout_log.close()
             for fd in parent_fds:
                 os.close(fd)
+            del self._occupied[slot.name]
             self._events.append(TrialExited(self.now(), trial.trial_id, False, f"cannot start {argv[0]}: {error}"))
             return
         finally:
@@ -248,7 +313,6 @@ class LocalExecutor(Executor):
         run = _Run(trial, slot, process, os.pidfd_open(process.pid), channel, answers, copy, stderr_offset)
         self._selector.register(run.channel, selectors.EVENT_READ, (run, _CHANNEL))
         self._selector.register(run.pidfd, selectors.EVENT_READ, (run, _EXIT))
-        self._occupied[slot.name] = run
         self._live.append(run)
         trial.run = run
 
@@ -257,15 +321,18 @@ class LocalExecutor(Executor):
         if slot is None:
             raise HermesError(f"unknown GPU {gpu}; this executor has {', '.join(self.slots)}")
         holder = self._occupied.get(gpu)
-        if holder is not None:
-            raise HermesError(f"cannot run trial {trial.trial_id} on {gpu}: trial {holder.trial.trial_id} holds it")
+        if holder is not None and holder is not trial:
+            raise HermesError(f"cannot run trial {trial.trial_id} on {gpu}: trial {holder.trial_id} holds it")
         return slot
 
+    def _release(self, trial: _Trial, slot: Slot) -> None:
+        """Free ``slot`` if the trial holds it and has not been placed on it anew."""
+        if self._occupied.get(slot.name) is trial and trial.destination is not slot:
+            del self._occupied[slot.name]
+
     def _environment(self, trial: _Trial, slot: Slot) -> dict[str, str]:
-        threads = str(slot.threads)
-        python_path = [path for path in (_hermes_source(), os.environ.get("PYTHONPATH")) if path]
         return {
-            **os.environ,
+            **self._slot_environment(slot),
             **trial.launch.env,
             protocol.ENV_TRIAL_ID: trial.trial_id,
             protocol.ENV_TRIAL_DIR: str(trial.directory),
@@ -273,6 +340,13 @@ class LocalExecutor(Executor):
             protocol.ENV_METRIC: self.metric or "",
             protocol.ENV_CHECKPOINT_EVERY: str(self.checkpoint_every),
             protocol.ENV_REPORTED_STEP: str(trial.last_step),
+        }
+
+    def _slot_environment(self, slot: Slot) -> dict[str, str]:
+        threads = str(slot.threads)
+        python_path = [path for path in (_hermes_source(), os.environ.get("PYTHONPATH")) if path]
+        return {
+            **os.environ,
             protocol.ENV_THREADS: threads,
             "OMP_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,
@@ -282,9 +356,183 @@ class LocalExecutor(Executor):
             "PYTHONPATH": os.pathsep.join(python_path),
         }
 
+    # ------------------------------------------------------------------ warm workers
+    def _spawn_worker(self, slot: Slot, launch: TrialLaunch) -> _Worker:
+        """Start the slot's warm worker; it imports the trial's module while the command waits in its stdin."""
+        log = self.directory / "workers" / f"{slot.name.replace('/', '-')}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        messages_read, messages_write = os.pipe()
+        env = {
+            **self._slot_environment(slot),
+            protocol.ENV_WORKER_CHANNEL: str(messages_write),
+            protocol.ENV_WORKER_OF: str(self.directory),
+        }
+        module = launch.function.partition(":")[0]
+        with open(log, "ab") as output:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "hermes.local.worker", module],
+                cwd=launch.cwd or self.cwd,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=output,
+                stderr=output,
+                pass_fds=(messages_write,),
+                start_new_session=True,
+                preexec_fn=functools.partial(_die_with_parent, os.getpid()),
+            )
+        os.close(messages_write)
+        if slot.cpus:
+            try:
+                os.sched_setaffinity(process.pid, slot.cpus)
+            except ProcessLookupError:
+                pass
+        os.set_blocking(messages_read, False)
+        worker = _Worker(slot, process, os.pidfd_open(process.pid), messages_read, log)
+        self._selector.register(messages_read, selectors.EVENT_READ, (worker, _WORKER_CHANNEL))
+        self._selector.register(worker.pidfd, selectors.EVENT_READ, (worker, _WORKER_EXIT))
+        self._workers[slot.name] = worker
+        return worker
+
+    def _command(self, worker: _Worker, command: dict[str, Any]) -> None:
+        try:
+            worker.process.stdin.write((json.dumps(command) + "\n").encode())
+            worker.process.stdin.flush()
+        except BrokenPipeError:
+            pass  # it died; its exit is on its way
+
+    def _say(self, run: _Run, word: str) -> None:
+        self._command(run.worker, {"op": protocol.SAY, "trial": run.trial.trial_id, "word": word})
+
+    def _spill(self, run: _Run) -> None:
+        """Have a parked trial write its checkpoint and end, to resume from disk."""
+        if not run.spilling:
+            run.spilling = True
+            self._say(run, protocol.SPILL)
+
+    def _worker_message(self, worker: _Worker, message: dict[str, Any]) -> None:
+        run = worker.runs[message["trial"]]
+        kind = message["type"]
+        if kind == protocol.PARKED:
+            self._parked(run, int(message["step"]))
+        elif kind == protocol.ENDED:
+            self._ended(run, message["outcome"], message.get("error"))
+        else:
+            self._message(run, message)
+
+    def _parked(self, run: _Run, step: int) -> None:
+        """The trial suspended into memory: its slot is free. Spill it if memory is short."""
+        trial, worker = run.trial, run.worker
+        run.parked = True
+        self._release(trial, run.slot)
+        trial.timing.suspended = self.now()
+        self._events.append(TrialSuspended(trial.timing.suspended, trial.trial_id, step))
+        if _resident_bytes(worker.process.pid) > self.worker_memory_limit:
+            self._retire(worker)
+        elif _meminfo("MemAvailable") < self.memory_reserve:
+            self._spill(run)
+
+    def _retire(self, worker: _Worker) -> None:
+        """Replace a worker that grew too big: spill its parked trials, end it once it holds none."""
+        if worker.retiring:
+            return
+        worker.retiring = True
+        del self._workers[worker.slot.name]
+        self._retiring.append(worker)
+        for run in worker.runs.values():
+            if run.parked:
+                self._spill(run)
+        self._end_retired(worker)
+
+    def _end_retired(self, worker: _Worker) -> None:
+        if worker.retiring and not worker.runs:
+            self._kill_worker(worker)
+
+    def _ended(self, run: _Run, outcome: str, error: str | None) -> None:
+        """A worker's trial thread returned: report how, or start it where it is to resume."""
+        trial, worker = run.trial, run.worker
+        del worker.runs[trial.trial_id]
+        self._forget(run)
+        now = self.now()
+        if run.silent:
+            pass
+        elif outcome == protocol.SUSPENDED and run.spilling:
+            pass  # on disk now, as the scheduler believes it suspended
+        elif run.stop_requested:
+            self._events.append(TrialExited(now, trial.trial_id, False, "stopped"))
+        elif run.error is not None:
+            self._events.append(TrialExited(now, trial.trial_id, False, run.error))
+        elif outcome == protocol.OK:
+            self._events.append(TrialExited(now, trial.trial_id, True))
+        else:
+            tail = _tail(trial.directory / "stderr.log", run.stderr_offset)
+            reason = error or f"the trial ended: {outcome}"
+            self._events.append(TrialExited(now, trial.trial_id, False, f"{reason}: {tail}" if tail else reason))
+        self._end_retired(worker)
+
+    def _forget(self, run: _Run) -> None:
+        """The run is over: release its slot and, if it was moving, start the trial where it goes."""
+        trial = run.trial
+        self._release(trial, run.slot)
+        trial.run = None
+        if trial.destination is not None:
+            destination, trial.destination = trial.destination, None
+            self._launch(trial, destination)
+
+    def _worker_exited(self, worker: _Worker) -> None:
+        """The worker died: fail the trial it was running; the parked ones go back to their checkpoints."""
+        self._kill_worker(worker)  # leftover children
+        code = worker.process.wait()
+        if self._workers.get(worker.slot.name) is worker:
+            del self._workers[worker.slot.name]
+        if worker in self._retiring:
+            self._retiring.remove(worker)
+        self._drain_worker(worker)  # what it said before it died (a trial may have ended)
+        self._selector.unregister(worker.pidfd)
+        os.close(worker.pidfd)
+        if worker.channel is not None:
+            self._selector.unregister(worker.channel)
+            os.close(worker.channel)
+            worker.channel = None
+        worker.process.stdin.close()
+        for run in list(worker.runs.values()):
+            del worker.runs[run.trial.trial_id]
+            if not (run.parked or run.silent):
+                reason = run.error or f"its worker died, {_exit_reason(code)}: {_tail(worker.log, 0)}"
+                self._events.append(TrialExited(self.now(), run.trial.trial_id, False, reason))
+            self._forget(run)
+
+    def _drain_worker(self, worker: _Worker) -> None:
+        while worker.channel is not None:
+            try:
+                chunk = os.read(worker.channel, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            self._worker_lines(worker, chunk)
+
+    def _worker_lines(self, worker: _Worker, chunk: bytes) -> None:
+        *lines, worker.buffer = (worker.buffer + chunk).split(b"\n")
+        for line in lines:
+            try:
+                self._worker_message(worker, json.loads(line))
+            except (ValueError, KeyError, TypeError, AttributeError) as error:
+                for run in worker.runs.values():  # a broken worker fails the trial it was running
+                    if not run.parked:
+                        run.error = run.error or f"protocol error: {error!r}"
+                self._kill_worker(worker)
+                return
+
+    def _kill_worker(self, worker: _Worker) -> None:
+        if worker.process.returncode is None:
+            try:
+                os.killpg(worker.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def _suspend(self, trial: _Trial) -> None:
         run = trial.run
-        if run is None or run.paused:
+        if run is None or run.paused or run.parked:
             raise HermesError(f"cannot suspend trial {trial.trial_id}: it is not running")
         trial.timing = SwitchTiming(trial.trial_id, self.now())
         self.switch_timings.append(trial.timing)
@@ -305,7 +553,7 @@ class LocalExecutor(Executor):
             return
         self._drain(run)
         run.paused = True
-        del self._occupied[run.slot.name]
+        self._release(trial, run.slot)
         trial.timing.suspended = self.now()
         self._events.append(TrialSuspended(trial.timing.suspended, trial.trial_id, trial.last_step))
 
@@ -313,16 +561,27 @@ class LocalExecutor(Executor):
         if trial.timing is not None and trial.timing.resume_decided is None:
             trial.timing.resume_decided = self.now()
             trial.timing.migrated = decision.migrated
-        if trial.launch.cooperative:
-            self._launch(trial, decision.gpu)
-            return
+        slot = self._free_slot(trial, decision.gpu)
         run = trial.run
+        if trial.launch.in_worker and run is not None:
+            if run.worker.slot is slot and not (run.spilling or run.worker.retiring):
+                run.parked = run.suspend_requested = False  # on its own slot: straight on from memory
+                self._occupied[slot.name] = trial
+                self._say(run, protocol.RESUME)
+            else:  # elsewhere: spill it to disk there, then start it here
+                self._occupied[slot.name] = trial
+                trial.destination = slot
+                self._spill(run)
+            return
+        if trial.launch.cooperative:
+            self._launch(trial, slot)
+            return
         if run is None:  # e.g. the executor was restarted: the stopped process died with it
             self._events.append(TrialExited(self.now(), trial.trial_id, False, "its stopped process is gone"))
             return
-        if decision.gpu != run.slot.name:
+        if slot is not run.slot:
             raise HermesError(f"unmodified trial {trial.trial_id} cannot move from {run.slot.name} to {decision.gpu}")
-        self._occupied[self._free_slot(trial, decision.gpu).name] = run
+        self._occupied[slot.name] = trial
         run.paused = False
         try:
             os.killpg(run.process.pid, signal.SIGCONT)
@@ -330,17 +589,23 @@ class LocalExecutor(Executor):
             pass  # killed while stopped; its exit is reported as usual
 
     def _stop(self, trial: _Trial) -> None:
+        if trial.destination is not None:  # it was moving: it stays where it is, and ends there
+            self._occupied.pop(trial.destination.name, None)
+            trial.destination = None
         run = trial.run
         if run is None:
             return  # suspended with its checkpoint, or never started: nothing runs
-        if run.paused:
+        if run.paused or run.parked:
             run.silent = True  # the core already counts it as stopped
-            self._kill(run)
+            if run.paused:
+                self._kill(run)
+            elif not run.spilling:
+                self._say(run, protocol.STOP)
             return
         run.stop_requested = True
-        if run.awaiting is None:
+        if run.awaiting is None and run.worker is None:
             self._kill(run)
-        # else: it is answered "stop" once its report is settled, and exits cleanly
+        # else: it is answered "stop" at its next report, and ends cleanly
 
     def settled(self, event: Event) -> None:
         """Answer the report that ``event`` is, now that the core has decided about it."""
@@ -358,6 +623,12 @@ class LocalExecutor(Executor):
             run.trial.timing.suspend_delivered = self.now()
         else:
             answer = protocol.CONTINUE
+        self._answer(run, answer)
+
+    def _answer(self, run: _Run, answer: str) -> None:
+        if run.worker is not None:
+            self._say(run, answer)
+            return
         try:
             os.write(run.answers, f"{answer}\n".encode())
         except BlockingIOError:
@@ -369,22 +640,31 @@ class LocalExecutor(Executor):
     def next_events(self) -> list[Event]:
         """Wait until something happens; [] only when no process can report anything any more."""
         while not self._events:
-            if not any(run.reporting for run in self._live):
+            if not self._anything_reporting():
                 return []
             timeout = None if self._next_period is None else max(0.0, self._next_period - self.now())
             ready = self._selector.select(timeout)
             for key, _ in sorted(ready, key=lambda item: item[0].data[1]):
-                run, kind = key.data
-                if kind == _CHANNEL and run.channel is not None:
-                    self._read(run)
+                source, kind = key.data
+                if kind == _CHANNEL and source.channel is not None:
+                    self._read(source)
+                elif kind == _WORKER_CHANNEL:
+                    self._drain_worker(source)
                 elif kind == _EXIT:
-                    self._reap(run)
+                    self._reap(source)
+                elif kind == _WORKER_EXIT:
+                    self._worker_exited(source)
             if self._next_period is not None and self.now() >= self._next_period:
                 self._events.append(PeriodElapsed(self.now()))
                 while self._next_period <= self.now():
                     self._next_period += self.period
         events, self._events = self._events, []
         return events
+
+    def _anything_reporting(self) -> bool:
+        workers = [*self._workers.values(), *self._retiring]
+        runs = [*self._live, *(run for worker in workers for run in worker.runs.values())]
+        return any(run.reporting for run in runs)
 
     def _read(self, run: _Run) -> bool:
         """Read what is available from the run's channel; False once nothing more is (now or ever)."""
@@ -437,7 +717,13 @@ class LocalExecutor(Executor):
                 value = next(iter(metrics.values()))
             else:
                 raise ValueError("several metrics reported but the executor names no objective metric")
-            run.awaiting = self._report(run, int(message["step"]), value, metrics, bool(message["checkpointed"]))
+            step = int(message["step"])
+            if run.stop_requested:
+                self._answer(run, protocol.STOP)
+            elif step <= run.trial.last_step:  # catching up from an older checkpoint: known already
+                self._answer(run, protocol.CONTINUE)
+            else:
+                run.awaiting = self._report(run, step, value, metrics, bool(message["checkpointed"]))
         elif message["type"] == protocol.SUSPENDED:
             run.suspended_step = int(message["step"])
         else:
@@ -493,17 +779,15 @@ class LocalExecutor(Executor):
             self._events.append(TrialExited(now, trial.trial_id, False, self._crash_message(run, code)))
 
     def _crash_message(self, run: _Run, code: int) -> str:
-        reason = f"exit code {code}"
-        if code < 0:
-            reason += f" ({signal.Signals(-code).name})"
-        with open(run.trial.directory / "stderr.log", "rb") as log:
-            log.seek(max(run.stderr_offset, log.seek(0, os.SEEK_END) - _STDERR_TAIL))
-            tail = log.read().decode(errors="replace").strip()
-        return f"{reason}: {tail}" if tail else reason
+        tail = _tail(run.trial.directory / "stderr.log", run.stderr_offset)
+        return f"{_exit_reason(code)}: {tail}" if tail else _exit_reason(code)
 
     def _fail(self, run: _Run, error: str) -> None:
         run.error = run.error or error
-        self._kill(run)
+        if run.worker is not None:
+            self._kill_worker(run.worker)
+        else:
+            self._kill(run)
 
     def _kill(self, run: _Run) -> None:
         """SIGKILL the run's process group (stopped members too). Only while its leader is unreaped,
@@ -529,8 +813,7 @@ class LocalExecutor(Executor):
         os.close(run.pidfd)
         run.channel = run.answers = None
         self._live.remove(run)
-        if self._occupied.get(run.slot.name) is run:
-            del self._occupied[run.slot.name]
+        self._release(run.trial, run.slot)
         run.trial.run = None
 
     def shutdown(self) -> None:
@@ -539,6 +822,12 @@ class LocalExecutor(Executor):
             self._kill(run)
             run.process.wait()
             self._close(run)
+        for trial in self._trials.values():
+            trial.destination = None  # nothing starts any more
+        for worker in [*self._workers.values(), *self._retiring]:
+            self._kill_worker(worker)
+            worker.process.wait()
+            self._worker_exited(worker)
         self._events.clear()
         self._selector.close()
 
@@ -563,6 +852,33 @@ def _die_with_parent(parent: int) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # it died between the fork and the prctl: no signal will come
         os._exit(1)
+
+
+def _meminfo(field: str) -> int:
+    """A line of /proc/meminfo, in bytes."""
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise HermesError(f"/proc/meminfo has no {field}")
+
+
+def _resident_bytes(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
+def _exit_reason(code: int) -> str:
+    return f"exit code {code}" + (f" ({signal.Signals(-code).name})" if code < 0 else "")
+
+
+def _tail(path: Path, offset: int) -> str:
+    """The end of a log from ``offset`` on, for an error message."""
+    with open(path, "rb") as log:
+        log.seek(max(offset, log.seek(0, os.SEEK_END) - _STDERR_TAIL))
+        return log.read().decode(errors="replace").strip()
 
 
 def _wait_stopped(pid: int, patience: float = 5.0) -> bool:

@@ -16,7 +16,9 @@ class TrialLaunch:
     ``{param}`` placeholders already substituted).
 
     Functions and commands that use ``hermes.trial`` are *cooperative*: they checkpoint and exit
-    when suspended, so they may resume on any GPU. A command with a ``metric_pattern`` is an
+    when suspended, so they may resume on any GPU. With ``warm`` (the default), a function runs
+    in its slot's warm worker (hermes/local/worker.py) instead of a process of its own: no start
+    or import per trial, and a suspended trial keeps its state in memory. A command with a ``metric_pattern`` is an
     *unmodified* program: the executor reads its metrics from stdout and suspends it with SIGSTOP;
     its memory stays resident, so it resumes on its own GPU only.
     """
@@ -28,6 +30,7 @@ class TrialLaunch:
     metric_pattern: str | None = None  # regex over stdout lines: a ``value`` group, optionally a ``step`` group
     cwd: str | None = None  # working directory; the executor's when None
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment variables
+    warm: bool = True  # a function runs in a warm worker (a command never does)
 
     def __post_init__(self) -> None:
         if self.budget < 1:
@@ -56,6 +59,11 @@ class TrialLaunch:
             return re.compile(self.metric_pattern or "")
         except re.error as error:
             raise HermesError(f"invalid metric_pattern {self.metric_pattern!r}: {error}") from None
+
+    @property
+    def in_worker(self) -> bool:
+        """Whether it runs in a warm worker: functions that need no environment of their own."""
+        return self.warm and self.function is not None and not self.env
 
     @property
     def cooperative(self) -> bool:

@@ -25,7 +25,8 @@ class Saver(ABC):
         if not name or "/" in name or name.startswith(".") or name == protocol.META_FILE:
             raise HermesError(f"invalid checkpoint part name {name!r}")
         self.name = name
-        current().register(self)
+        self.session = current()  # in a warm worker, several trials' savers live in one process
+        self.session.register(self)
 
     @abstractmethod
     def save(self, directory: Path) -> None:
@@ -35,9 +36,15 @@ class Saver(ABC):
     def load(self, directory: Path) -> None:
         """Read back what ``save`` wrote into ``directory``."""
 
+    def offload(self) -> None:
+        """The trial parks in a warm worker: move what this part holds off the device (no-op by default)."""
+
+    def reload(self) -> None:
+        """The parked trial resumes: move back what ``offload`` moved."""
+
     def restore(self) -> int:
         """Load this part from the trial's newest checkpoint; return that checkpoint's step (0 when fresh)."""
-        latest = protocol.latest_checkpoint(current().directory)
+        latest = protocol.latest_checkpoint(self.session.directory)
         if latest is None:
             return 0
         directory, step = latest
@@ -60,16 +67,36 @@ class Checkpoint(Saver):
                 raise TypeError(f"{key}: {type(value).__name__} has no state_dict/load_state_dict")
         self.objects = objects
         self.rng = rng
+        self._devices: dict[str, Any] = {}  # object -> the device it was offloaded from
         super().__init__(name)
 
     def save(self, directory: Path) -> None:
         import torch
 
-        state = {
-            "objects": {key: value.state_dict() for key, value in self.objects.items()},
-            "rng": capture_rng() if self.rng else None,
-        }
+        rng = None
+        if self.rng:  # a parked trial's own generators, not those of the trial running meanwhile
+            rng = self.session.parked_rng or capture_rng()
+        state = {"objects": {key: value.state_dict() for key, value in self.objects.items()}, "rng": rng}
         torch.save(state, directory / "state.pt")
+
+    def offload(self) -> None:
+        """Move modules and optimizer state on a CUDA device to host memory, so a parked trial
+        holds none of the device's memory. Parameters keep their identity (``Module.to`` swaps
+        their data), so optimizers still point at them."""
+        import torch
+
+        if not torch.cuda.is_initialized():
+            return
+        for key, value in self.objects.items():
+            device = _device_of(value)
+            if device is not None and device.type == "cuda":
+                self._devices[key] = device
+                _move(value, torch.device("cpu"))
+
+    def reload(self) -> None:
+        for key, device in self._devices.items():
+            _move(self.objects[key], device)
+        self._devices.clear()
 
     def load(self, directory: Path) -> None:
         import torch
@@ -96,6 +123,30 @@ class Files(Saver):
 
     def load(self, directory: Path) -> None:
         self._load_files(directory)
+
+
+def _device_of(value: Any) -> Any:
+    """The device of a module's parameters or of an optimizer's state; None when it holds no tensor."""
+    import torch
+
+    if isinstance(value, torch.nn.Module):
+        return next((p.device for p in value.parameters()), None)
+    if isinstance(value, torch.optim.Optimizer):
+        tensors = (t for state in value.state.values() for t in state.values() if torch.is_tensor(t))
+        return next((t.device for t in tensors if t.dim() > 0), None)
+    return None
+
+
+def _move(value: Any, device: Any) -> None:
+    import torch
+
+    if isinstance(value, torch.nn.Module):
+        value.to(device)
+    elif isinstance(value, torch.optim.Optimizer):
+        for state in value.state.values():
+            for name, tensor in state.items():
+                if torch.is_tensor(tensor) and tensor.dim() > 0:  # scalar steps stay on the host
+                    state[name] = tensor.to(device)
 
 
 def capture_rng() -> dict[str, Any]:

@@ -21,19 +21,30 @@ ENV_METRIC = "HERMES_METRIC"  # name of the objective among the reported metrics
 ENV_CHECKPOINT_EVERY = "HERMES_CHECKPOINT_EVERY"  # also checkpoint at every multiple of this step; 0: never
 ENV_THREADS = "HERMES_THREADS"  # CPU threads the trial may use
 ENV_REPORTED_STEP = "HERMES_REPORTED_STEP"  # the last step of this trial the scheduler has recorded
+ENV_WORKER_CHANNEL = "HERMES_WORKER_CHANNEL"  # a warm worker's fd for its messages
+ENV_WORKER_OF = "HERMES_WORKER_OF"  # the executor directory a warm worker serves: whose it is, for ps and tests
 
 CONFIG_FILE = "config.json"
 CHECKPOINTS_DIR = "checkpoints"  # holds committed checkpoints "step-<n>/" and the pointer file
 LATEST_FILE = "latest"  # names the newest committed checkpoint; replaced atomically
 META_FILE = "hermes.json"  # inside a checkpoint: {"step": n, "metrics": {...}} (metrics of step n)
 
-# Trial -> executor message types.
+# Trial -> executor message types. In a warm worker every message also carries "trial": its id.
 REPORT = "report"  # {"type", "step", "metrics", "checkpointed"}; the trial then waits for an answer
-SUSPENDED = "suspended"  # {"type", "step"}: the checkpoint of ``step`` is committed; the process exits next
+SUSPENDED = "suspended"  # {"type", "step"}: the checkpoint of ``step`` is committed; the trial ends next
+PARKED = "parked"  # {"type", "step"}: suspended with its state in memory (warm workers); waits for a command
+ENDED = "ended"  # {"type", "outcome", "error"}: a warm worker's trial returned or raised; error: why it failed
 
-# Executor -> trial answers to a report.
+# Executor -> trial answers to a report, and commands to a parked trial.
 CONTINUE, SUSPEND, STOP = "continue", "suspend", "stop"
-ANSWERS = frozenset({CONTINUE, SUSPEND, STOP})
+RESUME, SPILL = "resume", "spill"  # go on from memory; or write a checkpoint and end (SUSPENDED, ENDED)
+
+# How a warm worker's trial ended.
+OK, FAILED, STOPPED = "ok", "failed", "stopped"  # and SUSPENDED: it checkpointed and returned
+
+# Executor -> warm worker commands, one JSON object per line.
+START = "start"  # {"op", "trial", "function", "directory", "budget", "metric", "checkpoint_every", "reported_step"}
+SAY = "say"  # {"op", "trial", "word"}: an answer to a report, or a command to a parked trial
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -1,4 +1,5 @@
-"""The trial side of the channel: one ``Session`` per trial process, created from its environment."""
+"""The trial side of the channel: one ``Session`` per trial, created from its environment in a trial
+process, or by a warm worker (hermes/local/worker.py) for each trial it runs in a thread."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import gc
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from hermes.errors import HermesError
 from hermes.trial import protocol
@@ -33,35 +35,67 @@ class StopExit(SystemExit):
         super().__init__(0)
 
 
+class Channel(Protocol):
+    """How a session talks to its executor: messages out, one word back per report or park."""
+
+    def send(self, message: dict[str, Any]) -> None: ...
+
+    def receive(self) -> str: ...
+
+
+class PipeChannel:
+    """A trial process's pair of pipes (protocol.ENV_CHANNEL)."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        for fd in (read_fd, write_fd):  # programs the trial runs must not hold the channel open
+            os.set_inheritable(fd, False)
+        self._answers = os.fdopen(read_fd, "rb")
+        self._messages = os.fdopen(write_fd, "wb")
+
+    def send(self, message: dict[str, Any]) -> None:
+        try:
+            self._messages.write(protocol.encode(message))
+            self._messages.flush()
+        except BrokenPipeError:
+            raise HermesError("the executor closed the channel") from None
+
+    def receive(self) -> str:
+        return self._answers.readline().decode().strip()
+
+
 class Session:
-    """A trial's link to its executor: its identity, its config, its checkpoints and its channel."""
+    """A trial's link to its executor: its identity, its config, its checkpoints and its channel.
+
+    ``in_worker``: the trial runs in a warm worker's thread. Suspended, it then *parks*: its whole
+    state stays in memory and ``report`` blocks until the executor says resume (go on, nothing read
+    from disk), spill (checkpoint and end, to resume elsewhere) or stop.
+    """
 
     def __init__(
         self,
         trial_id: str,
         directory: Path,
-        channel: tuple[int, int],
+        channel: Channel,
         *,
         budget: int,
         metric: str | None,
         checkpoint_every: int,
         reported_step: int | None = None,
+        in_worker: bool = False,
     ) -> None:
         self.trial_id = trial_id
         self.directory = directory
         self.budget = budget
         self.metric = metric
         self.checkpoint_every = checkpoint_every
+        self.in_worker = in_worker
         self.config: dict[str, Any] = json.loads((directory / protocol.CONFIG_FILE).read_text())
         latest = protocol.latest_checkpoint(directory)
         self.start_step = latest[1] if latest is not None else 0
         self.last_step = self.start_step
         self.savers: dict[str, Saver] = {}
-        read_fd, write_fd = channel
-        for fd in channel:  # programs the trial runs must not hold the channel open
-            os.set_inheritable(fd, False)
-        self._answers = os.fdopen(read_fd, "rb")
-        self._messages = os.fdopen(write_fd, "wb")
+        self.parked_rng: dict[str, Any] | None = None  # the trial's random generators while it is parked
+        self._channel = channel
         if latest is not None and reported_step is not None and self.start_step > reported_step:
             self._report_again(latest[0])
 
@@ -80,7 +114,7 @@ class Session:
             return cls(
                 environ[protocol.ENV_TRIAL_ID],
                 Path(environ[protocol.ENV_TRIAL_DIR]),
-                (read_fd, write_fd),
+                PipeChannel(read_fd, write_fd),
                 budget=int(environ[protocol.ENV_BUDGET]),
                 metric=environ.get(protocol.ENV_METRIC) or None,
                 checkpoint_every=int(environ.get(protocol.ENV_CHECKPOINT_EVERY) or 0),
@@ -118,18 +152,45 @@ class Session:
 
     def _obey(self, step: int, *, checkpointed: bool, metrics: Mapping[str, float]) -> None:
         """Wait for the answer to the report of ``step`` and do what it says."""
-        answer = self._answers.readline().decode().strip()
-        if answer == protocol.SUSPEND:
+        answer = self._channel.receive()
+        if answer == protocol.SUSPEND and self.in_worker:
+            answer = self._park(step)
+        if answer in (protocol.SUSPEND, protocol.SPILL):
             if not checkpointed:
                 self.save(step, metrics)
             self._send({"type": protocol.SUSPENDED, "step": step})
-            fast_exit()
+            self._prepare_exit()
             raise SuspendExit
         if answer == protocol.STOP:
-            fast_exit()
+            self._prepare_exit()
             raise StopExit
-        if answer != protocol.CONTINUE:
+        if answer not in (protocol.CONTINUE, protocol.RESUME):
             raise HermesError(f"the executor closed the channel or answered {answer!r}")
+
+    def _park(self, step: int) -> str:
+        """Suspended in a warm worker: keep everything in memory, give the device back, and wait.
+
+        Other trials run in this process meanwhile, so the global random generators are saved
+        here and put back on resume (a spilled checkpoint takes them from here too).
+        """
+        from hermes.trial.checkpoint import capture_rng, restore_rng
+
+        self.parked_rng = capture_rng()
+        for saver in self.savers.values():
+            saver.offload()
+        _release_device_cache()
+        self._send({"type": protocol.PARKED, "step": step})
+        command = self._channel.receive()
+        if command == protocol.RESUME:
+            for saver in self.savers.values():
+                saver.reload()
+            restore_rng(self.parked_rng)
+            self.parked_rng = None
+        return command
+
+    def _prepare_exit(self) -> None:
+        if not self.in_worker:  # a worker lives on after its trial
+            fast_exit()
 
     def save(self, step: int, metrics: Mapping[str, float] | None = None) -> None:
         """Commit a checkpoint of ``step``: written under a temporary name, renamed, then published
@@ -155,11 +216,7 @@ class Session:
                 shutil.rmtree(entry, ignore_errors=True)
 
     def _send(self, message: dict[str, Any]) -> None:
-        try:
-            self._messages.write(protocol.encode(message))
-            self._messages.flush()
-        except BrokenPipeError:
-            raise HermesError("the executor closed the channel") from None
+        self._channel.send(message)
 
 
 def fast_exit() -> None:
@@ -173,12 +230,31 @@ def fast_exit() -> None:
     gc.freeze()
 
 
+def _release_device_cache() -> None:
+    """Hand the memory a parked trial's tensors left in torch's CUDA cache back to the device."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 _current: Session | None = None
+_in_thread = threading.local()  # a warm worker's trial thread: its own session
 
 
 def current() -> Session:
-    """This process's session, created on first use from the environment the executor set."""
+    """This trial's session: its thread's in a warm worker, else the process's, created on first
+    use from the environment the executor set."""
+    session = getattr(_in_thread, "session", None)
+    if session is not None:
+        return session
     global _current
     if _current is None:
         _current = Session.from_environment()
     return _current
+
+
+def bind(session: Session | None) -> None:
+    """Make ``session`` the current one of the calling thread (a warm worker's trial thread)."""
+    _in_thread.session = session

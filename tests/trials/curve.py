@@ -4,8 +4,10 @@ Config (every key optional):
 
 - ``rate``: how fast the curve rises towards 1 (``score = 1 - exp(-rate * step)``);
 - ``sleep``: seconds of "training" per step;
-- ``crash``: ``"none"``, ``"raise"`` (an exception at step ``crash_step``) or ``"exit3"``
-  (``sys.exit(3)`` there), to test failing trials;
+- ``crash``: ``"none"``, ``"raise"`` (an exception at step ``crash_step``), ``"exit3"``
+  (``sys.exit(3)`` there) or ``"hard"`` (``os._exit(7)``: the whole process ends at once, a warm
+  worker with it), to test failing trials;
+- ``leak_mb``: megabytes the trial allocates and never frees at every step, to test memory limits;
 - ``report``: ``"ok"``, ``"nan"`` (reports NaN as the objective) or ``"unnamed"`` (reports a
   metric that is not the spec's), to test bad reports;
 - ``hold_save``: a step whose checkpoint waits, half written, until a test lets it go: the trial
@@ -28,6 +30,9 @@ from typing import Any
 from hermes import trial
 
 
+_leaked: list[bytearray] = []  # what leak_mb allocates, never freed
+
+
 def score(rate: float, step: int) -> float:
     return 1.0 - math.exp(-rate * step)
 
@@ -39,6 +44,7 @@ def train(config: dict[str, Any]) -> None:
     crash_step = int(config.get("crash_step", 2))
     report = str(config.get("report", "ok"))
     hold_save = int(config.get("hold_save", 0))
+    leak_mb = int(config.get("leak_mb", 0))
     state: dict[str, Any] = {"total": 0.0, "pids": [], "step": 0}
 
     def save(directory: Path) -> None:
@@ -61,6 +67,10 @@ def train(config: dict[str, Any]) -> None:
         if step == crash_step and crash == "exit3":
             print(f"giving up at step {step} with exit code 3", file=sys.stderr, flush=True)
             sys.exit(3)
+        if step == crash_step and crash == "hard":
+            os._exit(7)
+        if leak_mb:
+            _leaked.append(bytearray(os.urandom(1024)) * (leak_mb * 1024))
         value = score(rate, step)
         state["total"] += value
         state["step"] = step

@@ -1,0 +1,179 @@
+"""A warm worker: one long-lived process per slot that runs function trials, one after another.
+
+``python -m hermes.local.worker package.module`` imports the trial's module (and with it the
+framework) and initialises the device once; then it runs each trial the executor starts in a
+thread of its own. A suspended trial *parks*: its thread waits inside ``report`` with the model,
+optimizer, data position and everything else in memory, so a resume on this slot costs no start,
+no import and no disk read. Only one trial computes at a time: the executor starts or resumes a
+trial on a slot only once the previous one has parked or ended.
+
+Commands come on stdin and messages go out on fd ``protocol.ENV_WORKER_CHANNEL``, one JSON object per
+line (hermes/trial/protocol.py). A trial's exception ends only that trial; a crash of the process
+(a segfault, the out-of-memory killer) ends the worker, and the executor replaces it.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import io
+import json
+import os
+import queue
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from hermes.trial import protocol
+from hermes.trial.session import Session, StopExit, SuspendExit, bind
+
+
+
+class _Outbox:
+    """The worker's one message pipe, shared by its trials' threads."""
+
+    def __init__(self, fd: int) -> None:
+        self._file = os.fdopen(fd, "wb")
+        self._lock = threading.Lock()
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = protocol.encode(message)
+        with self._lock:
+            self._file.write(data)
+            self._file.flush()
+
+
+class _TrialChannel:
+    """A trial's channel inside the worker: messages tagged with its id; words from the command loop."""
+
+    def __init__(self, trial_id: str, outbox: _Outbox) -> None:
+        self.trial_id = trial_id
+        self.words: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._outbox = outbox
+
+    def send(self, message: dict[str, Any]) -> None:
+        self._outbox.send({**message, "trial": self.trial_id})
+
+    def receive(self) -> str:
+        return self.words.get()
+
+
+class _ThreadStreams(io.TextIOBase):
+    """sys.stdout or sys.stderr of the worker: what a trial's thread prints goes to that trial's log."""
+
+    def __init__(self, fallback: TextIO, name: str) -> None:
+        self._fallback = fallback
+        self._local = threading.local()
+        self._name = name
+
+    def open_for_thread(self, directory: Path) -> None:
+        self._local.file = open(directory / self._name, "a", buffering=1)
+
+    def close_for_thread(self) -> None:
+        file = getattr(self._local, "file", None)
+        if file is not None:
+            file.close()
+            self._local.file = None
+
+    def _target(self) -> TextIO:
+        return getattr(self._local, "file", None) or self._fallback
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+
+class Worker:
+    def __init__(self, outbox: _Outbox, stdout: _ThreadStreams, stderr: _ThreadStreams) -> None:
+        self.outbox = outbox
+        self.stdout, self.stderr = stdout, stderr
+        self.channels: dict[str, _TrialChannel] = {}
+
+    def serve(self, commands: TextIO) -> None:
+        """Follow the executor's commands until it closes stdin."""
+        for line in commands:
+            command = json.loads(line)
+            if command["op"] == protocol.START:
+                self.start(command)
+            elif command["op"] == protocol.SAY and command["trial"] in self.channels:
+                self.channels[command["trial"]].words.put(command["word"])
+
+    def start(self, command: dict[str, Any]) -> None:
+        trial_id = command["trial"]
+        channel = self.channels[trial_id] = _TrialChannel(trial_id, self.outbox)
+        thread = threading.Thread(target=self._run, args=(channel, command), name=f"trial-{trial_id}", daemon=True)
+        thread.start()
+
+    def _run(self, channel: _TrialChannel, command: dict[str, Any]) -> None:
+        """The trial's thread: set up its session, call its function, say how it ended."""
+        directory = Path(command["directory"])
+        self.stdout.open_for_thread(directory)
+        self.stderr.open_for_thread(directory)
+        outcome, error = protocol.OK, None
+        try:
+            session = Session(
+                channel.trial_id,
+                directory,
+                channel,
+                budget=int(command["budget"]),
+                metric=command["metric"] or None,
+                checkpoint_every=int(command["checkpoint_every"]),
+                reported_step=int(command["reported_step"]),
+                in_worker=True,
+            )
+            bind(session)
+            _function(command["function"])(session.config)
+        except SuspendExit:
+            outcome = protocol.SUSPENDED
+        except StopExit:
+            outcome = protocol.STOPPED
+        except SystemExit as exit:  # sys.exit() in the trial: its code says how it went
+            if exit.code not in (None, 0):
+                outcome, error = protocol.FAILED, f"exit code {exit.code}"
+        except BaseException as exception:  # its traceback goes to its stderr.log, as in a process of its own
+            outcome, error = protocol.FAILED, f"uncaught {type(exception).__name__}"
+            traceback.print_exc()
+        finally:
+            bind(None)
+            self.stdout.close_for_thread()
+            self.stderr.close_for_thread()
+            del self.channels[channel.trial_id]
+        self.outbox.send({"type": protocol.ENDED, "trial": channel.trial_id, "outcome": outcome, "error": error})
+
+
+def _function(reference: str) -> Callable[[dict[str, Any]], Any]:
+    module_name, _, function_name = reference.partition(":")
+    return getattr(importlib.import_module(module_name), function_name)
+
+
+def _warm_up(module_name: str) -> None:
+    """Import the trials' module (and so their framework), limit torch's threads to the slot's
+    share, and create the CUDA context now rather than in the first trial."""
+    if module_name:
+        importlib.import_module(module_name)
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    threads = os.environ.get(protocol.ENV_THREADS)
+    if threads:
+        torch.set_num_threads(int(threads))
+    if torch.cuda.is_available():
+        torch.cuda.init()
+
+
+def main(argv: list[str]) -> None:
+    faulthandler.enable()  # a segfault leaves its stack in the worker's log
+    sys.path.insert(0, os.getcwd())
+    outbox = _Outbox(int(os.environ[protocol.ENV_WORKER_CHANNEL]))
+    stdout, stderr = _ThreadStreams(sys.stdout, "stdout.log"), _ThreadStreams(sys.stderr, "stderr.log")
+    sys.stdout, sys.stderr = stdout, stderr
+    _warm_up(argv[0] if argv else "")
+    Worker(outbox, stdout, stderr).serve(sys.stdin)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

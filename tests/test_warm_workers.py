@@ -1,0 +1,155 @@
+"""Warm workers: function trials run in long-lived worker processes, parked in memory when suspended.
+
+Real worker processes, the real scheduling core and ``tests/trials/curve.py``, whose state (the
+running sum of its scores and the pid of every process that ran it) is checkpointed with
+``trial.Files``: a resume that loses or repeats a step shows in the sum, and the pids show where
+the trial ran and whether it was restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from test_local_executor import StopAtStep, decisions_of, reports, run_experiment
+
+from hermes.core.decisions import Resume, Start, Stop, Suspend
+from hermes.core.events import TrialReported, TrialSuspended
+from hermes.core.states import TrialState
+from hermes.local import LocalExecutor, TrialLaunch, local_slots
+from hermes.trial import protocol
+
+TESTS = Path(__file__).resolve().parent
+BUDGET = 6
+
+
+def curve(sleep: float = 0.05, **config: object) -> TrialLaunch:
+    return TrialLaunch(BUDGET, function="trials.curve:train", config={"sleep": sleep, **config}, cwd=str(TESTS))
+
+
+def expected_total(rate: float, steps: int = BUDGET) -> float:
+    return sum(1.0 - math.exp(-rate * step) for step in range(1, steps + 1))
+
+
+def result(executor: LocalExecutor, trial_id: str) -> dict:
+    return json.loads((executor.directory / "trials" / trial_id / "result.json").read_text())
+
+
+def checkpoints(executor: LocalExecutor, trial_id: str) -> bool:
+    return (executor.directory / "trials" / trial_id / protocol.CHECKPOINTS_DIR).exists()
+
+
+def test_a_suspended_trial_resumes_from_memory_in_its_worker(tmp_path: Path) -> None:
+    rates = {"a": 0.3, "b": 0.7}
+    with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=1), metric="score") as executor:
+        scheduler, log = run_experiment(executor, {t: curve(rate=r) for t, r in rates.items()}, period=0.05)
+    assert {trial.state for trial in scheduler.trials.values()} == {TrialState.COMPLETED}
+    assert len(decisions_of(log, Suspend)) >= 2 and decisions_of(log, Resume)
+    pids = {trial_id: result(executor, trial_id)["pids"] for trial_id in rates}
+    assert len(pids["a"]) == len(pids["b"]) == 1  # each function ran once: never restarted
+    assert pids["a"] == pids["b"]  # in the one worker of the slot
+    for trial_id, rate in rates.items():
+        assert result(executor, trial_id)["total"] == pytest.approx(expected_total(rate), abs=1e-12)
+        assert not checkpoints(executor, trial_id)  # nothing was written to disk
+        assert scheduler.trials[trial_id].steps == list(range(1, BUDGET + 1))
+    for timing in executor.switch_timings:
+        assert timing.suspend_latency is not None and timing.resume_latency is not None
+
+
+def test_a_trial_resumed_on_another_slot_moves_through_a_checkpoint(tmp_path: Path) -> None:
+    rates = {"a": 0.3, "b": 0.5, "c": 0.9}
+    with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=2), metric="score") as executor:
+        scheduler, log = run_experiment(executor, {t: curve(rate=r) for t, r in rates.items()}, period=0.05)
+    assert {trial.state for trial in scheduler.trials.values()} == {TrialState.COMPLETED}
+    moved = {decision.trial_id for decision in decisions_of(log, Resume) if decision.migrated}
+    assert moved  # three trials on two slots: the core evens the load out
+    workers = {pid for trial_id in rates for pid in result(executor, trial_id)["pids"]}
+    assert len(workers) == 2  # one warm worker per slot served every start
+    for trial_id in moved:
+        assert len(result(executor, trial_id)["pids"]) >= 2 and checkpoints(executor, trial_id)
+    for trial_id, rate in rates.items():
+        assert result(executor, trial_id)["total"] == pytest.approx(expected_total(rate), abs=1e-12)
+
+
+def test_short_memory_spills_parked_trials_to_disk(tmp_path: Path) -> None:
+    rates = {"a": 0.3, "b": 0.7}
+    # More memory in reserve than any machine has: every parked trial is short of it.
+    with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=1), metric="score", memory_reserve=1 << 62) as executor:
+        scheduler, log = run_experiment(executor, {t: curve(rate=r) for t, r in rates.items()}, period=0.05)
+    assert {trial.state for trial in scheduler.trials.values()} == {TrialState.COMPLETED}
+    suspended = {decision.trial_id for decision in decisions_of(log, Suspend)}
+    for trial_id in suspended:  # every resume started the function again, from its checkpoint
+        restarts = sum(1 for d in decisions_of(log, Resume) if d.trial_id == trial_id)
+        assert len(result(executor, trial_id)["pids"]) == restarts + 1 and checkpoints(executor, trial_id)
+    for trial_id, rate in rates.items():
+        assert result(executor, trial_id)["total"] == pytest.approx(expected_total(rate), abs=1e-12)
+
+
+def test_a_worker_over_its_memory_limit_is_replaced(tmp_path: Path) -> None:
+    rates = {"a": 0.3, "b": 0.7}
+    launches = {t: curve(rate=r, leak_mb=20) for t, r in rates.items()}
+    limit = 1 << 20  # a megabyte: a worker is over it as soon as it has imported anything
+    with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=1), metric="score", worker_memory_limit=limit) as executor:
+        scheduler, log = run_experiment(executor, launches, period=0.05)
+    assert {trial.state for trial in scheduler.trials.values()} == {TrialState.COMPLETED}
+    assert decisions_of(log, Suspend)
+    workers = {pid for trial_id in rates for pid in result(executor, trial_id)["pids"]}
+    assert len(workers) >= 2  # replaced at least once
+    for trial_id, rate in rates.items():
+        assert result(executor, trial_id)["total"] == pytest.approx(expected_total(rate), abs=1e-12)
+
+
+def test_a_trial_that_kills_its_worker_fails_alone_and_the_parked_one_catches_up(tmp_path: Path) -> None:
+    launches = {"a": curve(rate=0.4), "b": curve(rate=0.6, crash="hard", crash_step=4)}
+    with LocalExecutor(
+        tmp_path, slots=local_slots(cpu_slots=1), metric="score", checkpoint_every=2
+    ) as executor:
+        scheduler, log = run_experiment(executor, launches, period=0.05)
+    a, b = scheduler.trials["a"], scheduler.trials["b"]
+    assert b.state is TrialState.FAILED and b.error.startswith("its worker died, exit code 7")
+    assert a.state is TrialState.COMPLETED
+    assert a.steps == list(range(1, BUDGET + 1))  # the steps it did again after the crash were not re-reported
+    assert [step for step, _ in reports(executor, "a")] == list(range(1, BUDGET + 1))
+    assert result(executor, "a")["total"] == pytest.approx(expected_total(0.4), abs=1e-12)
+    assert len(set(result(executor, "a")["pids"])) == 2  # it lost its worker and went on in the new one
+
+
+def test_an_exception_fails_only_its_trial_and_the_worker_lives_on(tmp_path: Path) -> None:
+    launches = {"a": curve(rate=0.4), "b": curve(rate=0.6, crash="raise", crash_step=2), "c": curve(rate=0.8)}
+    with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=1), metric="score") as executor:
+        scheduler, _ = run_experiment(executor, launches, policy="fifo")
+    b = scheduler.trials["b"]
+    assert b.state is TrialState.FAILED
+    assert b.error.startswith("uncaught RuntimeError: about to fail at step 2\nTraceback")
+    assert b.error.endswith("RuntimeError: synthetic failure at step 2")
+    assert scheduler.trials["a"].state is scheduler.trials["c"].state is TrialState.COMPLETED
+    assert result(executor, "a")["pids"] == result(executor, "c")["pids"]  # the same worker ran both
+
+
+def test_a_running_trial_is_stopped_at_its_report(tmp_path: Path) -> None:
+    launches = {"a": curve(rate=0.4), "b": curve(rate=0.6), "victim": curve(rate=0.2)}
+    with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=1), metric="score") as executor:
+        scheduler, _ = run_experiment(executor, launches, period=0.05, stopper=StopAtStep("victim", 2))
+    assert scheduler.trials["victim"].state is TrialState.STOPPED
+    assert scheduler.trials["victim"].steps == [1, 2]
+    assert scheduler.trials["a"].state is scheduler.trials["b"].state is TrialState.COMPLETED
+
+
+def test_a_parked_trial_that_is_stopped_ends_silently(tmp_path: Path) -> None:
+    with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=1), metric="score") as executor:
+        executor.submit("a", curve(rate=0.4))
+        executor.apply(Start("a", "local/cpu0"), executor.now())
+        [report] = executor.next_events()
+        assert isinstance(report, TrialReported) and report.step == 1
+        executor.apply(Suspend("a"), executor.now())
+        executor.settled(report)
+        [suspended] = executor.next_events()
+        assert isinstance(suspended, TrialSuspended) and suspended.step == 1
+        executor.apply(Stop("a"), executor.now())
+        assert executor.next_events() == []  # the core expects nothing more: no event comes
+        executor.submit("b", curve(rate=0.6, sleep=0.0))  # and the slot's worker serves the next trial
+        executor.apply(Start("b", "local/cpu0"), executor.now())
+        assert isinstance(executor.next_events()[0], TrialReported)
+    assert not (executor.directory / "trials" / "a" / "result.json").exists()
