@@ -1,0 +1,1 @@
+"""Benchmarks. A package so that ``bench.frameworks.workload:hermes_trial`` imports from the repository root."""
