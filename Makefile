@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,example]'
+	$(PY) -m pip install -q -e '.[test,example,bench]'
 	touch $@
 
 .PHONY: install demo test bench
@@ -22,3 +22,5 @@ bench: install
 	$(PY) bench/scale.py
 	$(PY) bench/real_example.py --policies fifo,hermes,rr
 	$(PY) bench/best_curve.py
+	$(PY) bench/switching.py
+	$(PY) bench/frameworks/compare.py --rounds 2

@@ -1,0 +1,118 @@
+"""The workload every system in ``compare.py`` tunes: a PyTorch MLP on enlarged scikit-learn digits.
+
+The data are the digits example's (``examples/digits/train.py``): 360 clean validation images and
+14 shifted, noisy copies of the other 1437 (20,118 training images), so an epoch takes a few
+tenths of a second on one thread. Training is deterministic: a configuration's ``seed`` fixes
+initialisation and shuffling, and every system runs torch on one thread, so the same
+configuration reaches the same accuracies whichever system trains it.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from examples.digits.train import VALIDATION, enlarge, load_digits
+from hermes import trial
+
+COPIES = 14  # noisy copies of the training images: ~20k samples
+WIDTHS = (16, 32, 64, 128)
+BATCH_SIZES = (16, 32, 64, 128)
+
+
+def configurations(n: int = 48, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` configurations drawn from the digits search space, deterministic in ``seed``.
+
+    Each configuration's values are drawn in turn from one stream, so the first ``k`` of
+    ``configurations(n)`` are ``configurations(k)``: a smaller comparison runs a prefix of a larger one.
+    """
+    rng = np.random.RandomState(seed)
+    configs = []
+    for _ in range(n):
+        configs.append(
+            {
+                "lr": float(np.exp(rng.uniform(np.log(1e-3), np.log(1.0)))),
+                "width": int(rng.choice(WIDTHS)),
+                "weight_decay": float(np.exp(rng.uniform(np.log(1e-6), np.log(1e-2)))),
+                "batch_size": int(rng.choice(BATCH_SIZES)),
+                "momentum": float(rng.uniform(0.0, 0.95)),
+                "seed": int(rng.randint(2**31)),
+            }
+        )
+    return configs
+
+
+@functools.lru_cache(maxsize=1)
+def dataset() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x_train, y_train, x_val, y_val), prepared once per process: a warm worker running many
+    trials pays for it once. The split is the digits example's."""
+    features, labels = load_digits()
+    order = np.random.RandomState(0).permutation(len(labels))
+    features, labels = features[order], labels[order]
+    train_features, train_labels = enlarge(features[VALIDATION:], labels[VALIDATION:], COPIES)
+    return (
+        torch.tensor(train_features / 16.0, dtype=torch.float32),
+        torch.tensor(train_labels),
+        torch.tensor(features[:VALIDATION] / 16.0, dtype=torch.float32),
+        torch.tensor(labels[:VALIDATION]),
+    )
+
+
+class Trainer:
+    """One configuration's model and optimizer, trained an epoch at a time.
+
+    ``model`` and ``optimizer`` are what a checkpoint must hold (with the global RNGs, which
+    shuffle the batches): Hermes saves them through ``trial.Checkpoint``.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        torch.set_num_threads(1)  # one thread per slot, in every system
+        self.x_train, self.y_train, self.x_val, self.y_val = dataset()
+        torch.manual_seed(int(config["seed"]))
+        width = int(config["width"])
+        self.model = nn.Sequential(
+            nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)
+        )
+        self.optimizer = torch.optim.SGD(
+            self.model.parameters(),
+            lr=float(config["lr"]),
+            momentum=float(config["momentum"]),
+            weight_decay=float(config["weight_decay"]),
+        )
+        self.batch_size = int(config["batch_size"])
+
+    def train_epoch(self) -> tuple[float, float]:
+        """Train one epoch and evaluate; return (validation accuracy, wall seconds both took)."""
+        start = time.perf_counter()
+        self.model.train()
+        for batch in torch.randperm(len(self.y_train)).split(self.batch_size):
+            self.optimizer.zero_grad()
+            nn.functional.cross_entropy(self.model(self.x_train[batch]), self.y_train[batch]).backward()
+            self.optimizer.step()
+        self.model.eval()
+        with torch.no_grad():
+            accuracy = (self.model(self.x_val).argmax(dim=1) == self.y_val).float().mean().item()
+        return accuracy, time.perf_counter() - start
+
+
+def configuration(index: int) -> dict[str, Any]:
+    """Configuration ``index`` of ``configurations()``: what a system that passes only the index trains."""
+    return configurations(index + 1)[index]
+
+
+def hermes_trial(config: dict[str, Any]) -> None:
+    """A Hermes function trial (``bench.frameworks.workload:hermes_trial``) of configuration ``config["index"]``.
+
+    Hermes's samplers cannot take a list of configurations, so the spec searches a grid over the
+    index and the trial looks its configuration up here.
+    """
+    trainer = Trainer(configuration(int(config["index"])))
+    state = trial.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)
+    for epoch in range(state.restore(), trial.budget()):
+        accuracy, seconds = trainer.train_epoch()
+        trial.report(epoch + 1, accuracy=accuracy, train_seconds=seconds)

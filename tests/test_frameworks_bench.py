@@ -1,0 +1,127 @@
+"""The frameworks comparison (``bench/frameworks/compare.py``) at a tiny size, end to end.
+
+The real command runs FIFO and Hermes (real runner, real warm workers, real store), Optuna with
+its median pruner (two spawned workers on a journal file) and Ray Tune with ASHA (a real local Ray),
+on 4 configurations of the real workload for 2 epochs each: 25-40 s on the 2-core development
+machine, most of it Ray (4-6 s to start, 1.5 s to shut down, its first report 6-8 s after
+``Tuner.fit``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+pytest.importorskip("optuna")
+pytest.importorskip("ray")
+
+from bench.frameworks import compare  # noqa: E402  (the repository root is on pytest's pythonpath)
+from bench.frameworks.systems import Record, Size, Timeline  # noqa: E402
+
+SYSTEMS = ["fifo", "hermes", "optuna_median", "ray_asha"]
+PRUNING = {"ray_asha"}  # ASHA may stop trials after their first epoch; the median pruner waits for 5 trials
+SIZE = Size(trials=4, epochs=2)
+
+
+@pytest.fixture(scope="module")
+def outcome(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    """The command's JSON and its printed output."""
+    path = tmp_path_factory.mktemp("frameworks") / "compare.json"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        compare.main([
+            "--trials", str(SIZE.trials), "--epochs", str(SIZE.epochs), "--systems", ",".join(SYSTEMS),
+            "--json", str(path),
+            # Trials this short never pay for a switch under the default 2% budget: allow switching so
+            # that Hermes suspends and resumes them.
+            "--hermes-param", "overhead_budget=0.5",
+        ])
+    return json.loads(path.read_text()), printed.getvalue()
+
+
+def timeline_of(data: dict[str, Any], system: str) -> Timeline:
+    raw = data["rounds"][0][system]
+    return Timeline(system, [Record(**record) for record in raw["records"]], raw["wall"], raw["setup"])
+
+
+@pytest.mark.timeout(90)
+def test_every_system_reports_every_configuration_and_fifo_is_the_unit(outcome: tuple[dict[str, Any], str]) -> None:
+    data, printed = outcome
+    table = data["figures"]
+    assert list(table) == SYSTEMS
+    for system in SYSTEMS:
+        timeline = timeline_of(data, system)
+        epochs = {index: sorted(r.epoch for r in timeline.records if r.index == index) for index in range(SIZE.trials)}
+        for index, reported in epochs.items():  # each configuration's first epochs, once each
+            assert reported == list(range(1, len(reported) + 1)), (system, index, reported)
+            assert len(reported) == SIZE.epochs or (system in PRUNING and reported), (system, index, reported)
+        assert all(0 < r.at <= timeline.wall and r.train_seconds > 0 for r in timeline.records)
+        assert 0 < table[system]["first_feedback"] < timeline.wall
+        assert 0 < table[system]["training_share"] <= 1
+        assert table[system]["epoch_time_vs_fifo"] > 0
+        assert f"| {system} |" in printed
+    for figure in compare.FIGURES:
+        assert table["fifo"][f"{figure}_ratio"] == 1.0
+    assert table["fifo"]["epoch_time_vs_fifo"] == 1.0
+
+
+@pytest.mark.timeout(90)
+def test_training_is_the_same_in_every_system(outcome: tuple[dict[str, Any], str]) -> None:
+    """Same configurations, seeds and thread count: every system reaches the same accuracies, and
+    Hermes's suspended and resumed trials resume exactly."""
+    data, _ = outcome
+    assert data["rounds"][0]["hermes"]["notes"]["suspends"] > 0
+    fifo = {(r.index, r.epoch): r.accuracy for r in timeline_of(data, "fifo").records}
+    for system in SYSTEMS:
+        assert {(r.index, r.epoch): r.accuracy for r in timeline_of(data, system).records}.items() <= fifo.items()
+
+
+@pytest.mark.timeout(90)
+def test_figures_follow_from_the_timelines(outcome: tuple[dict[str, Any], str]) -> None:
+    data, _ = outcome
+    fifo = timeline_of(data, "fifo")
+    best = max(r.accuracy for r in fifo.records if r.epoch == SIZE.epochs)
+    assert data["figures"]["fifo"]["final_quality"] == best
+    for system in SYSTEMS:
+        timeline, row = timeline_of(data, system), data["figures"][system]
+        records = timeline.records
+        finals = [r for r in records if r.epoch == SIZE.epochs]
+        assert row["final_quality"] == max((r.accuracy for r in finals), default=None)
+        hit = [r.at for r in finals if r.accuracy >= best - compare.TARGET_POINTS]
+        assert row["time_to_target"] == (hit[0] if hit else None)
+        firsts = [min(r.at for r in records if r.index == index) for index in range(SIZE.trials)]
+        assert row["first_feedback"] == pytest.approx(statistics.fmean(firsts))
+        assert row["training_share"] == pytest.approx(sum(r.train_seconds for r in records) / (2 * records[-1].at))
+        for seconds, figure in zip(compare.MILESTONES, ("best_at_30s", "best_at_60s"), strict=True):
+            reached = [r.accuracy for r in records if r.at <= seconds]
+            assert row[figure] == (max(reached) if reached else None)
+        fifo_feedback = data["figures"]["fifo"]["first_feedback"]
+        assert row["first_feedback_ratio"] == pytest.approx(row["first_feedback"] / fifo_feedback)
+
+
+def test_figures_of_a_timeline_with_gaps() -> None:
+    """A configuration never reported counts as the wall time; a target never reached is None."""
+    size = Size(trials=3, epochs=2)
+    records = [
+        Record(1.0, 0, 1, 0.5, 0.5),
+        Record(2.0, 1, 1, 0.6, 0.5),
+        Record(3.0, 0, 2, 0.7, 0.5),  # finishes below the target of 0.9 - 0.005
+        Record(40.0, 1, 2, 0.897, 1.0),  # finishes within it
+    ]
+    figures = compare.figures(Timeline("x", records, wall=50.0), best=0.9, size=size)
+    assert figures.time_to_target == 40.0
+    assert figures.first_feedback == pytest.approx((1.0 + 2.0 + 50.0) / 3)
+    assert (figures.best_at_30s, figures.best_at_60s) == (0.7, 0.897)
+    assert figures.training_share == pytest.approx(2.5 / (2 * 40.0))
+    assert figures.final_quality == 0.897
+    never = compare.figures(Timeline("y", records[:3], wall=5.0), best=0.9, size=size)
+    assert never.time_to_target is None and never.best_at_60s == 0.7 and not math.isnan(never.training_share)
