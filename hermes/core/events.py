@@ -1,6 +1,8 @@
 """Events: what happened, in the past tense, each stamped with the engine's clock.
 
-The core has no clock of its own: ``at`` is the only source of time it sees.
+The core has no clock of its own: ``at`` is the only source of time it sees. Events are values
+that nothing modifies; they are not frozen dataclasses only because building a frozen one costs
+several times as much, and a simulation builds one for every reported step.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TrialSubmitted:
     at: float
     trial_id: str
@@ -18,7 +20,7 @@ class TrialSubmitted:
     movable: bool = True  # False when suspension keeps the process resident: it resumes on its own GPU only
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TrialReported:
     """A running trial finished step ``step`` and measured ``value`` of the objective metric."""
 
@@ -29,7 +31,7 @@ class TrialReported:
     checkpointed: bool = False  # a checkpoint of this step is durable: a crash resumes from here
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TrialSuspended:
     """A suspending trial saved its checkpoint at ``step`` and released its GPU."""
 
@@ -38,7 +40,7 @@ class TrialSuspended:
     step: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TrialExited:
     """The trial's process ended: it finished its budget, crashed, or obeyed a stop."""
 
@@ -48,14 +50,14 @@ class TrialExited:
     error: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NodeAdded:
     at: float
     node: str
     gpus: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NodeRemoved:
     """The node left or died: every trial on its GPUs loses its process."""
 
@@ -63,27 +65,27 @@ class NodeRemoved:
     node: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GpuAdded:
     at: float
     node: str
     gpu: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GpuRemoved:
     at: float
     gpu: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PeriodElapsed:
     """A scheduling period passed: running trials whose turn is over may be preempted."""
 
     at: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SubmissionsClosed:
     """No more trials will be submitted: the experiment ends once nothing is left to run."""
 

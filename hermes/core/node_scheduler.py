@@ -7,10 +7,12 @@ runs, by the policy's priority, and preempts a trial whose turn is over when a b
 from __future__ import annotations
 
 import heapq
+from collections.abc import Collection
+from operator import itemgetter
 
 from hermes.core.cluster import Node
 from hermes.core.decisions import Decision, Resume, Start, Suspend
-from hermes.core.states import TrialState
+from hermes.core.states import PENDING, RUNNING, SUSPENDING
 from hermes.core.trial import Trial
 from hermes.policies.base import SchedulingPolicy
 
@@ -25,10 +27,11 @@ class NodeScheduler:
         # Waiting trials sorted once, for policies that promise a time-invariant order
         # (SchedulingPolicy.order_version); kept up to date by add_waiting, rebuilt when the counter moves.
         self._sorted: list[Trial] = []
+        self._listed: set[Trial] = set()  # the trials in _sorted, some of them no longer waiting here
         self._sorted_for: int | None = None  # the order_version the sort is valid for
 
     def ranked_waiting(
-        self, now: float, limit: int, free: list[str] | None = None, exclude: frozenset[str] | set[str] = frozenset()
+        self, now: float, limit: int, free: list[str] | None = None, exclude: Collection[str] = ()
     ) -> list[tuple[float, Trial]]:
         """The ``limit`` best runnable waiting trials with their priorities, best first.
 
@@ -63,7 +66,7 @@ class NodeScheduler:
         return [(-key, trial) for key, _, trial in heapq.nsmallest(limit, ranked, key=_rank_key)]
 
     def _from_sorted(
-        self, now: float, limit: int, free: list[str] | None, exclude: frozenset[str] | set[str]
+        self, now: float, limit: int, free: list[str] | None, exclude: Collection[str]
     ) -> list[tuple[float, Trial]]:
         """``ranked_waiting`` from the cached order: trials that stopped waiting are skipped lazily."""
         key = self.policy.order_version
@@ -75,14 +78,15 @@ class NodeScheduler:
                     priority = priority_of(trial, now)
                     if priority is not None:
                         entries.append((-priority, trial.seq, trial))
-            entries.sort(key=_rank_key)
+            entries.sort()  # by (-priority, seq); seqs are unique, so trials are never compared
             self._sorted = [trial for _, _, trial in entries]
+            self._listed = set(self._sorted)
             self._sorted_for = key
         chosen: list[tuple[float, Trial]] = []
         members = self.node.members
         ordered = self._sorted
         while ordered and (not ordered[0].waiting or ordered[0].trial_id not in members):
-            ordered.pop(0)  # started or gone since the sort: it only comes back with a bump
+            self._listed.discard(ordered.pop(0))  # started or gone since the sort: add_waiting brings it back
         for trial in ordered:
             if not trial.waiting or trial.trial_id not in members or trial.trial_id in exclude:
                 continue
@@ -104,8 +108,9 @@ class NodeScheduler:
         if self._sorted_for is None or self._sorted_for != self.policy.order_version:
             return  # no valid cache: the next query sorts everything anyway
         ordered = self._sorted
-        if trial in ordered:
+        if trial in self._listed:
             ordered.remove(trial)  # a stale entry from an earlier wait
+            self._listed.discard(trial)
         priority_of = self.policy.priority
         priority = priority_of(trial, now)
         if priority is None:
@@ -120,6 +125,7 @@ class NodeScheduler:
             else:
                 low = middle + 1
         ordered.insert(low, trial)
+        self._listed.add(trial)
 
     def fill(self, now: float) -> list[Decision]:
         """Give every free GPU to the best waiting trials, each on its last GPU when that is free."""
@@ -138,7 +144,7 @@ class NodeScheduler:
                     continue  # its own GPU went to a better trial in this pass; look again for the rest
                 free.remove(gpu)
                 self.node.occupant[gpu] = trial
-                fresh = trial.state is TrialState.PENDING
+                fresh = trial.state is PENDING
                 migrated = trial.begin_run(gpu, now)
                 decisions.append(Start(trial.trial_id, gpu) if fresh else Resume(trial.trial_id, gpu, migrated))
                 placed = True
@@ -155,12 +161,12 @@ class NodeScheduler:
         policy = self.policy
         if (
             not policy.time_sharing
-            or trial.state is not TrialState.RUNNING
+            or trial.state is not RUNNING
             or trial.stop_requested
             or not policy.turn_over(trial, now)
         ):
             return []
-        best = self.ranked_waiting(now, 1, [trial.gpu], set(self.claims.values()))
+        best = self.ranked_waiting(now, 1, [trial.gpu], self.claims.values())
         if not best:
             return []
         challenger_priority, challenger = best[0]
@@ -171,9 +177,8 @@ class NodeScheduler:
         return self.suspend(trial)
 
     def suspend(self, trial: Trial) -> list[Decision]:
-        trial.move_to(TrialState.SUSPENDING)
+        trial.move_to(SUSPENDING)
         return [Suspend(trial.trial_id)]
 
 
-def _rank_key(entry: tuple[float, int, Trial]) -> tuple[float, int]:
-    return entry[0], entry[1]
+_rank_key = itemgetter(0, 1)  # (-priority, seq) of a (-priority, seq, trial) entry

@@ -29,10 +29,10 @@ from hermes.core.events import (
     TrialSuspended,
 )
 from hermes.core.node_scheduler import NodeScheduler
-from hermes.core.states import TrialState
+from hermes.core.states import COMPLETED, FAILED, HOLDING_GPU, STOPPED, SUSPENDED, SUSPENDING
 from hermes.core.trial import Trial
 from hermes.errors import HermesError
-from hermes.policies.base import EarlyStopper, SchedulingPolicy, Verdict
+from hermes.policies.base import PAUSE, STOP, EarlyStopper, SchedulingPolicy
 
 
 def _load_after_one_more(node: Node) -> float:
@@ -107,7 +107,7 @@ class Scheduler:
 
     def _on_reported(self, event: TrialReported) -> list[Decision]:
         trial = self.trials.get(event.trial_id) or self._trial(event.trial_id)
-        if not trial.state.holds_gpu:
+        if trial.state not in HOLDING_GPU:
             raise HermesError(f"trial {trial.trial_id} reported while {trial.state.value}")
         if event.step <= trial.step:
             raise HermesError(f"trial {trial.trial_id} reported step {event.step} after step {trial.step}")
@@ -118,43 +118,43 @@ class Scheduler:
             return []
         verdict = self.policy.observe(trial, event.at)
         if self.stopper is not None and self.stopper.should_stop(trial):
-            verdict = Verdict.STOP
+            verdict = STOP
         if event.step >= trial.budget:
             return []  # it exits by itself
-        if verdict is Verdict.STOP:
+        if verdict is STOP:
             return self._stop(trial)
-        if trial.state is TrialState.SUSPENDING:
+        if trial.state is SUSPENDING:
             return []  # it is leaving its GPU already
         node_scheduler = self.node_schedulers[trial.node]
-        if verdict is Verdict.PAUSE:
+        if verdict is PAUSE:
             return node_scheduler.suspend(trial)
         return node_scheduler.review(trial, event.at)
 
     def _on_suspended(self, event: TrialSuspended) -> list[Decision]:
         trial = self._trial(event.trial_id)
-        if trial.state is not TrialState.SUSPENDING:
+        if trial.state is not SUSPENDING:
             raise HermesError(f"trial {trial.trial_id} suspended while {trial.state.value}")
         trial.checkpoint_step = trial.step = event.step
         node = self._release_gpu(trial, event.at)
         if trial.stop_requested:  # told to stop while suspending: the Stop drops the checkpoint
-            trial.move_to(TrialState.STOPPED)
+            trial.move_to(STOPPED)
             self._retire(trial)
             return self._place_and_fill(event.at, {node})
-        trial.move_to(TrialState.SUSPENDED)
+        trial.move_to(SUSPENDED)
         self.node_schedulers[node.name].add_waiting(trial, event.at)
         return self._fill(self.node_schedulers[node.name], event.at)
 
     def _on_exited(self, event: TrialExited) -> list[Decision]:
         trial = self._trial(event.trial_id)
         if trial.stop_requested:
-            outcome = TrialState.STOPPED
+            outcome = STOPPED
         elif event.succeeded:
-            outcome = TrialState.COMPLETED
+            outcome = COMPLETED
         else:
-            outcome = TrialState.FAILED
+            outcome = FAILED
             trial.error = event.error
         node = self.cluster.nodes.get(trial.node) if trial.node is not None else None
-        if trial.state.holds_gpu:
+        if trial.state in HOLDING_GPU:
             self._release_gpu(trial, event.at)
         trial.move_to(outcome)
         self._retire(trial)
@@ -177,7 +177,7 @@ class Scheduler:
         node = self.cluster.remove_node(event.node)
         del self.node_schedulers[node.name]
         for trial in node.members.values():
-            if trial.state.holds_gpu:
+            if trial.state in HOLDING_GPU:
                 self._lose(trial, event.at)
             trial.node = None
             if not trial.state.is_terminal:
@@ -247,17 +247,26 @@ class Scheduler:
     def _place(self) -> set[Node]:
         """Put unplaced trials, in arrival order, on the least loaded nodes that have room."""
         touched: set[Node] = set()
-        if not self.unplaced:
-            return touched
-        roomy = [node for node in self.cluster.nodes.values() if self._has_room(node)]
-        while self.unplaced and roomy:
-            node = min(roomy, key=_load_after_one_more)
+        while self.unplaced:
+            node = self._least_loaded_with_room()
+            if node is None:
+                break
             trial = self.unplaced.pop(next(iter(self.unplaced)))
             self._join(trial, node)
             touched.add(node)
-            if not self._has_room(node):
-                roomy.remove(node)
         return touched
+
+    def _least_loaded_with_room(self) -> Node | None:
+        """The node with room that one more trial would load least, the first of equals.
+
+        A plain loop, as in ``_most_loaded``: it runs at every submission, over every node."""
+        least, least_load = None, math.inf
+        for node in self.cluster.nodes.values():
+            if self._has_room(node):
+                load = (len(node.members) + 1) / len(node.occupant)
+                if load < least_load:
+                    least, least_load = node, load
+        return least
 
     def _rebalance(self, now: float, targets: set[Node]) -> set[Node]:
         """Migrate waiting trials from the most loaded node to each target while that evens the load.
@@ -274,7 +283,7 @@ class Scheduler:
                 mean = (self._unfinished - len(self.unplaced)) / gpus
                 if target.load >= mean:
                     break
-                source = max((n for n in self.cluster.nodes.values() if n.occupant), key=lambda n: n.load)
+                source = self._most_loaded()
                 if source is target or _load_after_one_more(target) > (len(source.members) - 1) / len(source.occupant):
                     break
                 movable = self.node_schedulers[source.name].ranked_waiting(now, 1)
@@ -285,6 +294,20 @@ class Scheduler:
                 self._join(trial, target)
                 moved_to.add(target)
         return moved_to
+
+    def _most_loaded(self) -> Node:
+        """The node with the most trials per GPU, the first of equals (nodes without GPUs aside).
+
+        A plain loop: it runs after most exits, over every node, and ``max`` with a key function
+        costs twice as much."""
+        most, most_load = None, -1.0
+        for node in self.cluster.nodes.values():
+            if node.occupant:
+                load = len(node.members) / len(node.occupant)
+                if load > most_load:
+                    most, most_load = node, load
+        assert most is not None, "called with GPUs in the cluster"
+        return most
 
     def _join(self, trial: Trial, node: Node) -> None:
         trial.node = node.name
@@ -312,10 +335,10 @@ class Scheduler:
         trial.end_run(now)
         self._busy -= 1
         if trial.stop_requested:
-            trial.move_to(TrialState.STOPPED)
+            trial.move_to(STOPPED)
             self._retire(trial)
             return
-        trial.move_to(TrialState.SUSPENDED)
+        trial.move_to(SUSPENDED)
         trial.step = trial.checkpoint_step
         if trial.node in self.node_schedulers:
             self.node_schedulers[trial.node].add_waiting(trial, now)
@@ -329,10 +352,10 @@ class Scheduler:
         self._unfinished -= 1
 
     def _stop(self, trial: Trial) -> list[Decision]:
-        if trial.state.holds_gpu:
+        if trial.state in HOLDING_GPU:
             trial.stop_requested = True
         else:
-            trial.move_to(TrialState.STOPPED)
+            trial.move_to(STOPPED)
             self._retire(trial)
         return [Stop(trial.trial_id)]
 

@@ -22,22 +22,31 @@ class TrialState(str, Enum):
 
     @property
     def holds_gpu(self) -> bool:
-        return self in (TrialState.RUNNING, TrialState.SUSPENDING)
+        return self in HOLDING_GPU
 
 
-TERMINAL_STATES = frozenset({TrialState.COMPLETED, TrialState.STOPPED, TrialState.FAILED})
+# The members under plain names, for the core's hot paths: with Python 3.11, ``TrialState.RUNNING``
+# goes through ``EnumType.__getattr__`` and costs about as much as a function call.
+PENDING = TrialState.PENDING
+RUNNING = TrialState.RUNNING
+SUSPENDING = TrialState.SUSPENDING
+SUSPENDED = TrialState.SUSPENDED
+COMPLETED = TrialState.COMPLETED
+STOPPED = TrialState.STOPPED
+FAILED = TrialState.FAILED
 
-_ENDINGS = {TrialState.COMPLETED, TrialState.STOPPED, TrialState.FAILED}
+TERMINAL_STATES = frozenset({COMPLETED, STOPPED, FAILED})
+HOLDING_GPU = frozenset({RUNNING, SUSPENDING})
 
 LEGAL_TRANSITIONS: dict[TrialState, frozenset[TrialState]] = {
-    TrialState.PENDING: frozenset({TrialState.RUNNING, TrialState.STOPPED}),
-    TrialState.RUNNING: frozenset({TrialState.SUSPENDING, TrialState.SUSPENDED, *_ENDINGS}),
+    PENDING: frozenset({RUNNING, STOPPED}),
+    RUNNING: frozenset({SUSPENDING, SUSPENDED, *TERMINAL_STATES}),
     # A suspending trial may still finish, crash or be stopped before its checkpoint lands.
-    TrialState.SUSPENDING: frozenset({TrialState.SUSPENDED, *_ENDINGS}),
-    TrialState.SUSPENDED: frozenset({TrialState.RUNNING, TrialState.STOPPED, TrialState.FAILED}),
-    TrialState.COMPLETED: frozenset(),
-    TrialState.STOPPED: frozenset(),
-    TrialState.FAILED: frozenset(),
+    SUSPENDING: frozenset({SUSPENDED, *TERMINAL_STATES}),
+    SUSPENDED: frozenset({RUNNING, STOPPED, FAILED}),
+    COMPLETED: frozenset(),
+    STOPPED: frozenset(),
+    FAILED: frozenset(),
 }
 
 

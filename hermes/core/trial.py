@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from hermes.core.states import TrialState, check_transition
+from hermes.core.states import PENDING, RUNNING, SUSPENDED, TrialState, check_transition
 
 
 @dataclass(slots=True, eq=False)
@@ -22,7 +22,7 @@ class Trial:
     submitted_at: float
     params: Mapping[str, Any] = field(default_factory=dict)
     movable: bool = True  # may resume on another GPU (its state is in a checkpoint, not a resident process)
-    state: TrialState = TrialState.PENDING
+    state: TrialState = PENDING
     waiting: bool = True  # pending or suspended: it could be given a GPU now (kept in step with state)
     node: str | None = None  # node whose scheduler owns the trial
     gpu: str | None = None  # GPU it holds while running or suspending
@@ -46,7 +46,7 @@ class Trial:
     def move_to(self, state: TrialState) -> None:
         check_transition(self.trial_id, self.state, state)
         self.state = state
-        self.waiting = state is TrialState.PENDING or state is TrialState.SUSPENDED
+        self.waiting = state is PENDING or state is SUSPENDED
 
     def gpu_time_at(self, now: float) -> float:
         """GPU seconds consumed up to ``now``, counting the run in progress."""
@@ -55,7 +55,7 @@ class Trial:
     def begin_run(self, gpu: str, now: float) -> bool:
         """Take ``gpu``; return whether this run is a migration (a different GPU than last time)."""
         migrated = self.last_gpu is not None and self.last_gpu != gpu
-        self.move_to(TrialState.RUNNING)
+        self.move_to(RUNNING)
         self.gpu = gpu
         self.running_since = now
         if self.started_at is None:

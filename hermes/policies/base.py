@@ -21,6 +21,12 @@ class Verdict(str, Enum):
     STOP = "stop"  # end the trial for good
 
 
+# The members under plain names, for the core's hot paths (see hermes.core.states).
+CONTINUE = Verdict.CONTINUE
+PAUSE = Verdict.PAUSE
+STOP = Verdict.STOP
+
+
 class SchedulingPolicy(ABC):
     """Decides which waiting trial gets a free GPU and when a running one must yield.
 

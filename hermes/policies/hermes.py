@@ -91,9 +91,10 @@ Where it stands (bench/policy_sweep.py, 4 GPUs, default switch costs, mean of 10
     trials shorter than about 50 switches it behaves as FIFO, by the rules above.
 
 Cost
-    ``observe`` is O(rungs) with a binary search per rung; every 5% growth of the rung records
-    the model is refitted with numpy in O(records); ``priority``, which the core calls most, is
-    a dictionary lookup and one multiply-add.
+    ``observe`` costs a few list operations; a trial that reaches a rung is ranked with two
+    binary searches (its last two standings); every 5% growth of the rung records the model is
+    refitted with numpy in O(records), and the budgets are recounted in one pass over the known
+    trials; ``priority``, which the core calls most, is a dictionary lookup and one multiply-add.
 """
 
 from __future__ import annotations
@@ -106,9 +107,9 @@ from typing import Any
 
 import numpy as np
 
-from hermes.core.states import TERMINAL_STATES, TrialState
+from hermes.core.states import RUNNING, SUSPENDING
 from hermes.core.trial import Trial
-from hermes.policies.base import SchedulingPolicy, Verdict
+from hermes.policies.base import CONTINUE, SchedulingPolicy, Verdict
 
 UNMEASURED = math.inf
 """Priority of a trial that has not reported yet: above every measured trial."""
@@ -295,7 +296,7 @@ class HermesPolicy(SchedulingPolicy):
         self._work = 0.0  # estimated GPU seconds to train every known trial to its budget
         self._suspensions = 0  # switches so far, counting suspended trials' pending resumes
         # Derived from the above by _rebuild and _refit.
-        self._trials: dict[str, Trial] = {}  # live records, read for the budgets; refilled after a restart
+        self._live: dict[int, Trial] = {}  # row -> live record, read for the budgets; refilled after a restart
         self._rung_rows: list[list[int]] = []  # rung -> rows that reached it, in order
         self._rung_values: list[list[float]] = []  # rung -> their values, same order
         self._sorted: list[list[float]] = []  # rung -> values ascending, for ranks between refits
@@ -327,7 +328,7 @@ class HermesPolicy(SchedulingPolicy):
                 self.order_version += 1  # every waiting trial was re-ranked, and ageing may be faster
             else:
                 self._rank(trial.trial_id, row)
-        return Verdict.CONTINUE
+        return CONTINUE
 
     def _row(self, trial: Trial) -> int:
         row = self._index.get(trial.trial_id)
@@ -337,7 +338,7 @@ class HermesPolicy(SchedulingPolicy):
             self._step_seconds.append(0.0)
             self._crossed_run.append(-1)
             self._starts_seen.append(0)
-        self._trials[trial.trial_id] = trial
+        self._live[row] = trial
         return row
 
     def _record(self, row: int, rung: int, value: float) -> None:
@@ -371,13 +372,15 @@ class HermesPolicy(SchedulingPolicy):
         self._records_at_refit = self._records
         rungs = len(self._rung_rows)
         standing = np.full((rungs, len(self._values)), np.nan)  # rung x row -> population standing
+        deepest = np.full(len(self._values), -1)  # row -> the deepest rung it reached (-1: none yet)
         groups = []
         self._links = [None] * rungs
         horizon = 0
         for k in range(rungs):
-            members = np.array(self._rung_rows[k])
-            scores = normal_scores(np.array(self._rung_values[k]))
+            members = np.array(self._rung_rows[k], dtype=int)
+            scores = normal_scores(np.array(self._rung_values[k], dtype=float))
             groups.append((members, scores))
+            deepest[members] = k
             if k == 0:
                 standing[0, members] = scores
                 continue
@@ -402,7 +405,6 @@ class HermesPolicy(SchedulingPolicy):
             link = self._links[horizon]
             trusted = max(0.0, shrink(link.correlation, link.trials, 1))
             self._frontier = Predictor(trusted, 0.0, math.sqrt(1.0 - trusted * trusted))
-        deepest = np.array([len(values) - 1 for values in self._values], dtype=int)
         rows = np.flatnonzero(deepest >= 0)
         k = deepest[rows]
         table = [*self._predictors, self._frontier]
@@ -413,55 +415,64 @@ class HermesPolicy(SchedulingPolicy):
         before = np.where(k > 0, standing[np.maximum(k - 1, 0), rows], 0.0)
         optimistic = w_now * standing[k, rows] + w_before * before + self.optimism * width
         names = list(self._index)
-        self._priority = {names[row]: value for row, value in zip(rows.tolist(), optimistic.tolist())}
+        self._priority = dict(zip(map(names.__getitem__, rows.tolist()), optimistic.tolist()))
 
     def _rank(self, trial_id: str, row: int) -> None:
         """Rank one trial that reached a rung, with the links and predictors of the last refit."""
-        standings: list[float] = []
-        for k, value in enumerate(self._values[row]):
-            ordered = self._sorted[k]
-            middle = (bisect_left(ordered, value) + bisect_right(ordered, value) - 1) / 2
-            score = _inverse_normal((middle + 0.5) / len(ordered)) if len(ordered) > 1 else 0.0
-            link = self._links[k] if 0 < k < len(self._links) else None
-            if k == 0:
-                standings.append(score)
-            elif link is None:
-                standings.append(standings[-1])
-            else:
-                standings.append((score - link.intercept) / link.spread)
-        k = len(standings) - 1
+        values = self._values[row]
+        k = len(values) - 1
         predictor = self._predictors[k] if k < len(self._predictors) else self._frontier
-        before = standings[k - 1] if k else 0.0
+        before = self._standing(values, k - 1) if k else 0.0
         self._priority[trial_id] = (
-            predictor.now * standings[k] + predictor.before * before + self.optimism * predictor.width
+            predictor.now * self._standing(values, k) + predictor.before * before + self.optimism * predictor.width
         )
 
+    def _standing(self, values: list[float], k: int) -> float:
+        """Population standing at rung ``k`` of a trial whose rung values are ``values``.
+
+        Where no link leads into a rung (too few trials reached it), the standing is that of the
+        rung before, as in ``_refit``; so only the rung that sets it is ranked."""
+        links = self._links
+        while k and (k >= len(links) or links[k] is None):
+            k -= 1
+        ordered, value = self._sorted[k], values[k]
+        middle = (bisect_left(ordered, value) + bisect_right(ordered, value) - 1) / 2
+        score = _inverse_normal((middle + 0.5) / len(ordered)) if len(ordered) > 1 else 0.0
+        if k == 0:
+            return score
+        return (score - links[k].intercept) / links[k].spread
+
     def _refresh_budgets(self, now: float) -> None:
-        """Ageing rate and switching budget, from the live records of the known trials (one pass)."""
-        known = [seconds for seconds in self._step_seconds if seconds > 0]
-        mean_step = sum(known) / len(known) if known else 0.0
-        index, step_seconds = self._index, self._step_seconds
-        active = running = runs = suspensions = 0
+        """Ageing rate and switching budget, from the live records of the known trials (one pass).
+
+        Switches so far: every run ended (or is ending) in a suspension, except a run still going
+        and the last run of a trial that ended; the pass counts those out of all runs."""
+        step_seconds = self._step_seconds
+        known = len(step_seconds) - step_seconds.count(0.0)  # rows with a step time (they are never negative)
+        mean_step = sum(step_seconds) / known if known else 0.0
+        runs = holding = ended = not_suspended = 0
         gpu = work = 0.0
-        terminal = TERMINAL_STATES
-        for trial_id, trial in self._trials.items():
-            state, starts, since = trial.state, trial.starts, trial.running_since
+        for row, trial in self._live.items():
+            starts, since = trial.starts, trial.running_since
             runs += starts
             gpu += trial.gpu_time if since is None else trial.gpu_time + now - since
-            work += trial.budget * (step_seconds[index[trial_id]] or mean_step)
-            if state in terminal:
-                suspensions += max(0, starts - 1)
+            work += trial.budget * (step_seconds[row] or mean_step)
+            if trial.waiting:
                 continue
-            active += 1
-            if state is TrialState.RUNNING or state is TrialState.SUSPENDING:
-                running += 1
-                suspensions += max(0, starts - 1) + (state is TrialState.SUSPENDING)
-            else:
-                suspensions += starts  # each run so far ended in a suspension
+            state = trial.state
+            if state is RUNNING:
+                holding += 1
+                not_suspended += 1
+            elif state is SUSPENDING:
+                holding += 1
+            else:  # ended: its last run, if it ran, ended in an exit
+                ended += 1
+                not_suspended += starts > 0
         self._work = work
-        self._suspensions = suspensions
-        if running and runs and gpu > 0 and self.ageing > 0:
-            cycle = active / running * gpu / runs  # trials per GPU x mean run: a round-robin cycle
+        self._suspensions = runs - not_suspended
+        active = len(self._live) - ended
+        if holding and runs and gpu > 0 and self.ageing > 0:
+            cycle = active / holding * gpu / runs  # trials per GPU x mean run: a round-robin cycle
             self._age_rate = 1.0 / (self.ageing * cycle)
 
     # ------------------------------------------------------------------ decisions
@@ -524,7 +535,7 @@ class HermesPolicy(SchedulingPolicy):
         self.order_version += 1
         self._work = float(state["work"])
         self._suspensions = int(state["suspensions"])
-        self._trials = {}
+        self._live = {}
         self._rung_rows = [[int(row) for row in rows] for rows in state["rungs"]]
         self._rung_values = [[self._values[row][rung] for row in rows] for rung, rows in enumerate(self._rung_rows)]
         self._sorted = [sorted(values) for values in self._rung_values]

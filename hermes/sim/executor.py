@@ -8,8 +8,8 @@ is ever trained twice or lost.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 
 from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
 from hermes.core.events import Event, TrialExited, TrialReported, TrialSuspended
@@ -34,6 +34,7 @@ class EpochRecord:
 
 @dataclass(slots=True, eq=False)
 class _SimTrial:
+    trial_id: str
     curve: TraceTrial
     gpu: str | None = None
     last_node: str | None = None
@@ -51,7 +52,9 @@ class Accounts:
     busy: float = 0.0  # GPU-seconds held by trials
     useful: float = 0.0  # GPU-seconds of epochs trained to their end
     overhead: float = 0.0  # GPU-seconds spent suspending, resuming and migrating
-    reports: list[tuple[float, float]] = field(default_factory=list)  # (time, value) of every report
+    # every report's time and value (two lists of floats: no tuple per report for the garbage collector to track)
+    report_times: list[float] = field(default_factory=list)
+    report_values: list[float] = field(default_factory=list)
     completed_at: dict[str, float] = field(default_factory=dict)
     preemptions: int = 0  # Suspend decisions
     migrations: int = 0  # Resume decisions onto another GPU
@@ -66,81 +69,80 @@ class SimulatedExecutor(Executor):
         *,
         record_epochs: bool = False,
     ) -> None:
-        self.trials = {trial_id: _SimTrial(curve) for trial_id, curve in curves.items()}
+        self.trials = {trial_id: _SimTrial(trial_id, curve) for trial_id, curve in curves.items()}
         self.gpu_node = gpu_node
         self.costs = costs
         self.now = 0.0
         self.accounts = Accounts()
         self.epochs: list[EpochRecord] | None = [] if record_epochs else None
-        self._heap: list[tuple[float, int, int, str, int]] = []
+        self._heap: list[tuple[float, int, int, _SimTrial, int]] = []  # (time, sequence, token, trial, kind)
         self._sequence = 0
 
     # ------------------------------------------------------------------ decisions in
     def apply(self, decision: Decision, at: float) -> None:
         trial = self.trials[decision.trial_id]
         if isinstance(decision, Start):
-            self._run(decision.trial_id, trial, decision.gpu, at, self.costs.start, overhead=False)
+            self._run(trial, decision.gpu, at, self.costs.start, overhead=False)
         elif isinstance(decision, Resume):
             self.accounts.migrations += decision.migrated
             cost = self.costs.resume
             if trial.last_node is not None and self.gpu_node[decision.gpu] != trial.last_node:
                 cost += self.costs.migration
-            self._run(decision.trial_id, trial, decision.gpu, at, cost, overhead=True)
+            self._run(trial, decision.gpu, at, cost, overhead=True)
         elif isinstance(decision, Suspend):
             self.accounts.preemptions += 1
             if trial.gpu is None:
                 raise HermesError(f"cannot suspend trial {decision.trial_id}: it is not running")
             if trial.epoch_started == at:  # at an epoch boundary right now: checkpoint at once
                 trial.token += 1
-                self._suspend(decision.trial_id, trial, at)
+                self._suspend(trial, at)
             else:
                 trial.suspend_requested = True
         elif isinstance(decision, Stop):
             if trial.gpu is not None:
                 trial.token += 1
-                self._push(at, decision.trial_id, trial, _KILLED)
+                self._push(at, trial, _KILLED)
 
-    def _run(self, trial_id: str, trial: _SimTrial, gpu: str, at: float, cost: float, *, overhead: bool) -> None:
+    def _run(self, trial: _SimTrial, gpu: str, at: float, cost: float, *, overhead: bool) -> None:
         if trial.gpu is not None:
-            raise HermesError(f"trial {trial_id} is already running on {trial.gpu}")
+            raise HermesError(f"trial {trial.trial_id} is already running on {trial.gpu}")
         trial.gpu = gpu
         trial.run_started = at
         trial.suspend_requested = False
         if overhead:
             self.accounts.overhead += cost
-        self._begin_epoch(trial_id, trial, at + cost)
+        self._begin_epoch(trial, at + cost)
 
-    def _begin_epoch(self, trial_id: str, trial: _SimTrial, at: float) -> None:
+    def _begin_epoch(self, trial: _SimTrial, at: float) -> None:
         trial.epoch_started = at
-        self._push(at + trial.curve.seconds[trial.epoch], trial_id, trial, _EPOCH_END)
+        self._push(at + trial.curve.seconds[trial.epoch], trial, _EPOCH_END)
 
-    def _suspend(self, trial_id: str, trial: _SimTrial, at: float) -> None:
+    def _suspend(self, trial: _SimTrial, at: float) -> None:
         self.accounts.overhead += self.costs.suspend
-        self._push(at + self.costs.suspend, trial_id, trial, _SUSPENDED)
+        self._push(at + self.costs.suspend, trial, _SUSPENDED)
 
-    def _push(self, at: float, trial_id: str, trial: _SimTrial, kind: int) -> None:
+    def _push(self, at: float, trial: _SimTrial, kind: int) -> None:
         self._sequence += 1
-        heapq.heappush(self._heap, (at, self._sequence, trial.token, trial_id, kind))
+        heappush(self._heap, (at, self._sequence, trial.token, trial, kind))
 
     # ------------------------------------------------------------------ events out
     def next_events(self) -> list[Event]:
         heap = self._heap
         while heap:
-            at, _, token, trial_id, kind = heapq.heappop(heap)
-            trial = self.trials[trial_id]
+            at, _, token, trial, kind = heappop(heap)
             if token != trial.token:
                 continue  # cancelled
             self.now = at
             if kind == _EPOCH_END:
-                return self._epoch_end(trial_id, trial, at)
+                return self._epoch_end(trial, at)
             self._release(trial, at)
             if kind == _SUSPENDED:
-                return [TrialSuspended(at, trial_id, trial.epoch)]
-            return [TrialExited(at, trial_id, succeeded=False, error="stopped")]
+                return [TrialSuspended(at, trial.trial_id, trial.epoch)]
+            return [TrialExited(at, trial.trial_id, succeeded=False, error="stopped")]
         return []
 
-    def _epoch_end(self, trial_id: str, trial: _SimTrial, at: float) -> list[Event]:
-        curve = trial.curve
+    def _epoch_end(self, trial: _SimTrial, at: float) -> list[Event]:
+        trial_id, curve = trial.trial_id, trial.curve
         trial.epoch += 1
         epoch = trial.epoch
         self.accounts.useful += curve.seconds[epoch - 1]
@@ -150,17 +152,18 @@ class SimulatedExecutor(Executor):
             self._release(trial, at)
             return [TrialExited(at, trial_id, succeeded=False, error=f"diverged in epoch {epoch}")]
         value = curve.metrics[epoch - 1]
-        self.accounts.reports.append((at, value))
+        self.accounts.report_times.append(at)
+        self.accounts.report_values.append(value)
         events: list[Event] = [TrialReported(at, trial_id, epoch, value)]
-        if epoch == curve.epochs:
+        if epoch == len(curve.seconds):  # its last epoch
             self._release(trial, at)
             self.accounts.completed_at[trial_id] = at
             events.append(TrialExited(at, trial_id, succeeded=True))
         elif trial.suspend_requested:
             trial.epoch_started = at
-            self._suspend(trial_id, trial, at)
+            self._suspend(trial, at)
         else:
-            self._begin_epoch(trial_id, trial, at)
+            self._begin_epoch(trial, at)
         return events
 
     def _release(self, trial: _SimTrial, at: float) -> None:

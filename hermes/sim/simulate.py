@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from bisect import bisect_right
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
 
 from hermes.core.decisions import Decision
 from hermes.core.events import Event, NodeAdded, SubmissionsClosed, TrialSubmitted
@@ -122,25 +125,25 @@ def simulate(
         mean_first_feedback_s=statistics.fmean(first) if first else math.nan,
         median_first_feedback_s=statistics.median(first) if first else math.nan,
         max_first_feedback_s=first[-1] if first else math.nan,
-        feedback_rate_per_h=sum(1 for at, _ in accounts.reports if at <= early) / (early / 3600) if early else 0.0,
+        # reports come in time order: those of the first tenth are a prefix
+        feedback_rate_per_h=bisect_right(accounts.report_times, early) / (early / 3600) if early else 0.0,
         makespan_s=makespan,
         gpu_utilization=accounts.busy / (gpus * makespan) if makespan else 0.0,
         overhead_fraction=accounts.overhead / accounts.useful if accounts.useful else 0.0,
         preemptions=accounts.preemptions,
         migrations=accounts.migrations,
-        best_curve=_best_curve(accounts.reports, objective),
+        best_curve=_best_curve(accounts.report_times, accounts.report_values, objective),
         decisions=log,
         epochs=executor.epochs,
     )
 
 
-def _best_curve(reports: list[tuple[float, float]], objective: Objective) -> list[tuple[float, float]]:
-    """(time, best metric reported so far) at each improvement: short, and exact as a step function."""
-    curve: list[tuple[float, float]] = []
-    best = -math.inf
-    for at, value in sorted(reports):
-        score = objective.score(value)
-        if score > best:
-            best = score
-            curve.append((round(at, 3), value))
-    return curve
+def _best_curve(times: list[float], values: list[float], objective: Objective) -> list[tuple[float, float]]:
+    """(time, best metric reported so far) at each improvement: short, and exact as a step function.
+
+    Reports go in the order of their (time, value) pairs; one improves when its score beats every
+    score before it."""
+    order = np.lexsort((values, times))  # by time, then by value
+    scores = np.fromiter(map(objective.score, values), float, len(values))[order]
+    best_before = np.maximum.accumulate(np.concatenate(([-math.inf], scores)))[:-1]
+    return [(round(times[i], 3), values[i]) for i in order[scores > best_before].tolist()]
