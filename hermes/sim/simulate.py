@@ -9,8 +9,6 @@ from bisect import bisect_right
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from hermes.core.decisions import Decision
 from hermes.core.events import Event, NodeAdded, SubmissionsClosed, TrialSubmitted
 from hermes.core.scheduler import Objective, Scheduler
@@ -139,11 +137,12 @@ def simulate(
 
 
 def _best_curve(times: list[float], values: list[float], objective: Objective) -> list[tuple[float, float]]:
-    """(time, best metric reported so far) at each improvement: short, and exact as a step function.
-
-    Reports go in the order of their (time, value) pairs; one improves when its score beats every
-    score before it."""
-    order = np.lexsort((values, times))  # by time, then by value
-    scores = np.fromiter(map(objective.score, values), float, len(values))[order]
-    best_before = np.maximum.accumulate(np.concatenate(([-math.inf], scores)))[:-1]
-    return [(round(times[i], 3), values[i]) for i in order[scores > best_before].tolist()]
+    """(time, best metric reported so far) at each improvement: short, and exact as a step function."""
+    curve: list[tuple[float, float]] = []
+    best = -math.inf
+    for at, value in sorted(zip(times, values)):
+        score = objective.score(value)
+        if score > best:
+            best = score
+            curve.append((round(at, 3), value))
+    return curve
