@@ -116,6 +116,8 @@ def traces(suite: str) -> list[tuple[str, Trace]]:
 
 
 def _value(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
     for kind in (int, float):
         try:
             return kind(text)

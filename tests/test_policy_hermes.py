@@ -17,7 +17,8 @@ import pytest
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
 from hermes.policies import make_policy
-from hermes.policies.hermes import UNMEASURED, HermesPolicy, normal_scores, probit
+from hermes.policies.hermes import UNMEASURED, HermesPolicy
+from hermes.policies.stats import normal_scores, probit
 from hermes.sim.simulate import simulate
 from hermes.sim.synthetic import synthetic_trace
 from hermes.sim.trace import Trace, TraceTrial
@@ -79,7 +80,72 @@ def test_unmeasured_trials_come_first() -> None:
     measured = [trained(policy, clock, f"m{i}", i, [float(i)]) for i in range(5)]
     new = Trial("new", 9, 50, submitted_at=0.0)
     assert policy.priority(new, clock.now) == UNMEASURED
-    assert all(policy.priority(t, clock.now) < UNMEASURED for t in measured)
+    assert all(policy.priority(t, clock.now) < UNMEASURED / 2 for t in measured)
+
+
+def reported_once(policy: HermesPolicy, trial: Trial, seconds: float, now: float) -> None:
+    """``trial`` ran alone from ``now`` and reported step 1 after ``seconds``."""
+    trial.begin_run("g0", now)
+    trial.record(1, 1.0, 1.0, now + seconds)
+    policy.observe(trial, now + seconds)
+    trial.move_to(TrialState.SUSPENDING)
+    trial.end_run(now + seconds)
+    trial.move_to(TrialState.SUSPENDED)
+
+
+def widths_measured(policy: HermesPolicy, count: int = 30, seconds_per_width: float = 0.5) -> float:
+    """``count`` trials of widths 10..100 reported once, each taking time in proportion to its width."""
+    now = 0.0
+    for i in range(count):
+        width = 10 * (i % 10 + 1)
+        reported_once(policy, Trial(f"m{i}", i, 50, submitted_at=0.0, params={"width": width}), seconds_per_width * width, now)
+        now += seconds_per_width * width
+    return now
+
+
+def test_new_trials_go_shortest_predicted_first() -> None:
+    """Once the first reports show that width sets the epoch length, the narrow new trials go first."""
+    policy = HermesPolicy()
+    now = widths_measured(policy)
+    new = [Trial(f"w{width}", 100 + k, 50, submitted_at=0.0, params={"width": width}) for k, width in enumerate((90, 10, 50))]
+    order = sorted(new, key=lambda t: -policy.priority(t, now))
+    assert [t.trial_id for t in order] == ["w10", "w50", "w90"]
+    assert min(policy.priority(t, now) for t in new) > UNMEASURED / 2  # still above every measured trial
+    # a wide trial submitted long ago goes before a narrow one submitted after it would have reported
+    old = Trial("old", 200, 50, submitted_at=now - 100.0, params={"width": 100})
+    narrow = Trial("narrow", 201, 50, submitted_at=now, params={"width": 10})
+    assert policy.priority(old, now) > policy.priority(narrow, now)
+    # the order never depends on the time of asking (the core may sort waiting trials once)
+    assert policy.priority(new[0], now) == policy.priority(new[0], now + 1e6)
+
+
+def test_arrival_order_when_durations_do_not_follow_the_parameters() -> None:
+    rng = np.random.default_rng(4)
+    for settings, params in (({}, lambda i: {"lr": float(rng.uniform())}), ({"shortest_first": False}, lambda i: {"width": i})):
+        policy, now = HermesPolicy(**settings), 0.0
+        for i in range(30):
+            seconds = float(rng.uniform(5, 50)) if "lr" in params(i) else 1.0 + i
+            reported_once(policy, Trial(f"m{i}", i, 50, submitted_at=0.0, params=params(i)), seconds, now)
+            now += seconds
+        new = [Trial(f"n{i}", 100 + i, 50, submitted_at=0.0, params=params(30 - i)) for i in range(5)]
+        assert len({policy.priority(t, now) for t in new}) == 1  # a tie: the core breaks it by arrival
+
+
+def test_a_trial_that_ran_once_waits_since_its_submission() -> None:
+    """After shortest-first first reports, second turns still go in arrival order (an unbiased sample)."""
+    policy = HermesPolicy()
+    now = widths_measured(policy)
+    wide = Trial("wide", 40, 50, submitted_at=0.0, params={"width": 100})
+    narrow = Trial("narrow", 41, 50, submitted_at=0.0, params={"width": 10})
+    reported_once(policy, narrow, 5.0, now)  # shortest first: the later arrival reports first
+    reported_once(policy, wide, 50.0, now + 5.0)
+    holder = Trial("holder", 42, 50, submitted_at=0.0)
+    policy.priority(holder, now)
+    holder.begin_run("g0", now + 55.0)  # a trial holds the GPU, so waiting ones age
+    policy._refresh_budgets(now + 55.0)
+    assert policy._age_rate > 0
+    assert wide.idle_since > narrow.idle_since
+    assert policy.priority(wide, now + 100.0) == policy.priority(narrow, now + 100.0)  # a tie: arrival order
 
 
 def test_a_trial_converging_faster_than_its_peers_outranks_a_slow_one() -> None:
@@ -172,6 +238,19 @@ def suspend_and_resume(trial: Trial, now: float) -> None:
     trial.begin_run("g0", now)
 
 
+def test_state_with_a_fitted_duration_model_round_trips_through_json() -> None:
+    policy = HermesPolicy()
+    now = widths_measured(policy)
+    waiting = [Trial(f"w{k}", 100 + k, 50, submitted_at=0.0, params={"width": 5 + 7 * k}) for k in range(10)]
+    before = [policy.priority(t, now) for t in waiting]
+    restored = HermesPolicy()
+    restored.load_state_dict(json.loads(json.dumps(policy.state_dict(), allow_nan=False)))
+    assert [restored.priority(t, now) for t in waiting] == before
+    later = Trial("later", 200, 50, submitted_at=now, params={"width": 33})
+    assert restored.priority(later, now) == policy.priority(later, now)
+    assert restored.state_dict() == policy.state_dict()
+
+
 def test_state_round_trips_through_json() -> None:
     rng = np.random.default_rng(3)
     policy, clock = HermesPolicy(), Clock()
@@ -247,3 +326,18 @@ def test_same_seed_same_decisions() -> None:
     trace = synthetic_trace(30, 12, seed=11, kind="mixed", epoch_seconds=(5.0, 20.0))
     logs = [simulate(trace, HermesPolicy(), gpus=3, nodes=3, seed=4, record=True).decisions for _ in range(2)]
     assert logs[0] == logs[1]
+
+
+def test_first_feedback_comes_sooner_when_a_parameter_sets_the_epoch_length() -> None:
+    """The first sweep goes shortest-first once a "width" is seen to set the epoch time (within 20%)."""
+    rng = np.random.default_rng(12)
+    base = synthetic_trace(80, 12, seed=12, kind="mixed", epoch_seconds=(10.0, 200.0))
+    trace = Trace("sized", base.mode, tuple(
+        TraceTrial(t.name, t.metrics, t.seconds, t.diverged, {**t.params, "width": round(t.seconds[0] * rng.lognormal(0, 0.2))})
+        for t in base.trials
+    ))
+    for seed in range(3):
+        hermes = check_run(trace, seed=seed)
+        arrival = simulate(trace, HermesPolicy(shortest_first=False), gpus=4, seed=seed)
+        rr = simulate(trace, make_policy("rr"), gpus=4, seed=seed)
+        assert hermes.mean_first_feedback_s < 0.9 * min(arrival.mean_first_feedback_s, rr.mean_first_feedback_s)

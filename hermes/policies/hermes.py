@@ -7,9 +7,15 @@ This module decides them as follows; every number below has the reason next to i
 
 What runs first
     A trial that has not reported yet has the highest priority (``UNMEASURED``), and a trial's
-    turn ends at its first report. So every trial reports once before any trial trains further:
-    the mean time to first feedback is as short as it can be without knowing epoch lengths in
-    advance (the order among new trials is the arrival order).
+    turn ends at its first report. So every trial reports once before any trial trains further.
+    Among the new trials the one expected to report soonest goes first: the shortest-first rule
+    minimises the mean time to first feedback. How long a first report takes is predicted from
+    the hyper-parameters by ``DurationModel`` (hermes.policies.duration), fitted on the trials
+    that reported; until it predicts held-out trials better than chance (or with no
+    hyper-parameters) the order is the arrival order. A new trial's key is its submission time
+    plus its predicted duration, so a long trial submitted early still goes before short ones
+    submitted after its key: nothing waits forever. On nasbench (epoch time follows model
+    size) this gives first feedback 17% sooner than arrival order, and on lcbench 12%.
 
 The convergence measure: a trial's standing, rung by rung
     A trial's history is summarised at *rungs*: its first report, then steps ``f * 2**k`` where
@@ -63,7 +69,12 @@ Ageing
     ``ageing`` round-robin cycles it waits (a cycle is trials per GPU times the mean run: the
     time in which round robin would have served it). No trial waits forever, even with endless
     submissions. ``ageing`` 3: on varied synthetic traces 1 makes Hermes nearly round robin,
-    and 3 to 30 perform alike.
+    and 3 to 30 perform alike. A trial that has run only its first turn waits since its
+    submission, not since its first report: the first reports come shortest first, and waiting
+    since them would give second turns shortest first too, so the first trials to go deeper,
+    which fit the first links, would all be short ones (on lcbench that kept the best trial, a
+    slow one, waiting: time to best 2.1 h instead of 1.85 h). Counted from submission, they tie
+    and go in arrival order, a random sample.
 
 The scheduling period: turns that keep switching overhead small
     A switch (suspend and resume) costs ``switch_cost`` GPU seconds (default 3.2, the
@@ -110,9 +121,13 @@ import numpy as np
 from hermes.core.states import RUNNING, SUSPENDING
 from hermes.core.trial import Trial
 from hermes.policies.base import CONTINUE, SchedulingPolicy, Verdict
+from hermes.policies.duration import DurationModel
+from hermes.policies.stats import normal_scores, shrink
 
-UNMEASURED = math.inf
-"""Priority of a trial that has not reported yet: above every measured trial."""
+UNMEASURED = 1e12
+"""Trials that have not reported yet have priorities just below this, far above every measured
+trial's (standings are a few units, and ageing adds one per ``ageing`` round-robin cycles waited):
+``UNMEASURED`` less their submission time and predicted first-report seconds, both in seconds."""
 
 REFIT_GROWTH = 0.05
 """The model is refitted when the rung records have grown by this fraction since the last fit."""
@@ -143,50 +158,6 @@ class Predictor:
 
 
 NO_INFORMATION = Predictor(0.0, 0.0, 1.0)
-
-
-def probit(p: np.ndarray) -> np.ndarray:
-    """Inverse standard normal CDF, vectorised (Acklam's rational approximation, error below 1.2e-9)."""
-    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02,
-         1.383577518672690e02, -3.066479806614716e01, 2.506628277459239e00)
-    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02,
-         6.680131188771972e01, -1.328068155288572e01)
-    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00,
-         -2.549732539343734e00, 4.374664141464968e00, 2.938163982698783e00)
-    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
-    p = np.asarray(p, dtype=float)
-    out = np.empty_like(p)
-    tail = np.minimum(p, 1.0 - p)
-    central = tail >= 0.02425
-    q = p[central] - 0.5
-    r = q * q
-    out[central] = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q / (
-        ((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1.0)
-    outer = ~central
-    t = np.sqrt(-2.0 * np.log(tail[outer]))
-    value = (((((c[0] * t + c[1]) * t + c[2]) * t + c[3]) * t + c[4]) * t + c[5]) / (
-        (((d[0] * t + d[1]) * t + d[2]) * t + d[3]) * t + 1.0)
-    out[outer] = np.where(p[outer] < 0.5, value, -value)
-    return out
-
-
-def normal_scores(values: np.ndarray) -> np.ndarray:
-    """Rank-based normal scores: only the order of the values matters, not their scale."""
-    n = len(values)
-    if n == 1:
-        return np.zeros(1)
-    ranks = np.empty(n)
-    ranks[np.argsort(values, kind="stable")] = np.arange(n)
-    return probit((ranks + 0.5) / n)
-
-
-def shrink(correlation: float, trials: int, predictors: int) -> float:
-    """The correlation's magnitude less one standard error on Fisher's z scale (never past 0)."""
-    spare = trials - predictors - 2
-    if spare < 1:
-        return 0.0
-    z = math.atanh(min(abs(correlation), 0.999999)) - 1.0 / math.sqrt(spare)
-    return math.copysign(math.tanh(max(0.0, z)), correlation)
 
 
 def fit_link(previous: np.ndarray, scores: np.ndarray, least: int) -> Link | None:
@@ -256,6 +227,7 @@ class HermesPolicy(SchedulingPolicy):
         min_trials: int = 20,
         rung_factor: float = 2.0,
         momentum: bool = True,
+        shortest_first: bool = True,
     ) -> None:
         """``period``: the shortest time-sharing turn in GPU seconds (the module docstring gives the rest).
 
@@ -263,7 +235,8 @@ class HermesPolicy(SchedulingPolicy):
         waiting worth one standard deviation (0: no ageing); ``switch_cost``: GPU seconds a
         suspend and resume cost; ``overhead_budget``: the share of training time switching may
         take; ``min_trials``: trials a link or the horizon needs; ``rung_factor``: growth of the
-        steps between rungs; ``momentum``: predict from the last two standings, not the last only.
+        steps between rungs; ``momentum``: predict from the last two standings, not the last only;
+        ``shortest_first``: order unmeasured trials by predicted first-report time (else by arrival).
         """
         super().__init__(period)
         if not optimism >= 0:
@@ -285,6 +258,7 @@ class HermesPolicy(SchedulingPolicy):
         self.min_trials = int(min_trials)
         self.rung_factor = rung_factor
         self.momentum = bool(momentum)
+        self.shortest_first = bool(shortest_first)
         # What the policy has seen; state_dict saves it.
         self._first_step: int | None = None  # the first reported step, the unit of the rungs
         self._index: dict[str, int] = {}  # trial -> row of the per-trial lists below
@@ -292,6 +266,9 @@ class HermesPolicy(SchedulingPolicy):
         self._step_seconds: list[float] = []  # row -> GPU seconds per step, latest estimate (0: unknown)
         self._crossed_run: list[int] = []  # row -> the run (trial.starts) in which it last reached a rung
         self._starts_seen: list[int] = []  # row -> trial.starts at its last report
+        self._params: list[dict[str, Any]] = []  # row -> the trial's hyper-parameters
+        self._first_seconds: list[float] = []  # row -> GPU seconds its first report took (0: none yet)
+        self._durations_fitted_on = 0  # first reports the duration model was last fitted on
         self._age_rate = 0.0  # priority gained per second of waiting
         self._work = 0.0  # estimated GPU seconds to train every known trial to its budget
         self._suspensions = 0  # switches so far, counting suspended trials' pending resumes
@@ -304,6 +281,8 @@ class HermesPolicy(SchedulingPolicy):
         self._predictors: list[Predictor] = []  # rung k < horizon -> prediction of the standing at the horizon
         self._frontier = NO_INFORMATION  # prediction for trials at or beyond the horizon
         self._priority: dict[str, float] = {}  # measured trial -> optimistic standing
+        self._durations = DurationModel()  # first-report seconds from the hyper-parameters
+        self._predicted: list[float] = []  # row -> predicted first-report seconds (0: no trusted prediction)
         self._records_at_refit = 0
         self._records = 0
         self.order_version = 0
@@ -338,6 +317,12 @@ class HermesPolicy(SchedulingPolicy):
             self._step_seconds.append(0.0)
             self._crossed_run.append(-1)
             self._starts_seen.append(0)
+            self._params.append(dict(trial.params))
+            self._first_seconds.append(0.0)
+            self._durations.add(trial.params)
+            self._predicted.append(0.0)
+            if self.shortest_first:
+                self._predict_first_report(row)
         self._live[row] = trial
         return row
 
@@ -360,7 +345,7 @@ class HermesPolicy(SchedulingPolicy):
         resumed = trial.starts != self._starts_seen[row]
         self._starts_seen[row] = trial.starts
         if len(trial.steps) == 1:
-            took = trial.report_gpu_time[0]
+            took = self._first_seconds[row] = trial.report_gpu_time[0]
             self._step_seconds[row] = max(took - self.switch_cost, 0.1 * took) / max(trial.steps[0], 1)
         elif not resumed:
             took = trial.report_gpu_time[-1] - trial.report_gpu_time[-2]
@@ -416,6 +401,32 @@ class HermesPolicy(SchedulingPolicy):
         optimistic = w_now * standing[k, rows] + w_before * before + self.optimism * width
         names = list(self._index)
         self._priority = dict(zip(map(names.__getitem__, rows.tolist()), optimistic.tolist()))
+        measured = self._rung_rows[0]
+        if self.shortest_first and len(measured) not in (len(self._index), self._durations_fitted_on):
+            self._fit_durations(measured)  # some trials still wait for their first report
+
+    def _predict_first_report(self, row: int) -> None:
+        """A new trial's predicted first-report seconds.
+
+        ``_refit`` keeps the model current only while trials wait for their first report; when
+        this one is the only such trial, the model is refitted first (no other trial's order moves)."""
+        measured = self._rung_rows[0] if self._rung_rows else []
+        if len(measured) == row and len(measured) != self._durations_fitted_on:
+            self._fit_durations(measured)
+        elif self._durations.trusted:
+            self._predicted[row] = float(self._durations.predict([row])[0])
+
+    def _fit_durations(self, measured: list[int]) -> None:
+        """Fit the first-report durations on the ``measured`` rows, and predict those of the others."""
+        self._durations_fitted_on = len(measured)
+        rows = len(self._index)
+        predicted = np.zeros(rows)
+        if self._durations.fit(measured, [self._first_seconds[row] for row in measured]):
+            waiting = np.ones(rows, dtype=bool)
+            waiting[measured] = False
+            unmeasured = np.flatnonzero(waiting)
+            predicted[unmeasured] = self._durations.predict(unmeasured)
+        self._predicted = predicted.tolist()
 
     def _rank(self, trial_id: str, row: int) -> None:
         """Rank one trial that reached a rung, with the links and predictors of the last refit."""
@@ -479,11 +490,13 @@ class HermesPolicy(SchedulingPolicy):
     def priority(self, trial: Trial, now: float) -> float:
         base = self._priority.get(trial.trial_id)
         if base is None:
-            if trial.trial_id not in self._index:
-                self._row(trial)  # known from now on: its budget counts in the work estimate
-            return UNMEASURED
+            row = self._index.get(trial.trial_id)
+            if row is None:
+                row = self._row(trial)  # known from now on: its budget counts in the work estimate
+            return UNMEASURED - trial.submitted_at - self._predicted[row]
         if trial.running_since is None:
-            return base + (now - trial.idle_since) * self._age_rate
+            waiting_since = trial.idle_since if trial.starts > 1 else trial.submitted_at  # see "Ageing"
+            return base + (now - waiting_since) * self._age_rate
         return base
 
     def turn_over(self, trial: Trial, now: float) -> bool:
@@ -512,6 +525,9 @@ class HermesPolicy(SchedulingPolicy):
             "step_seconds": list(self._step_seconds),
             "crossed_run": list(self._crossed_run),
             "starts_seen": list(self._starts_seen),
+            "params": [dict(params) for params in self._params],
+            "first_seconds": list(self._first_seconds),
+            "durations_fitted_on": self._durations_fitted_on,
             "age_rate": self._age_rate,
             "work": self._work,
             "suspensions": self._suspensions,
@@ -531,6 +547,8 @@ class HermesPolicy(SchedulingPolicy):
         self._step_seconds = [float(s) for s in state["step_seconds"]]
         self._crossed_run = [int(r) for r in state["crossed_run"]]
         self._starts_seen = [int(s) for s in state["starts_seen"]]
+        self._params = [dict(params) for params in state["params"]]
+        self._first_seconds = [float(s) for s in state["first_seconds"]]
         self._age_rate = float(state["age_rate"])
         self.order_version += 1
         self._work = float(state["work"])
@@ -546,6 +564,13 @@ class HermesPolicy(SchedulingPolicy):
         self._predictors = [Predictor(*map(float, p)) for p in state["predictors"]]
         self._frontier = Predictor(*map(float, state["frontier"]))
         self._priority = {trial_id: float(value) for trial_id, value in state["priority"].items()}
+        self._durations = DurationModel()
+        for params in self._params:
+            self._durations.add(params)
+        self._durations_fitted_on = fitted_on = int(state["durations_fitted_on"])
+        self._predicted = [0.0] * len(self._params)
+        if fitted_on:  # the same fit as before the restart: on the same first reports
+            self._fit_durations(self._rung_rows[0][:fitted_on])
 
 
 def _window_mean(trial: Trial, after: float) -> float:

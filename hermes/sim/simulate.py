@@ -102,7 +102,7 @@ def simulate(
             log.append((event.at, type(decision).__name__, decision.trial_id, getattr(decision, "gpu", "")))
 
     initial: list[Event] = [NodeAdded(0.0, node, node_gpus) for node, node_gpus in layout.items()]
-    initial += [TrialSubmitted(0.0, curve.name, curve.epochs) for curve in arrivals]
+    initial += [TrialSubmitted(0.0, curve.name, curve.epochs, curve.params) for curve in arrivals]
     initial.append(SubmissionsClosed(0.0))
     Engine(scheduler, executor, [listen] if record else []).run(initial)
 
