@@ -94,9 +94,9 @@ Stopping
     final-best trial is always fully trained. When the budget must be cut, an early stopper of
     the core (``asha``, ``median``) composes with this policy.
 
-Where it stands (bench/policy_sweep.py, 4 GPUs, default switch costs, mean of 10 seeds)
-    nasbench: best fully trained 12.6x sooner than FIFO, first feedback 46x sooner; lcbench:
-    9.7x and 74x; overhead 0.3% and 1.9%. Its weak spot is curves that cross late: early ranks
+Where it stands (bench/paper_comparison.py, 4 GPUs, default switch costs, mean of 10 seeds)
+    nasbench: best fully trained 12.6x sooner than FIFO, first feedback 55x sooner; lcbench:
+    9.6x and 76x; overhead 0.4% and 2.1%. Its weak spot is curves that cross late: early ranks
     look trustworthy until trials reach the crossing, so it is slower than FIFO there (which
     trains trials to the end in random order), though faster than round robin and SLAQ. With
     trials shorter than about 50 switches it behaves as FIFO, by the rules above.
@@ -105,7 +105,9 @@ Cost
     ``observe`` costs a few list operations; a trial that reaches a rung is ranked with two
     binary searches (its last two standings); every 5% growth of the rung records the model is
     refitted with numpy in O(records), and the budgets are recounted in one pass over the known
-    trials; ``priority``, which the core calls most, is a dictionary lookup and one multiply-add.
+    trials; while trials wait for their first report, the duration model is refitted at the same
+    moments (a ridge regression over the reported trials, O(trials)); ``priority``, which the
+    core calls most, is a dictionary lookup and one multiply-add.
 """
 
 from __future__ import annotations
