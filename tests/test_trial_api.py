@@ -192,6 +192,22 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint(channel: Channel) -
     assert sorted(p.name for p in (channel.session.directory / "checkpoints").iterdir()) == ["latest", "step-3"]
 
 
+def test_a_checkpoint_reaches_the_disk_before_it_is_published(channel: Channel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Power-loss safety: the saver's files, the checkpoint directory and the pointer are flushed
+    (fsync) before the pointer names them, and the pointer's new name is flushed after."""
+    journal: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (journal.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))), real_fsync(fd)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (journal.append(("publish", str(b))), real_replace(a, b)))
+    trial.Files(lambda d: (d / "weights.bin").write_bytes(b"w" * 1000), lambda d: None, name="model")
+    channel.session.save(4)
+    root = channel.session.directory / "checkpoints"
+    published = journal.index(("publish", str(root / "latest")))
+    synced_before = {Path(path).name for kind, path in journal[:published] if kind == "fsync"}
+    assert {"weights.bin", protocol.META_FILE, "model", ".tmp-step-4", "latest.tmp", "checkpoints"} <= synced_before
+    assert ("fsync", str(root)) in journal[published + 1:]
+
+
 def test_restore_refuses_a_checkpoint_without_its_part(channel: Channel) -> None:
     channel.session.save(1)
     with pytest.raises(HermesError, match="no part 'files'"):
