@@ -33,15 +33,18 @@ from hermes.sim.trace import Trace, load_trace
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "data")
 REAL = (("nasbench_nlp_wt2.csv", "min"), ("lcbench_189908.csv", "max"))
 SYNTHETIC = (
-    # (label, trials, epochs, kind, epoch seconds, diverge fraction, trace seed)
-    ("saturating", 200, 50, "saturating", (10.0, 60.0), 0.0, 1),
-    ("crossing", 200, 50, "crossing", (10.0, 60.0), 0.0, 2),
-    ("misleading", 200, 50, "misleading_first", (10.0, 60.0), 0.0, 3),
-    ("noisy", 200, 50, "noisy", (10.0, 60.0), 0.0, 4),
-    ("mixed+diverge", 200, 50, "mixed", (10.0, 60.0), 0.1, 5),
-    ("mixed tiny", 200, 50, "mixed", (0.1, 0.5), 0.0, 6),
-    ("mixed short", 200, 30, "mixed", (1.0, 3.0), 0.0, 7),
-    ("mixed long", 100, 20, "mixed", (1800.0, 7200.0), 0.05, 8),
+    # (label, trials, epochs, kind, epoch seconds, diverge fraction, trace seed, size-quality correlation)
+    ("saturating", 200, 50, "saturating", (10.0, 60.0), 0.0, 1, None),
+    ("crossing", 200, 50, "crossing", (10.0, 60.0), 0.0, 2, None),
+    ("misleading", 200, 50, "misleading_first", (10.0, 60.0), 0.0, 3, None),
+    ("noisy", 200, 50, "noisy", (10.0, 60.0), 0.0, 4, None),
+    ("mixed+diverge", 200, 50, "mixed", (10.0, 60.0), 0.1, 5, None),
+    ("mixed tiny", 200, 50, "mixed", (0.1, 0.5), 0.0, 6, None),
+    ("mixed short", 200, 30, "mixed", (1.0, 3.0), 0.0, 7, None),
+    ("mixed long", 100, 20, "mixed", (1800.0, 7200.0), 0.05, 8, None),
+    # a width sets the epoch time; bigger trials are better (as in both shipped traces) or worse
+    ("mixed, bigger is better", 200, 50, "mixed", (10.0, 60.0), 0.0, 9, 0.6),
+    ("mixed, bigger is worse", 200, 50, "mixed", (10.0, 60.0), 0.0, 10, -0.6),
 )
 DEFAULT_POLICIES = ("fifo", "rr", "slaq", "asha", "hyperband", "hermes")
 
@@ -108,9 +111,9 @@ def traces(suite: str) -> list[tuple[str, Trace]]:
     if suite in ("real", "all"):
         found += [(file, load_trace(os.path.join(DATA, file), mode)) for file, mode in REAL]
     if suite in ("synthetic", "all"):
-        for label, trials, epochs, kind, seconds, diverge, seed in SYNTHETIC:
+        for label, trials, epochs, kind, seconds, diverge, seed, size_quality in SYNTHETIC:
             trace = synthetic_trace(trials, epochs, seed=seed, kind=kind, epoch_seconds=seconds,
-                                    diverge_fraction=diverge)
+                                    diverge_fraction=diverge, size_quality=size_quality)
             found.append((f"synthetic {label}: {trials} x {epochs} epochs of {seconds[0]:g}-{seconds[1]:g} s", trace))
     return found
 

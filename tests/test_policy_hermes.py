@@ -329,15 +329,11 @@ def test_same_seed_same_decisions() -> None:
 
 
 def test_first_feedback_comes_sooner_when_a_parameter_sets_the_epoch_length() -> None:
-    """The first sweep goes shortest-first once a "width" is seen to set the epoch time (within 20%)."""
-    rng = np.random.default_rng(12)
-    base = synthetic_trace(80, 12, seed=12, kind="mixed", epoch_seconds=(10.0, 200.0))
-    trace = Trace("sized", base.mode, tuple(
-        TraceTrial(t.name, t.metrics, t.seconds, t.diverged, {**t.params, "width": round(t.seconds[0] * rng.lognormal(0, 0.2))})
-        for t in base.trials
-    ))
+    """The first sweep goes shortest-first once a "width" is seen to set the epoch time (bigger trials also being better)."""
+    trace = synthetic_trace(80, 12, seed=12, kind="mixed", epoch_seconds=(10.0, 200.0), size_quality=0.6)
     for seed in range(3):
         hermes = check_run(trace, seed=seed)
         arrival = simulate(trace, HermesPolicy(shortest_first=False), gpus=4, seed=seed)
         rr = simulate(trace, make_policy("rr"), gpus=4, seed=seed)
-        assert hermes.mean_first_feedback_s < 0.9 * min(arrival.mean_first_feedback_s, rr.mean_first_feedback_s)
+        assert hermes.mean_first_feedback_s < 0.95 * arrival.mean_first_feedback_s
+        assert hermes.mean_first_feedback_s < 0.85 * rr.mean_first_feedback_s

@@ -225,6 +225,18 @@ def test_diverge_fraction() -> None:
     assert len({t.epochs for t in diverged}) > 1
 
 
+@pytest.mark.parametrize("correlation", [0.7, -0.7])
+def test_sized_trials_width_sets_epoch_time_and_tracks_quality(correlation: float) -> None:
+    plain = synthetic_trace(200, 20, seed=4, epoch_seconds=(10.0, 60.0))
+    trace = synthetic_trace(200, 20, seed=4, epoch_seconds=(10.0, 60.0), size_quality=correlation)
+    assert [t.metrics for t in trace.trials] == [t.metrics for t in plain.trials]  # the same curves
+    widths = np.array([t.params["width"] for t in trace.trials])
+    seconds = np.array([t.seconds[0] for t in trace.trials])
+    assert spearman(widths, seconds) > 0.85
+    assert spearman(widths, metric_matrix(trace)[:, -1]) * np.sign(correlation) > 0.5
+    assert seconds.min() >= 10.0 * 0.95 and seconds.max() <= 60.0 * 1.05
+
+
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -235,6 +247,7 @@ def test_diverge_fraction() -> None:
         {"epoch_seconds": (5.0, 1.0)},
         {"diverge_fraction": 1.5},
         {"noise": -0.1},
+        {"size_quality": 1.5},
     ],
 )
 def test_synthetic_rejects_bad_arguments(arguments: dict) -> None:
