@@ -49,8 +49,10 @@ def test_a_column_that_turns_out_categorical_and_missing_values() -> None:
     """Numbers then a string in one column: all its values become categories; absent values are allowed."""
     model = DurationModel()
     items = [model.add({"kind": 1}) for _ in range(10)] + [model.add({"kind": "big"}) for _ in range(10)]
-    items += [model.add({"other": 3.0}) for _ in range(5)]  # "kind" absent
+    items += [model.add({"other": 3.0}) for _ in range(4)]  # "kind" absent
+    items.append(model.add({"other": float("nan")}))  # not a category: an absent number
     seconds = [10.0] * 10 + [100.0] * 10 + [10.0] * 5
     assert model.fit(items, seconds)
     small, big, absent = model.predict([items[0], items[10], items[20]])
     assert big > 3 * small and big > 3 * absent
+    assert model._numeric[model._columns["other"]]

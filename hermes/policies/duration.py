@@ -92,7 +92,10 @@ class DurationModel:
             number = _number(value)
             if number is None and self._numeric[column]:
                 self._to_categories(column)
-            self._raw[item, column] = number if self._numeric[column] else self._code(column, value)
+            if not self._numeric[column]:
+                self._raw[item, column] = self._code(column, value)
+            elif math.isfinite(number):
+                self._raw[item, column] = number  # NaN and infinities stay absent
         self._items += 1
         return item
 
@@ -178,10 +181,10 @@ def _ridge(features: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, float,
 
 
 def _number(value: Any) -> float | None:
+    """The value as a float if it is a real number (bools and strings are categories)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    number = float(value)
-    return number if math.isfinite(number) else None
+    return float(value)
 
 
 def _hashable(value: Any) -> bool:
