@@ -28,7 +28,7 @@ from hermes.core.events import (
 )
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.trial import Trial
-from hermes.engine import Engine
+from hermes.execution.engine import Engine
 from hermes.errors import HermesError
 from hermes.experiment import ExperimentSpec, Sampler, make_sampler
 from hermes.experiment.spec import ResourcesSpec

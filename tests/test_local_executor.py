@@ -27,7 +27,7 @@ from hermes.core.events import (
 from hermes.core.scheduler import Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
-from hermes.engine import Engine
+from hermes.execution.engine import Engine
 from hermes.errors import HermesError
 from hermes.local import LocalExecutor, TrialLaunch, local_slots
 from hermes.policies import EarlyStopper, make_policy
@@ -61,12 +61,13 @@ def run_experiment(
     stopper: EarlyStopper | None = None,
 ) -> tuple[Scheduler, list[tuple[Event, list[Decision]]]]:
     """Submit the trials and the executor's nodes, and run the engine to the end."""
-    events: list[Event] = [executor.submit(trial_id, launch, at=0.0) for trial_id, launch in launches.items()]
-    events += [NodeAdded(0.0, node, gpus) for node, gpus in executor.resources.items()]
-    events.append(SubmissionsClosed(0.0))
     scheduler = Scheduler(make_policy(policy, period=period), stopper=stopper)
     log: list[tuple[Event, list[Decision]]] = []
-    Engine(scheduler, executor, [lambda event, decisions: log.append((event, decisions))]).run(events)
+    engine = Engine(scheduler, executor, [lambda event, decisions: log.append((event, decisions))])
+    for trial_id, launch in launches.items():
+        engine.post(executor.submit(trial_id, launch, at=0.0))
+    engine.post(SubmissionsClosed(0.0))
+    engine.run()
     return scheduler, log
 
 

@@ -23,7 +23,7 @@ from hermes.core.events import Event, NodeAdded, SubmissionsClosed, TrialReporte
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
-from hermes.engine import Engine
+from hermes.execution.engine import Engine
 from hermes.errors import HermesError
 from hermes.experiment import parse_spec
 from hermes.policies import make_policy
@@ -77,7 +77,7 @@ def record_simulation(
     trace = synthetic_trace(trials, 6, seed=seed, mode=mode, epoch_seconds=(5.0, 20.0), diverge_fraction=0.2)
     experiment_id = store.create_or_open_experiment(name, spec(name, "score", mode))
     scheduler = Scheduler(make_policy("rr", period=20), objective=Objective(mode))
-    executor = SimulatedExecutor({c.name: c for c in trace.trials}, {g: n for n, gs in LAYOUT.items() for g in gs})
+    executor = SimulatedExecutor(LAYOUT)
     recording = Recording(experiment_id, scheduler)
     started_at: dict[str, float] = {}
 
@@ -96,12 +96,13 @@ def record_simulation(
         if recording.events == stop_after:
             raise Interrupted
 
-    initial: list[Event] = [NodeAdded(0.0, node, gpus) for node, gpus in LAYOUT.items()]
-    initial += [TrialSubmitted(0.0, c.name, c.epochs, {"lr": 10.0 ** -(1 + i % 3), **c.params})
-                for i, c in enumerate(trace.trials)]
-    initial.append(SubmissionsClosed(0.0))
+    engine = Engine(scheduler, executor, [record])
+    for i, curve in enumerate(trace.trials):
+        executor.submit(curve.name, curve)
+        engine.post(TrialSubmitted(0.0, curve.name, curve.epochs, {"lr": 10.0 ** -(1 + i % 3), **curve.params}))
+    engine.post(SubmissionsClosed(0.0))
     try:
-        Engine(scheduler, executor, [record]).run(initial)
+        engine.run()
     except Interrupted:
         store.set_status(experiment_id, ExperimentStatus.INTERRUPTED)
     else:

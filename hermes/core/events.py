@@ -22,13 +22,17 @@ class TrialSubmitted:
 
 @dataclass(slots=True)
 class TrialReported:
-    """A running trial finished step ``step`` and measured ``value`` of the objective metric."""
+    """A running trial finished step ``step`` and measured ``value`` of the objective metric.
+
+    ``metrics`` holds every metric of the report, the objective among them (None: the objective
+    alone, as a simulator replays it)."""
 
     at: float
     trial_id: str
     step: int
     value: float
     checkpointed: bool = False  # a checkpoint of this step is durable: a crash resumes from here
+    metrics: Mapping[str, float] | None = None
 
 
 @dataclass(slots=True)

@@ -32,7 +32,7 @@ from hermes.core.node_scheduler import NodeScheduler
 from hermes.core.states import COMPLETED, FAILED, HOLDING_GPU, STOPPED, SUSPENDED, SUSPENDING
 from hermes.core.trial import Trial
 from hermes.errors import HermesError
-from hermes.policies.base import PAUSE, STOP, EarlyStopper, SchedulingPolicy
+from hermes.core.policy import PAUSE, STOP, EarlyStopper, SchedulingPolicy
 
 
 def _load_after_one_more(node: Node) -> float:

@@ -38,7 +38,7 @@ from typing import IO, Any, Mapping
 import hermes
 from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
 from hermes.core.events import Event, PeriodElapsed, TrialExited, TrialReported, TrialSubmitted, TrialSuspended
-from hermes.engine import Executor
+from hermes.execution.engine import Executor
 from hermes.errors import HermesError
 from hermes.local.launch import TrialLaunch
 from hermes.local.resources import Slot, local_slots

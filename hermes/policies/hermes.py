@@ -122,10 +122,13 @@ import numpy as np
 
 from hermes.core.states import RUNNING, SUSPENDING
 from hermes.core.trial import Trial
-from hermes.policies.base import CONTINUE, SchedulingPolicy, Verdict
+from hermes.core.policy import CONTINUE, ExecutionProfile, SchedulingPolicy, Verdict
 from hermes.policies.duration import DurationModel
 from hermes.policies.stats import normal_scores, shrink
 
+# GPU seconds of a suspend and resume until the engine's profile says (ExecutionProfile); that of a
+# process per run, the dearest, so an unconfigured policy never under-prices a switch.
+DEFAULT_SWITCH_COST = 3.2
 UNMEASURED = 1e12
 """Trials that have not reported yet have priorities just below this, far above every measured
 trial's (standings are a few units, and ageing adds one per ``ageing`` round-robin cycles waited):
@@ -224,7 +227,7 @@ class HermesPolicy(SchedulingPolicy):
         *,
         optimism: float = 1.0,
         ageing: float = 3.0,
-        switch_cost: float = 3.2,
+        switch_cost: float | None = None,
         overhead_budget: float = 0.02,
         min_trials: int = 20,
         rung_factor: float = 2.0,
@@ -235,7 +238,7 @@ class HermesPolicy(SchedulingPolicy):
 
         ``optimism``: standard deviations added to a prediction; ``ageing``: round-robin cycles of
         waiting worth one standard deviation (0: no ageing); ``switch_cost``: GPU seconds a
-        suspend and resume cost; ``overhead_budget``: the share of training time switching may
+        suspend and resume cost (None: the engine's, see ``configure``); ``overhead_budget``: the share of training time switching may
         take; ``min_trials``: trials a link or the horizon needs; ``rung_factor``: growth of the
         steps between rungs; ``momentum``: predict from the last two standings, not the last only;
         ``shortest_first``: order unmeasured trials by predicted first-report time (else by arrival).
@@ -245,7 +248,7 @@ class HermesPolicy(SchedulingPolicy):
             raise ValueError(f"optimism must be >= 0, got {optimism}")
         if not ageing >= 0:
             raise ValueError(f"ageing must be >= 0, got {ageing}")
-        if not switch_cost >= 0:
+        if switch_cost is not None and not switch_cost >= 0:
             raise ValueError(f"switch_cost must be >= 0, got {switch_cost}")
         if not 0 < overhead_budget < 1:
             raise ValueError(f"overhead_budget must be in (0, 1), got {overhead_budget}")
@@ -255,7 +258,8 @@ class HermesPolicy(SchedulingPolicy):
             raise ValueError(f"rung_factor must be > 1, got {rung_factor}")
         self.optimism = optimism
         self.ageing = ageing
-        self.switch_cost = switch_cost
+        self._switch_cost_given = switch_cost is not None  # else the engine's profile sets it
+        self.switch_cost = DEFAULT_SWITCH_COST if switch_cost is None else switch_cost
         self.overhead_budget = overhead_budget
         self.min_trials = int(min_trials)
         self.rung_factor = rung_factor
@@ -518,6 +522,10 @@ class HermesPolicy(SchedulingPolicy):
         return run >= max(self.period, cost / self.overhead_budget)
 
     # ------------------------------------------------------------------ restart
+    def configure(self, profile: ExecutionProfile) -> None:
+        if not self._switch_cost_given:
+            self.switch_cost = profile.switch_cost
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "first_step": self._first_step,
