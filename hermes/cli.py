@@ -14,7 +14,7 @@ from hermes.errors import HermesError
 if TYPE_CHECKING:
     from hermes.core.decisions import Decision
     from hermes.core.events import Event
-    from hermes.runner import ExperimentRunner, Listener
+    from hermes.session import ExperimentSession, Listener
 
 GPUS_PER_NODE = 8  # default node size when --nodes is not given, like a DGX-class server
 
@@ -56,10 +56,10 @@ def _run(args: argparse.Namespace) -> int:
     from hermes.live import LiveView
     from hermes.report import ExperimentView
     from hermes.report.results import format_results, standings
-    from hermes.runner import ExperimentRunner
+    from hermes.session import ExperimentSession
 
     spec = load_spec(args.spec)
-    runner = ExperimentRunner(spec)
+    runner = ExperimentSession(spec)
     console = Console()
     if args.no_live or not console.is_terminal:
         runner.listeners.append(_progress_printer(runner))
@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress_printer(runner: ExperimentRunner) -> Listener:
+def _progress_printer(runner: ExperimentSession) -> Listener:
     """Without a terminal: one line per trial that ends, for logs and CI."""
     from hermes.core.events import TrialExited
 

@@ -53,6 +53,10 @@ class Objective:
             return -math.inf
         return value if self.mode == "max" else -value
 
+    def value(self, score: float) -> float:
+        """The metric's value that has this score (the inverse of ``score`` for finite values)."""
+        return score if self.mode == "max" else -score
+
 
 class Scheduler:
     def __init__(

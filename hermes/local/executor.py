@@ -37,15 +37,25 @@ from typing import IO, Any, Mapping
 
 import hermes
 from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
-from hermes.core.events import Event, PeriodElapsed, TrialExited, TrialReported, TrialSubmitted, TrialSuspended
-from hermes.execution.engine import Executor
+from hermes.core.events import (
+    Event,
+    GpuRemoved,
+    NodeAdded,
+    PeriodElapsed,
+    TrialExited,
+    TrialReported,
+    TrialSubmitted,
+    TrialSuspended,
+)
+from hermes.core.policy import ExecutionProfile
 from hermes.errors import HermesError
-from hermes.local.launch import TrialLaunch
+from hermes.execution.contract import Executor
+from hermes.local.launch import WARM_SWITCH_COST, TrialLaunch
 from hermes.local.resources import Slot, local_slots
 from hermes.trial import protocol
 
 # What a selector key watches; channels are read before exits.
-_CHANNEL, _WORKER_CHANNEL, _EXIT, _WORKER_EXIT = 0, 1, 2, 3
+_CHANNEL, _WORKER_CHANNEL, _EXIT, _WORKER_EXIT, _WAKE = 0, 1, 2, 3, 4
 _PR_SET_PDEATHSIG = 1  # prctl option, from <linux/prctl.h>
 _STDERR_TAIL = 2000  # characters of stderr quoted in a crashed trial's error
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -84,6 +94,7 @@ class _Trial:
     launch: TrialLaunch
     directory: Path
     last_step: int = 0  # the last step the scheduler knows; a report up to it is a catch-up
+    checkpoint_step: int = 0  # the last step reported with a durable checkpoint
     run: _Run | None = None
     destination: Slot | None = None  # held for it while its run spills, to start there next
     timing: SwitchTiming | None = None  # the switch in progress
@@ -134,7 +145,7 @@ class _Run:
         return not self.paused and not self.silent and (not self.parked or self.spilling)
 
 
-class LocalExecutor(Executor):
+class LocalExecutor(Executor[TrialLaunch]):
     """Runs trials as local processes; see the module docstring and docs/trials.md.
 
     ``directory`` holds ``trials/<trial_id>/`` (config, stdout.log, stderr.log, checkpoints and
@@ -176,8 +187,7 @@ class LocalExecutor(Executor):
         self.memory_reserve = total_memory // 10 if memory_reserve is None else memory_reserve
         self.worker_memory_limit = worker_memory_limit or total_memory // max(1, len(self.slots))
         self.switch_timings: list[SwitchTiming] = []
-        # Every metric of each report, beyond the objective the event carries, until a listener pops it.
-        self.reported_metrics: dict[tuple[str, int], dict[str, float]] = {}
+        self.profile = ExecutionProfile(switch_cost=WARM_SWITCH_COST)
         self._started = time.monotonic() - clock_offset
         self._next_period = self.now() + period if period is not None else None
         self._trials: dict[str, _Trial] = {}
@@ -185,19 +195,53 @@ class LocalExecutor(Executor):
         self._workers: dict[str, _Worker] = {}  # slot name -> its warm worker (a retiring one is not here)
         self._retiring: list[_Worker] = []
         self._occupied: dict[str, _Trial] = {}  # slot name -> the trial that holds it
-        self._events: list[Event] = []
         self._selector = selectors.DefaultSelector()
-
-    @property
-    def resources(self) -> dict[str, tuple[str, ...]]:
-        """Node -> its GPU (slot) names, for NodeAdded."""
+        self._wake_read, self._wake_write = os.pipe()
+        for fd in (self._wake_read, self._wake_write):
+            os.set_blocking(fd, False)
+        self._selector.register(self._wake_read, selectors.EVENT_READ, (None, _WAKE))
+        self._closed = False
         nodes: dict[str, tuple[str, ...]] = {}
         for slot in self.slots.values():
             nodes[slot.node] = nodes.get(slot.node, ()) + (slot.name,)
-        return nodes
+        self._events: list[Event] = [NodeAdded(self.now(), node, gpus) for node, gpus in nodes.items()]
 
     def now(self) -> float:
         return time.monotonic() - self._started
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_write, b"!")
+        except (BlockingIOError, OSError):
+            pass  # a byte is pending already, or the executor is closed: next_events returns anyway
+
+    def idle(self) -> bool:
+        return not self._events and not self._anything_reporting()
+
+    def remove_gpu(self, gpu: str) -> None:
+        """Take ``gpu`` out of service at once (a failed device, or an operator draining it).
+
+        Whatever runs there is killed without a word (GpuRemoved tells the core), and a warm
+        worker of that slot goes with the trials parked in it: they fall back to their checkpoints.
+        """
+        slot = self.slots.pop(gpu, None)
+        if slot is None:
+            raise HermesError(f"unknown GPU {gpu}; this executor has {', '.join(self.slots)}")
+        holder = self._occupied.pop(gpu, None)
+        if holder is not None:
+            holder.last_step = holder.checkpoint_step  # the core falls it back to its checkpoint
+            if holder.destination is slot:
+                holder.destination = None
+            elif holder.run is not None and holder.run.slot is slot:
+                holder.run.silent = True
+                if holder.run.worker is None:
+                    self._kill(holder.run)
+        worker = self._workers.get(gpu)
+        if worker is not None:
+            for run in worker.runs.values():
+                run.silent = run.silent or run.trial is holder
+            self._kill_worker(worker)
+        self._events.append(GpuRemoved(self.now(), gpu))
 
     def submit(
         self, trial_id: str, launch: TrialLaunch, at: float | None = None, *, reported_step: int = 0
@@ -210,7 +254,11 @@ class LocalExecutor(Executor):
             raise HermesError(f"trial id {trial_id!r} must be letters, digits, '.', '_' or '-'")
         if trial_id in self._trials:
             raise HermesError(f"trial {trial_id} submitted twice")
-        self._trials[trial_id] = _Trial(trial_id, launch, self.directory / "trials" / trial_id, reported_step)
+        if not self._trials or launch.switch_cost > self.profile.switch_cost:
+            self.profile = ExecutionProfile(switch_cost=launch.switch_cost)  # the dearest of its trials
+        self._trials[trial_id] = _Trial(
+            trial_id, launch, self.directory / "trials" / trial_id, reported_step, checkpoint_step=reported_step
+        )
         return TrialSubmitted(
             self.now() if at is None else at, trial_id, launch.budget, dict(launch.config), launch.movable
         )
@@ -224,7 +272,7 @@ class LocalExecutor(Executor):
             if trial.run is not None:
                 raise HermesError(f"trial {trial.trial_id} already runs on {trial.run.slot.name}")
             shutil.rmtree(trial.directory / protocol.CHECKPOINTS_DIR, ignore_errors=True)
-            trial.last_step = 0
+            trial.last_step = trial.checkpoint_step = 0
             self._launch(trial, self._free_slot(trial, decision.gpu))
         elif isinstance(decision, Resume):
             self._resume(trial, decision)
@@ -644,9 +692,12 @@ class LocalExecutor(Executor):
                 return []
             timeout = None if self._next_period is None else max(0.0, self._next_period - self.now())
             ready = self._selector.select(timeout)
+            woken = False
             for key, _ in sorted(ready, key=lambda item: item[0].data[1]):
                 source, kind = key.data
-                if kind == _CHANNEL and source.channel is not None:
+                if kind == _WAKE:
+                    woken = self._drain_wakes()
+                elif kind == _CHANNEL and source.channel is not None:
                     self._read(source)
                 elif kind == _WORKER_CHANNEL:
                     self._drain_worker(source)
@@ -658,8 +709,18 @@ class LocalExecutor(Executor):
                 self._events.append(PeriodElapsed(self.now()))
                 while self._next_period <= self.now():
                     self._next_period += self.period
+            if woken:
+                break
         events, self._events = self._events, []
         return events
+
+    def _drain_wakes(self) -> bool:
+        try:
+            while os.read(self._wake_read, 1 << 10):
+                pass
+        except BlockingIOError:
+            pass
+        return True
 
     def _anything_reporting(self) -> bool:
         workers = [*self._workers.values(), *self._retiring]
@@ -749,9 +810,10 @@ class LocalExecutor(Executor):
         if step <= trial.last_step:
             raise ValueError(f"reported step {step} after step {trial.last_step}")
         trial.last_step = step
-        event = TrialReported(self.now(), trial.trial_id, step, value, checkpointed)
+        if checkpointed:
+            trial.checkpoint_step = step
+        event = TrialReported(self.now(), trial.trial_id, step, value, checkpointed, dict(metrics))
         self._events.append(event)
-        self.reported_metrics[(trial.trial_id, step)] = dict(metrics)
         if trial.timing is not None and trial.timing.resume_decided is not None and trial.timing.resumed is None:
             trial.timing.resumed = event.at
         return event
@@ -816,8 +878,11 @@ class LocalExecutor(Executor):
         self._release(run.trial, run.slot)
         run.trial.run = None
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         """Kill every trial's process group and release everything; pending events are dropped."""
+        if self._closed:
+            return
+        self._closed = True
         for run in list(self._live):
             self._kill(run)
             run.process.wait()
@@ -830,12 +895,8 @@ class LocalExecutor(Executor):
             self._worker_exited(worker)
         self._events.clear()
         self._selector.close()
-
-    def __enter__(self) -> LocalExecutor:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.shutdown()
+        os.close(self._wake_read)
+        os.close(self._wake_write)
 
 
 def _hermes_source() -> str | None:

@@ -132,6 +132,15 @@ class ExperimentStore(ABC):
         """Append ``event`` and the decisions the core made about it, atomically; return its sequence number."""
 
     @abstractmethod
+    def record_event(
+        self, experiment_id: int, event: Event, decisions: Sequence[Decision], trials: Sequence[TrialRecord]
+    ) -> int:
+        """What one event changed, in one transaction: the event and its decisions, its report's
+        ``metrics`` when it is a TrialReported, and the records of the trials it touched. A crash
+        leaves all of it or none, so no report is ever stored twice or lost; return the event's
+        sequence number."""
+
+    @abstractmethod
     def events(self, experiment_id: int) -> list[Event]:
         """The whole event log, in append order: replaying it into a fresh core rebuilds the core."""
 
