@@ -234,13 +234,15 @@ class LocalExecutor(Executor[TrialLaunch]):
                 holder.destination = None
             elif holder.run is not None and holder.run.slot is slot:
                 holder.run.silent = True
-                if holder.run.worker is None:
+                if holder.run.worker is None:  # done with it now, so the trial can start anew at once
                     self._kill(holder.run)
+                    holder.run.process.wait()
+                    self._close(holder.run)
         worker = self._workers.get(gpu)
         if worker is not None:
-            for run in worker.runs.values():
-                run.silent = run.silent or run.trial is holder
             self._kill_worker(worker)
+            worker.process.wait()
+            self._worker_exited(worker)
         self._events.append(GpuRemoved(self.now(), gpu))
 
     def submit(
@@ -521,7 +523,8 @@ class LocalExecutor(Executor[TrialLaunch]):
         """The run is over: release its slot and, if it was moving, start the trial where it goes."""
         trial = run.trial
         self._release(trial, run.slot)
-        trial.run = None
+        if trial.run is run:
+            trial.run = None
         if trial.destination is not None:
             destination, trial.destination = trial.destination, None
             self._launch(trial, destination)
@@ -541,7 +544,10 @@ class LocalExecutor(Executor[TrialLaunch]):
             self._selector.unregister(worker.channel)
             os.close(worker.channel)
             worker.channel = None
-        worker.process.stdin.close()
+        try:
+            worker.process.stdin.close()
+        except BrokenPipeError:
+            pass  # commands it never read: it is dead
         for run in list(worker.runs.values()):
             del worker.runs[run.trial.trial_id]
             if not (run.parked or run.silent):
@@ -876,7 +882,8 @@ class LocalExecutor(Executor[TrialLaunch]):
         run.channel = run.answers = None
         self._live.remove(run)
         self._release(run.trial, run.slot)
-        run.trial.run = None
+        if run.trial.run is run:  # a new run may have begun while this one was being reaped
+            run.trial.run = None
 
     def close(self) -> None:
         """Kill every trial's process group and release everything; pending events are dropped."""

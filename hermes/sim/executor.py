@@ -214,6 +214,10 @@ class SimulatedExecutor(Executor[TraceTrial]):
             self._begin_epoch(trial, at)
         return events
 
+    def remove_gpu(self, gpu: str) -> None:
+        """Lose ``gpu`` now, as a failure would: GpuRemoved comes out of the next ``next_events``."""
+        self._changes.insert(0, GpuRemoved(self.clock, gpu))
+
     def _change(self, change: Event) -> Event:
         """Apply a cluster change at its time; runs on lost GPUs fall back to their checkpoints."""
         self.clock = change.at
