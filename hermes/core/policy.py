@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from hermes.core.trial import Trial
 
@@ -83,6 +83,10 @@ class SchedulingPolicy(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
+
+    def attach(self, trials: Mapping[str, Trial]) -> None:
+        """After ``load_state_dict``: the core's trials, for a policy that keeps references to them
+        (they are core objects, not plain data, so ``state_dict`` cannot hold them)."""
 
 
 class EarlyStopper(ABC):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from hermes.core.cluster import Cluster, Node
 from hermes.core.decisions import Decision, Stop
@@ -83,6 +84,14 @@ class Scheduler:
         self._unfinished = 0  # trials not yet terminal
         self._busy = 0  # trials holding a GPU
         self._last_time = 0.0
+
+    def restore_policy(self, policy: SchedulingPolicy, state: dict[str, Any]) -> None:
+        """Continue with ``policy`` in the state another instance saved (``state_dict``), mid-run."""
+        policy.load_state_dict(state)
+        policy.attach(self.trials)
+        self.policy = policy
+        for node_scheduler in self.node_schedulers.values():
+            node_scheduler.policy = policy
 
     # ------------------------------------------------------------------ events in, decisions out
     def handle(self, event: Event) -> list[Decision]:

@@ -550,6 +550,11 @@ class HermesPolicy(SchedulingPolicy):
             "priority": dict(self._priority),
         }
 
+    def attach(self, trials: Mapping[str, Trial]) -> None:
+        """Refill the live records of the known trials, in the order they first reported."""
+        self._live = {row: trials[trial_id] for trial_id, row in sorted(self._index.items(), key=lambda item: item[1])
+                      if trial_id in trials}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._first_step = state["first_step"]
         self._index = {trial_id: row for row, trial_id in enumerate(state["trials"])}
