@@ -79,7 +79,7 @@ def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) 
 
     module, _, name = class_path.rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module), name) if module else None
+        cls = getattr(importlib.import_module(module), name, None) if module else None
     except ImportError:
         cls = None
     if not (isinstance(cls, type) and issubclass(cls, optuna.samplers.BaseSampler)):
