@@ -64,6 +64,8 @@ def make_sampler(spec: ExperimentSpec) -> Sampler:
 def sample_configs(spec: ExperimentSpec) -> list[dict[str, Any]]:
     """Every trial's configuration for random, grid and list search, in trial order."""
     if spec.search.sampler_name not in ("random", "grid", "list"):
-        raise HermesError(f"sampler {spec.search.sampler_name} proposes configurations as results arrive; use make_sampler(spec)")
+        raise HermesError(
+            f"sampler {spec.search.sampler_name} proposes configurations as results arrive; use make_sampler(spec)"
+        )
     searcher = make_searcher(spec.search, spec.metric.mode)
     return [config.params for config in (searcher.ask() for _ in range(spec.search.trials or 0)) if config]

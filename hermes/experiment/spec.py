@@ -39,7 +39,9 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     ValidationInfo,
+    SerializerFunctionWrapHandler,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import ErrorDetails
@@ -137,7 +139,7 @@ class Choice(_Section):
         return values
 
     def contains(self, value: Any) -> bool:
-        return any(value == v and type(value) is type(v) for v in self.values)
+        return value in self.values  # equality as for "listed twice": 1, 1.0 and True are one value
 
 
 class Grid(Choice):
@@ -209,10 +211,17 @@ class SearchSpec(_Section):
                 raise _PathError(str(index), f"must set the same parameters as configs.0 ({', '.join(configs[0])})")
             for name, value in config.items():
                 if not _IDENTIFIER.fullmatch(name):
-                    raise _PathError(f"{index}.{name}", "parameter names must be Python identifiers (letters, digits, _)")
+                    raise _PathError(f"{index}.{name}", "parameter names must be Python identifiers")
                 if not _scalar(value):
-                    raise _PathError(f"{index}.{name}", f"must be a string, a finite number or a boolean, got {value!r}")
+                    raise _PathError(f"{index}.{name}", f"must be a string, a finite number or a boolean: {value!r}")
         return configs
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave out the fields added with hermes.search while unset, so specs stored before still match."""
+        data = handler(self)
+        added = ("max_time", "max_gpu_hours", "max_pending", "configs")
+        return {key: value for key, value in data.items() if value is not None or key not in added}
 
     @property
     def sampler_name(self) -> str:
@@ -277,11 +286,12 @@ class SearchSpec(_Section):
         assert self.configs is not None
         if not self.space:
             names = list(self.configs[0])
-            self.space = {n: Choice(type="choice", values=list(dict.fromkeys(c[n] for c in self.configs))) for n in names}
+            values = {name: list(dict.fromkeys(config[name] for config in self.configs)) for name in names}
+            self.space = {name: Choice(type="choice", values=values[name]) for name in names}
             return
         for index, config in enumerate(self.configs):
             if list(config) != list(self.space):
-                raise _PathError(f"configs.{index}", f"must set exactly the space's parameters ({', '.join(self.space)})")
+                raise _PathError(f"configs.{index}", f"must set exactly the parameters of space ({', '.join(self.space)})")
             for param, value in config.items():
                 if not self.space[param].contains(value):
                     raise _PathError(f"configs.{index}.{param}", f"{value!r} is outside search.space.{param}")

@@ -14,6 +14,8 @@ from hermes.search.budget import BUDGET_FIELDS, Budget, without_budget
 from hermes.search.errors import SamplerError
 
 if TYPE_CHECKING:
+    import optuna
+
     from hermes.experiment.spec import SearchSpec
 
 # Searchers of Hermes's own, by name: "module:class", built as ``cls(search, max_pending=...)``.
@@ -74,7 +76,7 @@ def check_sampler(search: SearchSpec) -> None:
         _optuna_sampler(search)  # builds it: a wrong class or argument fails now, not hours in
 
 
-def _optuna_sampler(search: SearchSpec):  # type: ignore[no-untyped-def]  # optuna stays unimported here
+def _optuna_sampler(search: SearchSpec) -> optuna.samplers.BaseSampler:
     from hermes.search.optuna_search import build_sampler
 
     by_name = isinstance(search.sampler, str) or "name" in search.sampler

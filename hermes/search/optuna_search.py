@@ -25,7 +25,11 @@ if TYPE_CHECKING:
     from hermes.experiment.spec import Parameter, SearchSpec
 
 # Packages an Optuna sampler needs beyond Optuna itself, so that a missing one fails at spec check.
-_NEEDS = {"optuna.samplers.CmaEsSampler": "cmaes", "optuna.samplers.GPSampler": "torch", "optuna.samplers.QMCSampler": "scipy"}
+_NEEDS = {
+    "optuna.samplers.CmaEsSampler": "cmaes",
+    "optuna.samplers.GPSampler": "torch",
+    "optuna.samplers.QMCSampler": "scipy",
+}
 
 
 class OptunaSearcher(BaseSearcher):
