@@ -291,7 +291,8 @@ class SearchSpec(_Section):
             return
         for index, config in enumerate(self.configs):
             if list(config) != list(self.space):
-                raise _PathError(f"configs.{index}", f"must set exactly the parameters of space ({', '.join(self.space)})")
+                names = ", ".join(self.space)
+                raise _PathError(f"configs.{index}", f"must set exactly the parameters of space ({names})")
             for param, value in config.items():
                 if not self.space[param].contains(value):
                     raise _PathError(f"configs.{index}.{param}", f"{value!r} is outside search.space.{param}")
