@@ -210,7 +210,10 @@ BAD = [
     ({"sampler": {"name": "bayes"}}, "search.sampler.name: unknown sampler 'bayes'"),
     ({"sampler": {"optuna": "optuna.samplers.NoSuchSampler"}}, "search.sampler.optuna: unknown Optuna sampler class"),
     ({"sampler": {"optuna": "nosuchmodule.Sampler"}}, "search.sampler.optuna: unknown Optuna sampler class"),
-    ({"sampler": {"optuna": "optuna.Study"}}, "search.sampler.optuna: unknown Optuna sampler class 'optuna.Study' (not"),
+    (
+        {"sampler": {"optuna": "optuna.Study"}},
+        "search.sampler.optuna: unknown Optuna sampler class 'optuna.Study' (not a subclass",
+    ),
     ({"sampler": {"name": "tpe", "args": {"bogus": 1}}}, "search.sampler.args: optuna.samplers.TPESampler: "),
     ({"sampler": {"name": "random", "args": {"x": 1}}}, "search.sampler.args: sampler random takes no arguments"),
     ({"sampler": {"name": "tpe", "optuna": "x.Y"}}, "search.sampler: give exactly one of name"),
