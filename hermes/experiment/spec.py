@@ -3,7 +3,7 @@
 Every problem is reported as a SpecError naming the file and the field path, e.g.
 ``spec.yaml: search.space.lr.low: must be > 0 for loguniform``, all problems at once.
 
-Search space semantics (see ``hermes.experiment.space``):
+Search space semantics (see ``hermes.search``):
 
 - ``uniform`` / ``loguniform``: a float in [low, high] (loguniform: uniform in log space);
   ``int``: an integer in [low, high], both included; ``choice``: one of ``values``, drawn per trial.
@@ -12,7 +12,9 @@ Search space semantics (see ``hermes.experiment.space``):
   combination ``i mod combinations`` (so the first trials cover the grid once, then it repeats),
   and draws its other parameters afresh.
 - ``sampler: grid`` allows only grid parameters, and ``trials`` defaults to one pass over the grid;
-  ``sampler: tpe`` (Optuna's TPE) allows no grid parameters.
+  Optuna's samplers (``tpe``, ``cmaes``, ``gp``, ``qmc``, or any by class path) allow no grid parameters;
+  ``sampler: list`` tries ``configs``, the given configurations, in order (``docs/search.md``).
+- The budget (``trials``, ``max_time``, ``max_gpu_hours``) ends the proposals, whichever comes first.
 
 Relative paths (``trial.workdir``, ``storage.dir``) are relative to the spec file's folder; the
 spec keeps them as written so that a moved project still matches its stored spec.
@@ -37,7 +39,9 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     ValidationInfo,
+    SerializerFunctionWrapHandler,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import ErrorDetails
@@ -86,6 +90,9 @@ class Uniform(_Section):
             raise ValueError(f"must be greater than low ({low})")
         return high
 
+    def contains(self, value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
+
 
 class LogUniform(Uniform):
     type: Literal["loguniform"]  # type: ignore[assignment]
@@ -111,6 +118,9 @@ class IntRange(_Section):
             raise ValueError(f"must be greater than low ({low})")
         return high
 
+    def contains(self, value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high
+
 
 class Choice(_Section):
     type: Literal["choice"]
@@ -122,15 +132,23 @@ class Choice(_Section):
         if not values:
             raise ValueError("must list at least one value")
         for index, value in enumerate(values):
-            if not isinstance(value, (str, int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+            if not _scalar(value):
                 raise _PathError(str(index), f"must be a string, a finite number or a boolean, got {value!r}")
             if value in values[:index]:
                 raise _PathError(str(index), f"{value!r} is listed twice")
         return values
 
+    def contains(self, value: Any) -> bool:
+        return value in self.values  # equality as for "listed twice": 1, 1.0 and True are one value
+
 
 class Grid(Choice):
     type: Literal["grid"]  # type: ignore[assignment]
+
+
+def _scalar(value: Any) -> bool:
+    """A value a trial can take from the spec: a string, a boolean or a finite number."""
+    return isinstance(value, (str, int, float)) and not (isinstance(value, float) and not math.isfinite(value))
 
 
 Parameter = Annotated[Uniform | LogUniform | IntRange | Choice | Grid, Field(discriminator="type")]
@@ -138,10 +156,40 @@ PARAMETER_TYPES = ("uniform", "loguniform", "int", "choice", "grid")
 
 
 class SearchSpec(_Section):
-    sampler: Literal["random", "grid", "tpe"] = "random"
-    trials: PositiveInt | None = None  # total trials; default for sampler grid: one pass over the grid
+    # A name (random, grid, list, tpe, cmaes, gp, qmc), {name: ..., args: {...}}, or any Optuna
+    # sampler by class path: {optuna: optuna.samplers.NSGAIISampler, args: {...}}.
+    sampler: str | dict[str, Any] = "random"
+    # The budget, whichever ends first; a rerun may change it. trials defaults to one pass for grid and list.
+    trials: PositiveInt | None = None
+    max_time: PositiveFloat | None = None  # seconds of wall-clock time, or "90m", "2h", "1d"
+    max_gpu_hours: PositiveFloat | None = None
+    max_pending: PositiveInt | None = None  # unfinished trials in flight; default in hermes.search.make_searcher
     seed: int = 0
-    space: dict[str, Parameter]
+    space: dict[str, Parameter] = {}  # for sampler list, derived from configs when not given
+    configs: list[dict[str, Any]] | None = None  # sampler list: the configurations, in trial order
+
+    @field_validator("sampler")
+    @classmethod
+    def _sampler_shape(cls, sampler: str | dict[str, Any]) -> str | dict[str, Any]:
+        if isinstance(sampler, dict):
+            unknown = [key for key in sampler if key not in ("name", "optuna", "args")]
+            if unknown:
+                raise _PathError(str(unknown[0]), "unknown field; expected one of name, optuna, args")
+            if ("name" in sampler) == ("optuna" in sampler):
+                raise ValueError("give exactly one of name (a registered sampler) or optuna (a sampler class path)")
+            if not isinstance(sampler.get("args", {}), dict):
+                raise _PathError("args", "must be a mapping of argument names to values")
+        return sampler
+
+    @field_validator("max_time", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", value)
+            if not match:
+                raise ValueError(f"must be seconds or a duration like '90m', '2h', '1d', got {value!r}")
+            return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
+        return value
 
     @field_validator("space")
     @classmethod
@@ -152,6 +200,39 @@ class SearchSpec(_Section):
             if not _IDENTIFIER.fullmatch(name):
                 raise _PathError(name, "parameter names must be Python identifiers (letters, digits, _)")
         return space
+
+    @field_validator("configs")
+    @classmethod
+    def _configs(cls, configs: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        if configs is not None and not configs:
+            raise ValueError("must list at least one configuration")
+        for index, config in enumerate(configs or []):
+            if list(config) != list(configs[0]):
+                raise _PathError(str(index), f"must set the same parameters as configs.0 ({', '.join(configs[0])})")
+            for name, value in config.items():
+                if not _IDENTIFIER.fullmatch(name):
+                    raise _PathError(f"{index}.{name}", "parameter names must be Python identifiers")
+                if not _scalar(value):
+                    raise _PathError(f"{index}.{name}", f"must be a string, a finite number or a boolean: {value!r}")
+        return configs
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave out the fields added with hermes.search while unset, so specs stored before still match."""
+        data = handler(self)
+        added = ("max_time", "max_gpu_hours", "max_pending", "configs")
+        return {key: value for key, value in data.items() if value is not None or key not in added}
+
+    @property
+    def sampler_name(self) -> str:
+        """The registered name, or the Optuna class path."""
+        if isinstance(self.sampler, str):
+            return self.sampler
+        return str(self.sampler.get("name") or self.sampler["optuna"])
+
+    @property
+    def sampler_args(self) -> dict[str, Any]:
+        return {} if isinstance(self.sampler, str) else dict(self.sampler.get("args", {}))
 
     @property
     def grid(self) -> dict[str, list[Any]]:
@@ -164,24 +245,57 @@ class SearchSpec(_Section):
 
     @model_validator(mode="after")
     def _sampler_fits_space(self) -> SearchSpec:
-        for name, parameter in self.space.items():
-            if self.sampler == "grid" and not isinstance(parameter, Grid):
-                raise _PathError(f"space.{name}", "sampler grid takes grid parameters only; use sampler random")
-            if self.sampler == "tpe" and isinstance(parameter, Grid):
-                raise _PathError(f"space.{name}", "sampler tpe takes no grid parameters; use type choice")
-        if self.trials is None:
-            if self.sampler != "grid":
-                raise _PathError("trials", f"required for sampler {self.sampler}")
-            self.trials = self.grid_size
+        from hermes import search  # the searchers' registry, loaded when a spec is checked
+
+        if self.configs is not None and "sampler" not in self.model_fields_set:
+            self.sampler = "list"
+        name = self.sampler_name
+        try:
+            search.check_sampler(self)
+        except search.SamplerError as error:
+            raise _PathError(error.field, error.reason) from None
+        if (name == "list") != (self.configs is not None):
+            raise _PathError("configs", "required for sampler list" if name == "list" else "only for sampler list")
+        if self.configs is not None:
+            self._fit_configs()
+        if not self.space:
+            raise _PathError("space", "required")
+        for param, parameter in self.space.items():
+            if name == "grid" and not isinstance(parameter, Grid):
+                raise _PathError(f"space.{param}", "sampler grid takes grid parameters only; use sampler random")
+            if name not in search.HERMES_SEARCHERS and isinstance(parameter, Grid):
+                raise _PathError(f"space.{param}", f"sampler {name} takes no grid parameters; use type choice")
+        if self.trials is None and name in ("grid", "list"):
+            self.trials = len(self.configs) if self.configs is not None else self.grid_size
+        if self.trials is None and self.max_time is None and self.max_gpu_hours is None:
+            raise _PathError("trials", f"required for sampler {name}, unless max_time or max_gpu_hours is given")
         size = self.grid_size
-        if self.trials % size:
+        if self.trials is not None and self.trials % size:
             lower, upper = self.trials // size * size, (self.trials // size + 1) * size
             example = f"{lower} or {upper}" if lower else f"{upper}"
             raise _PathError(
                 "trials",
                 f"must be a multiple of the {size} grid combinations, so each is tried equally often (e.g. {example})",
             )
+        if self.configs is not None and self.trials is not None and self.trials > len(self.configs):
+            raise _PathError("trials", f"must be at most the {len(self.configs)} configs")
         return self
+
+    def _fit_configs(self) -> None:
+        """Derive the space from the configs (each parameter a choice of its values), or check them against it."""
+        assert self.configs is not None
+        if not self.space:
+            names = list(self.configs[0])
+            values = {name: list(dict.fromkeys(config[name] for config in self.configs)) for name in names}
+            self.space = {name: Choice(type="choice", values=values[name]) for name in names}
+            return
+        for index, config in enumerate(self.configs):
+            if list(config) != list(self.space):
+                names = ", ".join(self.space)
+                raise _PathError(f"configs.{index}", f"must set exactly the parameters of space ({names})")
+            for param, value in config.items():
+                if not self.space[param].contains(value):
+                    raise _PathError(f"configs.{index}.{param}", f"{value!r} is outside search.space.{param}")
 
 
 # ---------------------------------------------------------------------- the rest of the spec
