@@ -15,22 +15,27 @@ from typing import Callable
 from hermes.core.decisions import Decision
 from hermes.core.events import (
     Event,
+    ExperimentCancelled,
     GpuAdded,
     GpuRemoved,
     NodeAdded,
     NodeRemoved,
     SubmissionsClosed,
+    SubmissionsReopened,
     TrialExited,
+    TrialReported,
     TrialSubmitted,
 )
 from hermes.core.scheduler import Objective, Scheduler
+from hermes.core.states import STOPPED
 from hermes.errors import HermesError
 from hermes.execution.contract import Executor
 from hermes.execution.engine import Engine
 from hermes.execution.registry import make_engine
-from hermes.experiment import ExperimentSpec, Sampler, make_sampler
+from hermes.experiment import ExperimentSpec
 from hermes.policies import make_policy, make_stopper
 from hermes.recovery import replay
+from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, make_searcher
 from hermes.store.base import ExperimentStatus, ExperimentStore
 from hermes.store.recorder import StoreRecorder
 from hermes.store.sql import SqlStore
@@ -68,15 +73,24 @@ class ExperimentSession:
         self.scheduler = Scheduler(
             policy, objective=self.objective, stopper=make_stopper(stopper.name, **stopper.params) if stopper else None
         )
-        self.sampler: Sampler = make_sampler(spec)
+        self.searcher: BaseSearcher = make_searcher(spec.search, spec.metric.mode, slots=self.engine.capacity())
+        self.budget = Budget.of(spec.search)
         self.store = store or SqlStore(f"sqlite:///{self.storage / STORE_FILE}")
-        self.experiment_id = self.store.create_or_open_experiment(spec.name, spec.model_dump(mode="json"))
+        stored = next((e.spec for e in self.store.experiments() if e.name == spec.name), None)
+        budget = {field: getattr(spec.search, field) for field in BUDGET_FIELDS}
+        self._budget_changed = stored is not None and any(
+            stored.get("search", {}).get(field) != value for field, value in budget.items()
+        )
+        self.experiment_id = self.store.create_or_open_experiment(
+            spec.name, spec.model_dump(mode="json"), may_change=tuple(f"search.{field}" for field in BUDGET_FIELDS)
+        )
         self.listeners = listeners or []
         self.executor: Executor | None = None
         self._loop: Engine | None = None
         self._closed = False  # SubmissionsClosed is in the log
-        self._told: set[str] = set()  # trials whose result the sampler has been told
-        self._width = len(str(max((spec.search.trials or 1) - 1, 1)))
+        self._cancelled = False  # ExperimentCancelled is in the log
+        self._told: set[str] = set()  # trials whose end the searcher has been told
+        self._width = len(str(max((spec.search.trials or 1000) - 1, 1)))
 
     # ------------------------------------------------------------------ the run
     def run(self) -> Outcome:
@@ -92,17 +106,24 @@ class ExperimentSession:
                     at=trial.submitted_at,
                     reported_step=trial.checkpoint_step,
                 )
-            if self.scheduler.finished:
+            first: list[Event] = []
+            if self._closed and self._budget_changed and self._extended(recovered.now):  # a larger budget
+                first.append(SubmissionsReopened(recovered.now))  # before the lost nodes: a finished core takes no events
+                self._closed = self._cancelled = False
+            elif self.scheduler.finished:
                 self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
                 return Outcome(self.experiment_id, True, ExperimentStatus.FINISHED)
             loop = self._loop = Engine(
-                self.scheduler, executor, [StoreRecorder(self.store, self.experiment_id, self.scheduler), self._after, *self.listeners]
+                self.scheduler,
+                executor,
+                [StoreRecorder(self.store, self.experiment_id, self.scheduler), self._after, *self.listeners],
             )
             for submission in self._submissions(recovered.now):
                 loop.post(submission)
             self.store.set_status(self.experiment_id, ExperimentStatus.RUNNING)
+            first.extend(recovered.lost_nodes)
             try:
-                loop.run(first=recovered.lost_nodes)
+                loop.run(first=first)
             except KeyboardInterrupt:
                 self.store.set_status(self.experiment_id, ExperimentStatus.INTERRUPTED)
                 raise
@@ -114,52 +135,73 @@ class ExperimentSession:
         self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
         return Outcome(self.experiment_id, recovered.events > 0, ExperimentStatus.FINISHED)
 
-    # ------------------------------------------------------------------ trials from the sampler
+    # ------------------------------------------------------------------ trials from the searcher
     def _submissions(self, now: float) -> list[Event]:
-        """New trials while fewer than the sampler's concurrency are unfinished; then close submissions."""
+        """New trials while the searcher wants more in flight and the budget allows; else close
+        submissions, or cancel the experiment once its time or GPU budget is spent."""
         events: list[Event] = []
+        if self._cancelled:
+            return events
+        if self._budget_spent(now):
+            self._cancelled = self._closed = True
+            return [ExperimentCancelled(now, "its budget of time or GPU hours is spent")]
         if self._closed:
             return events
-        unfinished = sum(not t.state.is_terminal for t in self.scheduler.trials.values())
-        while unfinished < self._concurrency():
-            config = self.sampler.ask()
+        searcher = self.searcher
+        while searcher.wants_more:
+            config = searcher.ask() if self.budget.may_ask(searcher.asked, now, self._gpu_seconds(now)) else None
             if config is None:
                 events.append(SubmissionsClosed(now))
                 self._closed = True
                 break
             trial_id = f"{config.index:0{self._width}d}"
             events.append(self.executor.submit(trial_id, self.engine.work(config.params), at=now))
-            unfinished += 1
         return events
 
-    def _concurrency(self) -> int:
-        """Trials in flight: all of them for samplers that chose up front; a few per slot for TPE,
-        which learns from finished trials."""
-        if self.spec.search.sampler != "tpe":
-            return self.spec.search.trials or 1 << 30
-        return 4 * self.engine.capacity()
+    def _extended(self, now: float) -> bool:
+        """Whether the budget now allows what the log's experiment had stopped asking for."""
+        return not self._budget_spent(now) and self.budget.may_ask(self.searcher.asked, now, self._gpu_seconds(now))
+
+    def _budget_spent(self, now: float) -> bool:
+        """Time is the experiment's clock (it stands still while no runner runs), as the log has it."""
+        budget = self.budget
+        return (budget.seconds is not None and now >= budget.seconds) or (
+            budget.gpu_seconds is not None and self._gpu_seconds(now) >= budget.gpu_seconds
+        )
+
+    def _gpu_seconds(self, now: float) -> float:
+        return sum(
+            trial.gpu_time + (now - trial.running_since if trial.running_since is not None else 0.0)
+            for trial in self.scheduler.trials.values()
+        )
 
     def _after(self, event: Event, decisions: list[Decision]) -> None:
-        """After the store has the event: tell the sampler, and submit more trials when some ended."""
+        """After the store has the event: tell the searcher, and submit more trials when some ended."""
         self._follow(event, decisions, replaying=False)
         ended = isinstance(event, TrialExited) or any(
             self.scheduler.trials[d.trial_id].state.is_terminal for d in decisions
         )
-        if ended:
+        if ended or (self.budget.seconds is not None or self.budget.gpu_seconds is not None):
             for submission in self._submissions(event.at):
                 self._loop.post(submission)
 
     def _follow(self, event: Event, decisions: list[Decision], *, replaying: bool) -> None:
-        """Keep the sampler in step with the log: one ask per submission, one tell per finished trial."""
+        """Keep the searcher in step with the log: one ask per submission, every report, one end per trial."""
         if isinstance(event, TrialSubmitted) and replaying:
-            config = self.sampler.ask()
+            config = self.searcher.ask()
             if config is None or config.params != dict(event.params):
                 raise HermesError(
-                    f"the store's trial {event.trial_id} does not match what the sampler proposes now; "
-                    "was the spec or the code of the sampler changed?"
+                    f"the store's trial {event.trial_id} does not match what the searcher proposes now; "
+                    "was the spec or the code of the searcher changed?"
                 )
+        elif isinstance(event, TrialReported):
+            self.searcher.on_report(int(event.trial_id), event.step, event.value)
         elif isinstance(event, SubmissionsClosed):
             self._closed = True
+        elif isinstance(event, SubmissionsReopened):
+            self._closed = self._cancelled = False
+        elif isinstance(event, ExperimentCancelled):
+            self._closed = self._cancelled = True
         if isinstance(event, (NodeAdded, NodeRemoved, GpuAdded, GpuRemoved)):
             touched = set(self.scheduler.trials)  # a lost trial told to stop ends without a decision
         else:
@@ -170,4 +212,4 @@ class ExperimentSession:
                 self._told.add(trial.trial_id)
                 best = trial.best_score
                 value = None if best is None else self.objective.value(best)
-                self.sampler.tell(int(trial.trial_id), value)
+                self.searcher.on_end(int(trial.trial_id), value, stopped=trial.state is STOPPED)

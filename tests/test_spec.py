@@ -13,13 +13,8 @@ import pytest
 import yaml
 
 from hermes.errors import HermesError, SpecError
-from hermes.experiment import (
-    ExperimentSpec,
-    load_spec,
-    make_sampler,
-    parse_spec,
-    sample_configs,
-)
+from hermes.experiment import ExperimentSpec, load_spec, parse_spec
+from hermes.search import make_searcher
 
 SPEC: dict[str, Any] = {
     "name": "digits-mlp",
@@ -219,10 +214,16 @@ def test_unreadable_files_raise_spec_errors(tmp_path: Path, text: str, message: 
 
 
 # ---------------------------------------------------------------------- configurations
+def configs_of(spec: ExperimentSpec) -> list[dict[str, Any]]:
+    """What the spec's searcher proposes for its trial budget (random and grid choose without results)."""
+    searcher = make_searcher(spec.search, spec.metric.mode)
+    return [searcher.ask().params for _ in range(spec.search.trials)]
+
+
 def test_random_configs_are_seeded_in_range_and_typed() -> None:
     spec = parse_spec(SPEC)
-    configs = sample_configs(spec)
-    assert configs == sample_configs(parse_spec(SPEC)) and len(configs) == 16
+    configs = configs_of(spec)
+    assert configs == configs_of(parse_spec(SPEC)) and len(configs) == 16
     assert configs[0]["lr"] == pytest.approx(0.005676772048204307)  # the stream is pinned across machines
     for config in configs:
         assert list(config) == list(SPEC["search"]["space"])
@@ -231,13 +232,13 @@ def test_random_configs_are_seeded_in_range_and_typed() -> None:
     assert {config["layers"] for config in configs} == {1, 2, 3}  # high is included
     lrs = sorted(math.log10(config["lr"]) for config in configs)
     assert lrs[0] < -3 and lrs[-1] > -2  # spread in log space, not crowded near the top
-    reseeded = sample_configs(parse_spec(spec_with(put("search", "seed", value=1))))
+    reseeded = configs_of(parse_spec(spec_with(put("search", "seed", value=1))))
     assert [c["lr"] for c in reseeded] != [c["lr"] for c in configs]
 
 
 def test_more_trials_keep_the_configs_already_drawn() -> None:
-    more = sample_configs(parse_spec(spec_with(put("search", "trials", value=32))))
-    assert more[:16] == sample_configs(parse_spec(SPEC))
+    more = configs_of(parse_spec(spec_with(put("search", "trials", value=32))))
+    assert more[:16] == configs_of(parse_spec(SPEC))
 
 
 def test_grid_values_are_crossed_and_cycled_evenly() -> None:
@@ -245,7 +246,7 @@ def test_grid_values_are_crossed_and_cycled_evenly() -> None:
         data["search"]["space"]["width"]["type"] = "grid"
         data["search"]["trials"] = 12
 
-    configs = sample_configs(parse_spec(spec_with(grid)))
+    configs = configs_of(parse_spec(spec_with(grid)))
     first_pass = [(c["optimizer"], c["width"]) for c in configs[:6]]
     assert first_pass == [(o, w) for w in (32, 64, 128) for o in ("sgd", "adam")]  # spec order, last fastest
     assert [(c["optimizer"], c["width"]) for c in configs[6:]] == first_pass
@@ -253,14 +254,13 @@ def test_grid_values_are_crossed_and_cycled_evenly() -> None:
     assert Counter(c["optimizer"] for c in configs) == {"sgd": 6, "adam": 6}
 
 
-def test_fixed_sampler_hands_out_every_config_then_none() -> None:
+def test_a_random_searcher_numbers_its_configs_and_learns_nothing() -> None:
     spec = parse_spec(SPEC)
-    sampler = make_sampler(spec)
-    asked = [sampler.ask() for _ in range(16)]
-    assert sampler.ask() is None
-    assert [config.index for config in asked if config] == list(range(16))
-    assert [config.params for config in asked if config] == sample_configs(spec)
-    sampler.tell(0, 0.9)  # nothing to learn, nothing to complain about
+    searcher = make_searcher(spec.search, spec.metric.mode)
+    asked = [searcher.ask() for _ in range(16)]
+    assert [config.index for config in asked] == list(range(16))
+    assert [config.params for config in asked] == configs_of(spec)
+    searcher.on_end(0, 0.9)  # nothing to learn, nothing to complain about
 
 
 def tpe_spec(trials: int = 12) -> ExperimentSpec:
@@ -278,11 +278,13 @@ def objective(params: dict[str, Any]) -> float:
 def test_tpe_asks_and_learns_deterministically() -> None:
     runs = []
     for _ in range(2):
-        sampler = make_sampler(tpe_spec())
+        spec = tpe_spec()
+        searcher = make_searcher(spec.search, spec.metric.mode)
         asked = []
-        while (config := sampler.ask()) is not None:
+        while len(asked) < spec.search.trials:
+            config = searcher.ask()
             asked.append(config)
-            sampler.tell(config.index, None if config.index == 3 else objective(config.params))
+            searcher.on_end(config.index, None if config.index == 3 else objective(config.params))
         runs.append(asked)
     assert runs[0] == runs[1] and len(runs[0]) == 12
     for config in runs[0]:
@@ -290,14 +292,12 @@ def test_tpe_asks_and_learns_deterministically() -> None:
         assert config.params["optimizer"] in ("sgd", "adam")
 
 
-def test_tpe_refuses_unknown_or_repeated_tells() -> None:
-    sampler = make_sampler(tpe_spec(trials=2))
-    config = sampler.ask()
-    assert config is not None
-    sampler.tell(config.index, float("nan"))  # a diverged trial counts as failed
+def test_tpe_refuses_unknown_or_repeated_ends() -> None:
+    spec = tpe_spec(trials=2)
+    searcher = make_searcher(spec.search, spec.metric.mode)
+    config = searcher.ask()
+    searcher.on_end(config.index, float("nan"))  # a diverged trial counts as failed
     with pytest.raises(HermesError, match="told already"):
-        sampler.tell(config.index, 1.0)
+        searcher.on_end(config.index, 1.0)
     with pytest.raises(HermesError, match="never asked"):
-        sampler.tell(7, 1.0)
-    with pytest.raises(HermesError, match="use make_sampler"):
-        sample_configs(tpe_spec())
+        searcher.on_end(7, 1.0)

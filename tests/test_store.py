@@ -18,12 +18,14 @@ import pytest
 from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
 from hermes.core.events import (
     Event,
+    ExperimentCancelled,
     GpuAdded,
     GpuRemoved,
     NodeAdded,
     NodeRemoved,
     PeriodElapsed,
     SubmissionsClosed,
+    SubmissionsReopened,
     TrialExited,
     TrialReported,
     TrialSubmitted,
@@ -65,6 +67,8 @@ SAMPLES: list[Event | Decision] = [
     GpuRemoved(6.0, "n1/g0"),
     PeriodElapsed(7.0),
     SubmissionsClosed(8.0),
+    SubmissionsReopened(8.5),
+    ExperimentCancelled(9.0, "its budget of time or GPU hours is spent"),
     Start("t0", "n0/g0"),
     Suspend("t0"),
     Resume("t0", "n0/g1", migrated=True),

@@ -96,6 +96,22 @@ class SubmissionsClosed:
     at: float
 
 
+@dataclass(slots=True)
+class SubmissionsReopened:
+    """A finished or closed experiment takes trials again (its budget was extended by a rerun)."""
+
+    at: float
+
+
+@dataclass(slots=True)
+class ExperimentCancelled:
+    """The experiment ends now (its time or GPU budget is spent, or a user cancelled it): no more
+    submissions, and every unfinished trial is stopped."""
+
+    at: float
+    reason: str = ""
+
+
 Event = (
     TrialSubmitted
     | TrialReported
@@ -107,4 +123,6 @@ Event = (
     | GpuRemoved
     | PeriodElapsed
     | SubmissionsClosed
+    | SubmissionsReopened
+    | ExperimentCancelled
 )

@@ -18,12 +18,14 @@ from hermes.core.cluster import Cluster, Node
 from hermes.core.decisions import Decision, Stop
 from hermes.core.events import (
     Event,
+    ExperimentCancelled,
     GpuAdded,
     GpuRemoved,
     NodeAdded,
     NodeRemoved,
     PeriodElapsed,
     SubmissionsClosed,
+    SubmissionsReopened,
     TrialExited,
     TrialReported,
     TrialSubmitted,
@@ -96,7 +98,7 @@ class Scheduler:
     # ------------------------------------------------------------------ events in, decisions out
     def handle(self, event: Event) -> list[Decision]:
         """Apply one event and return what the executor must do about it, in order."""
-        if self.finished:
+        if self.finished and type(event) is not SubmissionsReopened:
             raise HermesError(f"the experiment is finished; cannot handle {type(event).__name__}")
         self._last_time = event.at
         decisions = self._handlers[type(event)](self, event)
@@ -219,6 +221,19 @@ class Scheduler:
         self.submissions_open = False
         return []
 
+    def _on_reopened(self, event: SubmissionsReopened) -> list[Decision]:
+        self.submissions_open = True
+        self.finished = False
+        return []
+
+    def _on_cancelled(self, event: ExperimentCancelled) -> list[Decision]:
+        self.submissions_open = False
+        decisions: list[Decision] = []
+        for trial in list(self.trials.values()):
+            if not trial.state.is_terminal and not trial.stop_requested:
+                decisions += self._stop(trial)
+        return decisions
+
     _handlers = {
         TrialSubmitted: _on_submitted,
         TrialReported: _on_reported,
@@ -230,6 +245,8 @@ class Scheduler:
         GpuAdded: _on_gpu_added,
         GpuRemoved: _on_gpu_removed,
         SubmissionsClosed: _on_submissions_closed,
+        SubmissionsReopened: _on_reopened,
+        ExperimentCancelled: _on_cancelled,
     }
 
     # ------------------------------------------------------------------ global placement

@@ -56,20 +56,23 @@ class Engine:
     def run(self, first: Iterable[Event] = ()) -> None:
         """Feed events to the core until the experiment is finished.
 
-        ``first`` are handled before anything else (a restarted runner's NodeRemoved for the
-        nodes of the run that died)."""
-        batch: deque[Event] = deque(first)
-        scheduler, executor, listeners = self.scheduler, self.executor, self.listeners
-        while not scheduler.finished:
+        ``first`` are handled before anything else, even by a finished core (a restarted runner's
+        NodeRemoved for the nodes of the run that died, a reopening of submissions)."""
+        for event in first:
+            self._handle(event)
+        batch: deque[Event] = deque()
+        while not self.scheduler.finished:
             if not batch:
                 batch.extend(self._next_batch())
-            event = batch.popleft()
-            decisions = scheduler.handle(event)
-            for listener in listeners:
-                listener(event, decisions)
-            for decision in decisions:
-                executor.apply(decision, event.at)
-            executor.settled(event)
+            self._handle(batch.popleft())
+
+    def _handle(self, event: Event) -> None:
+        decisions = self.scheduler.handle(event)
+        for listener in self.listeners:
+            listener(event, decisions)
+        for decision in decisions:
+            self.executor.apply(decision, event.at)
+        self.executor.settled(event)
 
     def _next_batch(self) -> list[Event]:
         while True:

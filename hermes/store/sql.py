@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -125,7 +125,7 @@ class SqlStore(ExperimentStore):
             METADATA.create_all(connection)
 
     # ------------------------------------------------------------------ experiments
-    def create_or_open_experiment(self, name: str, spec: Mapping[str, Any]) -> int:
+    def create_or_open_experiment(self, name: str, spec: Mapping[str, Any], may_change: Collection[str] = ()) -> int:
         if not name:
             raise StoreError("an experiment needs a non-empty name")
         spec_json = _dumps(spec)
@@ -141,7 +141,9 @@ class SqlStore(ExperimentStore):
                 )
                 return int(inserted.inserted_primary_key[0])  # type: ignore[index]  # set by a one-row insert
             differences = _differences(json.loads(row.spec), json.loads(spec_json))
-            if differences:
+            if differences and all(difference in may_change for difference in differences):
+                connection.execute(EXPERIMENTS.update().where(EXPERIMENTS.c.id == row.id).values(spec=spec_json))
+            elif differences:
                 raise StoreError(
                     f"experiment {name!r} already exists in {self.url} with a different spec "
                     f"(differs in {', '.join(differences)}); give it a new name or use another storage dir"
