@@ -3,6 +3,7 @@ a node joining mid-run, a node's raylet killed and seen dead within seconds, and
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,9 +17,14 @@ from hermes.testing.ray_cluster import RayCluster  # noqa: E402
 DETECTION_BOUND_S = 10.0  # measured 1.0-1.5 s with the cluster's health-check settings
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RayCluster]:
-    cluster = RayCluster(workers=2, gpus_per_node=2)
+    # The nodes' workers import hermes and bench from this checkout, as the driver does.
+    pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    cluster = RayCluster(workers=2, gpus_per_node=2, env_overrides={"PYTHONPATH": pythonpath})
     with cluster:
         cluster.connect()
         yield cluster
@@ -48,6 +54,54 @@ def test_an_actor_on_a_fake_gpu_runs_on_its_node(cluster: RayCluster) -> None:
     ray.kill(probe)
     assert node_id == target.node_id
     assert len(gpus) == 1 and 0 <= gpus[0] < target.num_gpus
+
+
+def test_state_an_actor_returns_outlives_it_state_it_puts_does_not(cluster: RayCluster) -> None:
+    """Why a migrating trial's state must be a return value (owned by the caller) rather than ``ray.put``
+    by the trial's own actor: Ray drops an object with its owner, and the source actor exits once its
+    trial is handed over."""
+    import numpy
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=0)
+    class Source:
+        def returned(self) -> numpy.ndarray:
+            return numpy.ones(2**18)  # 2 MiB: in the node's object store, not inlined in the reply
+
+        def put(self) -> list[ray.ObjectRef]:
+            return [ray.put(numpy.ones(2**18))]
+
+    source = Source.options(scheduling_strategy=NodeAffinitySchedulingStrategy(cluster.nodes[2].node_id, soft=False)).remote()
+    returned = source.returned.remote()
+    [put] = ray.get(source.put.remote(), timeout=60)
+    ray.wait([returned], timeout=60)
+    ray.kill(source)
+    assert ray.get(returned, timeout=30).sum() == 2**18
+    with pytest.raises(ray.exceptions.OwnerDiedError):
+        ray.get(put, timeout=30)
+
+
+def test_a_trial_state_moves_between_nodes(cluster: RayCluster, tmp_path: Path) -> None:
+    """bench/ray_transfer.py's two ways, at a small size: through the object store, and through
+    checkpoint storage (uploaded on one node, downloaded and loaded on another)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from bench.ray_transfer import Trial
+
+    actor = ray.remote(num_cpus=0, num_gpus=1)(Trial)
+    source, destination = (
+        actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False)).remote(
+            str(tmp_path / node.name)
+        )
+        for node in cluster.nodes[1:3]
+    )
+    expected = ray.get(source.make.remote(1), timeout=60)
+    assert ray.get(destination.take.remote(source.hand_over.remote()), timeout=60) == expected
+    uri = f"file://{tmp_path / 'storage'}"
+    ray.get(source.spill.remote(uri, "t1", 1), timeout=60)
+    assert ray.get(destination.unspill.remote(uri, "t1"), timeout=60) == expected
+    for handle in (source, destination):
+        ray.kill(handle)
 
 
 def test_a_node_joining_is_seen(cluster: RayCluster) -> None:
