@@ -7,8 +7,14 @@ devices) and health checks tuned so that the GCS marks a dead node dead within a
 instead of Ray's default 30 s. Each ``ray start`` runs in a new session, and every process Ray
 spawns for that node stays in it (Ray only calls ``setpgrp``), so the cluster finds, kills and
 checks for survivors by session id and pid, never by name: ``ray stop`` would kill every Ray
-process on the machine. Token authentication is on with a token of this cluster's own, passed
-to every node and, through ``env``, to the driver.
+process on the machine. Token authentication is on, with a token of this process's own (not
+``~/.ray/auth_token``, which Ray would otherwise pick up), passed to every node and, through
+``env`` and ``connect``, to the driver.
+
+    with RayCluster(workers=2, gpus_per_node=2) as cluster:   # stop() on exit, by session and pid
+        cluster.connect()                                      # ray.init(address=...) with the token
+        node = cluster.add_node(num_gpus=1); cluster.wait_alive(node)
+        killed = cluster.kill_raylet(node); dead = cluster.wait_alive(node, alive=False)
 """
 
 from __future__ import annotations
@@ -35,7 +41,6 @@ HEALTH_CHECK_FAILURE_THRESHOLD = 3
 HEALTH_CHECK_INITIAL_DELAY_MS = 500
 
 WORKER_PORTS = 16  # Ray worker processes per node that may hold a port at once
-_PORTS_PER_NODE = 8 + WORKER_PORTS
 _PORT_RANGE = (12000, 32000)  # below the kernel's ephemeral range (32768-60999), where clients bind
 # One token per process: Ray's C++ token loader reads it once, so a second cluster started by the same
 # driver process must use the same token.
@@ -61,8 +66,9 @@ class RayNode:
 class RayCluster:
     """A head and ``workers`` worker nodes; ``start`` it, ``add_node`` while it runs, ``stop`` at the end.
 
-    Memory: about 150 MB per node with one CPU and no prestarted workers, plus the object stores'
-    use (``object_store_bytes`` per node is a cap, taken only as objects are stored).
+    Memory (PSS): about 200 MiB for the head and 120 MiB per worker node while no task runs, plus
+    about 100 MiB per actor and what the object stores hold (``object_store_bytes`` per node is a
+    cap, not a reservation).
     """
 
     workers: int = 2
@@ -190,7 +196,7 @@ class RayCluster:
     def _start_node(self, *, head: bool, num_gpus: int) -> RayNode:
         name = "head" if head else f"w{len(self.nodes)}"
         keys = ["node_manager", "object_manager", "metrics", "runtime_env_agent", "agent_http", "agent_grpc"]
-        keys += ["gcs", "client_server"] if head else []
+        keys += ["gcs", "client_server", "dashboard"] if head else []
         free = _free_ports(len(keys) + WORKER_PORTS)
         ports = dict(zip(keys, free))
         ports["min_worker"], ports["max_worker"] = free[len(keys)], free[-1]
@@ -214,7 +220,9 @@ class RayCluster:
             "--disable-usage-stats",
         ]
         if head:
-            command += ["--head", f"--port={ports['gcs']}", "--include-dashboard=false", "--no-monitor"]
+            # The head's API server (jobs, usage stats) runs even without the dashboard, on 8265 unless told.
+            command += ["--head", f"--port={ports['gcs']}", f"--dashboard-port={ports['dashboard']}"]
+            command += ["--include-dashboard=false", "--no-monitor"]  # no autoscaler monitor: nothing to scale
             if importlib.util.find_spec("grpc") is not None:  # Ray Client is there: it would take port 10001
                 command.append(f"--ray-client-server-port={ports['client_server']}")
         else:
