@@ -33,7 +33,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # the nodes' workers import hermes
 
 from hermes.testing.ray_cluster import RayCluster  # noqa: E402
 
@@ -85,7 +84,8 @@ class Trial:
         trial_dir = self.directory / trial_id
         trial_dir.mkdir(parents=True, exist_ok=True)
         (trial_dir / "config.json").write_text("{}")
-        session = Session(trial_id, trial_dir, None, budget=step, metric=None, checkpoint_every=0)  # type: ignore[arg-type]
+        channel: Any = None  # nothing is reported: the session only commits the checkpoint
+        session = Session(trial_id, trial_dir, channel, budget=step, metric=None, checkpoint_every=0)
         bind(session)
         try:
             Files(lambda directory: numpy.savez(directory / "state.npz", **self.state), lambda directory: None)
@@ -124,7 +124,10 @@ def main() -> None:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     scratch = Path(tempfile.mkdtemp(prefix="hr-bench-", dir="/tmp"))
-    with RayCluster(workers=2, gpus_per_node=1, object_store_bytes=max(3 * max(sizes), 100) * 2**20) as cluster:
+    # The nodes' workers import hermes and this module from this checkout, as the driver does.
+    pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    object_store = max(3 * max(sizes), 100) * 2**20
+    with RayCluster(workers=2, gpus_per_node=1, object_store_bytes=object_store, env_overrides={"PYTHONPATH": pythonpath}) as cluster:
         cluster.connect()
         actor = ray.remote(num_cpus=0, num_gpus=1)(Trial)
         source, destination = (
@@ -134,7 +137,7 @@ def main() -> None:
             for node in cluster.nodes[1:3]
         )
         uri = f"file://{scratch / 'storage'}"
-        print(f"cluster: {len(cluster.nodes)} nodes, source on {cluster.nodes[1].name}, destination on {cluster.nodes[2].name}")
+        print(f"{len(cluster.nodes)} nodes; source on {cluster.nodes[1].name}, destination on {cluster.nodes[2].name}")
         peak = 0
         print(f"{'method':<30} {'MB':>5} {'median s':>9} {'min s':>7} {'MB/s':>7}")
         for megabytes in sizes:

@@ -71,11 +71,14 @@ def test_state_an_actor_returns_outlives_it_state_it_puts_does_not(cluster: RayC
         def put(self) -> list[ray.ObjectRef]:
             return [ray.put(numpy.ones(2**18))]
 
-    source = Source.options(scheduling_strategy=NodeAffinitySchedulingStrategy(cluster.nodes[2].node_id, soft=False)).remote()
+    pinned = NodeAffinitySchedulingStrategy(cluster.nodes[2].node_id, soft=False)
+    source = Source.options(scheduling_strategy=pinned).remote()
     returned = source.returned.remote()
     [put] = ray.get(source.put.remote(), timeout=60)
     ray.wait([returned], timeout=60)
     ray.kill(source)
+    with pytest.raises(ray.exceptions.RayActorError):  # once this fails, the actor is gone
+        ray.get(source.returned.remote(), timeout=30)
     assert ray.get(returned, timeout=30).sum() == 2**18
     with pytest.raises(ray.exceptions.OwnerDiedError):
         ray.get(put, timeout=30)
@@ -133,6 +136,7 @@ def test_teardown_leaves_no_process(cluster: RayCluster) -> None:
     assert cluster.pids()
     assert cluster.stop() == set()
     assert not cluster.root.exists()
+    assert os.environ.get("RAY_AUTH_TOKEN") != cluster.token  # the driver's environment is put back
 
 
 def _session(pid: int) -> int:

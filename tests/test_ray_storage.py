@@ -50,7 +50,7 @@ def _restore(trial_dir: Path) -> tuple[int, bytes]:
     session = _session(trial_dir)
     bind(session)
     try:
-        saver = Files(lambda directory: None, lambda directory: loaded.append((directory / "nested" / "weights.bin").read_bytes()))
+        saver = Files(lambda _: None, lambda directory: loaded.append((directory / "nested" / "weights.bin").read_bytes()))
         step = saver.restore()
     finally:
         bind(None)
@@ -75,8 +75,8 @@ def test_what_one_node_uploads_another_restores(store: CheckpointStore, tmp_path
     destination = _trial_dir(tmp_path / "node-b" / "t1")
     assert store.download("t1", destination) == 3
     assert _restore(destination) == (3, payload)
-    meta = json.loads((protocol.latest_checkpoint(destination)[0] / protocol.META_FILE).read_text())  # type: ignore[index]
-    assert meta == {"step": 3, "metrics": {"accuracy": 0.3}}
+    checkpoint, _ = protocol.latest_checkpoint(destination)  # type: ignore[misc]
+    assert json.loads((checkpoint / protocol.META_FILE).read_text()) == {"step": 3, "metrics": {"accuracy": 0.3}}
 
 
 def test_a_newer_upload_replaces_the_older(store: CheckpointStore, tmp_path: Path) -> None:

@@ -31,7 +31,8 @@ from hermes.trial.session import _sync, _sync_tree
 class CheckpointStore:
     """The checkpoints of every trial of an experiment, under one storage URI.
 
-    One writer per trial at a time (the node running it), any number of readers.
+    One node at a time uploads or downloads a trial's checkpoints: the one running it, then the one
+    resuming it (an upload deletes the checkpoint it replaces, which a concurrent download may be reading).
     """
 
     def __init__(self, uri: str, **storage_options: Any) -> None:
@@ -57,6 +58,7 @@ class CheckpointStore:
         if self._local:
             _sync_tree(Path(target))
         self._publish(trial_id, name)
+        self.fs.invalidate_cache(self._trial(trial_id))  # object stores' listings are cached (s3fs, gcsfs)
         for entry in self.fs.ls(self._trial(trial_id), detail=False):
             entry_name = posixpath.basename(entry.rstrip("/"))
             if entry_name.startswith(("step-", f"{protocol.LATEST_FILE}.tmp-")) and entry_name != name:
@@ -90,6 +92,7 @@ class CheckpointStore:
         root.mkdir(parents=True, exist_ok=True)
         temporary = root / f".tmp-download-{step}"
         shutil.rmtree(temporary, ignore_errors=True)
+        self.fs.invalidate_cache(source)
         remote = [path for path in self.fs.find(source) if not path.endswith("/")]
         local = [temporary / posixpath.relpath(path, source) for path in remote]
         for path in local:

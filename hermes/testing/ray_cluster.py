@@ -79,6 +79,7 @@ class RayCluster:
     nodes: list[RayNode] = field(default_factory=list)
     root: Path = field(init=False)
     token: str = field(init=False, default_factory=lambda: _TOKEN)
+    _saved_env: dict[str, str | None] = field(init=False, default_factory=dict)  # the driver's, before connect
 
     def __post_init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="hr-", dir="/tmp"))
@@ -123,15 +124,13 @@ class RayCluster:
         return time.monotonic()
 
     def connect(self) -> None:
-        """Make this process the cluster's driver (on the head node, which Ray prefers on a shared host)."""
+        """Make this process the cluster's driver (on the head node, which Ray prefers on a shared host).
+        The cluster's environment stays in ``os.environ`` until ``stop``, which puts the old one back."""
+        self._saved_env = {key: os.environ.get(key) for key in self.env}
         os.environ.update(self.env)
+        _reload_ray_config()
         import ray
-        from ray._raylet import AuthenticationTokenLoader, Config
 
-        # Ray reads its settings from the environment on import; a driver that imported it before (another
-        # test module) re-reads them, as Ray's own token set-up does.
-        Config.initialize("")
-        AuthenticationTokenLoader.instance().reset_cache()
         ray.init(address=self.address, log_to_driver=False)
 
     def alive(self) -> dict[str, bool]:
@@ -175,6 +174,14 @@ class RayCluster:
         ray = sys.modules.get("ray")
         if ray is not None and ray.is_initialized():
             ray.shutdown()
+        if self._saved_env:
+            for key, value in self._saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            self._saved_env = {}
+            _reload_ray_config()
         deadline = time.monotonic() + timeout
         while (pids := self.pids()) and time.monotonic() < deadline:
             for pid in pids:
@@ -292,6 +299,15 @@ def _raylet(session: int) -> tuple[int, dict[str, str]]:
         if Path(arguments[0]).name == "raylet":
             return pid, dict(a.split("=", 1) for a in arguments[1:] if a.startswith("--") and "=" in a)
     raise RuntimeError(f"no raylet in session {session}")
+
+
+def _reload_ray_config() -> None:
+    """Ray reads its settings (token auth among them) from the environment when it is imported; make a
+    driver that imported it before (another test module) read them again, as Ray's own token set-up does."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def _signal(pid: int, sig: int) -> None:
