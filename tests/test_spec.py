@@ -21,9 +21,10 @@ from hermes.experiment import (
     sample_configs,
 )
 
+ROOT = Path(__file__).resolve().parent.parent
 SPEC: dict[str, Any] = {
     "name": "digits-mlp",
-    "trial": {"function": "examples.digits.train:train"},
+    "trial": {"function": "examples.digits.train:train", "workdir": str(ROOT)},
     "search": {
         "sampler": "random",
         "trials": 16,
@@ -44,7 +45,7 @@ SPEC: dict[str, Any] = {
     "engine": "local",
 }
 COMMAND = {
-    "command": "python train.py --lr {lr} --width {width:d} --opt {optimizer} --json '{{\"x\": 1}}'",
+    "command": "python train.py --lr {lr} --width {width} --opt {optimizer} --json '{{\"x\": 1}}'",
     "metrics_regex": r"epoch=(?P<step>\d+) accuracy=(?P<value>[0-9.]+)",
     "workdir": "scripts",
 }
@@ -64,7 +65,7 @@ def write(tmp_path: Path, data: object, name: str = "spec.yaml") -> Path:
 
 # ---------------------------------------------------------------------- accepted specs
 def test_full_spec_loads_with_paths_relative_to_the_file(tmp_path: Path) -> None:
-    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "scripts").mkdir(parents=True)
     spec = load_spec(write(tmp_path / "project", spec_with(lambda d: d["trial"].update(COMMAND, function=None))))
     assert spec.trial.placeholders == ["lr", "width", "optimizer"]
     assert spec.workdir == tmp_path / "project" / "scripts"
@@ -154,8 +155,8 @@ BAD = [
         put("trial", value={"command": "train --lr {lr} --depth {depth}"}),
         "trial.command: placeholder {depth} is not in search.space",
     ),
-    (put("trial", value={"command": "train --lr {}"}), "trial.command: placeholders must name a parameter"),
-    (put("trial", value={"command": "train --lr {lr"}), "trial.command: cannot parse"),
+    (put("trial", value={"command": "train --lr {}"}), "trial.command: {}: placeholders must name a parameter"),
+    (put("trial", value={"command": "train --lr {lr"}), "trial.command: unclosed placeholder in '{lr'"),
     (put("trial", value={"command": "train 'unclosed"}), "trial.command: cannot parse"),
     (put("trial", value={"command": "  "}), "trial.command: must not be empty"),
     (put("trial", value={"command": "train", "metrics_regex": "acc=(\\d+"}), "trial.metrics_regex: does not compile"),
