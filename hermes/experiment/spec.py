@@ -370,11 +370,12 @@ class ExperimentSpec(_Section):
         base_dir = (info.context or {}).get("base_dir")
         if base_dir is None:
             return self
-        self._base_dir = Path(base_dir).resolve()
+        base_dir = self._base_dir = Path(base_dir).resolve()
         workdir = self.workdir
         if not workdir.is_dir():
-            relative = "" if Path(self.trial.workdir).is_absolute() else f" (relative to the spec's folder {self._base_dir})"
-            raise _PathError("trial.workdir", f"{workdir}{relative} {'is not a directory' if workdir.exists() else 'does not exist'}")
+            relative = "" if Path(self.trial.workdir).is_absolute() else f" (relative to the spec's folder {base_dir})"
+            problem = "is not a directory" if workdir.exists() else "does not exist"
+            raise _PathError("trial.workdir", f"{workdir}{relative} {problem}")
         if self.trial.function is not None:
             problem = missing_function(self.trial.function, workdir)
             if problem is not None:
