@@ -456,6 +456,31 @@ def test_an_interrupted_run_stops_its_trials_and_continues_when_run_again(tmp_pa
         assert set(own_steps(records)) == set(range(1, 7)), trial_id
 
 
+def test_sigterm_interrupts_a_run_like_ctrl_c(tmp_path: Path) -> None:
+    """``kill <runner>`` (a service manager, a batch system): recorded as interrupted, trials stopped."""
+    spec = spec_of("e2e-sigterm", budget={"steps": 6})
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    runner = subprocess.Popen(
+        hermes_command("run", str(path), "--no-live"),
+        cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_for(lambda: count_reports(storage / "hermes.db") >= 3 and trial_processes(storage), 60, "3 reports")
+        runner.send_signal(signal.SIGTERM)
+        _, stderr = runner.communicate(timeout=30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    assert runner.returncode == 128 + signal.SIGTERM, stderr
+    assert f"interrupted: run `hermes run {path}` again to continue" in stderr and "Traceback" not in stderr
+    assert not trial_processes(storage)
+    status = hermes("status", str(storage), cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.startswith("experiment  e2e-sigterm (id 1): interrupted\n")
+
+
 def test_the_live_view_runs_on_a_terminal(tmp_path: Path) -> None:
     """Without --no-live on a terminal, the run shows Rich's live view, then the same leaderboard."""
     import pty

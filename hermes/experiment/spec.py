@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
-import string
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -35,8 +33,10 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveFloat,
-    PositiveInt,
     PrivateAttr,
+    Strict,
+    StrictBool,
+    StrictInt,
     ValidationError,
     ValidationInfo,
     SerializerFunctionWrapHandler,
@@ -47,10 +47,15 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from hermes.errors import SpecError
+from hermes.experiment.command import CommandError, parse_template, validate_template
+from hermes.experiment.locate import missing_function
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+# Whole numbers and switches are taken as written: true is not 1, 2.0 is not 2, "3" is not 3.
+StrictPositiveInt = Annotated[int, Strict(), Field(gt=0)]
+MAX_TRIALS = 1_000_000  # per experiment; their configurations are drawn up front
 
 
 class _PathError(ValueError):
@@ -107,8 +112,8 @@ class LogUniform(Uniform):
 
 class IntRange(_Section):
     type: Literal["int"]
-    low: int
-    high: int
+    low: StrictInt
+    high: StrictInt
 
     @field_validator("high")
     @classmethod
@@ -160,11 +165,11 @@ class SearchSpec(_Section):
     # sampler by class path: {optuna: optuna.samplers.NSGAIISampler, args: {...}}.
     sampler: str | dict[str, Any] = "random"
     # The budget, whichever ends first; a rerun may change it. trials defaults to one pass for grid and list.
-    trials: PositiveInt | None = None
+    trials: Annotated[int, Strict(), Field(gt=0, le=MAX_TRIALS)] | None = None
     max_time: PositiveFloat | None = None  # seconds of wall-clock time, or "90m", "2h", "1d"
     max_gpu_hours: PositiveFloat | None = None
-    max_pending: PositiveInt | None = None  # unfinished trials in flight; default in hermes.search.make_searcher
-    seed: int = 0
+    max_pending: StrictPositiveInt | None = None  # unfinished trials in flight; default in hermes.search.make_searcher
+    seed: StrictInt = 0
     space: dict[str, Parameter] = {}  # for sampler list, derived from configs when not given
     configs: list[dict[str, Any]] | None = None  # sampler list: the configurations, in trial order
 
@@ -270,6 +275,9 @@ class SearchSpec(_Section):
         if self.trials is None and self.max_time is None and self.max_gpu_hours is None:
             raise _PathError("trials", f"required for sampler {name}, unless max_time or max_gpu_hours is given")
         size = self.grid_size
+        if self.trials is not None and size > MAX_TRIALS and name == "grid":
+            raise _PathError("trials", f"the grid has {size} combinations, more than the {MAX_TRIALS} trials an "
+                                       "experiment may have")
         if self.trials is not None and self.trials % size:
             lower, upper = self.trials // size * size, (self.trials // size + 1) * size
             example = f"{lower} or {upper}" if lower else f"{upper}"
@@ -308,7 +316,7 @@ class TrialSpec(_Section):
     workdir: str = "."
     # A function runs in its slot's warm worker, parked in memory when suspended; false: a process
     # per trial and per resume (slower switches, but a trial can never disturb another's process).
-    warm_workers: bool = True
+    warm_workers: StrictBool = True
 
     @field_validator("function")
     @classmethod
@@ -323,17 +331,11 @@ class TrialSpec(_Section):
     @field_validator("command")
     @classmethod
     def _command(cls, command: str | None) -> str | None:
-        if command is None:
-            return None
-        try:
-            words = shlex.split(command)
-            fields = [field for _, field, _, _ in string.Formatter().parse(command) if field is not None]
-        except ValueError as error:
-            raise ValueError(f"cannot parse {command!r}: {error}") from None
-        if not words:
-            raise ValueError("must not be empty")
-        if any(not _IDENTIFIER.match(field) for field in fields):
-            raise ValueError("placeholders must name a parameter, like {lr}; write {{ and }} for literal braces")
+        if command is not None:
+            try:
+                parse_template(command)
+            except CommandError as error:
+                raise ValueError(str(error)) from None
         return command
 
     @field_validator("metrics_regex")
@@ -360,10 +362,7 @@ class TrialSpec(_Section):
     @property
     def placeholders(self) -> list[str]:
         """The parameter names the command line uses, in order of first use."""
-        if self.command is None:
-            return []
-        fields = (field for _, field, _, _ in string.Formatter().parse(self.command) if field is not None)
-        return list(dict.fromkeys(_IDENTIFIER.match(field).group() for field in fields))  # type: ignore[union-attr]
+        return [] if self.command is None else list(parse_template(self.command).placeholders)
 
 
 class MetricSpec(_Section):
@@ -372,7 +371,7 @@ class MetricSpec(_Section):
 
 
 class BudgetSpec(_Section):
-    steps: PositiveInt  # steps (usually epochs) a trial trains unless the scheduler stops it
+    steps: StrictPositiveInt  # steps (usually epochs) a trial trains unless the scheduler stops it
 
 
 class StopperSpec(_Section):
@@ -413,8 +412,8 @@ class PolicySpec(_Section):
 
 class ResourcesSpec(_Section):
     gpus: Literal["all", "none"] | list[int] = "all"  # or the indices of the GPUs to use
-    cpu_slots: PositiveInt = 1  # trials run at once where there is no GPU
-    threads_per_slot: PositiveInt = 1
+    cpu_slots: StrictPositiveInt = 1  # trials run at once where there is no GPU
+    threads_per_slot: StrictPositiveInt = 1
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -433,7 +432,11 @@ class ResourcesSpec(_Section):
 
 class StorageSpec(_Section):
     dir: str = "runs"  # holds hermes.db (all experiments, by name), checkpoints and logs
-    checkpoint_every: PositiveInt = 1  # steps between checkpoints
+    checkpoint_every: StrictPositiveInt = 1  # steps between checkpoints
+    # A dir outside the spec's folder, the trial's workdir and the home is refused unless this says
+    # so (a stray absolute path, "/" say, is a typo far more often than a wish). Not part of what
+    # the experiment is, so it stays out of the stored spec.
+    allow_outside: StrictBool = Field(default=False, exclude=True)
 
 
 class ExperimentSpec(_Section):
@@ -459,12 +462,45 @@ class ExperimentSpec(_Section):
 
     @model_validator(mode="after")
     def _placeholders_exist(self) -> ExperimentSpec:
-        unknown = [name for name in self.trial.placeholders if name not in self.search.space]
-        if unknown:
-            raise _PathError(
-                "trial.command",
-                f"placeholder {{{unknown[0]}}} is not in search.space (parameters: {', '.join(self.search.space)})",
-            )
+        if self.trial.command is None:
+            return self
+        try:
+            names = validate_template(self.trial.command, self.search.space).placeholders
+        except CommandError as error:
+            raise _PathError("trial.command", str(error)) from None
+        for name in names:
+            for index, value in enumerate(getattr(self.search.space[name], "values", ())):
+                if isinstance(value, str) and "\0" in value:
+                    raise _PathError(f"search.space.{name}.values.{index}",
+                                     "holds a NUL character, which no argument of trial.command can carry")
+        return self
+
+    @model_validator(mode="after")
+    def _fits_this_machine(self, info: ValidationInfo) -> ExperimentSpec:
+        """Where the spec's folder is known (``load_spec``): the workdir, the trial's function and
+        the storage dir are checked on this machine now, before anything is written."""
+        base_dir = (info.context or {}).get("base_dir")
+        if base_dir is None:
+            return self
+        base_dir = self._base_dir = Path(base_dir).resolve()
+        workdir = self.workdir
+        if not workdir.is_dir():
+            relative = "" if Path(self.trial.workdir).is_absolute() else f" (relative to the spec's folder {base_dir})"
+            problem = "is not a directory" if workdir.exists() else "does not exist"
+            raise _PathError("trial.workdir", f"{workdir}{relative} {problem}")
+        if self.trial.function is not None:
+            problem = missing_function(self.trial.function, workdir)
+            if problem is not None:
+                raise _PathError("trial.function", problem)
+        storage = self.storage_dir
+        if storage.exists() and not storage.is_dir():
+            raise _PathError("storage.dir", f"{storage} is not a directory")
+        roots = {"the spec's folder": self._base_dir, "the trial's workdir": workdir, "your home": _home()}
+        inside = any(root is not None and storage.is_relative_to(root) for root in roots.values())
+        if not inside and not self.storage.allow_outside:
+            places = ", ".join(f"{what} ({root})" for what, root in roots.items() if root is not None)
+            raise _PathError("storage.dir", f"{storage} is outside {places}; set storage.allow_outside: true "
+                                            "to write there")
         return self
 
     @property
@@ -478,7 +514,8 @@ class ExperimentSpec(_Section):
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:
-    """Read and validate a YAML spec; any problem raises SpecError naming the file and the fields."""
+    """Read and validate a YAML spec, and check it against this machine (its workdir, trial function
+    and storage dir); any problem raises SpecError naming the file and the fields."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -488,15 +525,18 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         raise SpecError(f"{path}: not valid YAML: {error}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: must be a YAML mapping with name, trial, search, metric and budget")
-    spec = parse_spec(data, source=str(path))
-    spec._base_dir = path.resolve().parent
-    return spec
+    return parse_spec(data, source=str(path), base_dir=path.resolve().parent)
 
 
-def parse_spec(data: dict[str, Any], source: str = "<spec>") -> ExperimentSpec:
-    """Validate a spec already read into a dict; ``source`` names it in error messages."""
+def parse_spec(data: dict[str, Any], source: str = "<spec>", base_dir: str | Path | None = None) -> ExperimentSpec:
+    """Validate a spec already read into a dict; ``source`` names it in error messages.
+
+    With ``base_dir`` (the spec file's folder), relative paths start there and the spec is also
+    checked against this machine, as ``load_spec`` does; without it (specs built in code) they start
+    at the current directory and only the document is checked.
+    """
     try:
-        return ExperimentSpec.model_validate(data)
+        return ExperimentSpec.model_validate(data, context={"base_dir": base_dir} if base_dir is not None else None)
     except ValidationError as error:
         problems = [_describe(detail) for detail in error.errors()]
         if len(problems) == 1:
@@ -523,6 +563,13 @@ def _describe(detail: ErrorDetails) -> str:
     else:
         message = detail["msg"]
     return f"{'.'.join(path) or '(top level)'}: {message}"
+
+
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except RuntimeError:  # no HOME and no password entry
+        return None
 
 
 def _names(registry: dict[str, Any]) -> str:

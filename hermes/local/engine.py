@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from hermes.core.policy import ExecutionProfile
 from hermes.errors import HermesError
 from hermes.execution.registry import ExecutionEngine
+from hermes.experiment.command import command_argv
 from hermes.local.executor import LocalExecutor
 from hermes.local.launch import PROCESS_SWITCH_COST, SIGSTOP_SWITCH_COST, WARM_SWITCH_COST, TrialLaunch
 from hermes.local.resources import Slot, discover_gpus, local_slots
@@ -39,8 +39,7 @@ class LocalEngine(ExecutionEngine):
         common = dict(budget=spec.budget.steps, config=dict(params), cwd=str(spec.workdir))
         if trial.function is not None:
             return TrialLaunch(function=trial.function, warm=trial.warm_workers, **common)
-        command = tuple(shlex.split(trial.command.format_map({k: str(v) for k, v in params.items()})))
-        return TrialLaunch(command=command, metric_pattern=trial.metrics_regex, **common)
+        return TrialLaunch(command=command_argv(trial.command, params), metric_pattern=trial.metrics_regex, **common)
 
     def executor(self, directory: Path, clock_offset: float) -> LocalExecutor:
         spec = self.spec

@@ -7,8 +7,10 @@ diverged trial reports them), so every backend stores them alike.
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -123,6 +125,38 @@ class SqlStore(ExperimentStore):
         self._lock = threading.RLock()
         with self._writing() as connection:  # one writer at a time creates the tables
             METADATA.create_all(connection)
+
+    @classmethod
+    def open_read_only(cls, path: str | Path) -> SqlStore:
+        """The store in an existing SQLite file, for readers (reports): opened with ``mode=ro``, so
+        nothing is ever written to it, not even the schema; a missing file, or one that holds no
+        Hermes store, raises StoreError. Its write methods raise StoreError too."""
+        path = Path(path).resolve()
+        store = cls.__new__(cls)
+        store.url = f"sqlite:///{path}"
+        uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
+        store._engine = sa.create_engine(
+            "sqlite://", creator=lambda: sqlite3.connect(uri, uri=True, timeout=60.0, check_same_thread=False)
+        )
+
+        @sa.event.listens_for(store._engine, "connect")
+        def on_connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None  # so that each read is one snapshot (BEGIN below)
+
+        @sa.event.listens_for(store._engine, "begin")
+        def on_begin(connection: sa.Connection) -> None:
+            connection.exec_driver_sql("BEGIN")
+
+        store._lock = threading.RLock()
+        try:
+            with store._reading() as connection:
+                found = sa.inspect(connection).has_table(EXPERIMENTS.name)
+            if not found:
+                raise StoreError(f"{path} holds no Hermes store (it has no {EXPERIMENTS.name} table)")
+        except StoreError:
+            store.close()
+            raise
+        return store
 
     # ------------------------------------------------------------------ experiments
     def create_or_open_experiment(self, name: str, spec: Mapping[str, Any], may_change: Collection[str] = ()) -> int:
