@@ -12,7 +12,14 @@ class TraceError(HermesError):
 
 
 class SpecError(HermesError):
-    """An experiment specification is invalid; the message names the field."""
+    """An experiment specification is invalid; the message names the field.
+
+    ``problems``: each problem as (dotted field path, what is wrong), for callers that place them (the server's 422).
+    """
+
+    def __init__(self, message: str, problems: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or []
 
 
 class IllegalTransition(HermesError):

@@ -9,6 +9,7 @@ out. A session started on a store that already holds the experiment continues it
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -90,6 +91,8 @@ class ExperimentSession:
         self._closed = False  # SubmissionsClosed is in the log
         self._cancelled = False  # ExperimentCancelled is in the log
         self._told: set[str] = set()  # trials whose end the searcher has been told
+        self._cancel_lock = threading.Lock()
+        self._cancel_reason: str | None = None  # cancel() was called
         self._width = len(str(max((spec.search.trials or 1000) - 1, 1)))
 
     # ------------------------------------------------------------------ the run
@@ -113,13 +116,17 @@ class ExperimentSession:
             elif self.scheduler.finished:
                 self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
                 return Outcome(self.experiment_id, True, ExperimentStatus.FINISHED)
-            loop = self._loop = Engine(
+            loop = Engine(
                 self.scheduler,
                 executor,
                 [StoreRecorder(self.store, self.experiment_id, self.scheduler), self._after, *self.listeners],
             )
             for submission in self._submissions(recovered.now):
                 loop.post(submission)
+            with self._cancel_lock:  # from here on, cancel() posts to the loop itself
+                self._loop = loop
+                if self._cancel_reason is not None:
+                    loop.post(ExperimentCancelled(recovered.now, self._cancel_reason))
             self.store.set_status(self.experiment_id, ExperimentStatus.RUNNING)
             first.extend(recovered.lost_nodes)
             try:
@@ -134,6 +141,13 @@ class ExperimentSession:
             executor.close()
         self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
         return Outcome(self.experiment_id, recovered.events > 0, ExperimentStatus.FINISHED)
+
+    def cancel(self, reason: str) -> None:
+        """Stop every trial and end the experiment, from any thread, before or while ``run`` runs."""
+        with self._cancel_lock:
+            self._cancel_reason = reason
+            if self._loop is not None and self.executor is not None:
+                self._loop.post(ExperimentCancelled(self.executor.now(), reason))
 
     # ------------------------------------------------------------------ trials from the searcher
     def _submissions(self, now: float) -> list[Event]:

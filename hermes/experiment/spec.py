@@ -538,13 +538,15 @@ def parse_spec(data: dict[str, Any], source: str = "<spec>", base_dir: str | Pat
     try:
         return ExperimentSpec.model_validate(data, context={"base_dir": base_dir} if base_dir is not None else None)
     except ValidationError as error:
-        problems = [_describe(detail) for detail in error.errors()]
+        located = [_describe(detail) for detail in error.errors()]
+        problems = [f"{path}: {message}" for path, message in located]
         if len(problems) == 1:
-            raise SpecError(f"{source}: {problems[0]}") from None
-        raise SpecError(f"{source}: {len(problems)} problems:\n  " + "\n  ".join(problems)) from None
+            raise SpecError(f"{source}: {problems[0]}", located) from None
+        raise SpecError(f"{source}: {len(problems)} problems:\n  " + "\n  ".join(problems), located) from None
 
 
-def _describe(detail: ErrorDetails) -> str:
+def _describe(detail: ErrorDetails) -> tuple[str, str]:
+    """The problem's dotted field path and what is wrong there."""
     path = [str(part) for part in detail["loc"]]
     # Pydantic puts the tag of a tagged union in the path (search.space.lr.loguniform.low): drop it.
     if path[:2] == ["search", "space"] and len(path) > 3 and path[3] in PARAMETER_TYPES:
@@ -562,7 +564,7 @@ def _describe(detail: ErrorDetails) -> str:
         message = "required"
     else:
         message = detail["msg"]
-    return f"{'.'.join(path) or '(top level)'}: {message}"
+    return ".".join(path) or "(top level)", message
 
 
 def _home() -> Path | None:

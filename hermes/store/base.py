@@ -31,10 +31,17 @@ class StoreError(HermesError):
 
 
 class ExperimentStatus(str, Enum):
+    QUEUED = "queued"  # submitted to a server, waiting for its runner
     RUNNING = "running"  # created, or reopened by a runner
     FINISHED = "finished"  # the core finished: every trial is terminal
     FAILED = "failed"  # the runner gave up with an error
     INTERRUPTED = "interrupted"  # the runner was stopped; reopening resumes it
+    CANCELLED = "cancelled"  # its owner cancelled it: its trials were stopped
+
+    @property
+    def is_final(self) -> bool:
+        """No runner will take it up again."""
+        return self in (ExperimentStatus.FINISHED, ExperimentStatus.FAILED, ExperimentStatus.CANCELLED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +51,9 @@ class ExperimentRecord:
     spec: dict[str, Any]
     created_at: float  # wall-clock seconds since the epoch
     status: ExperimentStatus
+    owner: str | None = None  # the user who submitted it to a server; None for `hermes run`
+    weight: float = 1.0  # its share of the GPU pool relative to other experiments
+    cancel_requested: bool = False  # its owner asked for it to end; the runner stops its trials
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +179,33 @@ class ExperimentStore(ABC):
     def metrics(self, experiment_id: int, trial_id: str | None = None) -> list[MetricRecord]:
         """Reports in the order they were recorded, of one trial or of all."""
 
+    # ------------------------------------------------------------------ a shared server's experiments
+    @abstractmethod
+    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str, weight: float = 1.0) -> int:
+        """Create an experiment queued for a server's runner, owned by ``owner``; StoreError if the name is taken."""
+
+    @abstractmethod
+    def set_weight(self, experiment_id: int, weight: float) -> None:
+        """Change the experiment's share of the pool (a positive number)."""
+
+    @abstractmethod
+    def request_cancel(self, experiment_id: int) -> None:
+        """Mark the experiment for cancelling; its runner stops its trials and records it cancelled."""
+
+    # ------------------------------------------------------------------ reading what is new
+    @abstractmethod
+    def events_after(self, experiment_id: int, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
+        """``(seq, event)`` for the events with sequence numbers above ``after``, in order, at most ``limit``."""
+
+    @abstractmethod
+    def decisions_after(self, experiment_id: int, after: int, upto: int | None = None) -> list[DecisionRecord]:
+        """The decisions of the events ``after < seq <= upto``, in order."""
+
+    @abstractmethod
+    def metrics_after(self, experiment_id: int, after: int, limit: int | None = None) -> list[tuple[int, MetricRecord]]:
+        """``(cursor, report)`` for the reports recorded after the one whose cursor is ``after`` (0: from the
+        first), in order, at most ``limit``; cursors grow with recording order."""
+
     @abstractmethod
     def close(self) -> None:
         """Release connections; the store is unusable afterwards."""
@@ -179,51 +216,77 @@ class ExperimentStore(ABC):
 
 
 def build_runs(events: Sequence[Event], decisions: Sequence[DecisionRecord]) -> list[Run]:
-    """Replay the log: Start/Resume open a run; its trial's release, or the loss of its GPU, closes it.
-
-    Each event is applied before the decisions it caused, as in the engine loop.
-    """
+    """Replay the log: Start/Resume open a run; its trial's release, or the loss of its GPU, closes it."""
     by_event: dict[int, list[DecisionRecord]] = {}
     for record in decisions:
         by_event.setdefault(record.event_seq, []).append(record)
-    runs: list[Run] = []
-    open_runs: dict[str, int] = {}  # trial id -> index in runs
-    node_gpus: dict[str, set[str]] = {}
-    stopping: set[str] = set()
-
-    def close(trial_id: str, at: float, ended_by: str) -> None:
-        index = open_runs.pop(trial_id, None)
-        if index is not None:
-            runs[index] = replace(runs[index], ended_at=at, ended_by=ended_by)
-
-    def close_gpus(gpus: set[str], at: float) -> None:
-        for trial_id in [t for t, i in open_runs.items() if runs[i].gpu in gpus]:
-            close(trial_id, at, "lost")
-
+    timeline = RunTimeline()
     for seq, event in enumerate(events, start=1):
+        timeline.feed(event, by_event.get(seq, ()))
+    return timeline.runs
+
+
+class RunTimeline:
+    """``build_runs`` one event at a time, for readers that follow a growing log (the dashboard).
+
+    Each event is applied before the decisions it caused, as in the engine loop.
+    """
+
+    def __init__(self) -> None:
+        self.runs: list[Run] = []
+        self._open: dict[str, int] = {}  # trial id -> index in runs
+        self._node_gpus: dict[str, set[str]] = {}
+        self._stopping: set[str] = set()
+
+    def open_run(self, trial_id: str) -> int | None:
+        """The index of the trial's run that has not ended yet, if any."""
+        return self._open.get(trial_id)
+
+    def feed(self, event: Event, decisions: Sequence[DecisionRecord]) -> set[int]:
+        """Apply one event and its decisions; return the indices of the runs they opened or changed."""
+        changed: set[int] = set()
         if isinstance(event, TrialSuspended):
-            close(event.trial_id, event.at, "suspended")
+            changed |= self._close(event.trial_id, event.at, "suspended")
         elif isinstance(event, TrialExited):
-            outcome = "stopped" if event.trial_id in stopping else "completed" if event.succeeded else "failed"
-            close(event.trial_id, event.at, outcome)
+            stopped = event.trial_id in self._stopping
+            changed |= self._close(
+                event.trial_id, event.at, "stopped" if stopped else "completed" if event.succeeded else "failed"
+            )
         elif isinstance(event, NodeAdded):
-            node_gpus[event.node] = set(event.gpus)
+            self._node_gpus[event.node] = set(event.gpus)
         elif isinstance(event, GpuAdded):
-            node_gpus.setdefault(event.node, set()).add(event.gpu)
+            self._node_gpus.setdefault(event.node, set()).add(event.gpu)
         elif isinstance(event, NodeRemoved):
-            close_gpus(node_gpus.pop(event.node, set()), event.at)
+            changed |= self._close_gpus(self._node_gpus.pop(event.node, set()), event.at)
         elif isinstance(event, GpuRemoved):
-            close_gpus({event.gpu}, event.at)
-        for record in by_event.get(seq, ()):
+            changed |= self._close_gpus({event.gpu}, event.at)
+        for record in decisions:
             decision = record.decision
             if isinstance(decision, (Start, Resume)):
-                open_runs[decision.trial_id] = len(runs)
+                self._open[decision.trial_id] = len(self.runs)
+                changed.add(len(self.runs))
                 migrated = isinstance(decision, Resume) and decision.migrated
-                runs.append(Run(decision.trial_id, decision.gpu, record.at, isinstance(decision, Resume), migrated))
+                self.runs.append(
+                    Run(decision.trial_id, decision.gpu, record.at, isinstance(decision, Resume), migrated)
+                )
             elif isinstance(decision, (Suspend, Stop)):
                 if isinstance(decision, Stop):
-                    stopping.add(decision.trial_id)
-                index = open_runs.get(decision.trial_id)
-                if index is not None and runs[index].yield_requested_at is None:
-                    runs[index] = replace(runs[index], yield_requested_at=record.at)
-    return runs
+                    self._stopping.add(decision.trial_id)
+                index = self._open.get(decision.trial_id)
+                if index is not None and self.runs[index].yield_requested_at is None:
+                    self.runs[index] = replace(self.runs[index], yield_requested_at=record.at)
+                    changed.add(index)
+        return changed
+
+    def _close(self, trial_id: str, at: float, ended_by: str) -> set[int]:
+        index = self._open.pop(trial_id, None)
+        if index is None:
+            return set()
+        self.runs[index] = replace(self.runs[index], ended_at=at, ended_by=ended_by)
+        return {index}
+
+    def _close_gpus(self, gpus: set[str], at: float) -> set[int]:
+        changed: set[int] = set()
+        for trial_id in [t for t, i in self._open.items() if self.runs[i].gpu in gpus]:
+            changed |= self._close(trial_id, at, "lost")
+        return changed

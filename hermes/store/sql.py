@@ -7,6 +7,7 @@ diverged trial reports them), so every backend stores them alike.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -43,7 +44,12 @@ EXPERIMENTS = sa.Table(
     sa.Column("spec", sa.Text, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("status", sa.String(32), nullable=False),
+    # Added for the server; _add_missing_columns gives older stores these columns.
+    sa.Column("owner", sa.String(255)),
+    sa.Column("weight", sa.Float, nullable=False, server_default=sa.text("1.0")),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
 )
+ADDED_COLUMNS = ("owner", "weight", "cancel_requested")
 EVENTS = sa.Table(
     "events",
     METADATA,
@@ -123,8 +129,10 @@ class SqlStore(ExperimentStore):
         if parsed.get_backend_name() == "sqlite":
             _configure_sqlite(self._engine)
         self._lock = threading.RLock()
+        self._columns: list[sa.Column[Any]] = list(EXPERIMENTS.c)  # a read-only store may lack the added ones
         with self._writing() as connection:  # one writer at a time creates the tables
             METADATA.create_all(connection)
+            _add_missing_columns(connection)
 
     @classmethod
     def open_read_only(cls, path: str | Path) -> SqlStore:
@@ -150,9 +158,12 @@ class SqlStore(ExperimentStore):
         store._lock = threading.RLock()
         try:
             with store._reading() as connection:
-                found = sa.inspect(connection).has_table(EXPERIMENTS.name)
+                inspector = sa.inspect(connection)
+                found = inspector.has_table(EXPERIMENTS.name)
+                present = {column["name"] for column in inspector.get_columns(EXPERIMENTS.name)} if found else set()
             if not found:
                 raise StoreError(f"{path} holds no Hermes store (it has no {EXPERIMENTS.name} table)")
+            store._columns = [column for column in EXPERIMENTS.c if column.name in present]
         except StoreError:
             store.close()
             raise
@@ -186,14 +197,14 @@ class SqlStore(ExperimentStore):
 
     def experiment(self, experiment_id: int) -> ExperimentRecord:
         with self._reading() as connection:
-            row = connection.execute(sa.select(EXPERIMENTS).where(EXPERIMENTS.c.id == experiment_id)).first()
+            row = connection.execute(sa.select(*self._columns).where(EXPERIMENTS.c.id == experiment_id)).first()
         if row is None:
             raise StoreError(f"no experiment with id {experiment_id} in {self.url}")
         return _experiment(row)
 
     def experiments(self) -> list[ExperimentRecord]:
         with self._reading() as connection:
-            rows = connection.execute(sa.select(EXPERIMENTS).order_by(EXPERIMENTS.c.id)).all()
+            rows = connection.execute(sa.select(*self._columns).order_by(EXPERIMENTS.c.id)).all()
         return [_experiment(row) for row in rows]
 
     def set_status(self, experiment_id: int, status: ExperimentStatus) -> None:
@@ -203,6 +214,36 @@ class SqlStore(ExperimentStore):
                 .where(EXPERIMENTS.c.id == experiment_id)
                 .values(status=ExperimentStatus(status).value)
             )
+            if not updated.rowcount:
+                raise StoreError(f"no experiment with id {experiment_id} in {self.url}")
+
+    # ------------------------------------------------------------------ a shared server's experiments
+    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str, weight: float = 1.0) -> int:
+        if not name:
+            raise StoreError("an experiment needs a non-empty name")
+        weight = _weight(weight)
+        spec_json = _dumps(spec)
+        with self._writing() as connection:
+            taken = connection.execute(sa.select(EXPERIMENTS.c.id).where(EXPERIMENTS.c.name == name)).first()
+            if taken is not None:
+                raise StoreError(f"an experiment named {name!r} exists already; give yours another name")
+            inserted = connection.execute(
+                EXPERIMENTS.insert().values(
+                    name=name, spec=spec_json, created_at=time.time(), status=ExperimentStatus.QUEUED.value,
+                    owner=owner, weight=weight,
+                )
+            )
+            return int(inserted.inserted_primary_key[0])  # type: ignore[index]  # set by a one-row insert
+
+    def set_weight(self, experiment_id: int, weight: float) -> None:
+        self._update_experiment(experiment_id, weight=_weight(weight))
+
+    def request_cancel(self, experiment_id: int) -> None:
+        self._update_experiment(experiment_id, cancel_requested=True)
+
+    def _update_experiment(self, experiment_id: int, **values: Any) -> None:
+        with self._writing() as connection:
+            updated = connection.execute(EXPERIMENTS.update().where(EXPERIMENTS.c.id == experiment_id).values(**values))
             if not updated.rowcount:
                 raise StoreError(f"no experiment with id {experiment_id} in {self.url}")
 
@@ -271,6 +312,29 @@ class SqlStore(ExperimentStore):
             ).all()
         return [DecisionRecord(row.event_seq, row.at, from_dict(json.loads(row.data))) for row in rows]  # type: ignore[arg-type]
 
+    def events_after(self, experiment_id: int, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
+        query = (
+            sa.select(EVENTS.c.seq, EVENTS.c.data)
+            .where(EVENTS.c.experiment_id == experiment_id, EVENTS.c.seq > after)
+            .order_by(EVENTS.c.seq)
+            .limit(limit)
+        )
+        with self._reading() as connection:
+            self._require(connection, experiment_id)
+            rows = connection.execute(query).all()
+        return [(row.seq, from_dict(json.loads(row.data))) for row in rows]  # type: ignore[misc]
+
+    def decisions_after(self, experiment_id: int, after: int, upto: int | None = None) -> list[DecisionRecord]:
+        query = sa.select(DECISIONS.c.event_seq, DECISIONS.c.at, DECISIONS.c.data).where(
+            DECISIONS.c.experiment_id == experiment_id, DECISIONS.c.event_seq > after
+        )
+        if upto is not None:
+            query = query.where(DECISIONS.c.event_seq <= upto)
+        with self._reading() as connection:
+            self._require(connection, experiment_id)
+            rows = connection.execute(query.order_by(DECISIONS.c.event_seq, DECISIONS.c.position)).all()
+        return [DecisionRecord(row.event_seq, row.at, from_dict(json.loads(row.data))) for row in rows]  # type: ignore[arg-type]
+
     # ------------------------------------------------------------------ trials and metrics
     def upsert_trial(self, experiment_id: int, trial: TrialRecord) -> None:
         values = _trial_values(trial)
@@ -329,6 +393,18 @@ class SqlStore(ExperimentStore):
             self._require(connection, experiment_id)
             rows = connection.execute(query).all()
         return [MetricRecord(row.trial_id, row.step, row.at, json.loads(row.metric_values)) for row in rows]
+
+    def metrics_after(self, experiment_id: int, after: int, limit: int | None = None) -> list[tuple[int, MetricRecord]]:
+        query = (
+            sa.select(METRICS)
+            .where(METRICS.c.experiment_id == experiment_id, METRICS.c.id > after)
+            .order_by(METRICS.c.id)
+            .limit(limit)
+        )
+        with self._reading() as connection:
+            self._require(connection, experiment_id)
+            rows = connection.execute(query).all()
+        return [(row.id, MetricRecord(row.trial_id, row.step, row.at, json.loads(row.metric_values))) for row in rows]
 
     def close(self) -> None:
         self._engine.dispose()
@@ -416,8 +492,35 @@ def _metric_values(trial_id: str, step: int, metrics: Mapping[str, float]) -> st
         raise StoreError(f"trial {trial_id} step {step}: metrics must be numbers, got {dict(metrics)!r}") from None
 
 
+def _add_missing_columns(connection: sa.Connection) -> None:
+    """A store made before the server's columns existed gets them, with their defaults."""
+    present = {column["name"] for column in sa.inspect(connection).get_columns(EXPERIMENTS.name)}
+    for name in ADDED_COLUMNS:
+        if name not in present:
+            column = EXPERIMENTS.c[name]
+            kind = column.type.compile(dialect=connection.dialect)
+            default = "" if column.server_default is None else f" NOT NULL DEFAULT {_default_sql(column, connection)}"
+            connection.exec_driver_sql(f"ALTER TABLE {EXPERIMENTS.name} ADD COLUMN {name} {kind}{default}")
+
+
+def _default_sql(column: sa.Column[Any], connection: sa.Connection) -> str:
+    default = column.server_default.arg  # type: ignore[union-attr]
+    return str(default.compile(dialect=connection.dialect)) if hasattr(default, "compile") else str(default)
+
+
 def _experiment(row: sa.Row[Any]) -> ExperimentRecord:
-    return ExperimentRecord(row.id, row.name, json.loads(row.spec), row.created_at, ExperimentStatus(row.status))
+    extra = row._mapping
+    return ExperimentRecord(
+        row.id, row.name, json.loads(row.spec), row.created_at, ExperimentStatus(row.status),
+        owner=extra.get("owner"), weight=float(extra.get("weight", 1.0)),
+        cancel_requested=bool(extra.get("cancel_requested", False)),
+    )
+
+
+def _weight(weight: float) -> float:
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
+        raise StoreError(f"a weight must be a positive number, got {weight!r}")
+    return float(weight)
 
 
 def _dumps(data: Any) -> str:

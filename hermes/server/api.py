@@ -1,0 +1,311 @@
+"""The REST API under /api. Every route needs a token; another user's experiment is answered 404, as if absent.
+
+Reads that grow while an experiment runs take a cursor (``after``, ``since``) and return the next
+one, so a client that polls fetches only what is new.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+
+from hermes.errors import SpecError
+from hermes.server.app import Hermes
+from hermes.server.auth import User
+from hermes.server.digest import ExperimentDigest, describe, explain
+from hermes.store import ExperimentRecord, ExperimentStatus, StoreError
+from hermes.store.codec import to_dict
+
+router = APIRouter()
+_bearer = HTTPBearer(auto_error=False, description="a token from `hermes server add-user` or `add-token`")
+LOG_TAIL = 64 * 1024  # bytes of a log sent at most per request
+
+
+def _hermes(request: Request) -> Hermes:
+    return request.app.state.hermes
+
+
+def _user(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> User:
+    user = None if credentials is None else _hermes(request).accounts.user_for(credentials.credentials)
+    if user is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "a valid token is needed: send the header 'Authorization: Bearer <token>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return user
+
+
+HermesDep = Annotated[Hermes, Depends(_hermes)]
+UserDep = Annotated[User, Depends(_user)]
+
+
+def _experiment(hermes: Hermes, user: User, experiment_id: int) -> ExperimentRecord:
+    try:
+        experiment = hermes.store.experiment(experiment_id)
+    except StoreError:
+        experiment = None
+    if experiment is None or not user.may_see(experiment.owner):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no experiment {experiment_id}")
+    return experiment
+
+
+def _digest(hermes: Hermes, user: User, experiment_id: int) -> tuple[ExperimentRecord, ExperimentDigest]:
+    experiment = _experiment(hermes, user, experiment_id)
+    return experiment, hermes.digest(experiment)
+
+
+# ---------------------------------------------------------------------- models
+class SubmitRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    spec: dict[str, Any] = Field(description="the experiment spec, as its YAML file would hold it")
+    weight: float = Field(1.0, gt=0, allow_inf_nan=False, description="share of the GPU pool against others")
+
+
+class WeightRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    weight: float = Field(gt=0, allow_inf_nan=False)
+
+
+class Experiment(BaseModel):
+    id: int
+    name: str
+    owner: str | None
+    status: str
+    weight: float
+    cancel_requested: bool
+    created_at: float
+    metric: str
+    mode: str
+    trials: int | None = None  # in the list and detail
+    best: float | None = None
+    best_trial: str | None = None
+    by_state: dict[str, int] = {}
+    spec: dict[str, Any] | None = None  # in the detail only
+
+
+def _summary(experiment: ExperimentRecord, digest: ExperimentDigest | None, spec: bool = False) -> Experiment:
+    metric = experiment.spec.get("metric", {})
+    summary = Experiment(
+        id=experiment.experiment_id, name=experiment.name, owner=experiment.owner, status=experiment.status.value,
+        weight=experiment.weight, cancel_requested=experiment.cancel_requested, created_at=experiment.created_at,
+        metric=str(metric.get("name", "")), mode=str(metric.get("mode", "")),
+        spec=experiment.spec if spec else None,
+    )
+    if digest is not None:
+        trials = list(digest.trials.values())
+        scored = [t for t in trials if t["best"] is not None]
+        best = max(scored, key=lambda t: digest.target.objective.score(t["best"]), default=None)
+        by_state: dict[str, int] = {}
+        for trial in trials:
+            by_state[trial["state"]] = by_state.get(trial["state"], 0) + 1
+        summary.trials, summary.by_state = len(trials), by_state
+        summary.best, summary.best_trial = (best["best"], best["trial"]) if best else (None, None)
+    return summary
+
+
+# ---------------------------------------------------------------------- experiments
+@router.get("/me", summary="who the token belongs to")
+def me(user: UserDep) -> dict[str, Any]:
+    return {"name": user.name, "admin": user.admin}
+
+
+@router.post("/experiments", status_code=status.HTTP_201_CREATED, summary="submit an experiment spec")
+def submit(body: SubmitRequest, hermes: HermesDep, user: UserDep) -> Experiment:
+    try:
+        spec = hermes.parse(body.spec, user.name)
+    except SpecError as error:
+        detail = [{"loc": ["body", "spec", *path.split(".")], "msg": message, "type": "spec"}
+                  for path, message in error.problems] or [{"loc": ["body", "spec"], "msg": str(error), "type": "spec"}]
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail) from None
+    try:
+        experiment_id = hermes.store.submit_experiment(spec.name, spec.model_dump(mode="json"), user.name, body.weight)
+    except StoreError as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    hermes.runner.submitted(experiment_id)
+    return _summary(hermes.store.experiment(experiment_id), None, spec=True)
+
+
+@router.get("/experiments", summary="the experiments you may see, oldest first")
+def experiments(hermes: HermesDep, user: UserDep) -> list[Experiment]:
+    return [
+        _summary(experiment, hermes.digest(experiment))
+        for experiment in hermes.store.experiments()
+        if user.may_see(experiment.owner)
+    ]
+
+
+@router.get("/experiments/{experiment_id}", summary="one experiment, with its spec")
+def experiment(experiment_id: int, hermes: HermesDep, user: UserDep) -> Experiment:
+    record, digest = _digest(hermes, user, experiment_id)
+    return _summary(record, digest, spec=True)
+
+
+@router.post("/experiments/{experiment_id}/cancel", status_code=status.HTTP_202_ACCEPTED,
+             summary="stop the experiment's trials and end it")
+def cancel(experiment_id: int, hermes: HermesDep, user: UserDep) -> Experiment:
+    record = _experiment(hermes, user, experiment_id)
+    if record.status.is_final:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"experiment {experiment_id} is {record.status.value} already")
+    hermes.store.request_cancel(experiment_id)
+    hermes.runner.cancel(experiment_id, user.name)
+    return _summary(hermes.store.experiment(experiment_id), None)
+
+
+@router.put("/experiments/{experiment_id}/weight", summary="change the experiment's share of the GPU pool")
+def set_weight(experiment_id: int, body: WeightRequest, hermes: HermesDep, user: UserDep) -> Experiment:
+    _experiment(hermes, user, experiment_id)
+    hermes.store.set_weight(experiment_id, body.weight)
+    return _summary(hermes.store.experiment(experiment_id), None)
+
+
+# ---------------------------------------------------------------------- what an experiment recorded
+@router.get("/experiments/{experiment_id}/trials", summary="trial records with their best and last value")
+def trials(
+    experiment_id: int, hermes: HermesDep, user: UserDep,
+    since: Annotated[int, Query(ge=0, description="only trials changed after this version")] = 0,
+) -> dict[str, Any]:
+    _, digest = _digest(hermes, user, experiment_id)
+    return {"version": digest.version, "now": digest.now, "trials": digest.trials_since(since)}
+
+
+@router.get("/experiments/{experiment_id}/trials/{trial_id}", summary="one trial")
+def trial(experiment_id: int, trial_id: str, hermes: HermesDep, user: UserDep) -> dict[str, Any]:
+    _, digest = _digest(hermes, user, experiment_id)
+    found = digest.trials.get(trial_id)
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial {trial_id!r} in experiment {experiment_id}")
+    return found
+
+
+@router.get("/experiments/{experiment_id}/metrics", summary="every report, in the order recorded")
+def metrics(
+    experiment_id: int, hermes: HermesDep, user: UserDep,
+    after: Annotated[int, Query(ge=0, description="the cursor of the last report you have")] = 0,
+    limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
+    trial: str | None = None,
+) -> dict[str, Any]:
+    _experiment(hermes, user, experiment_id)
+    reports = hermes.store.metrics_after(experiment_id, after, limit)
+    rows = [
+        {"cursor": cursor, "trial": r.trial_id, "step": r.step, "at": r.at,
+         "values": {k: v if math.isfinite(v) else str(v) for k, v in r.values.items()}}
+        for cursor, r in reports
+        if trial is None or r.trial_id == trial
+    ]
+    return {"cursor": reports[-1][0] if reports else after, "metrics": rows}
+
+
+@router.get("/experiments/{experiment_id}/curves", summary="the objective per report, as columns (for charts)")
+def curves(
+    experiment_id: int, hermes: HermesDep, user: UserDep,
+    after: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=200_000)] = 50_000,
+) -> dict[str, Any]:
+    _, digest = _digest(hermes, user, experiment_id)
+    reports = hermes.store.metrics_after(experiment_id, after, limit)
+    columns: dict[str, list[Any]] = {"trial": [], "step": [], "at": [], "value": []}
+    for _cursor, report in reports:
+        value = digest.target.value(report.values)
+        columns["trial"].append(report.trial_id)
+        columns["step"].append(report.step)
+        columns["at"].append(report.at)
+        columns["value"].append(value if value is not None and math.isfinite(value) else None)
+    return {"cursor": reports[-1][0] if reports else after, "more": len(reports) == limit, **columns}
+
+
+@router.get("/experiments/{experiment_id}/events", summary="the event log, from sequence number after+1")
+def events(
+    experiment_id: int, hermes: HermesDep, user: UserDep,
+    after: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
+) -> dict[str, Any]:
+    _experiment(hermes, user, experiment_id)
+    found = hermes.store.events_after(experiment_id, after, limit)
+    rows = [{"seq": seq, **_json_safe(to_dict(event)), "description": describe(event)} for seq, event in found]
+    return {"cursor": found[-1][0] if found else after, "events": rows}
+
+
+@router.get("/experiments/{experiment_id}/decisions", summary="scheduling decisions with their reasons")
+def decisions(
+    experiment_id: int, hermes: HermesDep, user: UserDep,
+    after: Annotated[int, Query(ge=0, description="decisions of events after this sequence number")] = 0,
+    limit: Annotated[int, Query(ge=1, le=100_000, description="events to cover")] = 10_000,
+) -> dict[str, Any]:
+    _experiment(hermes, user, experiment_id)
+    found = hermes.store.events_after(experiment_id, after, limit)
+    if not found:
+        return {"cursor": after, "decisions": []}
+    causes = dict(found)
+    rows = [
+        {"seq": record.event_seq, "at": record.at, **_json_safe(to_dict(record.decision)),
+         "reason": explain(causes[record.event_seq], record.decision)}
+        for record in hermes.store.decisions_after(experiment_id, after, found[-1][0])
+    ]
+    return {"cursor": found[-1][0], "decisions": rows}
+
+
+@router.get("/experiments/{experiment_id}/timeline", summary="the GPU timeline: runs changed after a version")
+def timeline(
+    experiment_id: int, hermes: HermesDep, user: UserDep,
+    since: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, Any]:
+    _, digest = _digest(hermes, user, experiment_id)
+    return {"version": digest.version, "now": digest.now, "gpus": digest.gpus, "runs": digest.runs_since(since)}
+
+
+@router.get("/experiments/{experiment_id}/trials/{trial_id}/log", summary="a trial's output, from a byte offset")
+def trial_log(
+    experiment_id: int, trial_id: str, hermes: HermesDep, user: UserDep,
+    stream: Literal["stdout", "stderr"] = "stdout",
+    offset: Annotated[int | None, Query(ge=0, description="default: the last 64 KiB")] = None,
+) -> dict[str, Any]:
+    record, digest = _digest(hermes, user, experiment_id)
+    if trial_id not in digest.trials:  # only known ids make a path: no ../ can reach outside the experiment
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial {trial_id!r} in experiment {experiment_id}")
+    path = hermes.spec_of(record).storage_dir / record.name / "trials" / trial_id / f"{stream}.log"
+    size = path.stat().st_size if path.is_file() else 0
+    start = max(size - LOG_TAIL, 0) if offset is None else min(offset, size)
+    end = min(size, start + LOG_TAIL)
+    text = ""
+    if end > start:
+        with open(path, "rb") as file:
+            file.seek(start)
+            text = file.read(end - start).decode("utf-8", errors="replace")
+    return {"offset": end, "size": size, "text": text}
+
+
+# ---------------------------------------------------------------------- the cluster
+@router.get("/cluster", summary="GPU use per user against their share, over the experiments running now")
+def cluster(hermes: HermesDep, user: UserDep) -> dict[str, Any]:
+    rows: dict[str, dict[str, Any]] = {}
+    gpus: set[str] = set()
+    for experiment in hermes.store.experiments():
+        if experiment.owner is None or experiment.status not in (ExperimentStatus.RUNNING, ExperimentStatus.QUEUED):
+            continue
+        digest = hermes.digest(experiment)
+        gpus.update(digest.gpus)
+        owner = experiment.owner if user.admin or experiment.owner == user.name else "(other users)"
+        row = rows.setdefault(owner, {"user": owner, "experiments": 0, "weight": 0.0, "gpus_now": 0,
+                                      "gpu_seconds": 0.0})
+        row["experiments"] += 1
+        row["weight"] += experiment.weight
+        for run in digest.timeline.runs:
+            row["gpu_seconds"] += (run.ended_at if run.ended_at is not None else digest.now) - run.started_at
+            row["gpus_now"] += run.ended_at is None
+    total_weight = sum(row["weight"] for row in rows.values()) or 1.0
+    busy = sum(row["gpus_now"] for row in rows.values()) or 1
+    for row in rows.values():
+        row["share"] = row["weight"] / total_weight
+        row["use"] = row["gpus_now"] / busy
+    return {"gpus": len(gpus), "users": sorted(rows.values(), key=lambda row: row["user"])}
+
+
+def _json_safe(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v if not isinstance(v, float) or math.isfinite(v) else str(v) for k, v in data.items()}

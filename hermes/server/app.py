@@ -1,0 +1,192 @@
+"""The server's application: the store, the accounts, the runner, the REST API and the dashboard.
+
+Layout of the server's root directory: ``hermes.db`` (SQLite, unless a database URL is given) and
+``users/<name>/``, each user's area. A submitted spec is read as if its file lay in its owner's
+area: relative paths start there, and its storage dir (checkpoints and logs) must stay inside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hermes.errors import SpecError
+from hermes.experiment import ExperimentSpec, parse_spec
+from hermes.server.auth import Accounts
+from hermes.server.digest import ExperimentDigest
+from hermes.server.runner import SessionRunner
+from hermes.store import ExperimentRecord, SqlStore
+
+STATIC = Path(__file__).parent / "static"
+MAX_BODY = 1 << 20  # bytes of a request body: a spec with a thousand listed configs fits many times over
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    root: Path  # holds hermes.db (by default) and the users' areas
+    database: str | None = None  # an SQLAlchemy URL; default: SQLite in root
+    max_body: int = MAX_BODY
+    run_experiments: bool = True  # False: an API over the store only (nothing is started)
+
+    @property
+    def database_url(self) -> str:
+        return self.database or f"sqlite:///{self.root.resolve() / 'hermes.db'}"
+
+
+class Hermes:
+    """What the routes share: one per application."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.store = SqlStore(config.database_url)
+        self.accounts = Accounts(config.database_url)
+        self.runner = SessionRunner(self.store, self.spec_of)
+        self._digests: dict[int, ExperimentDigest] = {}
+
+    def area(self, user: str) -> Path:
+        path = self.config.root.resolve() / "users" / user
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def parse(self, data: dict[str, Any], owner: str) -> ExperimentSpec:
+        """The spec as its owner's area reads it; SpecError names the fields that are wrong."""
+        area = self.area(owner)
+        spec = parse_spec(data, source="spec", base_dir=area)
+        if not spec.storage_dir.is_relative_to(area):
+            problem = f"{spec.storage_dir} is outside your area {area} on the server"
+            raise SpecError(f"spec: storage.dir: {problem}", [("storage.dir", problem)])
+        return spec
+
+    def spec_of(self, experiment: ExperimentRecord) -> ExperimentSpec:
+        assert experiment.owner is not None  # the runner takes only the server's experiments
+        return self.parse(experiment.spec, experiment.owner)
+
+    def digest(self, experiment: ExperimentRecord) -> ExperimentDigest:
+        digest = self._digests.get(experiment.experiment_id)
+        if digest is None:
+            digest = self._digests.setdefault(experiment.experiment_id, ExperimentDigest(self.store, experiment))
+        digest.refresh()
+        return digest
+
+    def close(self) -> None:
+        self.runner.close()
+        self.accounts.close()
+
+
+class BodyLimit:
+    """Refuses a request body over ``limit`` bytes with 413, by its Content-Length or while it streams in."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            await _too_large(self.limit, send)
+            return
+        received = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.limit:
+                raise _TooLarge
+            return message
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted, sending)
+        except _TooLarge:
+            if not started:
+                await _too_large(self.limit, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _too_large(limit: int, send: Send) -> None:
+    response = JSONResponse({"detail": f"the request body is over the limit of {limit} bytes"}, status_code=413)
+    await response({"type": "http"}, _no_body, send)
+
+
+async def _no_body() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+class RedactTokens(logging.Filter):
+    """Belt and braces: tokens are never accepted in URLs, but one pasted into a URL still stays out of the log."""
+
+    PATTERN = re.compile(r"hermes_[A-Za-z0-9_-]+")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.args:
+            record.args = tuple(
+                self.PATTERN.sub("hermes_<redacted>", arg) if isinstance(arg, str) else arg
+                for arg in (record.args if isinstance(record.args, tuple) else (record.args,))
+            )
+        record.msg = self.PATTERN.sub("hermes_<redacted>", str(record.msg))
+        return True
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    from hermes.server.api import router
+
+    hermes = Hermes(config)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if config.run_experiments:
+            hermes.runner.start()
+        yield
+        hermes.close()
+
+    app = FastAPI(
+        title="Hermes",
+        summary="Submit HPO experiments to a shared GPU pool and watch them run.",
+        description="Every /api request needs `Authorization: Bearer <token>` (`hermes server add-user`).",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.state.hermes = hermes
+    app.include_router(router, prefix="/api")
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    def dashboard() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.add_middleware(BodyLimit, limit=config.max_body)
+    return app
+
+
+def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8600) -> None:
+    """Run the server until Ctrl-C or SIGTERM (uvicorn handles both)."""
+    import uvicorn
+
+    server_config = uvicorn.Config(create_app(config), host=host, port=port)  # configures logging
+    for name in ("uvicorn.access", "uvicorn.error", "hermes.server"):
+        logging.getLogger(name).addFilter(RedactTokens())
+    logging.getLogger("hermes.server").setLevel(logging.INFO)
+    logging.getLogger("hermes.server").addHandler(logging.StreamHandler())
+    uvicorn.Server(server_config).run()

@@ -1,0 +1,116 @@
+"""Users and API tokens: who may call the server, and whose experiments each may see.
+
+A token is 32 random bytes shown once, when it is made; the database keeps only its SHA-256. A
+slow password hash buys nothing here: a token has 256 bits of entropy, so nobody guesses one from
+its hash. Tokens travel only in the ``Authorization: Bearer`` header, never in a URL, so no access
+log can hold one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from hermes.errors import HermesError
+
+TOKEN_PREFIX = "hermes_"
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+
+METADATA = sa.MetaData()
+USERS = sa.Table(
+    "users",
+    METADATA,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("admin", sa.Boolean, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+TOKENS = sa.Table(
+    "tokens",
+    METADATA,
+    sa.Column("digest", sa.String(64), primary_key=True),  # SHA-256 of the token, in hex
+    sa.Column("user", sa.ForeignKey("users.name"), nullable=False),
+    sa.Column("label", sa.String(255), nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+
+class AccountError(HermesError):
+    """A user or token cannot be made: a taken or malformed name, an unknown user."""
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    name: str
+    admin: bool
+
+    def may_see(self, owner: str | None) -> bool:
+        return self.admin or owner == self.name
+
+
+class Accounts:
+    """The users and token digests, in the server's database (SQLite or PostgreSQL)."""
+
+    def __init__(self, url: str) -> None:
+        parsed = sa.make_url(url)
+        options = {}
+        if parsed.get_backend_name() == "sqlite" and parsed.database:
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            options = {"connect_args": {"timeout": 60.0, "check_same_thread": False}}
+        self._engine = sa.create_engine(parsed, **options)
+        self._lock = threading.Lock()
+        with self._engine.begin() as connection:
+            METADATA.create_all(connection)
+
+    def add_user(self, name: str, admin: bool = False) -> str:
+        """Create the user and a first token; return the token (it cannot be read back later)."""
+        if not _NAME.fullmatch(name):
+            raise AccountError(f"user name {name!r}: use 1-64 lower-case letters, digits, '_' or '-', starting "
+                               "with a letter")
+        with self._lock, self._engine.begin() as connection:
+            if connection.execute(sa.select(USERS.c.name).where(USERS.c.name == name)).first() is not None:
+                raise AccountError(f"user {name!r} exists already; give them another token with add-token")
+            connection.execute(USERS.insert().values(name=name, admin=admin, created_at=time.time()))
+            return self._new_token(connection, name, "first token")
+
+    def add_token(self, name: str, label: str = "") -> str:
+        with self._lock, self._engine.begin() as connection:
+            if connection.execute(sa.select(USERS.c.name).where(USERS.c.name == name)).first() is None:
+                raise AccountError(f"no user {name!r}; create them with add-user")
+            return self._new_token(connection, name, label)
+
+    def users(self) -> list[User]:
+        with self._engine.connect() as connection:
+            rows = connection.execute(sa.select(USERS).order_by(USERS.c.name)).all()
+        return [User(row.name, bool(row.admin)) for row in rows]
+
+    def user_for(self, token: str) -> User | None:
+        """The user a token belongs to, or None for an unknown token."""
+        with self._engine.connect() as connection:
+            row = connection.execute(
+                sa.select(USERS.c.name, USERS.c.admin)
+                .join(TOKENS, TOKENS.c.user == USERS.c.name)
+                .where(TOKENS.c.digest == digest(token))
+            ).first()
+        return None if row is None else User(row.name, bool(row.admin))
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    @staticmethod
+    def _new_token(connection: sa.Connection, name: str, label: str) -> str:
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        connection.execute(
+            TOKENS.insert().values(digest=digest(token), user=name, label=label, created_at=time.time())
+        )
+        return token
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()

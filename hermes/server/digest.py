@@ -1,0 +1,222 @@
+"""What the dashboard shows of one experiment, kept up to date by reading only what the store added.
+
+A digest follows the store's cursors (events by sequence number, reports by cursor) and keeps,
+per trial, its record with its best and last value and its first report, and the runs of the
+GPU timeline with the reason of the decisions that began and ended them. Every change bumps a
+version, and each trial and run remembers the version it last changed at, so a client that
+polls with the version it has gets only what changed since: with 5,000 trials a poll of a
+running experiment carries a few rows, not the whole table.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import asdict
+from typing import Any
+
+from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
+from hermes.core.events import (
+    Event,
+    ExperimentCancelled,
+    GpuAdded,
+    GpuRemoved,
+    NodeAdded,
+    NodeRemoved,
+    PeriodElapsed,
+    SubmissionsClosed,
+    SubmissionsReopened,
+    TrialExited,
+    TrialReported,
+    TrialSubmitted,
+    TrialSuspended,
+)
+from hermes.report import Target
+from hermes.store import DecisionRecord, ExperimentRecord, ExperimentStore, RunTimeline, TrialRecord
+
+REFRESH_INTERVAL = 0.5  # seconds: polls from many tabs within this share one read of the store
+
+
+class ExperimentDigest:
+    def __init__(self, store: ExperimentStore, experiment: ExperimentRecord) -> None:
+        self.store = store
+        self.experiment_id = experiment.experiment_id
+        self.target = Target.of(experiment)
+        self.version = 0
+        self.now = 0.0  # the latest time on the experiment's clock seen in its log
+        self.trials: dict[str, dict[str, Any]] = {}  # trial id -> summary, with the version it changed at
+        self.timeline = RunTimeline()
+        self.run_versions: list[int] = []
+        self.run_reasons: list[dict[str, str]] = []  # per run: why it began ("start"), why it was asked to end
+        self.gpus: list[str] = []  # in order of arrival
+        self._records: dict[str, TrialRecord] = {}
+        self._seq = 0
+        self._metric_cursor = 0
+        self._read_at = -math.inf
+        self._lock = threading.Lock()
+
+    def refresh(self) -> None:
+        """Read what the store added since the last refresh (at most every REFRESH_INTERVAL)."""
+        with self._lock:
+            if time.monotonic() - self._read_at < REFRESH_INTERVAL:
+                return
+            first = self._read_at == -math.inf
+            self._read_at = time.monotonic()
+            events = self.store.events_after(self.experiment_id, self._seq)
+            if events:
+                self._follow(events, self.store.decisions_after(self.experiment_id, self._seq, events[-1][0]))
+            for _cursor, report in self._read_metrics():
+                self._take_report(report.trial_id, report.step, report.at, report.values)
+            if events or first:
+                for record in self.store.trials(self.experiment_id):
+                    if self._records.get(record.trial_id) != record:
+                        self._records[record.trial_id] = record
+                        self._summary(record.trial_id).update(_record_fields(record))
+                        self._touch(record.trial_id)
+
+    def trials_since(self, version: int) -> list[dict[str, Any]]:
+        return [summary for summary in self.trials.values() if summary["version"] > version]
+
+    def runs_since(self, version: int) -> list[dict[str, Any]]:
+        return [
+            {"index": index, **_run_fields(run), **self.run_reasons[index], "version": self.run_versions[index]}
+            for index, run in enumerate(self.timeline.runs)
+            if self.run_versions[index] > version
+        ]
+
+    # ------------------------------------------------------------------ following the store
+    def _read_metrics(self) -> list[tuple[int, Any]]:
+        reports = self.store.metrics_after(self.experiment_id, self._metric_cursor)
+        if reports:
+            self._metric_cursor = reports[-1][0]
+        return reports
+
+    def _follow(self, events: list[tuple[int, Event]], decisions: list[DecisionRecord]) -> None:
+        by_event: dict[int, list[DecisionRecord]] = {}
+        for record in decisions:
+            by_event.setdefault(record.event_seq, []).append(record)
+        for seq, event in events:
+            self.now = max(self.now, event.at)
+            if isinstance(event, NodeAdded):
+                self.gpus += [gpu for gpu in event.gpus if gpu not in self.gpus]
+            elif isinstance(event, GpuAdded) and event.gpu not in self.gpus:
+                self.gpus.append(event.gpu)
+            records = by_event.get(seq, [])
+            changed = self.timeline.feed(event, records)
+            self.run_reasons += [{} for _ in range(len(self.timeline.runs) - len(self.run_reasons))]
+            for record in records:
+                index = self.timeline.open_run(record.decision.trial_id)
+                if index is not None:
+                    key = "start_reason" if isinstance(record.decision, (Start, Resume)) else "yield_reason"
+                    self.run_reasons[index].setdefault(key, explain(event, record.decision))
+            for index in changed:
+                if "end_reason" not in self.run_reasons[index] and self.timeline.runs[index].ended_at is not None:
+                    self.run_reasons[index]["end_reason"] = describe(event)
+            if changed:
+                self.version += 1
+                self.run_versions += [0] * (len(self.timeline.runs) - len(self.run_versions))
+                for index in changed:
+                    self.run_versions[index] = self.version
+            self._seq = seq
+
+    def _take_report(self, trial_id: str, step: int, at: float, values: dict[str, float]) -> None:
+        value = self.target.value(values)
+        summary = self._summary(trial_id)
+        summary["reports"] += 1
+        summary["metrics"] = _finite_values(values)
+        if summary["first_report_at"] is None:
+            summary["first_report_at"] = at
+        if value is not None:
+            summary["last"] = _finite(value)
+            score = self.target.objective.score(value)
+            if summary["best"] is None or score > self.target.objective.score(summary["best"]):
+                if math.isfinite(value):
+                    summary["best"], summary["best_step"] = value, step
+        self.now = max(self.now, at)
+        self._touch(trial_id)
+
+    def _summary(self, trial_id: str) -> dict[str, Any]:
+        summary = self.trials.get(trial_id)
+        if summary is None:
+            summary = self.trials[trial_id] = {
+                "trial": trial_id, "state": "pending", "params": {}, "budget": 0, "step": 0, "gpu": None,
+                "error": None, "submitted_at": None, "started_at": None, "ended_at": None, "best": None,
+                "best_step": None, "last": None, "reports": 0, "first_report_at": None, "metrics": {},
+                "version": 0,
+            }
+        return summary
+
+    def _touch(self, trial_id: str) -> None:
+        self.version += 1
+        self.trials[trial_id]["version"] = self.version
+
+
+# ---------------------------------------------------------------------- reasons of decisions
+def describe(event: Event) -> str:
+    """What happened, in words, for the timeline's tooltips."""
+    at = f"at {event.at:.1f}s"
+    if isinstance(event, TrialSubmitted):
+        return f"trial {event.trial_id} was submitted {at}"
+    if isinstance(event, TrialReported):
+        return f"trial {event.trial_id} reported {event.value:.4g} at step {event.step} ({at})"
+    if isinstance(event, TrialSuspended):
+        return f"trial {event.trial_id} released its GPU after step {event.step} ({at})"
+    if isinstance(event, TrialExited):
+        how = "completed" if event.succeeded else f"failed ({(event.error or '').splitlines()[0][:80]})"
+        return f"trial {event.trial_id} {how} {at}"
+    if isinstance(event, PeriodElapsed):
+        return f"the scheduling period elapsed {at}: the policy ranked the trials again"
+    if isinstance(event, NodeAdded):
+        return f"node {event.node} joined with {len(event.gpus)} GPU(s) {at}"
+    if isinstance(event, NodeRemoved):
+        return f"node {event.node} left {at}"
+    if isinstance(event, GpuAdded):
+        return f"GPU {event.gpu} was added {at}"
+    if isinstance(event, GpuRemoved):
+        return f"GPU {event.gpu} was removed {at}"
+    if isinstance(event, ExperimentCancelled):
+        return f"the experiment was cancelled {at}: {event.reason}"
+    if isinstance(event, SubmissionsClosed):
+        return f"the searcher proposed its last trial {at}"
+    if isinstance(event, SubmissionsReopened):
+        return f"a larger budget reopened submissions {at}"
+    return f"{type(event).__name__} {at}"
+
+
+def explain(event: Event, decision: Decision) -> str:
+    """Why the core decided ``decision``: the verb and the event that caused it."""
+    if isinstance(decision, Start):
+        verb = f"started on {decision.gpu}"
+    elif isinstance(decision, Resume):
+        verb = f"{'migrated to' if decision.migrated else 'resumed on'} {decision.gpu}"
+    elif isinstance(decision, Suspend):
+        verb = "asked to suspend"
+    elif isinstance(decision, Stop):
+        verb = "asked to stop"
+    else:
+        verb = type(decision).__name__
+    return f"{verb} because {describe(event)}"
+
+
+def _record_fields(record: TrialRecord) -> dict[str, Any]:
+    return {
+        "state": record.state.value, "params": record.params, "budget": record.budget, "step": record.step,
+        "gpu": record.gpu, "error": record.error, "submitted_at": record.submitted_at,
+        "started_at": record.started_at, "ended_at": record.ended_at, "checkpoint_step": record.checkpoint_step,
+    }
+
+
+def _run_fields(run: Any) -> dict[str, Any]:
+    fields = asdict(run)
+    fields["trial"] = fields.pop("trial_id")
+    return fields
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _finite_values(values: dict[str, float]) -> dict[str, float | str]:
+    """JSON has no NaN or infinity: those travel as the strings Python's float() reads back."""
+    return {name: value if math.isfinite(value) else str(value) for name, value in values.items()}
