@@ -32,6 +32,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_status(commands)
     _add_results(commands)
     _add_plot(commands)
+    _add_server(commands)
+    _add_submit(commands)
     args = parser.parse_args(argv)
     try:
         code = args.handler(args)
@@ -191,8 +193,33 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _add_storage_arguments(command: argparse.ArgumentParser) -> None:
-    command.add_argument("dir", help="storage dir of a run (storage.dir in its spec), holding hermes.db")
+    command.add_argument("dir", nargs="?", help="storage dir of a run (storage.dir in its spec), holding hermes.db")
     command.add_argument("--experiment", help="experiment name (default: the newest in the store)")
+    _add_server_arguments(command, "read the experiment from a Hermes server instead of a storage dir")
+
+
+def _add_server_arguments(command: argparse.ArgumentParser, what: str) -> None:
+    command.add_argument("--server", metavar="URL", default=os.environ.get("HERMES_SERVER"),
+                         help=f"{what} (default: $HERMES_SERVER)")
+    command.add_argument("--token", help="API token (default: $HERMES_TOKEN)")
+
+
+@contextmanager
+def _reading(args: argparse.Namespace) -> Iterator[Any]:
+    """The store a report reads: a storage dir's, read-only, or a server's through its API."""
+    from contextlib import closing
+
+    if args.server:
+        from hermes.server.client import Client, RemoteStore
+
+        yield RemoteStore(Client(args.server, args.token))
+        return
+    if args.dir is None:
+        raise HermesError("give the storage dir of a run, or --server URL")
+    from hermes.report import open_store
+
+    with _naming_damage(args.dir), closing(open_store(args.dir)) as store:
+        yield store
 
 
 def _add_status(commands: argparse._SubParsersAction) -> None:
@@ -206,12 +233,10 @@ def _add_status(commands: argparse._SubParsersAction) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from contextlib import closing
-
-    from hermes.report import open_store, pick_experiment
+    from hermes.report import pick_experiment
     from hermes.report.status import experiment_status, format_status
 
-    with _naming_damage(args.dir), closing(open_store(args.dir)) as store:
+    with _reading(args) as store:
         text = format_status(experiment_status(store, pick_experiment(store, args.experiment)))
     print(text)
     return 0
@@ -232,14 +257,11 @@ def _add_results(commands: argparse._SubParsersAction) -> None:
 
 
 def _results(args: argparse.Namespace) -> int:
-    from contextlib import closing
-
-    from hermes.report import ExperimentView, open_store, pick_experiment
+    from hermes.report import ExperimentView, pick_experiment
     from hermes.report.results import format_results, standings
 
-    with _naming_damage(args.dir):
-        with closing(open_store(args.dir)) as store:
-            view = ExperimentView.load(store, pick_experiment(store, args.experiment))
+    with _reading(args) as store:
+        view = ExperimentView.load(store, pick_experiment(store, args.experiment))
         text = format_results(view, standings(view)[: args.top], args.format)
     print(text)
     return 0
@@ -252,22 +274,105 @@ def _add_plot(commands: argparse._SubParsersAction) -> None:
         description="Write PNG plots of a stored experiment: learning curves and the GPU timeline.",
     )
     _add_storage_arguments(plot)
-    plot.add_argument("--out", help="folder for the PNG files (default: DIR/plots)")
+    plot.add_argument("--out", help="folder for the PNG files (default: DIR/plots, or ./plots with --server)")
     plot.set_defaults(handler=_plot)
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from contextlib import closing
-
-    from hermes.report import ExperimentView, open_store, pick_experiment
+    from hermes.report import ExperimentView, pick_experiment
     from hermes.report.plot import plot_experiment
 
-    with _naming_damage(args.dir):
-        with closing(open_store(args.dir)) as store:
-            view = ExperimentView.load(store, pick_experiment(store, args.experiment))
-        paths = plot_experiment(view, args.out or Path(args.dir) / "plots")
+    with _reading(args) as store:
+        view = ExperimentView.load(store, pick_experiment(store, args.experiment))
+        paths = plot_experiment(view, args.out or Path(args.dir or ".") / "plots")
     for path in paths:
         print(path)
+    return 0
+
+
+def _add_server(commands: argparse._SubParsersAction) -> None:
+    server = commands.add_parser(
+        "server",
+        help="serve the REST API and the web dashboard to a team, and run its experiments",
+        description="Run the Hermes server (FastAPI on uvicorn), or manage its users: "
+                    "`hermes server add-user NAME` prints the new user's token.",
+    )
+    _add_server_places(server, quiet=False)
+    server.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    server.add_argument("--port", type=int, default=8600)
+    actions = server.add_subparsers(dest="action", metavar="{add-user,add-token}")
+    add_user = actions.add_parser("add-user", help="create a user and print their first token")
+    _add_server_places(add_user, quiet=True)
+    add_user.add_argument("name")
+    add_user.add_argument("--admin", action="store_true", help="may see and control every experiment")
+    add_token = actions.add_parser("add-token", help="print another token for a user")
+    _add_server_places(add_token, quiet=True)
+    add_token.add_argument("name")
+    add_token.add_argument("--label", default="", help="what the token is for")
+    server.set_defaults(handler=_server)
+
+
+def _add_server_places(parser: argparse.ArgumentParser, quiet: bool) -> None:
+    """--root and --database, before or after add-user; quiet: no default, which would undo a value given before."""
+    unset = {"default": argparse.SUPPRESS} if quiet else {}
+    parser.add_argument("--root", **(unset or {"default": "hermes-server"}),
+                        help="folder of the database and the users' areas (default: hermes-server)")
+    parser.add_argument("--database", metavar="URL", **unset,
+                        help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db (default: SQLite in ROOT)")
+
+
+def _server(args: argparse.Namespace) -> int:
+    try:
+        from hermes.server.app import ServerConfig, serve
+        from hermes.server.auth import Accounts
+    except ImportError as error:
+        raise HermesError(f"the server needs its extra: pip install 'hermes-hpo[server]' ({error})") from None
+
+    config = ServerConfig(root=Path(args.root), database=args.database)
+    if args.action is None:
+        serve(config, args.host, args.port)
+        return 0
+    accounts = Accounts(config.database_url)
+    try:
+        if args.action == "add-user":
+            token = accounts.add_user(args.name, admin=args.admin)
+        else:
+            token = accounts.add_token(args.name, args.label)
+    finally:
+        accounts.close()
+    print(f"token for {args.name} (shown once; the server keeps only its hash):\n{token}")
+    return 0
+
+
+def _add_submit(commands: argparse._SubParsersAction) -> None:
+    submit = commands.add_parser(
+        "submit",
+        help="submit an experiment spec to a Hermes server",
+        description="Send a YAML spec to a Hermes server, which queues and runs it; relative paths in the spec "
+                    "are read in your area on the server.",
+    )
+    submit.add_argument("spec", help="experiment spec (YAML)")
+    submit.add_argument("--weight", type=float, default=1.0, help="share of the GPU pool against other experiments")
+    _add_server_arguments(submit, "the server")
+    submit.set_defaults(handler=_submit)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    import yaml
+
+    from hermes.server.client import Client
+
+    if not args.server:
+        raise HermesError("give the server: --server URL or $HERMES_SERVER")
+    try:
+        spec = yaml.safe_load(Path(args.spec).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise HermesError(f"{args.spec}: cannot read the spec: {error}") from None
+    if not isinstance(spec, dict):
+        raise HermesError(f"{args.spec}: must be a YAML mapping with name, trial, search, metric and budget")
+    experiment = Client(args.server, args.token).submit(spec, args.weight)
+    print(f"submitted {experiment['name']} as experiment {experiment['id']} ({experiment['status']}) "
+          f"to {args.server.rstrip('/')}")
     return 0
 
 

@@ -99,30 +99,25 @@ class BodyLimit:
             await _too_large(self.limit, send)
             return
         received = 0
-        started = False
+        refused = False
 
         async def counted() -> Message:
-            nonlocal received
+            nonlocal received, refused
+            if refused:
+                return {"type": "http.disconnect"}
             message = await receive()
             received += len(message.get("body", b""))
-            if received > self.limit:
-                raise _TooLarge
+            if received > self.limit:  # answer now; whatever the app answers later is dropped
+                refused = True
+                await _too_large(self.limit, send)
+                return {"type": "http.disconnect"}
             return message
 
         async def sending(message: Message) -> None:
-            nonlocal started
-            started = True
-            await send(message)
+            if not refused:
+                await send(message)
 
-        try:
-            await self.app(scope, counted, sending)
-        except _TooLarge:
-            if not started:
-                await _too_large(self.limit, send)
-
-
-class _TooLarge(Exception):
-    pass
+        await self.app(scope, counted, sending)
 
 
 async def _too_large(limit: int, send: Send) -> None:

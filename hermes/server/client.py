@@ -1,0 +1,199 @@
+"""A Hermes server seen from the command line: submit a spec, and read an experiment as a read-only store.
+
+``RemoteStore`` answers the store's read methods from the REST API, so ``hermes status``,
+``results`` and ``plot`` run their own code unchanged against a server. It needs nothing beyond
+the standard library, so a laptop that only submits needs neither FastAPI nor a database driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from hermes.core.decisions import Decision
+from hermes.core.events import Event
+from hermes.core.states import TrialState
+from hermes.errors import HermesError
+from hermes.store import (
+    DecisionRecord,
+    ExperimentRecord,
+    ExperimentStatus,
+    ExperimentStore,
+    MetricRecord,
+    StoreError,
+    TrialRecord,
+)
+from hermes.store.codec import from_dict
+
+TOKEN_VARIABLE = "HERMES_TOKEN"
+PAGE = 10_000
+
+
+class ServerError(HermesError):
+    """The server refused a request or could not be reached; the message says what it answered."""
+
+
+class Client:
+    def __init__(self, url: str, token: str | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.token = token or os.environ.get(TOKEN_VARIABLE)
+        if not self.token:
+            raise ServerError(f"a token is needed for {self.url}: pass --token or set {TOKEN_VARIABLE}")
+
+    def request(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        request = urllib.request.Request(
+            f"{self.url}/api{path}{'?' + query if query else ''}",
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            raise ServerError(f"{self.url}: {error.code} {error.reason}: {_detail(error)}") from None
+        except urllib.error.URLError as error:
+            raise ServerError(f"cannot reach {self.url}: {error.reason}") from None
+
+    def submit(self, spec: Mapping[str, Any], weight: float = 1.0) -> dict[str, Any]:
+        return self.request("POST", "/experiments", {"spec": dict(spec), "weight": weight})
+
+
+class RemoteStore(ExperimentStore):
+    """The experiments a server shows this token's user, read-only."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.url = client.url
+
+    def experiments(self) -> list[ExperimentRecord]:
+        return [self._record(e, self.client.request("GET", f"/experiments/{e['id']}")["spec"])
+                for e in self.client.request("GET", "/experiments")]
+
+    def experiment(self, experiment_id: int) -> ExperimentRecord:
+        found = self.client.request("GET", f"/experiments/{experiment_id}")
+        return self._record(found, found["spec"])
+
+    def trials(self, experiment_id: int) -> list[TrialRecord]:
+        found = self.client.request("GET", f"/experiments/{experiment_id}/trials")["trials"]
+        return [
+            TrialRecord(
+                trial_id=t["trial"], params=t["params"], state=TrialState(t["state"]), budget=t["budget"],
+                submitted_at=t["submitted_at"] or 0.0, step=t["step"], checkpoint_step=t.get("checkpoint_step", 0),
+                gpu=t["gpu"], error=t["error"], started_at=t["started_at"], ended_at=t["ended_at"],
+            )
+            for t in found
+        ]
+
+    def metrics(self, experiment_id: int, trial_id: str | None = None) -> list[MetricRecord]:
+        records: list[MetricRecord] = []
+        cursor = 0
+        while True:
+            page = self.client.request("GET", f"/experiments/{experiment_id}/metrics", after=cursor, limit=PAGE,
+                                       trial=trial_id)
+            records += [MetricRecord(m["trial"], m["step"], m["at"], {k: float(v) for k, v in m["values"].items()})
+                        for m in page["metrics"]]
+            if page["cursor"] == cursor:
+                return records
+            cursor = page["cursor"]
+
+    def events(self, experiment_id: int) -> list[Event]:
+        return [event for _seq, event in self.events_after(experiment_id, 0)]
+
+    def events_after(self, experiment_id: int, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
+        found: list[tuple[int, Event]] = []
+        while limit is None or len(found) < limit:
+            page = self.client.request("GET", f"/experiments/{experiment_id}/events", after=after, limit=PAGE)
+            for row in page["events"]:
+                row.pop("description")
+                seq = row.pop("seq")
+                found.append((seq, from_dict({k: _number(v) for k, v in row.items()})))  # type: ignore[arg-type]
+            if page["cursor"] == after:
+                break
+            after = page["cursor"]
+        return found[:limit] if limit is not None else found
+
+    def decisions(self, experiment_id: int) -> list[DecisionRecord]:
+        return self.decisions_after(experiment_id, 0)
+
+    def decisions_after(self, experiment_id: int, after: int, upto: int | None = None) -> list[DecisionRecord]:
+        found: list[DecisionRecord] = []
+        while True:
+            page = self.client.request("GET", f"/experiments/{experiment_id}/decisions", after=after, limit=PAGE)
+            for row in page["decisions"]:
+                seq, at = row.pop("seq"), row.pop("at")
+                row.pop("reason")
+                if upto is None or seq <= upto:
+                    found.append(DecisionRecord(seq, at, from_dict(row)))  # type: ignore[arg-type]
+            if page["cursor"] == after or (upto is not None and page["cursor"] >= upto):
+                return found
+            after = page["cursor"]
+
+    def metrics_after(self, experiment_id: int, after: int, limit: int | None = None) -> list[tuple[int, MetricRecord]]:
+        raise StoreError("a remote store reads metrics with metrics()")
+
+    def close(self) -> None:
+        pass
+
+    @staticmethod
+    def _record(summary: Mapping[str, Any], spec: dict[str, Any]) -> ExperimentRecord:
+        return ExperimentRecord(
+            summary["id"], summary["name"], spec, summary["created_at"], ExperimentStatus(summary["status"]),
+            owner=summary["owner"], weight=summary["weight"], cancel_requested=summary["cancel_requested"],
+        )
+
+    # ------------------------------------------------------------------ writes go through the API, not here
+    def create_or_open_experiment(self, name: str, spec: Mapping[str, Any], may_change: Collection[str] = ()) -> int:
+        raise self._read_only()
+
+    def set_status(self, experiment_id: int, status: ExperimentStatus) -> None:
+        raise self._read_only()
+
+    def append_event(self, experiment_id: int, event: Event, decisions: Sequence[Decision] = ()) -> int:
+        raise self._read_only()
+
+    def record_event(
+        self, experiment_id: int, event: Event, decisions: Sequence[Decision], trials: Sequence[TrialRecord]
+    ) -> int:
+        raise self._read_only()
+
+    def upsert_trial(self, experiment_id: int, trial: TrialRecord) -> None:
+        raise self._read_only()
+
+    def record_metrics(
+        self, experiment_id: int, trial_id: str, step: int, at: float, metrics: Mapping[str, float]
+    ) -> None:
+        raise self._read_only()
+
+    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str, weight: float = 1.0) -> int:
+        raise self._read_only()
+
+    def set_weight(self, experiment_id: int, weight: float) -> None:
+        raise self._read_only()
+
+    def request_cancel(self, experiment_id: int) -> None:
+        raise self._read_only()
+
+    def _read_only(self) -> StoreError:
+        return StoreError(f"{self.url} is read here; submit, cancel and weights go through the API")
+
+
+def _number(value: Any) -> Any:
+    """The API sends non-finite floats as the strings Python's float() reads."""
+    return float(value) if value in ("nan", "inf", "-inf") else value
+
+
+def _detail(error: urllib.error.HTTPError) -> str:
+    try:
+        detail = json.loads(error.read()).get("detail")
+    except (ValueError, AttributeError):
+        return ""
+    if isinstance(detail, list):
+        return "; ".join(f"{'.'.join(map(str, d.get('loc', [])[1:]))}: {d.get('msg')}" for d in detail)
+    return str(detail)

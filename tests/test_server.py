@@ -1,0 +1,353 @@
+"""The server's REST API: authentication, who sees what, refusals that name the field, every read, and real runs.
+
+Reads are checked on experiments recorded by the real core and StoreRecorder in simulated time
+(``hermes.testing.recorded``) against what the store itself says; submissions, cancelling and
+trial logs on real experiments that the server's runner runs (tests/trials/curve.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the server needs the server extra: pip install -e '.[server]'")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from hermes.server.app import ServerConfig, create_app  # noqa: E402
+from hermes.store import ExperimentStatus, SqlStore, build_runs  # noqa: E402
+from hermes.testing.recorded import experiment_spec, record_simulated  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+EXPERIMENT_ROUTES = [
+    "/api/experiments/{id}", "/api/experiments/{id}/trials", "/api/experiments/{id}/trials/0",
+    "/api/experiments/{id}/metrics", "/api/experiments/{id}/curves", "/api/experiments/{id}/events",
+    "/api/experiments/{id}/decisions", "/api/experiments/{id}/timeline", "/api/experiments/{id}/trials/0/log",
+]
+
+
+def real_spec(name: str, trials: int = 4, steps: int = 4, sleep: float = 0.05, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "trial": {"function": "trials.curve:train", "workdir": str(TESTS)},
+        "search": {"sampler": "list", "configs": [
+            {"rate": 0.2 + 0.2 * i, "sleep": sleep, "crash": "raise" if i == 1 else "none"} for i in range(trials)
+        ]},
+        "metric": {"name": "score", "mode": "max"},
+        "budget": {"steps": steps},
+        "policy": {"name": "rr", "period": 0.2},
+        "resources": {"gpus": "none", "cpu_slots": 2},
+        **extra,
+    }
+
+
+class Server:
+    def __init__(self, client: TestClient) -> None:
+        self.client = client
+        self.hermes = client.app.state.hermes  # type: ignore[attr-defined]
+        self.tokens = {name: self.hermes.accounts.add_user(name, admin=name == "root") for name in
+                       ("alice", "bob", "root")}
+
+    def as_(self, user: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[user]}"}
+
+    def get(self, path: str, user: str = "alice", **params: Any) -> Any:
+        response = self.client.get(path, headers=self.as_(user), params=params)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def simulated(self, owner: str, name: str, trials: int = 12) -> int:
+        store = self.hermes.store
+        experiment_id = store.submit_experiment(name, experiment_spec(name, trials, 6), owner)
+        record_simulated(store, experiment_id, trials, 6, seed=len(name), policy="rr")
+        return experiment_id
+
+    def wait(self, experiment_id: int, user: str = "alice", timeout: float = 60.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            experiment = self.get(f"/api/experiments/{experiment_id}", user)
+            if experiment["status"] in ("finished", "failed", "cancelled"):
+                return experiment
+            time.sleep(0.1)
+        raise AssertionError(f"experiment {experiment_id} still {experiment['status']} after {timeout}s")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    with TestClient(create_app(ServerConfig(root=tmp_path / "server", max_body=64 * 1024))) as client:
+        yield Server(client)
+
+
+# ---------------------------------------------------------------------- authentication and ownership
+def test_every_api_route_needs_a_valid_token(server: Server) -> None:
+    experiment_id = server.simulated("alice", "mine")
+    paths = ["/api/me", "/api/experiments", "/api/cluster", *(p.format(id=experiment_id) for p in EXPERIMENT_ROUTES)]
+    for path in paths:
+        for headers in ({}, {"Authorization": "Bearer hermes_not-a-token"}, {"Authorization": "Basic YWxpY2U6eA=="}):
+            response = server.client.get(path, headers=headers)
+            assert response.status_code == 401, (path, headers, response.text)
+            assert response.headers["www-authenticate"] == "Bearer"
+    for method, path in [("post", "/api/experiments"), ("post", f"/api/experiments/{experiment_id}/cancel"),
+                         ("put", f"/api/experiments/{experiment_id}/weight")]:
+        assert server.client.request(method, path, json={"weight": 2}).status_code == 401
+    # a token in the URL is never taken: it would end up in access logs
+    assert server.client.get("/api/me", params={"token": server.tokens["alice"]}).status_code == 401
+    assert server.get("/api/me") == {"name": "alice", "admin": False}
+
+
+def test_another_users_experiment_is_not_found(server: Server) -> None:
+    alices = server.simulated("alice", "alices")
+    bobs = server.simulated("bob", "bobs")
+    assert [e["name"] for e in server.get("/api/experiments", "alice")] == ["alices"]
+    assert [e["name"] for e in server.get("/api/experiments", "bob")] == ["bobs"]
+    assert [e["name"] for e in server.get("/api/experiments", "root")] == ["alices", "bobs"]
+    for path in EXPERIMENT_ROUTES:
+        response = server.client.get(path.format(id=bobs), headers=server.as_("alice"))
+        assert response.status_code == 404, (path, response.text)
+        assert server.client.get(path.format(id=bobs), headers=server.as_("root")).status_code == 200, path
+        assert server.client.get(path.format(id=alices), headers=server.as_("alice")).status_code == 200, path
+    assert server.client.get("/api/experiments/999", headers=server.as_("root")).status_code == 404
+    response = server.client.post(f"/api/experiments/{bobs}/cancel", headers=server.as_("alice"))
+    assert response.status_code == 404
+    response = server.client.put(f"/api/experiments/{bobs}/weight", json={"weight": 5}, headers=server.as_("alice"))
+    assert response.status_code == 404
+    assert server.hermes.store.experiment(bobs).weight == 1.0
+    # the cluster view names only the caller; others are one row
+    users = [row["user"] for row in server.get("/api/cluster", "alice")["users"]]
+    assert "bob" not in users
+
+
+def test_tokens_are_stored_hashed(server: Server, tmp_path: Path) -> None:
+    database = (tmp_path / "server" / "hermes.db").read_bytes()
+    for token in server.tokens.values():
+        assert token.encode() not in database
+        assert token.removeprefix("hermes_").encode() not in database
+
+
+# ---------------------------------------------------------------------- refusals
+def test_malformed_requests_are_refused_naming_the_field(server: Server) -> None:
+    def submit(body: Any, **kwargs: Any) -> Any:
+        return server.client.post("/api/experiments", headers=server.as_("alice"), json=body, **kwargs)
+
+    response = server.client.post(
+        "/api/experiments", content=b'{"spec": {"name": ', headers={**server.as_("alice"), "content-type": "application/json"}
+    )
+    assert response.status_code == 422 and response.json()["detail"][0]["type"] == "json_invalid"
+    response = submit({"weight": 1})
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "spec"]
+    response = submit({"spec": real_spec("w"), "weight": -1})
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "weight"]
+    bad = real_spec("bad")
+    bad["search"] = {"trials": 3, "space": {"lr": {"type": "loguniform", "low": 0, "high": 1}}}
+    response = submit({"spec": bad})
+    assert response.status_code == 422
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == ["body", "spec", "search", "space", "lr", "low"] and "> 0" in problem["msg"]
+    outside = real_spec("outside", storage={"dir": "/tmp/elsewhere", "allow_outside": True})
+    response = submit({"spec": outside})
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "spec", "storage", "dir"]
+    response = server.client.put("/api/experiments/1/weight", json={"weight": "heavy"}, headers=server.as_("alice"))
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "weight"]
+    assert server.hermes.store.experiments() == []
+
+
+def test_oversized_payloads_are_refused(server: Server) -> None:
+    big = {"spec": {**real_spec("big"), "description": "x" * 70_000}}
+    response = server.client.post("/api/experiments", json=big, headers=server.as_("alice"))
+    assert response.status_code == 413
+    chunks = iter([b'{"spec": {"description": "', b"x" * 40_000, b"x" * 40_000, b'"}}'])
+    response = server.client.post(  # no Content-Length: counted as it streams in
+        "/api/experiments", content=chunks, headers={**server.as_("alice"), "content-type": "application/json"}
+    )
+    assert response.status_code == 413
+    assert server.hermes.store.experiments() == []
+
+
+def test_a_taken_name_is_a_conflict(server: Server) -> None:
+    server.simulated("bob", "taken")
+    response = server.client.post("/api/experiments", json={"spec": real_spec("taken")}, headers=server.as_("alice"))
+    assert response.status_code == 409 and "another name" in response.json()["detail"]
+
+
+# ---------------------------------------------------------------------- reads
+def test_reads_agree_with_the_store_and_follow_cursors(server: Server) -> None:
+    experiment_id = server.simulated("alice", "sim", trials=12)
+    store = server.hermes.store
+    path = f"/api/experiments/{experiment_id}"
+    detail = server.get(path)
+    assert detail["status"] == "finished" and detail["trials"] == 12 and detail["spec"]["name"] == "sim"
+    assert sum(detail["by_state"].values()) == 12
+
+    trials = server.get(f"{path}/trials")
+    records = {t.trial_id: t for t in store.trials(experiment_id)}
+    assert {t["trial"] for t in trials["trials"]} == set(records)
+    reports = store.metrics(experiment_id)
+    for summary in trials["trials"]:
+        own = [r.values["value"] for r in reports if r.trial_id == summary["trial"]]
+        assert summary["reports"] == len(own) and summary["state"] == records[summary["trial"]].state.value
+        finite = [v for v in own if v == v and abs(v) != float("inf")]
+        assert summary["best"] == (max(finite) if finite else None)
+    assert detail["best"] == max(t["best"] for t in trials["trials"] if t["best"] is not None)
+    assert server.get(f"{path}/trials", since=trials["version"])["trials"] == []  # nothing new
+
+    pages, cursor = [], 0
+    while True:
+        page = server.get(f"{path}/metrics", after=cursor, limit=7)
+        if not page["metrics"]:
+            break
+        pages += page["metrics"]
+        cursor = page["cursor"]
+    assert [(m["trial"], m["step"]) for m in pages] == [(r.trial_id, r.step) for r in reports]
+    curves = server.get(f"{path}/curves")
+    assert curves["trial"] == [r.trial_id for r in reports] and curves["more"] is False
+    assert server.get(f"{path}/curves", after=curves["cursor"])["trial"] == []
+
+    events = server.get(f"{path}/events")["events"]
+    assert [e["type"] for e in events] == [type(e).__name__ for e in store.events(experiment_id)]
+    decisions = server.get(f"{path}/decisions")
+    assert [(d["type"], d["trial_id"]) for d in decisions["decisions"]] == [
+        (type(r.decision).__name__, r.decision.trial_id) for r in store.decisions(experiment_id)
+    ]
+    assert all(" because " in d["reason"] for d in decisions["decisions"])
+    later = server.get(f"{path}/decisions", after=events[len(events) // 2]["seq"])["decisions"]
+    assert later == [d for d in decisions["decisions"] if d["seq"] > events[len(events) // 2]["seq"]]
+
+    timeline = server.get(f"{path}/timeline")
+    expected = build_runs(store.events(experiment_id), store.decisions(experiment_id))
+    assert [(r["trial"], r["gpu"], r["started_at"], r["ended_at"], r["ended_by"]) for r in timeline["runs"]] == [
+        (r.trial_id, r.gpu, r.started_at, r.ended_at, r.ended_by) for r in expected
+    ]
+    assert timeline["gpus"] == ["n0/g0", "n0/g1", "n1/g0", "n1/g1"]
+    assert any(r["resumed"] for r in timeline["runs"]) and all("start_reason" in r for r in timeline["runs"])
+    assert server.get(f"{path}/timeline", since=timeline["version"])["runs"] == []
+    assert server.client.get(f"{path}/trials/nope", headers=server.as_("alice")).status_code == 404
+    assert server.client.get(f"{path}/trials/..%2F..%2Fx/log", headers=server.as_("alice")).status_code == 404
+
+
+def test_openapi_documents_every_route(server: Server) -> None:
+    paths = server.client.get("/openapi.json").json()["paths"]
+    for path in ["/api/experiments", "/api/experiments/{experiment_id}", "/api/experiments/{experiment_id}/cancel",
+                 "/api/experiments/{experiment_id}/weight", "/api/experiments/{experiment_id}/trials",
+                 "/api/experiments/{experiment_id}/metrics", "/api/experiments/{experiment_id}/decisions",
+                 "/api/experiments/{experiment_id}/timeline", "/api/experiments/{experiment_id}/trials/{trial_id}/log",
+                 "/api/cluster"]:
+        assert path in paths, path
+    assert server.client.get("/").status_code == 200  # the dashboard's page needs no token: it holds no data
+
+
+# ---------------------------------------------------------------------- real runs
+def test_submitted_experiments_run_and_can_be_cancelled(server: Server) -> None:
+    first = server.client.post("/api/experiments", json={"spec": real_spec("first")}, headers=server.as_("alice"))
+    assert first.status_code == 201 and first.json()["status"] == "queued"
+    slow = real_spec("slow", trials=6, steps=200, sleep=0.05)
+    second = server.client.post("/api/experiments", json={"spec": slow, "weight": 2}, headers=server.as_("alice"))
+    queued = server.client.post("/api/experiments", json={"spec": real_spec("queued")}, headers=server.as_("alice"))
+    first_id, second_id, queued_id = (r.json()["id"] for r in (first, second, queued))
+    assert second.json()["weight"] == 2.0
+
+    done = server.wait(first_id)
+    assert done["status"] == "finished" and done["by_state"] == {"completed": 3, "failed": 1}
+    log = server.get(f"/api/experiments/{first_id}/trials/1/log", stream="stderr")
+    assert "about to fail at step 2" in log["text"] and log["offset"] == log["size"] > 0
+    assert server.get(f"/api/experiments/{first_id}/trials/1/log", stream="stderr", offset=log["offset"])["text"] == ""
+
+    response = server.client.post(f"/api/experiments/{queued_id}/cancel", headers=server.as_("alice"))
+    assert response.status_code == 202
+    assert server.get(f"/api/experiments/{queued_id}")["status"] == "cancelled"  # never ran
+
+    deadline = time.monotonic() + 30
+    while not server.get(f"/api/experiments/{second_id}/curves")["trial"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    response = server.client.put(f"/api/experiments/{second_id}/weight", json={"weight": 3}, headers=server.as_("alice"))
+    assert response.json()["weight"] == 3.0
+    assert server.client.post(f"/api/experiments/{second_id}/cancel", headers=server.as_("alice")).status_code == 202
+    cancelled = server.wait(second_id)
+    assert cancelled["status"] == "cancelled" and set(cancelled["by_state"]) <= {"stopped", "completed"}
+    assert server.client.post(f"/api/experiments/{second_id}/cancel", headers=server.as_("alice")).status_code == 409
+    assert server.get("/api/experiments/" + str(second_id) + "/trials")["trials"][0]["step"] < 200
+
+
+def test_a_restarted_server_continues_its_experiments(tmp_path: Path) -> None:
+    config = ServerConfig(root=tmp_path / "server", run_experiments=False)
+    with TestClient(create_app(config)) as client:
+        token = client.app.state.hermes.accounts.add_user("alice")  # type: ignore[attr-defined]
+        headers = {"Authorization": f"Bearer {token}"}
+        response = client.post("/api/experiments", json={"spec": real_spec("later")}, headers=headers)
+        assert response.json()["status"] == "queued"
+    with TestClient(create_app(ServerConfig(root=tmp_path / "server"))) as client:
+        server = Server.__new__(Server)
+        server.client, server.tokens = client, {"alice": token}
+        assert server.wait(response.json()["id"])["status"] == "finished"
+
+
+# ---------------------------------------------------------------------- the command line
+def test_server_command_adds_users_binds_locally_and_keeps_tokens_out_of_logs(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    root = tmp_path / "srv"
+    made = subprocess.run([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "add-user", "carol"],
+                          capture_output=True, text=True, env=env, check=True)
+    token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
+    assert SqlStore(f"sqlite:///{root / 'hermes.db'}").experiments() == []
+    port = _free_port()
+    log = open(tmp_path / "server.log", "w+")
+    process = subprocess.Popen([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "--port", str(port)],
+                               stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        import httpx
+
+        url = f"http://127.0.0.1:{port}"
+        _wait_for(url)
+        assert httpx.get(f"{url}/api/me", headers={"Authorization": f"Bearer {token}"}).json()["name"] == "carol"
+        assert httpx.get(f"{url}/api/me", params={"token": token}).status_code == 401
+        assert httpx.get(f"{url}/api/me", headers={"Authorization": f"Bearer {token}x"}).status_code == 401
+        assert _listening_addresses(port) == ["127.0.0.1"]
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=20)
+    log.seek(0)
+    output = log.read()
+    assert "GET /api/me" in output  # the access log is on ...
+    assert token not in output and token.removeprefix("hermes_") not in output  # ... and holds no token
+
+
+def _listening_addresses(port: int) -> list[str]:
+    """The IPv4 addresses a socket listens on at ``port``, from /proc/net/tcp (and none on IPv6)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.append(".".join(str(int(address[i:i + 2], 16)) for i in (6, 4, 2, 0)) if len(address) == 8
+                             else address)
+    return found
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for(url: str, timeout: float = 30.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{url}/openapi.json", timeout=1.0)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise AssertionError(f"no server at {url} after {timeout}s")
