@@ -75,7 +75,7 @@ class Hermes:
         digest = self._digests.get(experiment.experiment_id)
         if digest is None:
             digest = self._digests.setdefault(experiment.experiment_id, ExperimentDigest(self.store, experiment))
-        digest.refresh()
+        digest.refresh(experiment.status)
         return digest
 
     def close(self) -> None:

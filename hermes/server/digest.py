@@ -33,7 +33,14 @@ from hermes.core.events import (
     TrialSuspended,
 )
 from hermes.report import Target
-from hermes.store import DecisionRecord, ExperimentRecord, ExperimentStore, RunTimeline, TrialRecord
+from hermes.store import (
+    DecisionRecord,
+    ExperimentRecord,
+    ExperimentStatus,
+    ExperimentStore,
+    RunTimeline,
+    TrialRecord,
+)
 
 REFRESH_INTERVAL = 0.5  # seconds: polls from many tabs within this share one read of the store
 
@@ -54,13 +61,16 @@ class ExperimentDigest:
         self._seq = 0
         self._metric_cursor = 0
         self._read_at = -math.inf
+        self._status: ExperimentStatus | None = None
         self._lock = threading.Lock()
 
-    def refresh(self) -> None:
-        """Read what the store added since the last refresh (at most every REFRESH_INTERVAL)."""
+    def refresh(self, status: ExperimentStatus) -> None:
+        """Read what the store added since the last refresh: at most every REFRESH_INTERVAL, and at
+        once when the experiment's status changed (so a finished experiment shows all it recorded)."""
         with self._lock:
-            if time.monotonic() - self._read_at < REFRESH_INTERVAL:
+            if time.monotonic() - self._read_at < REFRESH_INTERVAL and status is self._status:
                 return
+            self._status = status
             first = self._read_at == -math.inf
             self._read_at = time.monotonic()
             events = self.store.events_after(self.experiment_id, self._seq)

@@ -1,0 +1,461 @@
+// The Hermes dashboard: plain JavaScript over the REST API, with vendored uPlot and ECharts.
+// Each view polls with the cursors the API hands back, so it fetches only what is new, and
+// updates its tables and charts in place, so sorting, paging, zoom and selection survive updates.
+"use strict";
+
+const POLL_MS = 2000;
+const PAGE_ROWS = 50;
+const state = { token: localStorage.getItem("hermesToken"), view: null };
+
+// ------------------------------------------------------------------ plumbing
+async function api(path, options = {}) {
+  const response = await fetch("/api" + path, {
+    ...options,
+    headers: { "Authorization": "Bearer " + state.token, "Content-Type": "application/json" },
+  });
+  if (response.status === 401) { showLogin("Your token was refused."); throw new Error("unauthorised"); }
+  if (!response.ok) throw new Error(response.status + " " + (await response.text()));
+  return response.json();
+}
+
+function el(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attributes)) {
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (value !== undefined && value !== null) node.setAttribute(key, value);
+  }
+  for (const child of children) node.append(child instanceof Node ? child : String(child ?? ""));
+  return node;
+}
+
+const fmt = (v, digits = 4) => v === null || v === undefined ? "-" :
+  typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toPrecision(digits)) : String(v);
+const seconds = (v) => v === null || v === undefined ? "-" : v < 60 ? v.toFixed(1) + "s" :
+  v < 3600 ? (v / 60).toFixed(1) + "m" : (v / 3600).toFixed(2) + "h";
+const trialColour = (index) => `hsl(${(index * 137.508) % 360}, 65%, 45%)`;
+
+function every(ms, tick) {
+  let timer = null, stopped = false;
+  const run = async () => {
+    try { await tick(); } catch (error) { console.error(error); }
+    if (!stopped) timer = setTimeout(run, ms);
+  };
+  run();
+  return () => { stopped = true; clearTimeout(timer); };
+}
+
+function showLogin(message = "") {
+  document.getElementById("login").hidden = false;
+  document.getElementById("login-error").textContent = message;
+  document.getElementById("view").replaceChildren();
+}
+
+// ------------------------------------------------------------------ the experiment list
+function listView(root) {
+  const body = el("tbody");
+  const table = el("table", { id: "experiments" },
+    el("thead", {}, el("tr", {}, ...["id", "name", "owner", "status", "trials", "best", "metric", "weight", "submitted"]
+      .map((h) => el("th", {}, h)))), body);
+  root.append(el("h2", {}, "Experiments"), table, el("p", { class: "muted" },
+    "Submit with: hermes submit spec.yaml --server " + location.origin));
+  const rows = new Map();
+  return every(POLL_MS, async () => {
+    for (const e of await api("/experiments")) {
+      let row = rows.get(e.id);
+      if (!row) {
+        row = el("tr", { "data-id": e.id, onclick: () => { location.hash = `#/experiments/${e.id}`; } });
+        rows.set(e.id, row);
+        body.append(row);
+      }
+      row.replaceChildren(...[e.id, e.name, e.owner ?? "-", statusBadge(e.status), e.trials, fmt(e.best),
+        `${e.metric} (${e.mode})`, e.weight, new Date(e.created_at * 1000).toLocaleString()]
+        .map((v) => el("td", {}, v)));
+    }
+  });
+}
+
+function statusBadge(status) { return el("span", { class: "status " + status }, status); }
+
+// ------------------------------------------------------------------ one experiment
+function experimentView(root, id, selectedTrial) {
+  const s = {
+    trials: new Map(), order: [], curves: new Map(), runs: [], gpus: [], now: 0,
+    trialVersion: 0, runVersion: 0, curveCursor: 0, sort: { key: "best", desc: true }, page: 0,
+    experiment: null, selected: selectedTrial, maxStep: 0,
+  };
+  const header = el("div");
+  const board = el("table", { id: "leaderboard" });
+  const pager = el("div", { class: "pager" });
+  const curvesBox = el("div", { id: "curves", class: "chart" });
+  const parallelBox = el("div", { id: "parallel", class: "chart" });
+  const timelineBox = el("div", { id: "timeline", class: "chart" });
+  const firstBox = el("div", { id: "first-report", class: "chart" });
+  const trialBox = el("div", { id: "trial" });
+  root.append(header,
+    el("div", { class: "grid" },
+      el("div", { class: "panel wide" }, el("h3", {}, "Leaderboard"), pager, board),
+      el("div", { class: "panel" }, el("h3", {}, "Learning curves"), curvesBox),
+      el("div", { class: "panel" }, el("h3", {}, "Hyper-parameters against the metric"), parallelBox),
+      el("div", { class: "panel wide" }, el("h3", {}, "GPU timeline"), el("p", { class: "muted" },
+        "A bar per run, coloured by trial; ▲ resume, ◆ migration, | suspension, ✕ stop or failure. " +
+        "Hover for the reason of each decision; scroll or drag below to zoom."), timelineBox),
+      el("div", { class: "panel" }, el("h3", {}, "Time to first report"), firstBox),
+      el("div", { class: "panel" }, trialBox)));
+  const charts = { timeline: echarts.init(timelineBox), parallel: echarts.init(parallelBox),
+                   first: echarts.init(firstBox), curves: null, curveCount: -1 };
+  const resize = () => { charts.timeline.resize(); charts.parallel.resize(); charts.first.resize(); };
+  window.addEventListener("resize", resize);
+  window.hermesDashboard = { state: s, charts };
+
+  const stopPolling = every(POLL_MS, async () => {
+    s.experiment = await api(`/experiments/${id}`);
+    const trials = await api(`/experiments/${id}/trials?since=${s.trialVersion}`);
+    for (const t of trials.trials) {
+      if (!s.trials.has(t.trial)) s.order.push(t.trial);
+      s.trials.set(t.trial, t);
+    }
+    s.trialVersion = trials.version;
+    s.now = Math.max(s.now, trials.now);
+    let more = true;
+    while (more) {
+      const c = await api(`/experiments/${id}/curves?after=${s.curveCursor}`);
+      for (let i = 0; i < c.trial.length; i++) {
+        if (!s.curves.has(c.trial[i])) s.curves.set(c.trial[i], new Map());
+        if (c.value[i] !== null) s.curves.get(c.trial[i]).set(c.step[i], c.value[i]);
+        s.maxStep = Math.max(s.maxStep, c.step[i]);
+      }
+      s.curveCursor = c.cursor;
+      more = c.more;
+    }
+    const timeline = await api(`/experiments/${id}/timeline?since=${s.runVersion}`);
+    for (const run of timeline.runs) s.runs[run.index] = run;
+    s.gpus = timeline.gpus;
+    s.runVersion = timeline.version;
+    s.now = Math.max(s.now, timeline.now);
+    renderHeader();
+    renderBoard();
+    if (trials.trials.length || !charts.curves) { renderCurves(); renderParallel(); renderFirstReports(); }
+    if (timeline.runs.length || !charts.timelineDrawn) renderTimeline();
+    window.hermesDashboard.updates = (window.hermesDashboard.updates || 0) + 1;
+  });
+  const stopTrial = trialPanel(trialBox, id, () => s.selected, s);
+
+  function renderHeader() {
+    const e = s.experiment;
+    const counts = Object.entries(e.by_state).map(([k, v]) => `${v} ${k}`).join(", ");
+    const weight = el("input", { type: "number", min: "0.01", step: "0.5", value: e.weight, size: 4,
+                                 id: "weight" });
+    const setWeight = el("button", { onclick: async () => {
+      await api(`/experiments/${id}/weight`, { method: "PUT", body: JSON.stringify({ weight: +weight.value }) });
+    } }, "Set weight");
+    const cancel = el("button", { id: "cancel", onclick: async () => {
+      if (confirm(`Cancel ${e.name}? Its trials are stopped.`)) await api(`/experiments/${id}/cancel`, { method: "POST" });
+    } }, "Cancel");
+    if (header.dataset.key === JSON.stringify([e.status, counts, e.best, e.weight])) return;
+    header.dataset.key = JSON.stringify([e.status, counts, e.best, e.weight]);
+    header.replaceChildren(
+      el("h2", {}, `${e.name} `, statusBadge(e.status)),
+      el("div", { class: "controls" },
+        el("span", {}, `owner ${e.owner ?? "-"} · ${e.metric} (${e.mode}) · ${e.trials} trials: ${counts || "none yet"}` +
+           ` · best ${fmt(e.best)}${e.best_trial ? " (trial " + e.best_trial + ")" : ""}`),
+        el("label", {}, "weight ", weight), setWeight, e.status === "running" || e.status === "queued" ? cancel : ""));
+  }
+
+  // ---------------------------------------------------------------- leaderboard
+  function columns() {
+    const params = Object.keys(s.experiment?.spec?.search?.space ?? {});
+    return [
+      ["rank", "#", null], ["trial", "trial", (t) => t.trial], ["state", "state", (t) => t.state],
+      ["best", "best", (t) => t.best], ["best_step", "at step", (t) => t.best_step], ["last", "last", (t) => t.last],
+      ["step", "steps", (t) => t.step], ["first_report", "first report", (t) => t.first_report_at],
+      ["gpu", "GPU", (t) => t.gpu], ...params.map((p) => ["param:" + p, p, (t) => t.params[p]]),
+    ];
+  }
+
+  function ranked() {
+    const sign = s.experiment.mode === "min" ? -1 : 1;
+    const byBest = [...s.trials.values()].sort((a, b) =>
+      (a.best === null) - (b.best === null) || sign * ((b.best ?? 0) - (a.best ?? 0)));
+    byBest.forEach((t, i) => { t.rank = i + 1; });
+    const column = columns().find((c) => c[0] === s.sort.key);
+    if (s.sort.key === "best" || !column?.[2]) return s.sort.desc ? byBest : byBest.slice().reverse();
+    const get = column[2];
+    return byBest.slice().sort((a, b) => {
+      const x = get(a), y = get(b);
+      if (x === null || x === undefined) return 1;
+      if (y === null || y === undefined) return -1;
+      const order = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y),
+        undefined, { numeric: true });
+      return s.sort.desc ? -order : order;
+    });
+  }
+
+  function renderBoard() {
+    const cols = columns();
+    const all = ranked();
+    const pages = Math.max(1, Math.ceil(all.length / PAGE_ROWS));
+    s.page = Math.min(s.page, pages - 1);
+    const head = el("tr", {}, ...cols.map(([key, label]) => el("th", {
+      class: "sortable" + (s.sort.key === key || (key === "rank" && s.sort.key === "best") ? " sorted" : "") +
+             (!s.sort.desc ? " asc" : ""),
+      onclick: () => {
+        const k = key === "rank" ? "best" : key;
+        s.sort = { key: k, desc: s.sort.key === k ? !s.sort.desc : k === "best" };
+        renderBoard();
+      },
+    }, label)));
+    const rows = all.slice(s.page * PAGE_ROWS, (s.page + 1) * PAGE_ROWS).map((t) => el("tr", {
+      "data-trial": t.trial, class: t.trial === s.selected ? "selected" : undefined,
+      onclick: () => { location.hash = `#/experiments/${id}/trials/${encodeURIComponent(t.trial)}`; },
+    }, ...cols.map(([key, , get]) => {
+      const v = key === "rank" ? t.rank : key === "first_report" ? seconds(t.first_report_at) : get(t);
+      return el("td", { class: typeof v === "number" ? "num" : undefined }, fmt(v));
+    })));
+    board.replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
+    pager.replaceChildren(
+      el("button", { onclick: () => { s.page = Math.max(0, s.page - 1); renderBoard(); } }, "‹ prev"),
+      el("span", {}, `page ${s.page + 1} of ${pages} (${all.length} trials)`),
+      el("button", { onclick: () => { s.page = Math.min(pages - 1, s.page + 1); renderBoard(); } }, "next ›"));
+  }
+
+  // ---------------------------------------------------------------- curves (uPlot: one series per trial)
+  function renderCurves() {
+    const ids = s.order.filter((t) => s.curves.has(t));
+    const xs = Array.from({ length: s.maxStep }, (_, i) => i + 1);
+    const data = [xs, ...ids.map((t) => { const c = s.curves.get(t); return xs.map((x) => c.get(x) ?? null); })];
+    if (!charts.curves || charts.curveCount !== ids.length) {
+      const scales = charts.curves && charts.curvesZoomed ?
+        { x: { ...charts.curves.scales.x }, y: { ...charts.curves.scales.y } } : null;
+      charts.curves?.destroy();
+      const width = curvesBox.clientWidth || 500;
+      charts.curves = new uPlot({
+        width, height: 300, legend: { show: false }, cursor: { drag: { x: true, y: true } },
+        scales: { x: { time: false } },
+        axes: [{ label: "step" }, { label: s.experiment.metric }],
+        series: [{}, ...ids.map((t) => ({ label: "trial " + t, stroke: trialColour(s.order.indexOf(t)),
+                                         width: 1, spanGaps: true, points: { show: false } }))],
+        hooks: { setSelect: [() => { charts.curvesZoomed = true; }] },
+      }, data, curvesBox);
+      charts.curveCount = ids.length;
+      if (scales) { charts.curves.setScale("x", scales.x); charts.curves.setScale("y", scales.y); }
+    } else {
+      charts.curves.setData(data, !charts.curvesZoomed);
+    }
+  }
+
+  // ---------------------------------------------------------------- parallel coordinates (ECharts)
+  function renderParallel() {
+    const space = s.experiment.spec.search.space;
+    const names = Object.keys(space);
+    const axes = names.map((name, dim) => {
+      const p = space[name];
+      if (p.type === "choice" || p.type === "grid") return { dim, name, type: "category", data: p.values.map(String) };
+      return { dim, name, type: p.type === "loguniform" ? "log" : "value", min: p.low, max: p.high,
+               axisLabel: { formatter: (v) => +Number(v).toPrecision(3) } };
+    });
+    axes.push({ dim: names.length, name: s.experiment.metric, type: "value", scale: true,
+                axisLabel: { formatter: (v) => +Number(v).toPrecision(3) } });
+    const rows = [...s.trials.values()].filter((t) => t.best !== null).map((t) =>
+      [...names.map((n) => space[n].type === "choice" || space[n].type === "grid" ? String(t.params[n]) :
+        t.params[n]), t.best]);
+    const values = rows.map((r) => r[names.length]);
+    charts.parallel.setOption({
+      parallelAxis: axes,
+      parallel: { left: 40, right: 60, top: 40, bottom: 30 },
+      visualMap: { show: false, dimension: names.length, min: Math.min(...values, 0), max: Math.max(...values, 1),
+                   inRange: { color: s.experiment.mode === "max" ? ["#ccd", "#c22"] : ["#c22", "#ccd"] } },
+      series: [{ type: "parallel", lineStyle: { width: 1, opacity: 0.5 }, data: rows, progressive: 1000 }],
+    });
+  }
+
+  // ---------------------------------------------------------------- time to first report
+  function renderFirstReports() {
+    const points = s.order.map((t) => s.trials.get(t)).filter((t) => t.first_report_at !== null)
+      .map((t) => [s.order.indexOf(t.trial), t.first_report_at, t.trial, t.first_report_at - (t.submitted_at ?? 0)]);
+    charts.first.setOption({
+      grid: { left: 50, right: 20, top: 20, bottom: 40 },
+      tooltip: { formatter: (p) => `trial ${p.data[2]}: first report at ${seconds(p.data[1])}` +
+                 ` (${seconds(p.data[3])} after its submission)` },
+      xAxis: { name: "trial (submission order)", nameLocation: "middle", nameGap: 25, type: "value" },
+      yAxis: { name: "seconds", type: "value" },
+      series: [{ type: "scatter", symbolSize: 5, data: points,
+                 itemStyle: { color: (p) => trialColour(p.data[0]) } }],
+    });
+  }
+
+  // ---------------------------------------------------------------- the GPU timeline (ECharts custom series)
+  function renderTimeline() {
+    const gpuIndex = new Map(s.gpus.map((g, i) => [g, i]));
+    const runs = s.runs.filter(Boolean);
+    const bars = runs.map((r) => ({
+      value: [gpuIndex.get(r.gpu) ?? 0, r.started_at, r.ended_at ?? s.now, s.order.indexOf(r.trial), r.index],
+      itemStyle: { color: trialColour(s.order.indexOf(r.trial)) },
+    }));
+    const marks = (filter, at) => runs.filter(filter).map((r) => ({ value: [at(r), gpuIndex.get(r.gpu) ?? 0, r.index] }));
+    const mark = (name, symbol, color, filter, at, size = 9) => ({
+      name, type: "scatter", symbol, symbolSize: size, itemStyle: { color }, z: 5,
+      data: marks(filter, at), tooltip: { formatter: (p) => describeRun(s.runs[p.data.value[2]]) },
+    });
+    charts.timeline.setOption({
+      animation: false,
+      grid: { left: 90, right: 30, top: 10, bottom: 60 },
+      tooltip: { trigger: "item", confine: true },
+      dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "weakFilter" },
+                 { type: "slider", xAxisIndex: 0, filterMode: "weakFilter", height: 18, bottom: 8 }],
+      xAxis: { type: "value", name: "seconds", min: 0, max: Math.ceil(Math.max(s.now, 1)) },
+      yAxis: { type: "category", data: s.gpus, inverse: true },
+      series: [
+        { name: "runs", type: "custom", encode: { x: [1, 2], y: 0 }, data: bars, progressive: 5000,
+          renderItem: (params, api) => {
+            const start = api.coord([api.value(1), api.value(0)]);
+            const end = api.coord([api.value(2), api.value(0)]);
+            const height = api.size([0, 1])[1] * 0.6;
+            const shape = echarts.graphic.clipRectByRect(
+              { x: start[0], y: start[1] - height / 2, width: Math.max(end[0] - start[0], 1), height },
+              { x: params.coordSys.x, y: params.coordSys.y, width: params.coordSys.width, height: params.coordSys.height });
+            return shape && { type: "rect", shape, style: api.style() };
+          },
+          tooltip: { formatter: (p) => describeRun(s.runs[p.data.value[4]]) } },
+        mark("resume", "triangle", "#222", (r) => r.resumed && !r.migrated, (r) => r.started_at),
+        mark("migration", "diamond", "#d62728", (r) => r.migrated, (r) => r.started_at, 11),
+        mark("suspension", "rect", "#222", (r) => r.ended_by === "suspended", (r) => r.ended_at, [3, 14]),
+        mark("stop", "path://M0,0L10,10M10,0L0,10", "#b00020",
+             (r) => ["stopped", "failed", "lost"].includes(r.ended_by), (r) => r.ended_at),
+      ],
+    });
+    charts.timelineDrawn = true;
+  }
+
+  function describeRun(r) {
+    if (!r) return "";
+    const how = r.migrated ? "migrated here" : r.resumed ? "resumed" : "started";
+    const lines = [`<b>trial ${r.trial}</b> on ${r.gpu}`,
+      `${how} at ${seconds(r.started_at)}` + (r.start_reason ? `: ${r.start_reason}` : ""),
+      r.yield_requested_at !== null ? `asked to yield at ${seconds(r.yield_requested_at)}: ${r.yield_reason ?? ""}` : "",
+      r.ended_at !== null ? `${r.ended_by} at ${seconds(r.ended_at)}: ${r.end_reason ?? ""}` : "still running"];
+    return lines.filter(Boolean).map(escape).join("<br>").replaceAll("&lt;b&gt;", "<b>").replaceAll("&lt;/b&gt;", "</b>");
+  }
+
+  return () => {
+    stopPolling(); stopTrial();
+    window.removeEventListener("resize", resize);
+    charts.timeline.dispose(); charts.parallel.dispose(); charts.first.dispose(); charts.curves?.destroy();
+  };
+}
+
+function escape(text) {
+  return String(text).replaceAll("&", "&amp;").replaceAll("<", "&lt;").replaceAll(">", "&gt;");
+}
+
+// ------------------------------------------------------------------ one trial: config, metrics, log tail
+function trialPanel(box, id, selected, s) {
+  let shown = null, logOffset = null, stream = "stdout", metricsCursor = 0, reports = [], plot = null;
+  const title = el("h3", {}, "Trial");
+  const config = el("table", { id: "trial-config" });
+  const metricsTable = el("table", { id: "trial-metrics" });
+  const plotBox = el("div");
+  const log = el("pre", { class: "log", id: "trial-log" });
+  const streamPick = el("select", { onchange: () => { stream = streamPick.value; logOffset = null; log.textContent = ""; } },
+    el("option", { value: "stdout" }, "stdout"), el("option", { value: "stderr" }, "stderr"));
+  box.append(title, el("p", { class: "muted" }, "Click a trial in the leaderboard."));
+  return every(POLL_MS, async () => {
+    const trialId = selected();
+    if (!trialId) return;
+    if (trialId !== shown) {
+      shown = trialId; logOffset = null; metricsCursor = 0; reports = []; plot?.destroy(); plot = null;
+      box.replaceChildren(title, config, el("h3", {}, "Metrics"), metricsTable, plotBox,
+        el("h3", {}, "Log ", streamPick), log);
+      log.textContent = "";
+    }
+    const t = await api(`/experiments/${id}/trials/${encodeURIComponent(trialId)}`);
+    title.textContent = `Trial ${t.trial}: ${t.state}, step ${t.step}/${t.budget}`;
+    config.replaceChildren(...Object.entries(t.params).map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, fmt(v)))),
+      ...(t.error ? [el("tr", {}, el("th", {}, "error"), el("td", { class: "error" }, t.error))] : []));
+    const page = await api(`/experiments/${id}/metrics?after=${metricsCursor}&trial=${encodeURIComponent(trialId)}`);
+    metricsCursor = page.cursor;
+    if (page.metrics.length) {
+      reports.push(...page.metrics);
+      const names = Object.keys(reports[reports.length - 1].values);
+      const last = reports.slice(-5).reverse();
+      metricsTable.replaceChildren(el("tr", {}, el("th", {}, "step"), ...names.map((n) => el("th", {}, n))),
+        ...last.map((r) => el("tr", {}, el("td", {}, r.step), ...names.map((n) => el("td", { class: "num" }, fmt(r.values[n]))))));
+      const data = [reports.map((r) => r.step), ...names.map((n) => reports.map((r) => Number(r.values[n])))];
+      plot?.destroy();
+      plot = new uPlot({ width: plotBox.clientWidth || 400, height: 180, scales: { x: { time: false } },
+        series: [{ label: "step" }, ...names.map((n, i) => ({ label: n, stroke: trialColour(i + 3) }))] }, data, plotBox);
+    }
+    const chunk = await api(`/experiments/${id}/trials/${encodeURIComponent(trialId)}/log?stream=${stream}` +
+                            (logOffset === null ? "" : `&offset=${logOffset}`));
+    if (chunk.text) { log.textContent = (log.textContent + chunk.text).slice(-65536); log.scrollTop = log.scrollHeight; }
+    logOffset = chunk.offset;
+  });
+}
+
+// ------------------------------------------------------------------ the cluster
+function clusterView(root) {
+  const table = el("table", { id: "cluster" });
+  const chartBox = el("div", { class: "chart", id: "cluster-chart" });
+  root.append(el("h2", {}, "Cluster"), el("p", { class: "muted" },
+    "GPUs each user holds now against their share (the weights of their running experiments)."), table,
+    el("div", { class: "panel" }, chartBox));
+  const chart = echarts.init(chartBox);
+  const stop = every(POLL_MS, async () => {
+    const c = await api("/cluster");
+    table.replaceChildren(el("tr", {}, ...["user", "experiments", "weight", "share", "GPUs now", "use", "GPU hours"]
+      .map((h) => el("th", {}, h))), ...c.users.map((u) => el("tr", {}, ...[u.user, u.experiments, fmt(u.weight),
+      (100 * u.share).toFixed(0) + "%", u.gpus_now, (100 * u.use).toFixed(0) + "%", (u.gpu_seconds / 3600).toFixed(2)]
+      .map((v) => el("td", {}, v)))));
+    chart.setOption({
+      tooltip: {}, legend: {}, grid: { left: 60, right: 20, top: 40, bottom: 30 },
+      xAxis: { type: "category", data: c.users.map((u) => u.user) },
+      yAxis: { type: "value", max: 1, axisLabel: { formatter: (v) => (100 * v) + "%" } },
+      series: [{ name: "use (GPUs held now)", type: "bar", data: c.users.map((u) => u.use) },
+               { name: "share", type: "bar", data: c.users.map((u) => u.share) }],
+    });
+  });
+  return () => { stop(); chart.dispose(); };
+}
+
+// ------------------------------------------------------------------ routing
+async function route() {
+  const root = document.getElementById("view");
+  const match = location.hash.match(/^#\/experiments\/(\d+)(?:\/trials\/(.+))?$/);
+  if (match && state.view?.experiment === match[1]) {  // another trial of the same experiment: keep the page
+    state.view.state.selected = match[2] ? decodeURIComponent(match[2]) : null;
+    return;
+  }
+  state.view?.stop();
+  root.replaceChildren();
+  if (!state.token) { showLogin(); return; }
+  document.getElementById("login").hidden = true;
+  try {
+    const me = await api("/me");
+    document.getElementById("who").textContent = me.name + (me.admin ? " (admin)" : "");
+    document.getElementById("logout").hidden = false;
+  } catch { return; }
+  if (match) {
+    const stop = experimentView(root, match[1], match[2] ? decodeURIComponent(match[2]) : null);
+    state.view = { stop, experiment: match[1], state: window.hermesDashboard.state };
+  } else if (location.hash === "#/cluster") {
+    state.view = { stop: clusterView(root) };
+  } else {
+    state.view = { stop: listView(root) };
+  }
+}
+
+document.getElementById("login").addEventListener("submit", (event) => {
+  event.preventDefault();
+  state.token = document.getElementById("token").value.trim();
+  localStorage.setItem("hermesToken", state.token);
+  state.view = null;
+  route();
+});
+document.getElementById("logout").addEventListener("click", () => {
+  localStorage.removeItem("hermesToken");
+  state.token = null;
+  state.view?.stop();
+  state.view = null;
+  route();
+});
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,140 @@
+"""The dashboard in a real browser: Debian's chromium driven by Playwright, against a real `hermes server`.
+
+It opens the dashboard of a running experiment and checks that the leaderboard, the learning
+curves and the GPU timeline render its real data (the timeline's canvas has painted bars), that
+the page keeps its state (sorting, the selected trial) across live updates, and that the
+experiment list shows a new submission without a reload. Screenshots are kept in
+``test-artifacts/`` (or $HERMES_TEST_ARTIFACTS).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the server needs the server extra")
+playwright = pytest.importorskip("playwright.sync_api", reason="the browser test needs playwright (test extra)")
+
+from test_server import ROOT, _free_port, _wait_for, real_spec  # noqa: E402
+
+CHROMIUM = Path("/usr/lib/chromium/chromium")
+ARTIFACTS = Path(os.environ.get("HERMES_TEST_ARTIFACTS", ROOT / "test-artifacts"))
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason=f"no chromium at {CHROMIUM}: apt-get install -y chromium (.ci/setup-services does)"
+)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A real server on a free port with one user; yields its URL and the user's token."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    root = tmp_path / "srv"
+    made = subprocess.run([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "add-user", "dana"],
+                          capture_output=True, text=True, env=env, check=True)
+    token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
+    port = _free_port()
+    log = open(tmp_path / "server.log", "w")
+    process = subprocess.Popen([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "--port", str(port)],
+                               stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_for(url)
+        yield url, token
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def submit(url: str, token: str, spec: dict[str, object]) -> int:
+    import httpx
+
+    response = httpx.post(f"{url}/api/experiments", json={"spec": spec}, headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def test_dashboard_of_a_running_experiment(server: tuple[str, str]) -> None:
+    url, token = server
+    experiment_id = submit(url, token, real_spec("watched", trials=6, steps=30, sleep=0.1))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(url)
+        page.fill("#token", token)
+        page.click("#login button")
+        page.wait_for_selector(f'#experiments tr[data-id="{experiment_id}"]')
+
+        page.goto(f"{url}/#/experiments/{experiment_id}")
+        page.wait_for_function("() => (window.hermesDashboard?.state.runs.length ?? 0) >= 4", timeout=60_000)
+        page.wait_for_selector("#leaderboard tbody tr")
+        assert page.locator("#leaderboard tbody tr").count() == 6
+        # sort by trial, ascending; select a trial: both must survive the live updates that follow
+        page.click("#leaderboard th:has-text('trial')")
+        page.click('#leaderboard tr[data-trial="3"]')
+        updates = page.evaluate("() => window.hermesDashboard.updates")
+        page.wait_for_function(f"() => window.hermesDashboard.updates >= {updates + 2}", timeout=30_000)
+        order = page.locator("#leaderboard tbody tr").evaluate_all("rows => rows.map(r => r.dataset.trial)")
+        assert order == sorted(order) and len(order) == 6
+        assert page.locator('#leaderboard tr.selected').get_attribute("data-trial") == "3"
+        page.wait_for_selector("#trial-config")
+        page.wait_for_function("() => document.querySelector('#trial-metrics')?.rows.length > 1", timeout=30_000)
+
+        # the curves: one uPlot series per trial that reported, drawn on its canvas
+        assert page.evaluate("() => window.hermesDashboard.charts.curves.series.length - 1") >= 4
+        assert painted(page, "#curves canvas") > 200
+        # the timeline: a bar per run in the chart, and painted pixels of the trials' colours on its canvas
+        page.wait_for_function("() => window.hermesDashboard.state.runs.filter(r => r.resumed).length >= 1",
+                               timeout=60_000)
+        page.wait_for_timeout(2500)
+        bars = page.evaluate("() => window.hermesDashboard.charts.timeline.getOption().series[0].data.length")
+        runs = page.evaluate("() => window.hermesDashboard.state.runs.filter(Boolean).length")
+        assert bars == runs >= 4
+        assert painted(page, "#timeline canvas") > 2000
+        page.hover("#timeline canvas", position={"x": 200, "y": 40})
+        page.locator("#timeline").screenshot(path=str(ARTIFACTS / "dashboard-timeline.png"))
+        page.screenshot(path=str(ARTIFACTS / "dashboard-experiment.png"), full_page=True)
+
+        # the list updates live: a new submission appears without a reload
+        page.goto(f"{url}/#/")
+        page.wait_for_selector(f'#experiments tr[data-id="{experiment_id}"]')
+        second = submit(url, token, real_spec("arrives-later", trials=2, steps=2))
+        page.wait_for_selector(f'#experiments tr[data-id="{second}"]', timeout=10_000)
+        assert "queued" in page.locator(f'#experiments tr[data-id="{second}"]').inner_text()
+        page.screenshot(path=str(ARTIFACTS / "dashboard-list.png"))
+        page.goto(f"{url}/#/cluster")
+        page.wait_for_selector("#cluster td")
+        browser.close()
+    assert errors == []
+
+
+def painted(page: object, selector: str) -> int:
+    """Pixels of the canvas that are neither transparent nor white nor grey: what the chart drew in colour."""
+    return page.evaluate(  # type: ignore[attr-defined]
+        """(selector) => {
+            let count = 0;
+            for (const canvas of document.querySelectorAll(selector)) {
+                const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+                for (let i = 0; i < data.length; i += 4) {
+                    const [r, g, b, a] = [data[i], data[i + 1], data[i + 2], data[i + 3]];
+                    if (a > 0 && Math.max(r, g, b) - Math.min(r, g, b) > 40) count++;
+                }
+            }
+            return count;
+        }""",
+        selector,
+    )
+
