@@ -351,3 +351,64 @@ def _wait_for(url: str, timeout: float = 30.0) -> None:
         except httpx.HTTPError:
             time.sleep(0.1)
     raise AssertionError(f"no server at {url} after {timeout}s")
+
+
+def test_the_server_keeps_its_experiments_and_users_in_postgresql(tmp_path: Path, postgres: Any) -> None:
+    url = postgres.new_database()
+    config = ServerConfig(root=tmp_path / "server", database=url, run_experiments=False)
+    with TestClient(create_app(config)) as client:
+        server = Server(client)
+        alices, bobs = server.simulated("alice", "pg-a"), server.simulated("bob", "pg-b")
+        timeline = server.get(f"/api/experiments/{alices}/timeline")
+        store = SqlStore(url)
+        assert len(timeline["runs"]) == len(store.runs(alices)) > 0
+        assert client.get(f"/api/experiments/{bobs}", headers=server.as_("alice")).status_code == 404
+        assert client.get("/api/experiments").status_code == 401
+        store.close()
+    assert not (tmp_path / "server" / "hermes.db").exists()
+
+
+def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None:
+    import yaml
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    root = tmp_path / "srv"
+    hermes = [sys.executable, "-m", "hermes.cli"]
+    made = subprocess.run([*hermes, "server", "--root", str(root), "add-user", "erin"],
+                          capture_output=True, text=True, env=env, check=True)
+    env["HERMES_TOKEN"] = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen([*hermes, "server", "--root", str(root), "--port", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        _wait_for(url)
+        spec_file = tmp_path / "spec.yaml"
+        spec_file.write_text(yaml.safe_dump(real_spec("remote")))
+        submitted = subprocess.run([*hermes, "submit", str(spec_file), "--server", url], capture_output=True,
+                                   text=True, env=env)
+        assert submitted.returncode == 0, submitted.stderr
+        assert "submitted remote as experiment 1 (queued)" in submitted.stdout
+        again = subprocess.run([*hermes, "submit", str(spec_file), "--server", url], capture_output=True, text=True,
+                               env=env)
+        assert again.returncode == 2 and "409" in again.stderr and "another name" in again.stderr
+        deadline = time.monotonic() + 60
+        while "finished" not in (status := subprocess.run(
+                [*hermes, "status", "--server", url], capture_output=True, text=True, env=env).stdout):
+            assert time.monotonic() < deadline, status
+            time.sleep(0.5)
+        assert "experiment  remote (id 1): finished" in status and "trials      4: 3 completed, 1 failed" in status
+        remote = subprocess.run([*hermes, "results", "--server", url, "--format", "json"], capture_output=True,
+                                text=True, env=env, check=True).stdout
+        local = subprocess.run([*hermes, "results", str(root), "--format", "json"], capture_output=True,
+                               text=True, env=env, check=True).stdout
+        assert remote == local and '"state": "failed"' in remote
+        plots = subprocess.run([*hermes, "plot", "--server", url, "--out", str(tmp_path / "plots")],
+                               capture_output=True, text=True, env=env, check=True).stdout.split()
+        assert [Path(p).name for p in plots] == ["remote_curves.png", "remote_gpus.png"]
+        env["HERMES_TOKEN"] = "hermes_wrong"
+        refused = subprocess.run([*hermes, "status", "--server", url], capture_output=True, text=True, env=env)
+        assert refused.returncode == 2 and "401" in refused.stderr
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=20)

@@ -99,9 +99,12 @@ def test_codec_rejects_what_it_does_not_know() -> None:
 
 
 # ---------------------------------------------------------------------- conformance suite
-@pytest.fixture(params=["sqlite-file", "sqlite-memory"])
+@pytest.fixture(params=["sqlite-file", "sqlite-memory", "postgresql"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ExperimentStore]:
-    url = f"sqlite:///{tmp_path}/runs/hermes.db" if request.param == "sqlite-file" else "sqlite://"
+    if request.param == "postgresql":  # a fresh database on a throwaway server (tests/conftest.py)
+        url = request.getfixturevalue("postgres").new_database()
+    else:
+        url = f"sqlite:///{tmp_path}/runs/hermes.db" if request.param == "sqlite-file" else "sqlite://"
     store = SqlStore(url)
     yield store
     store.close()
@@ -280,6 +283,61 @@ def test_replaying_the_log_rebuilds_the_core(store: ExperimentStore) -> None:
             end <= start for (_, end), (start, _) in zip(on_gpu, on_gpu[1:], strict=False)
         )  # one trial at a time
     assert {run.ended_by for run in runs} <= {"suspended", "completed"}
+
+
+def test_server_experiments_are_queued_owned_weighted_and_cancellable(store: ExperimentStore) -> None:
+    own = store.submit_experiment("mine", SPEC, "alice", weight=2.5)
+    record = store.experiment(own)
+    assert (record.status, record.owner, record.weight, record.cancel_requested) == (
+        ExperimentStatus.QUEUED, "alice", 2.5, False)
+    with pytest.raises(StoreError, match="exists already"):
+        store.submit_experiment("mine", SPEC, "bob")
+    store.set_weight(own, 0.5)
+    store.request_cancel(own)
+    record = store.experiment(own)
+    assert (record.weight, record.cancel_requested) == (0.5, True)
+    for weight in (0, -1, float("nan"), float("inf"), True):
+        with pytest.raises(StoreError, match="positive number"):
+            store.set_weight(own, weight)  # type: ignore[arg-type]
+    with pytest.raises(StoreError):
+        store.request_cancel(own + 1)
+    plain = store.create_or_open_experiment("run", SPEC)  # `hermes run`'s: no owner
+    assert (store.experiment(plain).owner, store.experiment(plain).weight) == (None, 1.0)
+    store.set_status(own, ExperimentStatus.CANCELLED)
+    assert store.experiment(own).status.is_final and not ExperimentStatus.QUEUED.is_final
+
+
+def test_cursor_reads_return_what_was_added_after(store: ExperimentStore) -> None:
+    experiment = store.create_or_open_experiment("exp", SPEC)
+    for step in range(1, 6):
+        store.append_event(experiment, TrialReported(float(step), "t0", step, 0.1 * step), [Suspend("t0")] * (step % 2))
+        store.record_metrics(experiment, "t0", step, float(step), {"loss": 1 / step})
+    assert [seq for seq, _ in store.events_after(experiment, 0)] == [1, 2, 3, 4, 5]
+    assert [(seq, e.step) for seq, e in store.events_after(experiment, 2, limit=2)] == [(3, 3), (4, 4)]
+    assert [r.event_seq for r in store.decisions_after(experiment, 1)] == [3, 5]
+    assert [r.event_seq for r in store.decisions_after(experiment, 0, upto=3)] == [1, 3]
+    reports = store.metrics_after(experiment, 0)
+    assert [r.step for _, r in reports] == [1, 2, 3, 4, 5]
+    cursors = [cursor for cursor, _ in reports]
+    assert cursors == sorted(cursors) and len(set(cursors)) == 5
+    assert [r.step for _, r in store.metrics_after(experiment, cursors[2], limit=1)] == [4]
+    assert store.metrics_after(experiment, cursors[-1]) == []
+
+
+def test_a_store_from_before_the_server_gains_its_columns(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as connection:  # the experiments table as it was
+        connection.execute("CREATE TABLE experiments (id INTEGER PRIMARY KEY, name VARCHAR(255) NOT NULL UNIQUE, "
+                           "spec TEXT NOT NULL, created_at FLOAT NOT NULL, status VARCHAR(32) NOT NULL)")
+        connection.execute("""INSERT INTO experiments VALUES (1, 'old', '{}', 0.0, 'finished')""")
+    reader = SqlStore.open_read_only(path)  # a report reads it as it is
+    assert [(e.name, e.owner, e.weight) for e in reader.experiments()] == [("old", None, 1.0)]
+    reader.close()
+    store = SqlStore(f"sqlite:///{path}")
+    assert store.experiment(1).weight == 1.0 and store.experiment(1).cancel_requested is False
+    store.set_weight(1, 3.0)
+    assert store.experiment(1).weight == 3.0
+    store.close()
 
 
 def test_runs_follow_starts_yields_and_losses() -> None:
