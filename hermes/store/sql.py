@@ -321,8 +321,8 @@ class SqlStore(ExperimentStore):
         )
         with self._reading() as connection:
             self._require(connection, experiment_id)
-            rows = connection.execute(query).all()
-        return [(row.seq, from_dict(json.loads(row.data))) for row in rows]  # type: ignore[misc]
+            rows = connection.execute(query).tuples().all()
+        return [(seq, from_dict(json.loads(data))) for seq, data in rows]  # type: ignore[misc]
 
     def decisions_after(self, experiment_id: int, after: int, upto: int | None = None) -> list[DecisionRecord]:
         query = sa.select(DECISIONS.c.event_seq, DECISIONS.c.at, DECISIONS.c.data).where(
@@ -396,15 +396,15 @@ class SqlStore(ExperimentStore):
 
     def metrics_after(self, experiment_id: int, after: int, limit: int | None = None) -> list[tuple[int, MetricRecord]]:
         query = (
-            sa.select(METRICS)
+            sa.select(METRICS.c.id, METRICS.c.trial_id, METRICS.c.step, METRICS.c.at, METRICS.c.metric_values)
             .where(METRICS.c.experiment_id == experiment_id, METRICS.c.id > after)
             .order_by(METRICS.c.id)
             .limit(limit)
         )
         with self._reading() as connection:
             self._require(connection, experiment_id)
-            rows = connection.execute(query).all()
-        return [(row.id, MetricRecord(row.trial_id, row.step, row.at, json.loads(row.metric_values))) for row in rows]
+            rows = connection.execute(query).tuples().all()  # plain tuples: a dashboard reads tens of thousands
+        return [(cursor, MetricRecord(trial, step, at, json.loads(values))) for cursor, trial, step, at, values in rows]
 
     def close(self) -> None:
         self._engine.dispose()
