@@ -70,7 +70,8 @@ def test_dashboard_of_a_running_experiment(server: tuple[str, str]) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox", "--disable-gpu"])
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1400, "height": 1600})
         page.on("pageerror", lambda error: errors.append(str(error)))
         page.goto(url)

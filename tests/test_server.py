@@ -138,9 +138,8 @@ def test_malformed_requests_are_refused_naming_the_field(server: Server) -> None
     def submit(body: Any, **kwargs: Any) -> Any:
         return server.client.post("/api/experiments", headers=server.as_("alice"), json=body, **kwargs)
 
-    response = server.client.post(
-        "/api/experiments", content=b'{"spec": {"name": ', headers={**server.as_("alice"), "content-type": "application/json"}
-    )
+    json_headers = {**server.as_("alice"), "content-type": "application/json"}
+    response = server.client.post("/api/experiments", content=b'{"spec": {"name": ', headers=json_headers)
     assert response.status_code == 422 and response.json()["detail"][0]["type"] == "json_invalid"
     response = submit({"weight": 1})
     assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "spec"]
@@ -267,7 +266,8 @@ def test_submitted_experiments_run_and_can_be_cancelled(server: Server) -> None:
     deadline = time.monotonic() + 30
     while not server.get(f"/api/experiments/{second_id}/curves")["trial"] and time.monotonic() < deadline:
         time.sleep(0.1)
-    response = server.client.put(f"/api/experiments/{second_id}/weight", json={"weight": 3}, headers=server.as_("alice"))
+    response = server.client.put(f"/api/experiments/{second_id}/weight", json={"weight": 3},
+                                 headers=server.as_("alice"))
     assert response.json()["weight"] == 3.0
     assert server.client.post(f"/api/experiments/{second_id}/cancel", headers=server.as_("alice")).status_code == 202
     cancelled = server.wait(second_id)

@@ -321,7 +321,7 @@ class SqlStore(ExperimentStore):
         )
         with self._reading() as connection:
             self._require(connection, experiment_id)
-            rows = connection.execute(query).tuples().all()
+            rows = connection.execute(query).all()
         return [(seq, from_dict(json.loads(data))) for seq, data in rows]  # type: ignore[misc]
 
     def decisions_after(self, experiment_id: int, after: int, upto: int | None = None) -> list[DecisionRecord]:
@@ -333,7 +333,7 @@ class SqlStore(ExperimentStore):
         with self._reading() as connection:
             self._require(connection, experiment_id)
             rows = connection.execute(query.order_by(DECISIONS.c.event_seq, DECISIONS.c.position)).all()
-        return [DecisionRecord(row.event_seq, row.at, from_dict(json.loads(row.data))) for row in rows]  # type: ignore[arg-type]
+        return [DecisionRecord(seq, at, from_dict(json.loads(data))) for seq, at, data in rows]  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ trials and metrics
     def upsert_trial(self, experiment_id: int, trial: TrialRecord) -> None:
@@ -403,7 +403,7 @@ class SqlStore(ExperimentStore):
         )
         with self._reading() as connection:
             self._require(connection, experiment_id)
-            rows = connection.execute(query).tuples().all()  # plain tuples: a dashboard reads tens of thousands
+            rows = connection.execute(query).all()  # unpacked as tuples: a dashboard reads tens of thousands
         return [(cursor, MetricRecord(trial, step, at, json.loads(values))) for cursor, trial, step, at, values in rows]
 
     def close(self) -> None:

@@ -149,14 +149,17 @@ function experimentView(root, id, selectedTrial) {
       await api(`/experiments/${id}/weight`, { method: "PUT", body: JSON.stringify({ weight: +weight.value }) });
     } }, "Set weight");
     const cancel = el("button", { id: "cancel", onclick: async () => {
-      if (confirm(`Cancel ${e.name}? Its trials are stopped.`)) await api(`/experiments/${id}/cancel`, { method: "POST" });
+      if (confirm(`Cancel ${e.name}? Its trials are stopped.`)) {
+        await api(`/experiments/${id}/cancel`, { method: "POST" });
+      }
     } }, "Cancel");
     if (header.dataset.key === JSON.stringify([e.status, counts, e.best, e.weight])) return;
     header.dataset.key = JSON.stringify([e.status, counts, e.best, e.weight]);
     header.replaceChildren(
       el("h2", {}, `${e.name} `, statusBadge(e.status)),
       el("div", { class: "controls" },
-        el("span", {}, `owner ${e.owner ?? "-"} · ${e.metric} (${e.mode}) · ${e.trials} trials: ${counts || "none yet"}` +
+        el("span", {}, `owner ${e.owner ?? "-"} · ${e.metric} (${e.mode}) · ` +
+           `${e.trials} trials: ${counts || "none yet"}` +
            ` · best ${fmt(e.best)}${e.best_trial ? " (trial " + e.best_trial + ")" : ""}`),
         el("label", {}, "weight ", weight), setWeight, e.status === "running" || e.status === "queued" ? cancel : ""));
   }
@@ -291,7 +294,8 @@ function experimentView(root, id, selectedTrial) {
       value: [gpuIndex.get(r.gpu) ?? 0, r.started_at, r.ended_at ?? s.now, s.order.indexOf(r.trial), r.index],
       itemStyle: { color: trialColour(s.order.indexOf(r.trial)) },
     }));
-    const marks = (filter, at) => runs.filter(filter).map((r) => ({ value: [at(r), gpuIndex.get(r.gpu) ?? 0, r.index] }));
+    const marks = (filter, at) => runs.filter(filter)
+      .map((r) => ({ value: [at(r), gpuIndex.get(r.gpu) ?? 0, r.index] }));
     const mark = (name, symbol, color, filter, at, size = 9) => ({
       name, type: "scatter", symbol, symbolSize: size, itemStyle: { color }, z: 5,
       data: marks(filter, at), tooltip: { formatter: (p) => describeRun(s.runs[p.data.value[2]]) },
@@ -310,9 +314,10 @@ function experimentView(root, id, selectedTrial) {
             const start = api.coord([api.value(1), api.value(0)]);
             const end = api.coord([api.value(2), api.value(0)]);
             const height = api.size([0, 1])[1] * 0.6;
+            const area = params.coordSys;
             const shape = echarts.graphic.clipRectByRect(
               { x: start[0], y: start[1] - height / 2, width: Math.max(end[0] - start[0], 1), height },
-              { x: params.coordSys.x, y: params.coordSys.y, width: params.coordSys.width, height: params.coordSys.height });
+              { x: area.x, y: area.y, width: area.width, height: area.height });
             return shape && { type: "rect", shape, style: api.style() };
           },
           tooltip: { formatter: (p) => describeRun(s.runs[p.data.value[4]]) } },
@@ -329,11 +334,13 @@ function experimentView(root, id, selectedTrial) {
   function describeRun(r) {
     if (!r) return "";
     const how = r.migrated ? "migrated here" : r.resumed ? "resumed" : "started";
-    const lines = [`<b>trial ${r.trial}</b> on ${r.gpu}`,
+    const lines = [`trial ${r.trial} on ${r.gpu}`,
       `${how} at ${seconds(r.started_at)}` + (r.start_reason ? `: ${r.start_reason}` : ""),
-      r.yield_requested_at !== null ? `asked to yield at ${seconds(r.yield_requested_at)}: ${r.yield_reason ?? ""}` : "",
+      r.yield_requested_at !== null ?
+        `asked to yield at ${seconds(r.yield_requested_at)}: ${r.yield_reason ?? ""}` : "",
       r.ended_at !== null ? `${r.ended_by} at ${seconds(r.ended_at)}: ${r.end_reason ?? ""}` : "still running"];
-    return lines.filter(Boolean).map(escape).join("<br>").replaceAll("&lt;b&gt;", "<b>").replaceAll("&lt;/b&gt;", "</b>");
+    const [first, ...rest] = lines.filter(Boolean).map(escape);
+    return `<b>${first}</b><br>` + rest.join("<br>");
   }
 
   return () => {
@@ -355,7 +362,9 @@ function trialPanel(box, id, selected, s) {
   const metricsTable = el("table", { id: "trial-metrics" });
   const plotBox = el("div");
   const log = el("pre", { class: "log", id: "trial-log" });
-  const streamPick = el("select", { onchange: () => { stream = streamPick.value; logOffset = null; log.textContent = ""; } },
+  const streamPick = el("select", {
+    onchange: () => { stream = streamPick.value; logOffset = null; log.textContent = ""; },
+  },
     el("option", { value: "stdout" }, "stdout"), el("option", { value: "stderr" }, "stderr"));
   box.append(title, el("p", { class: "muted" }, "Click a trial in the leaderboard."));
   return every(POLL_MS, async () => {
@@ -369,7 +378,8 @@ function trialPanel(box, id, selected, s) {
     }
     const t = await api(`/experiments/${id}/trials/${encodeURIComponent(trialId)}`);
     title.textContent = `Trial ${t.trial}: ${t.state}, step ${t.step}/${t.budget}`;
-    config.replaceChildren(...Object.entries(t.params).map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, fmt(v)))),
+    config.replaceChildren(
+      ...Object.entries(t.params).map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, fmt(v)))),
       ...(t.error ? [el("tr", {}, el("th", {}, "error"), el("td", { class: "error" }, t.error))] : []));
     const page = await api(`/experiments/${id}/metrics?after=${metricsCursor}&trial=${encodeURIComponent(trialId)}`);
     metricsCursor = page.cursor;
@@ -378,15 +388,20 @@ function trialPanel(box, id, selected, s) {
       const names = Object.keys(reports[reports.length - 1].values);
       const last = reports.slice(-5).reverse();
       metricsTable.replaceChildren(el("tr", {}, el("th", {}, "step"), ...names.map((n) => el("th", {}, n))),
-        ...last.map((r) => el("tr", {}, el("td", {}, r.step), ...names.map((n) => el("td", { class: "num" }, fmt(r.values[n]))))));
+        ...last.map((r) => el("tr", {}, el("td", {}, r.step),
+          ...names.map((n) => el("td", { class: "num" }, fmt(r.values[n]))))));
       const data = [reports.map((r) => r.step), ...names.map((n) => reports.map((r) => Number(r.values[n])))];
       plot?.destroy();
       plot = new uPlot({ width: plotBox.clientWidth || 400, height: 180, scales: { x: { time: false } },
-        series: [{ label: "step" }, ...names.map((n, i) => ({ label: n, stroke: trialColour(i + 3) }))] }, data, plotBox);
+        series: [{ label: "step" }, ...names.map((n, i) => ({ label: n, stroke: trialColour(i + 3) }))],
+      }, data, plotBox);
     }
     const chunk = await api(`/experiments/${id}/trials/${encodeURIComponent(trialId)}/log?stream=${stream}` +
                             (logOffset === null ? "" : `&offset=${logOffset}`));
-    if (chunk.text) { log.textContent = (log.textContent + chunk.text).slice(-65536); log.scrollTop = log.scrollHeight; }
+    if (chunk.text) {
+      log.textContent = (log.textContent + chunk.text).slice(-65536);
+      log.scrollTop = log.scrollHeight;
+    }
     logOffset = chunk.offset;
   });
 }
