@@ -135,10 +135,9 @@ class RedactTokens(logging.Filter):
     PATTERN = re.compile(r"hermes_[A-Za-z0-9_-]+")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.args:
+        if isinstance(record.args, tuple):
             record.args = tuple(
-                self.PATTERN.sub("hermes_<redacted>", arg) if isinstance(arg, str) else arg
-                for arg in (record.args if isinstance(record.args, tuple) else (record.args,))
+                self.PATTERN.sub("hermes_<redacted>", arg) if isinstance(arg, str) else arg for arg in record.args
             )
         record.msg = self.PATTERN.sub("hermes_<redacted>", str(record.msg))
         return True

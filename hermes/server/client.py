@@ -97,8 +97,7 @@ class RemoteStore(ExperimentStore):
         while True:
             page = self.client.request("GET", f"/experiments/{experiment_id}/metrics", after=cursor, limit=PAGE,
                                        trial=trial_id)
-            records += [MetricRecord(m["trial"], m["step"], m["at"], {k: float(v) for k, v in m["values"].items()})
-                        for m in page["metrics"]]
+            records += [_metric(m) for m in page["metrics"]]
             if page["cursor"] == cursor:
                 return records
             cursor = page["cursor"]
@@ -136,7 +135,8 @@ class RemoteStore(ExperimentStore):
             after = page["cursor"]
 
     def metrics_after(self, experiment_id: int, after: int, limit: int | None = None) -> list[tuple[int, MetricRecord]]:
-        raise StoreError("a remote store reads metrics with metrics()")
+        page = self.client.request("GET", f"/experiments/{experiment_id}/metrics", after=after, limit=limit or PAGE)
+        return [(m["cursor"], _metric(m)) for m in page["metrics"]]
 
     def close(self) -> None:
         pass
@@ -182,6 +182,10 @@ class RemoteStore(ExperimentStore):
 
     def _read_only(self) -> StoreError:
         return StoreError(f"{self.url} is read here; submit, cancel and weights go through the API")
+
+
+def _metric(row: Mapping[str, Any]) -> MetricRecord:
+    return MetricRecord(row["trial"], row["step"], row["at"], {k: float(v) for k, v in row["values"].items()})
 
 
 def _number(value: Any) -> Any:

@@ -143,8 +143,10 @@ function experimentView(root, id, selectedTrial) {
   function renderHeader() {
     const e = s.experiment;
     const counts = Object.entries(e.by_state).map(([k, v]) => `${v} ${k}`).join(", ");
-    const weight = el("input", { type: "number", min: "0.01", step: "0.5", value: e.weight, size: 4,
-                                 id: "weight" });
+    const key = JSON.stringify([e.status, counts, e.best, e.weight]);
+    if (header.dataset.key === key) return;  // unchanged: leave the weight being typed alone
+    header.dataset.key = key;
+    const weight = el("input", { type: "number", min: "0.01", step: "0.5", value: e.weight, size: 4, id: "weight" });
     const setWeight = el("button", { onclick: async () => {
       await api(`/experiments/${id}/weight`, { method: "PUT", body: JSON.stringify({ weight: +weight.value }) });
     } }, "Set weight");
@@ -153,8 +155,6 @@ function experimentView(root, id, selectedTrial) {
         await api(`/experiments/${id}/cancel`, { method: "POST" });
       }
     } }, "Cancel");
-    if (header.dataset.key === JSON.stringify([e.status, counts, e.best, e.weight])) return;
-    header.dataset.key = JSON.stringify([e.status, counts, e.best, e.weight]);
     header.replaceChildren(
       el("h2", {}, `${e.name} `, statusBadge(e.status)),
       el("div", { class: "controls" },
