@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -296,7 +297,8 @@ def test_server_command_adds_users_binds_locally_and_keeps_tokens_out_of_logs(tm
     made = subprocess.run([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "add-user", "carol"],
                           capture_output=True, text=True, env=env, check=True)
     token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
-    assert SqlStore(f"sqlite:///{root / 'hermes.db'}").experiments() == []
+    with closing(SqlStore(f"sqlite:///{root / 'hermes.db'}")) as store:
+        assert store.experiments() == []
     port = _free_port()
     log = open(tmp_path / "server.log", "w+")
     process = subprocess.Popen([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "--port", str(port)],
@@ -409,6 +411,54 @@ def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None
         env["HERMES_TOKEN"] = "hermes_wrong"
         refused = subprocess.run([*hermes, "status", "--server", url], capture_output=True, text=True, env=env)
         assert refused.returncode == 2 and "401" in refused.stderr
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=20)
+
+
+def test_a_server_killed_mid_experiment_continues_it_when_restarted(tmp_path: Path) -> None:
+    import httpx
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    root = tmp_path / "srv"
+    hermes = [sys.executable, "-m", "hermes.cli", "server", "--root", str(root)]
+    made = subprocess.run([*hermes, "add-user", "fay"], capture_output=True, text=True, env=env, check=True)
+    token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def start() -> tuple[subprocess.Popen[bytes], str]:
+        port = _free_port()
+        process = subprocess.Popen([*hermes, "--port", str(port)], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, env=env)
+        _wait_for(f"http://127.0.0.1:{port}")
+        return process, f"http://127.0.0.1:{port}/api/experiments"
+
+    process, api = start()
+    try:
+        spec = real_spec("survivor", trials=4, steps=20, sleep=0.1)
+        experiment_id = httpx.post(api, json={"spec": spec}, headers=headers).json()["id"]
+        deadline = time.monotonic() + 60
+        while len(httpx.get(f"{api}/{experiment_id}/curves", headers=headers).json()["trial"]) < 8:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        process.kill()  # kill -9: no shutdown of any kind
+        process.wait()
+    with closing(SqlStore(f"sqlite:///{root / 'hermes.db'}")) as store:
+        before = store.metrics(experiment_id)
+        assert before and store.experiment(experiment_id).status is ExperimentStatus.RUNNING
+    process, api = start()
+    try:
+        deadline = time.monotonic() + 90
+        while (found := httpx.get(f"{api}/{experiment_id}", headers=headers).json())["status"] != "finished":
+            assert time.monotonic() < deadline, found
+            time.sleep(0.2)
+        assert found["by_state"] == {"completed": 3, "failed": 1}
+        with closing(SqlStore(f"sqlite:///{root / 'hermes.db'}")) as store:
+            after = store.metrics(experiment_id)
+        assert after[: len(before)] == before  # nothing recorded before the kill is lost or rewritten
+        for trial in ("0", "2", "3"):
+            assert max(r.step for r in after if r.trial_id == trial) == 20
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=20)

@@ -79,7 +79,7 @@ function statusBadge(status) { return el("span", { class: "status " + status }, 
 // ------------------------------------------------------------------ one experiment
 function experimentView(root, id, selectedTrial) {
   const s = {
-    trials: new Map(), order: [], curves: new Map(), runs: [], gpus: [], now: 0,
+    trials: new Map(), order: [], position: new Map(), curves: new Map(), runs: [], gpus: [], now: 0,
     trialVersion: 0, runVersion: 0, curveCursor: 0, sort: { key: "best", desc: true }, page: 0,
     experiment: null, selected: selectedTrial, maxStep: 0,
   };
@@ -111,7 +111,7 @@ function experimentView(root, id, selectedTrial) {
     s.experiment = await api(`/experiments/${id}`);
     const trials = await api(`/experiments/${id}/trials?since=${s.trialVersion}`);
     for (const t of trials.trials) {
-      if (!s.trials.has(t.trial)) s.order.push(t.trial);
+      if (!s.trials.has(t.trial)) { s.position.set(t.trial, s.order.length); s.order.push(t.trial); }
       s.trials.set(t.trial, t);
     }
     s.trialVersion = trials.version;
@@ -235,7 +235,7 @@ function experimentView(root, id, selectedTrial) {
         width, height: 300, legend: { show: false }, cursor: { drag: { x: true, y: true } },
         scales: { x: { time: false } },
         axes: [{ label: "step" }, { label: s.experiment.metric }],
-        series: [{}, ...ids.map((t) => ({ label: "trial " + t, stroke: trialColour(s.order.indexOf(t)),
+        series: [{}, ...ids.map((t) => ({ label: "trial " + t, stroke: trialColour(s.position.get(t)),
                                          width: 1, spanGaps: true, points: { show: false } }))],
         hooks: { setSelect: [() => { charts.curvesZoomed = true; }] },
       }, data, curvesBox);
@@ -274,7 +274,7 @@ function experimentView(root, id, selectedTrial) {
   // ---------------------------------------------------------------- time to first report
   function renderFirstReports() {
     const points = s.order.map((t) => s.trials.get(t)).filter((t) => t.first_report_at !== null)
-      .map((t) => [s.order.indexOf(t.trial), t.first_report_at, t.trial, t.first_report_at - (t.submitted_at ?? 0)]);
+      .map((t) => [s.position.get(t.trial), t.first_report_at, t.trial, t.first_report_at - (t.submitted_at ?? 0)]);
     charts.first.setOption({
       grid: { left: 50, right: 20, top: 20, bottom: 40 },
       tooltip: { formatter: (p) => `trial ${p.data[2]}: first report at ${seconds(p.data[1])}` +
@@ -291,8 +291,8 @@ function experimentView(root, id, selectedTrial) {
     const gpuIndex = new Map(s.gpus.map((g, i) => [g, i]));
     const runs = s.runs.filter(Boolean);
     const bars = runs.map((r) => ({
-      value: [gpuIndex.get(r.gpu) ?? 0, r.started_at, r.ended_at ?? s.now, s.order.indexOf(r.trial), r.index],
-      itemStyle: { color: trialColour(s.order.indexOf(r.trial)) },
+      value: [gpuIndex.get(r.gpu) ?? 0, r.started_at, r.ended_at ?? s.now, s.position.get(r.trial), r.index],
+      itemStyle: { color: trialColour(s.position.get(r.trial)) },
     }));
     const marks = (filter, at) => runs.filter(filter)
       .map((r) => ({ value: [at(r), gpuIndex.get(r.gpu) ?? 0, r.index] }));
