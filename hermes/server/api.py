@@ -99,14 +99,8 @@ def _summary(experiment: ExperimentRecord, digest: ExperimentDigest | None, spec
         spec=experiment.spec if spec else None,
     )
     if digest is not None:
-        trials = list(digest.trials.values())
-        scored = [t for t in trials if t["best"] is not None]
-        best = max(scored, key=lambda t: digest.target.objective.score(t["best"]), default=None)
-        by_state: dict[str, int] = {}
-        for trial in trials:
-            by_state[trial["state"]] = by_state.get(trial["state"], 0) + 1
-        summary.trials, summary.by_state = len(trials), by_state
-        summary.best, summary.best_trial = (best["best"], best["trial"]) if best else (None, None)
+        for key, value in digest.overview().items():
+            setattr(summary, key, value)
     return summary
 
 
@@ -178,7 +172,7 @@ def trials(
 @router.get("/experiments/{experiment_id}/trials/{trial_id}", summary="one trial")
 def trial(experiment_id: int, trial_id: str, hermes: HermesDep, user: UserDep) -> dict[str, Any]:
     _, digest = _digest(hermes, user, experiment_id)
-    found = digest.trials.get(trial_id)
+    found = digest.trial(trial_id)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial {trial_id!r} in experiment {experiment_id}")
     return found
@@ -267,7 +261,7 @@ def trial_log(
     offset: Annotated[int | None, Query(ge=0, description="default: the last 64 KiB")] = None,
 ) -> dict[str, Any]:
     record, digest = _digest(hermes, user, experiment_id)
-    if trial_id not in digest.trials:  # only known ids make a path: no ../ can reach outside the experiment
+    if digest.trial(trial_id) is None:  # only known ids make a path: no ../ can reach outside the experiment
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial {trial_id!r} in experiment {experiment_id}")
     path = hermes.spec_of(record).storage_dir / record.name / "trials" / trial_id / f"{stream}.log"
     size = path.stat().st_size if path.is_file() else 0
@@ -294,11 +288,11 @@ def cluster(hermes: HermesDep, user: UserDep) -> dict[str, Any]:
         owner = experiment.owner if user.admin or experiment.owner == user.name else "(other users)"
         row = rows.setdefault(owner, {"user": owner, "experiments": 0, "weight": 0.0, "gpus_now": 0,
                                       "gpu_seconds": 0.0})
+        seconds, held = digest.gpu_use()
         row["experiments"] += 1
         row["weight"] += experiment.weight
-        for run in digest.timeline.runs:
-            row["gpu_seconds"] += (run.ended_at if run.ended_at is not None else digest.now) - run.started_at
-            row["gpus_now"] += run.ended_at is None
+        row["gpu_seconds"] += seconds
+        row["gpus_now"] += held
     total_weight = sum(row["weight"] for row in rows.values()) or 1.0
     busy = sum(row["gpus_now"] for row in rows.values()) or 1
     for row in rows.values():

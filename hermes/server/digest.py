@@ -85,15 +85,41 @@ class ExperimentDigest:
                         self._summary(record.trial_id).update(_record_fields(record))
                         self._touch(record.trial_id)
 
+    # Readers take the lock and return copies: requests are served from several threads while one refreshes.
     def trials_since(self, version: int) -> list[dict[str, Any]]:
-        return [summary for summary in self.trials.values() if summary["version"] > version]
+        with self._lock:
+            return [dict(summary) for summary in self.trials.values() if summary["version"] > version]
+
+    def trial(self, trial_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            summary = self.trials.get(trial_id)
+            return None if summary is None else dict(summary)
 
     def runs_since(self, version: int) -> list[dict[str, Any]]:
-        return [
-            {"index": index, **_run_fields(run), **self.run_reasons[index], "version": self.run_versions[index]}
-            for index, run in enumerate(self.timeline.runs)
-            if self.run_versions[index] > version
-        ]
+        with self._lock:
+            return [
+                {"index": index, **_run_fields(run), **self.run_reasons[index], "version": self.run_versions[index]}
+                for index, run in enumerate(self.timeline.runs)
+                if self.run_versions[index] > version
+            ]
+
+    def overview(self) -> dict[str, Any]:
+        """Trials by state, and the best trial with its best value."""
+        with self._lock:
+            by_state: dict[str, int] = {}
+            for summary in self.trials.values():
+                by_state[summary["state"]] = by_state.get(summary["state"], 0) + 1
+            scored = [summary for summary in self.trials.values() if summary["best"] is not None]
+            best = max(scored, key=lambda summary: self.target.objective.score(summary["best"]), default=None)
+            return {"trials": len(self.trials), "by_state": by_state,
+                    "best": best and best["best"], "best_trial": best and best["trial"]}
+
+    def gpu_use(self) -> tuple[float, int]:
+        """GPU seconds of all runs so far (a run still going counts up to now), and the GPUs held now."""
+        with self._lock:
+            runs = self.timeline.runs
+            seconds = sum((run.ended_at if run.ended_at is not None else self.now) - run.started_at for run in runs)
+            return seconds, sum(run.ended_at is None for run in runs)
 
     # ------------------------------------------------------------------ following the store
     def _read_metrics(self) -> list[tuple[int, Any]]:
@@ -153,7 +179,7 @@ class ExperimentDigest:
                 "trial": trial_id, "state": "pending", "params": {}, "budget": 0, "step": 0, "gpu": None,
                 "error": None, "submitted_at": None, "started_at": None, "ended_at": None, "best": None,
                 "best_step": None, "last": None, "reports": 0, "first_report_at": None, "metrics": {},
-                "version": 0,
+                "checkpoint_step": 0, "version": 0,
             }
         return summary
 
