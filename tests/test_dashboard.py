@@ -65,7 +65,7 @@ def submit(url: str, token: str, spec: dict[str, object]) -> int:
 
 def test_dashboard_of_a_running_experiment(server: tuple[str, str]) -> None:
     url, token = server
-    experiment_id = submit(url, token, real_spec("watched", trials=6, steps=30, sleep=0.1))
+    experiment_id = submit(url, token, real_spec("watched", trials=6, steps=100, sleep=0.1))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     with playwright.sync_playwright() as p:
@@ -108,15 +108,30 @@ def test_dashboard_of_a_running_experiment(server: tuple[str, str]) -> None:
         page.locator("#timeline").screenshot(path=str(ARTIFACTS / "dashboard-timeline.png"))
         page.screenshot(path=str(ARTIFACTS / "dashboard-experiment.png"), full_page=True)
 
+        # the cluster view while it runs: dana holds the GPUs (CPU slots here)
+        page.goto(f"{url}/#/cluster")
+        page.wait_for_selector("#cluster td:has-text('dana')")
+        page.goto(f"{url}/#/experiments/{experiment_id}")
+        page.wait_for_selector('#leaderboard tr[data-trial="1"]')
+
+        # a failed trial's stderr tail, then cancelling from the page
+        page.click('#leaderboard tr[data-trial="1"]')
+        page.wait_for_function("() => document.querySelector('#trial h3')?.textContent.startsWith('Trial 1')")
+        page.select_option("#trial select", "stderr")
+        page.wait_for_function("() => document.querySelector('#trial-log').textContent.includes('about to fail')",
+                               timeout=30_000)
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click("#cancel")
+        page.wait_for_selector("h2 .status.cancelled", timeout=60_000)
+
         # the list updates live: a new submission appears without a reload
         page.goto(f"{url}/#/")
         page.wait_for_selector(f'#experiments tr[data-id="{experiment_id}"]')
         second = submit(url, token, real_spec("arrives-later", trials=2, steps=2))
         page.wait_for_selector(f'#experiments tr[data-id="{second}"]', timeout=10_000)
-        assert "queued" in page.locator(f'#experiments tr[data-id="{second}"]').inner_text()
+        assert "arrives-later" in page.locator(f'#experiments tr[data-id="{second}"]').inner_text()
+        page.wait_for_selector(f'#experiments tr[data-id="{second}"] .status.finished', timeout=60_000)  # runs, live
         page.screenshot(path=str(ARTIFACTS / "dashboard-list.png"))
-        page.goto(f"{url}/#/cluster")
-        page.wait_for_selector("#cluster td")
         browser.close()
     assert errors == []
 

@@ -419,7 +419,8 @@ function clusterView(root) {
     table.replaceChildren(el("tr", {}, ...["user", "experiments", "weight", "share", "GPUs now", "use", "GPU hours"]
       .map((h) => el("th", {}, h))), ...c.users.map((u) => el("tr", {}, ...[u.user, u.experiments, fmt(u.weight),
       (100 * u.share).toFixed(0) + "%", u.gpus_now, (100 * u.use).toFixed(0) + "%", (u.gpu_seconds / 3600).toFixed(2)]
-      .map((v) => el("td", {}, v)))));
+      .map((v) => el("td", {}, v)))),
+      ...(c.users.length ? [] : [el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No experiment is running."))]));
     chart.setOption({
       tooltip: {}, legend: {}, grid: { left: 60, right: 20, top: 40, bottom: 30 },
       xAxis: { type: "category", data: c.users.map((u) => u.user) },
