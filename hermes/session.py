@@ -139,8 +139,10 @@ class ExperimentSession:
                 raise
         finally:
             executor.close()
-        self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
-        return Outcome(self.experiment_id, recovered.events > 0, ExperimentStatus.FINISHED)
+        # cancel() ends it as cancelled; a spent budget of time or GPU hours ends it as finished
+        status = ExperimentStatus.FINISHED if self._cancel_reason is None else ExperimentStatus.CANCELLED
+        self.store.set_status(self.experiment_id, status)
+        return Outcome(self.experiment_id, recovered.events > 0, status)
 
     def cancel(self, reason: str) -> None:
         """Stop every trial and end the experiment, from any thread, before or while ``run`` runs."""

@@ -84,7 +84,16 @@ class Server:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    with TestClient(create_app(ServerConfig(root=tmp_path / "server", max_body=64 * 1024))) as client:
+    """A server whose runner runs nothing: its experiments are recorded by the tests (simulated)."""
+    config = ServerConfig(root=tmp_path / "server", max_body=64 * 1024, run_experiments=False)
+    with TestClient(create_app(config)) as client:
+        yield Server(client)
+
+
+@pytest.fixture
+def running_server(tmp_path: Path) -> Iterator[Server]:
+    """A server that runs what is submitted."""
+    with TestClient(create_app(ServerConfig(root=tmp_path / "server"))) as client:
         yield Server(client)
 
 
@@ -223,7 +232,8 @@ def test_reads_agree_with_the_store_and_follow_cursors(server: Server) -> None:
 
     timeline = server.get(f"{path}/timeline")
     expected = build_runs(store.events(experiment_id), store.decisions(experiment_id))
-    assert [(r["trial"], r["gpu"], r["started_at"], r["ended_at"], r["ended_by"]) for r in timeline["runs"]] == [
+    runs = sorted(timeline["runs"], key=lambda run: run["index"])  # in the order they last changed
+    assert [(r["trial"], r["gpu"], r["started_at"], r["ended_at"], r["ended_by"]) for r in runs] == [
         (r.trial_id, r.gpu, r.started_at, r.ended_at, r.ended_by) for r in expected
     ]
     assert timeline["gpus"] == ["n0/g0", "n0/g1", "n1/g0", "n1/g1"]
@@ -245,7 +255,8 @@ def test_openapi_documents_every_route(server: Server) -> None:
 
 
 # ---------------------------------------------------------------------- real runs
-def test_submitted_experiments_run_and_can_be_cancelled(server: Server) -> None:
+def test_submitted_experiments_run_and_can_be_cancelled(running_server: Server) -> None:
+    server = running_server
     first = server.client.post("/api/experiments", json={"spec": real_spec("first")}, headers=server.as_("alice"))
     assert first.status_code == 201 and first.json()["status"] == "queued"
     slow = real_spec("slow", trials=6, steps=200, sleep=0.05)
@@ -462,3 +473,20 @@ def test_a_server_killed_mid_experiment_continues_it_when_restarted(tmp_path: Pa
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=20)
+
+
+def test_trials_and_runs_come_in_pages_that_miss_nothing(server: Server) -> None:
+    experiment_id = server.simulated("alice", "paged", trials=12)
+    path = f"/api/experiments/{experiment_id}"
+    for route, key, limit in (("trials", "trials", 5), ("timeline", "runs", 7)):
+        everything = server.get(f"{path}/{route}")
+        assert everything["more"] is False
+        pages, since = [], 0
+        while True:
+            page = server.get(f"{path}/{route}", since=since, limit=limit)
+            assert len(page[key]) <= limit
+            pages += page[key]
+            since = page["version"]
+            if not page["more"]:
+                break
+        assert pages == sorted(everything[key], key=lambda row: row["version"]) and len(pages) > limit

@@ -23,6 +23,7 @@ from hermes.store.codec import to_dict
 router = APIRouter()
 _bearer = HTTPBearer(auto_error=False, description="a token from `hermes server add-user` or `add-token`")
 LOG_TAIL = 64 * 1024  # bytes of a log sent at most per request
+PAGE_MAX = 10_000  # trials or runs per page
 
 
 def _hermes(request: Request) -> Hermes:
@@ -164,9 +165,11 @@ def set_weight(experiment_id: int, body: WeightRequest, hermes: HermesDep, user:
 def trials(
     experiment_id: int, hermes: HermesDep, user: UserDep,
     since: Annotated[int, Query(ge=0, description="only trials changed after this version")] = 0,
+    limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_MAX,
 ) -> dict[str, Any]:
     _, digest = _digest(hermes, user, experiment_id)
-    return {"version": digest.version, "now": digest.now, "trials": digest.trials_since(since)}
+    found, version = digest.trials_since(since, limit)
+    return {"version": version, "more": version < digest.version, "now": digest.now, "trials": found}
 
 
 @router.get("/experiments/{experiment_id}/trials/{trial_id}", summary="one trial")
@@ -249,9 +252,12 @@ def decisions(
 def timeline(
     experiment_id: int, hermes: HermesDep, user: UserDep,
     since: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_MAX,
 ) -> dict[str, Any]:
     _, digest = _digest(hermes, user, experiment_id)
-    return {"version": digest.version, "now": digest.now, "gpus": digest.gpus, "runs": digest.runs_since(since)}
+    found, version = digest.runs_since(since, limit)
+    return {"version": version, "more": version < digest.version, "now": digest.now, "gpus": list(digest.gpus),
+            "runs": found}
 
 
 @router.get("/experiments/{experiment_id}/trials/{trial_id}/log", summary="a trial's output, from a byte offset")

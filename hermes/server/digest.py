@@ -86,22 +86,31 @@ class ExperimentDigest:
                         self._touch(record.trial_id)
 
     # Readers take the lock and return copies: requests are served from several threads while one refreshes.
-    def trials_since(self, version: int) -> list[dict[str, Any]]:
+    def trials_since(self, version: int, limit: int) -> tuple[list[dict[str, Any]], int]:
+        """Up to ``limit`` trials changed after ``version``, in the order they changed, and the version
+        to ask from next (the digest's version once nothing is left)."""
         with self._lock:
-            return [dict(summary) for summary in self.trials.values() if summary["version"] > version]
+            changed = sorted((s for s in self.trials.values() if s["version"] > version), key=lambda s: s["version"])
+            if len(changed) <= limit:
+                return [dict(summary) for summary in changed], self.version
+            return [dict(summary) for summary in changed[:limit]], changed[limit - 1]["version"]
 
     def trial(self, trial_id: str) -> dict[str, Any] | None:
         with self._lock:
             summary = self.trials.get(trial_id)
             return None if summary is None else dict(summary)
 
-    def runs_since(self, version: int) -> list[dict[str, Any]]:
+    def runs_since(self, version: int, limit: int) -> tuple[list[dict[str, Any]], int]:
+        """As ``trials_since``, for the runs of the GPU timeline."""
         with self._lock:
+            versions = self.run_versions
+            changed = sorted((i for i, v in enumerate(versions) if v > version), key=versions.__getitem__)
+            next_version = self.version if len(changed) <= limit else self.run_versions[changed[limit - 1]]
+            runs = self.timeline.runs
             return [
-                {"index": index, **_run_fields(run), **self.run_reasons[index], "version": self.run_versions[index]}
-                for index, run in enumerate(self.timeline.runs)
-                if self.run_versions[index] > version
-            ]
+                {"index": i, **_run_fields(runs[i]), **self.run_reasons[i], "version": self.run_versions[i]}
+                for i in changed[:limit]
+            ], next_version
 
     def overview(self) -> dict[str, Any]:
         """Trials by state, and the best trial with its best value."""
@@ -149,11 +158,10 @@ class ExperimentDigest:
             for index in changed:
                 if "end_reason" not in self.run_reasons[index] and self.timeline.runs[index].ended_at is not None:
                     self.run_reasons[index]["end_reason"] = describe(event)
-            if changed:
+            self.run_versions += [0] * (len(self.timeline.runs) - len(self.run_versions))
+            for index in sorted(changed):  # a version each, so that pages of runs end between two versions
                 self.version += 1
-                self.run_versions += [0] * (len(self.timeline.runs) - len(self.run_versions))
-                for index in changed:
-                    self.run_versions[index] = self.version
+                self.run_versions[index] = self.version
             self._seq = seq
 
     def _take_report(self, trial_id: str, step: int, at: float, values: dict[str, float]) -> None:

@@ -85,12 +85,10 @@ class SessionRunner:
         experiment_id = experiment.experiment_id
         log.info("experiment %d (%s of %s) starts", experiment_id, experiment.name, experiment.owner)
         try:
-            session.run()
-        except Exception:  # the session has recorded it as failed
+            session.run()  # records the experiment finished, cancelled (after session.cancel) or failed
+        except Exception:
             log.exception("experiment %d (%s) failed", experiment_id, experiment.name)
         finally:
             with self._lock:
                 self._current = None
-                if self.store.experiment(experiment_id).cancel_requested:
-                    self.store.set_status(experiment_id, ExperimentStatus.CANCELLED)
         log.info("experiment %d ends: %s", experiment_id, self.store.experiment(experiment_id).status.value)

@@ -109,14 +109,19 @@ function experimentView(root, id, selectedTrial) {
 
   const stopPolling = every(POLL_MS, async () => {
     s.experiment = await api(`/experiments/${id}`);
-    const trials = await api(`/experiments/${id}/trials?since=${s.trialVersion}`);
-    for (const t of trials.trials) {
-      if (!s.trials.has(t.trial)) { s.position.set(t.trial, s.order.length); s.order.push(t.trial); }
-      s.trials.set(t.trial, t);
+    let trialsChanged = 0, runsChanged = 0, more = true;
+    while (more) {
+      const trials = await api(`/experiments/${id}/trials?since=${s.trialVersion}`);
+      for (const t of trials.trials) {
+        if (!s.trials.has(t.trial)) { s.position.set(t.trial, s.order.length); s.order.push(t.trial); }
+        s.trials.set(t.trial, t);
+      }
+      trialsChanged += trials.trials.length;
+      s.trialVersion = trials.version;
+      s.now = Math.max(s.now, trials.now);
+      more = trials.more;
     }
-    s.trialVersion = trials.version;
-    s.now = Math.max(s.now, trials.now);
-    let more = true;
+    more = true;
     while (more) {
       const c = await api(`/experiments/${id}/curves?after=${s.curveCursor}`);
       for (let i = 0; i < c.trial.length; i++) {
@@ -127,15 +132,20 @@ function experimentView(root, id, selectedTrial) {
       s.curveCursor = c.cursor;
       more = c.more;
     }
-    const timeline = await api(`/experiments/${id}/timeline?since=${s.runVersion}`);
-    for (const run of timeline.runs) s.runs[run.index] = run;
-    s.gpus = timeline.gpus;
-    s.runVersion = timeline.version;
-    s.now = Math.max(s.now, timeline.now);
+    more = true;
+    while (more) {
+      const timeline = await api(`/experiments/${id}/timeline?since=${s.runVersion}`);
+      for (const run of timeline.runs) s.runs[run.index] = run;
+      runsChanged += timeline.runs.length;
+      s.gpus = timeline.gpus;
+      s.runVersion = timeline.version;
+      s.now = Math.max(s.now, timeline.now);
+      more = timeline.more;
+    }
     renderHeader();
     renderBoard();
-    if (trials.trials.length || !charts.curves) { renderCurves(); renderParallel(); renderFirstReports(); }
-    if (timeline.runs.length || !charts.timelineDrawn) renderTimeline();
+    if (trialsChanged || !charts.curves) { renderCurves(); renderParallel(); renderFirstReports(); }
+    if (runsChanged || !charts.timelineDrawn) renderTimeline();
     window.hermesDashboard.updates = (window.hermesDashboard.updates || 0) + 1;
   });
   const stopTrial = trialPanel(trialBox, id, () => s.selected, s);
