@@ -65,7 +65,7 @@ def submit(url: str, token: str, spec: dict[str, object]) -> int:
 
 def test_dashboard_of_a_running_experiment(server: tuple[str, str]) -> None:
     url, token = server
-    experiment_id = submit(url, token, real_spec("watched", trials=6, steps=100, sleep=0.1))
+    experiment_id = submit(url, token, real_spec("watched", trials=6, steps=400, sleep=0.1))  # cancelled below
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     with playwright.sync_playwright() as p:
