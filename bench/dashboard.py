@@ -43,20 +43,24 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=8)
     args = parser.parse_args()
     # tmpfs where there is one: the bench measures reading, not the fsync of every recorded event
-    root = Path(tempfile.mkdtemp(dir="/dev/shm" if Path("/dev/shm").is_dir() else None, prefix="hermes-bench-"))
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as root:
+        run(Path(root), args.trials, args.epochs)
+
+
+def run(root: Path, trials: int, epochs: int) -> None:
     app = create_app(ServerConfig(root=root, run_experiments=False))
     with TestClient(app) as client:
         hermes = app.state.hermes
         token = hermes.accounts.add_user("bench")
         headers = {"Authorization": f"Bearer {token}"}
         experiment_id = hermes.store.submit_experiment(
-            "scale", experiment_spec("scale", args.trials, args.epochs), "bench"
+            "scale", experiment_spec("scale", trials, epochs), "bench"
         )
         start = time.perf_counter()
-        record_simulated(hermes.store, experiment_id, args.trials, args.epochs, policy="hermes")
+        record_simulated(hermes.store, experiment_id, trials, epochs, policy="hermes")
         events = len(hermes.store.events(experiment_id))
         reports = len(hermes.store.metrics(experiment_id))
-        print(f"recorded {args.trials} trials: {events} events, {reports} reports in "
+        print(f"recorded {trials} trials: {events} events, {reports} reports in "
               f"{time.perf_counter() - start:.1f}s")
         base = f"/api/experiments/{experiment_id}"
         first: dict[str, dict] = {}
