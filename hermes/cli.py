@@ -214,9 +214,11 @@ def _status(args: argparse.Namespace) -> int:
 
     from hermes.report import open_store, pick_experiment
     from hermes.report.status import experiment_status, format_status
+    from hermes.store.lock import LOCK_FILE
 
     with _naming_damage(args.dir), closing(open_store(args.dir)) as store:
-        text = format_status(experiment_status(store, pick_experiment(store, args.experiment)))
+        lock = Path(args.dir) / LOCK_FILE
+        text = format_status(experiment_status(store, pick_experiment(store, args.experiment), lock))
     print(text)
     return 0
 

@@ -6,6 +6,7 @@ from hermes.core.decisions import Decision
 from hermes.core.events import Event, NodeAdded, NodeRemoved
 from hermes.core.scheduler import Scheduler
 from hermes.core.trial import Trial
+from hermes.faults import crash_point
 from hermes.store.base import ExperimentStore, TrialRecord
 
 
@@ -24,6 +25,7 @@ class StoreRecorder:
 
     def __call__(self, event: Event, decisions: list[Decision]) -> None:
         self.store.record_event(self.experiment_id, event, decisions, self.changed_records(event, decisions))
+        crash_point("recorded")  # committed, and nothing acted on it yet
 
     def changed_records(self, event: Event, decisions: list[Decision]) -> list[TrialRecord]:
         """The records of the trials ``event`` and its decisions changed, as the core has them now."""

@@ -257,7 +257,7 @@ class SqlStore(ExperimentStore):
             self._require_writer(connection, experiment_id)
             if metrics is not None:
                 self._record_metrics(connection, experiment_id, event.trial_id, event.step, event.at, metrics)
-            crash_point("record_event")  # between the metrics and the event, in one transaction
+                crash_point("report")  # between a report's metrics and its event, in one transaction
             seq = self._append_event(connection, experiment_id, event, data, rows)
             for trial_id, values in trial_values:
                 self._upsert_trial(connection, experiment_id, trial_id, values)
