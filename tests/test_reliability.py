@@ -7,6 +7,7 @@ Real runners, real trial processes, the real store, as in test_run.py (whose hel
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import sqlite3
@@ -208,3 +209,50 @@ def test_a_full_disk_interrupts_the_run_and_a_rerun_with_room_completes_it(tmp_p
     assert outcome["rerun"] == 0, outcome["rerun_err"]
     assert outcome["final"] == "finished" and outcome["states"] == ["completed"] * 3
     assert outcome["steps"] == sorted([str(t), s] for t in range(3) for s in range(1, budget + 1))
+
+
+# ---------------------------------------------------------------------- hung trials
+# hang_after: the step after whose report a trial sleeps for good (0: before its first report).
+HANGS = {  # limits, seconds a step, hang_after, the error's pattern
+    "silent-for-its-steps": ({"stall": {"factor": 5, "min": 0.1}}, 0.15, 2,
+                             r"hung: no report for (\S+)s, while its slowest step took (\S+)s \(trial.stall: factor 5, "
+                             r"min 0.1s\)"),
+    "silent-at-least-min": ({"stall": {"factor": 5, "min": 0.8}}, 0.02, 2,
+                            r"hung: no report for 0.8s, while its slowest step took 0.0\d+s \(trial.stall: .*\)"),
+    "silent-from-the-start": ({"stall": {"after": 1.5}}, 0.02, 0, r"hung: no report for 1.5s \(trial.stall.after\)"),
+    "over-its-time": ({"timeout": 4.0, "stall": {"factor": 0}}, 0.02, 2,
+                      r"timed out: it ran 4s in all \(trial.timeout\)"),
+}
+
+
+@pytest.mark.parametrize(
+    ("case", "warm"), [(case, True) for case in sorted(HANGS)] + [("silent-for-its-steps", False)],
+    ids=[f"{case}-warm-worker" for case in sorted(HANGS)] + ["silent-for-its-steps-own-process"],
+)
+def test_a_hung_trial_fails_saying_why_and_the_experiment_goes_on(tmp_path: Path, case: str, warm: bool) -> None:
+    limits, sleep, hang_after, reason = HANGS[case]
+    budget = 5
+    spec = spec_of(
+        f"hung-{case}",
+        trial={"function": "trials.curve:train", "workdir": str(Path(__file__).parent), "warm_workers": warm, **limits},
+        search=search(4, 0, sleep, hang_after={"type": "grid", "values": [-1, hang_after]}),
+        budget={"steps": budget},
+        policy={"name": "fifo", "period": 1.0},
+    )
+    started = time.monotonic()
+    result = run_ok(write_spec(tmp_path, spec))
+    assert time.monotonic() - started < 60
+    view, _ = load_view(tmp_path / "runs")
+    assert view.experiment.status is ExperimentStatus.FINISHED
+    steps = Counter(record.trial_id for record in view.metrics)
+    for trial in view.trials:
+        if trial.params["hang_after"] < 0:
+            assert trial.state is TrialState.COMPLETED and steps[trial.trial_id] == budget
+        else:
+            assert trial.state is TrialState.FAILED and steps[trial.trial_id] == hang_after
+            match = re.fullmatch(reason, trial.error or "")
+            assert match, trial.error
+            if match.groups():  # silent for 5 times its slowest step, to the 3 digits shown
+                assert float(match[1]) == pytest.approx(5 * float(match[2]), rel=0.01)
+            assert f"trial {trial.trial_id} failed at step {hang_after}" in result.stdout
+    assert not trial_processes((tmp_path / "runs").resolve())
