@@ -146,7 +146,6 @@ class ExperimentStore(ABC):
     def append_event(self, experiment_id: int, event: Event, decisions: Sequence[Decision] = ()) -> int:
         """Append ``event`` and the decisions the core made about it, atomically; return its sequence number."""
 
-    @abstractmethod
     def record_event(
         self, experiment_id: int, event: Event, decisions: Sequence[Decision], trials: Sequence[TrialRecord]
     ) -> int:
@@ -154,6 +153,14 @@ class ExperimentStore(ABC):
         ``metrics`` when it is a TrialReported, and the records of the trials it touched. A crash
         leaves all of it or none, so no report is ever stored twice or lost; return the event's
         sequence number."""
+        return self.record_events(experiment_id, [(event, decisions, trials)])[0]
+
+    @abstractmethod
+    def record_events(
+        self, experiment_id: int, records: Sequence[tuple[Event, Sequence[Decision], Sequence[TrialRecord]]]
+    ) -> list[int]:
+        """``record_event`` for several events, in order, in one transaction (one commit, one
+        flush to the disk); return their sequence numbers."""
 
     @abstractmethod
     def events(self, experiment_id: int) -> list[Event]:
