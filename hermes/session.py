@@ -28,7 +28,7 @@ from hermes.core.events import (
 )
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import STOPPED
-from hermes.errors import HermesError
+from hermes.errors import NO_SPACE_ERRNOS, HermesError, NoSpaceError
 from hermes.execution.contract import Executor
 from hermes.execution.engine import Engine
 from hermes.execution.registry import make_engine
@@ -36,7 +36,8 @@ from hermes.experiment import ExperimentSpec
 from hermes.policies import make_policy, make_stopper
 from hermes.recovery import replay
 from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, make_searcher
-from hermes.store.base import ExperimentStatus, ExperimentStore
+from hermes.store.base import ExperimentStatus, ExperimentStore, StoreError
+from hermes.store.lock import RunnerLock, SpaceReserve, describe
 from hermes.store.recorder import StoreRecorder
 from hermes.store.sql import SqlStore
 
@@ -75,6 +76,24 @@ class ExperimentSession:
         )
         self.searcher: BaseSearcher = make_searcher(spec.search, spec.metric.mode, slots=self.engine.capacity())
         self.budget = Budget.of(spec.search)
+        # One runner per storage dir (flock: released by the kernel however this process ends), and
+        # the store refuses any earlier writer of the experiment, should a second runner get past it.
+        self._lock = RunnerLock(self.storage, spec.name).acquire()
+        self.reserve = SpaceReserve(self.storage)
+        try:
+            self._open_store(spec, store)
+        except BaseException:
+            self._lock.release()
+            raise
+        self.listeners = listeners or []
+        self.executor: Executor | None = None
+        self._loop: Engine | None = None
+        self._closed = False  # SubmissionsClosed is in the log
+        self._cancelled = False  # ExperimentCancelled is in the log
+        self._told: set[str] = set()  # trials whose end the searcher has been told
+        self._width = len(str(max((spec.search.trials or 1000) - 1, 1)))
+
+    def _open_store(self, spec: ExperimentSpec, store: ExperimentStore | None) -> None:
         self.store = store or SqlStore(f"sqlite:///{self.storage / STORE_FILE}")
         stored = next((e.spec for e in self.store.experiments() if e.name == spec.name), None)
         budget = {field: getattr(spec.search, field) for field in BUDGET_FIELDS}
@@ -84,13 +103,7 @@ class ExperimentSession:
         self.experiment_id = self.store.create_or_open_experiment(
             spec.name, spec.model_dump(mode="json"), may_change=tuple(f"search.{field}" for field in BUDGET_FIELDS)
         )
-        self.listeners = listeners or []
-        self.executor: Executor | None = None
-        self._loop: Engine | None = None
-        self._closed = False  # SubmissionsClosed is in the log
-        self._cancelled = False  # ExperimentCancelled is in the log
-        self._told: set[str] = set()  # trials whose end the searcher has been told
-        self._width = len(str(max((spec.search.trials or 1000) - 1, 1)))
+        self.store.claim_writer(self.experiment_id, describe(self._lock.who))
 
     # ------------------------------------------------------------------ the run
     def run(self) -> Outcome:
@@ -113,6 +126,7 @@ class ExperimentSession:
             elif self.scheduler.finished:
                 self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
                 return Outcome(self.experiment_id, True, ExperimentStatus.FINISHED)
+            self.reserve.acquire()
             loop = self._loop = Engine(
                 self.scheduler,
                 executor,
@@ -124,16 +138,34 @@ class ExperimentSession:
             first.extend(recovered.lost_nodes)
             try:
                 loop.run(first=first)
-            except KeyboardInterrupt:
-                self.store.set_status(self.experiment_id, ExperimentStatus.INTERRUPTED)
+            except (KeyboardInterrupt, NoSpaceError):  # not the experiment's fault: running it again continues it
+                self._record_end(ExperimentStatus.INTERRUPTED)
                 raise
+            except OSError as error:
+                if error.errno not in NO_SPACE_ERRNOS:
+                    self._record_end(ExperimentStatus.FAILED)
+                    raise
+                self._record_end(ExperimentStatus.INTERRUPTED)
+                raise NoSpaceError(f"{error.filename or 'a file'}: {error.strerror}") from error
             except BaseException:
-                self.store.set_status(self.experiment_id, ExperimentStatus.FAILED)
+                self._record_end(ExperimentStatus.FAILED)
                 raise
+            self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
         finally:
             executor.close()
-        self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
+            self.reserve.release()
+            self._lock.release()
         return Outcome(self.experiment_id, recovered.events > 0, ExperimentStatus.FINISHED)
+
+    def _record_end(self, status: ExperimentStatus) -> None:
+        """Record how the run ended, so that it is not shown as running; on a full disk, with the
+        room the reserve kept for this. A store that refuses (another writer took over) is left as is:
+        the error being raised says why."""
+        try:
+            self.reserve.release()
+            self.store.set_status(self.experiment_id, status)
+        except StoreError:
+            pass
 
     # ------------------------------------------------------------------ trials from the searcher
     def _submissions(self, now: float) -> list[Event]:

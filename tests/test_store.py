@@ -193,16 +193,63 @@ def test_trials_upsert_in_insertion_order(store: ExperimentStore) -> None:
     assert store.trials(store.create_or_open_experiment("other", SPEC)) == []
 
 
-def test_metrics_keep_every_report_in_order(store: ExperimentStore) -> None:
+def test_metrics_keep_each_step_once_in_report_order(store: ExperimentStore) -> None:
     experiment = store.create_or_open_experiment("exp", SPEC)
     reports = [("t0", 1, 1.0, 0.5), ("t1", 1, 1.5, 0.4), ("t0", 2, 2.0, 0.6), ("t0", 2, 3.0, 0.61)]  # a re-report
     for trial_id, step, at, accuracy in reports:
         store.record_metrics(experiment, trial_id, step, at, {"accuracy": accuracy, "loss": 1 - accuracy})
     everything = store.metrics(experiment)
-    assert [(m.trial_id, m.step, m.at, m.values["accuracy"]) for m in everything] == reports
+    assert [(m.trial_id, m.step, m.at, m.values["accuracy"]) for m in everything] == reports[:3]
+    store.record_event(experiment, TrialReported(4.0, "t1", 1, 0.45, metrics={"accuracy": 0.45}), [], [])
+    assert len(store.metrics(experiment, "t1")) == 1 and len(store.events(experiment)) == 1
     assert store.metrics(experiment, "t1") == [MetricRecord("t1", 1, 1.5, {"accuracy": 0.4, "loss": 0.6})]
     with pytest.raises(StoreError, match="metrics must be numbers"):
         store.record_metrics(experiment, "t0", 3, 4.0, {"phase": "train"})  # type: ignore[dict-item]
+
+
+def test_only_the_latest_claimant_of_an_experiment_writes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/hermes.db"
+    first, second, reader = SqlStore(url), SqlStore(url), SqlStore(url)
+    try:
+        experiment = first.create_or_open_experiment("exp", SPEC)
+        first.claim_writer(experiment, "pid 1 on here (`hermes run a.yaml`)")
+        first.append_event(experiment, PeriodElapsed(1.0))
+        second.claim_writer(experiment, "pid 2 on here (`hermes run b.yaml`)")
+        for write in (
+            lambda: first.append_event(experiment, PeriodElapsed(2.0)),
+            lambda: first.record_event(experiment, TrialReported(2.0, "t0", 1, 0.5), [], []),
+            lambda: first.set_status(experiment, ExperimentStatus.FAILED),
+            lambda: reader.record_metrics(experiment, "t0", 1, 2.0, {"loss": 1.0}),  # one that never claimed
+        ):
+            with pytest.raises(StoreError, match=r"has another writer now \(pid 2 on here"):
+                write()
+        second.append_event(experiment, PeriodElapsed(3.0))
+        assert [event.at for event in reader.events(experiment)] == [1.0, 3.0]
+        assert reader.experiment(experiment).status is ExperimentStatus.RUNNING and not reader.metrics(experiment)
+    finally:
+        for store in (first, second, reader):
+            store.close()
+
+
+def test_a_store_made_before_the_metrics_key_gets_it_keeping_first_reports(tmp_path: Path) -> None:
+    path = tmp_path / "hermes.db"
+    SqlStore(f"sqlite:///{path}").close()
+    with sqlite3.connect(path) as connection:  # as an older Hermes left it: no key, a step stored twice
+        connection.execute("DROP INDEX metrics_once_per_step")
+        connection.execute("INSERT INTO experiments (name, spec, created_at, status) VALUES ('exp', '{}', 0, 'running')")
+        for at, value in ((1.0, 0.5), (2.0, 0.6), (3.0, 0.7)):
+            connection.execute("INSERT INTO metrics (experiment_id, trial_id, step, at, metric_values) "
+                               f"VALUES (1, 't0', {1 if at < 3 else 2}, {at}, '{{\"loss\": {value}}}')")
+    store = SqlStore(f"sqlite:///{path}")
+    try:
+        assert [(m.step, m.at) for m in store.metrics(1)] == [(1, 1.0), (2, 3.0)]
+        store.record_metrics(1, "t0", 2, 4.0, {"loss": 0.0})
+        assert len(store.metrics(1)) == 2
+    finally:
+        store.close()
+    with sqlite3.connect(path) as connection, pytest.raises(sqlite3.IntegrityError):
+        connection.execute("INSERT INTO metrics (experiment_id, trial_id, step, at, metric_values) "
+                           "VALUES (1, 't0', 1, 5.0, '{}')")
 
 
 def test_records_read_are_copies(store: ExperimentStore) -> None:

@@ -23,11 +23,15 @@ from hermes.core.events import (
     TrialSuspended,
 )
 from hermes.core.states import TrialState
-from hermes.errors import HermesError
+from hermes.errors import HermesError, NoSpaceError
 
 
 class StoreError(HermesError):
     """The store cannot do what was asked: unknown experiment, conflicting spec, or a backend failure."""
+
+
+class StoreFull(StoreError, NoSpaceError):
+    """The store's disk is full: nothing of the write was kept, and the store is intact."""
 
 
 class ExperimentStatus(str, Enum):
@@ -65,7 +69,8 @@ class TrialRecord:
 
 @dataclass(frozen=True, slots=True)
 class MetricRecord:
-    """One report. Every report is kept in order, including re-reports of a step after a rollback."""
+    """One report: the first of its step. A step reported again after a rollback to an older
+    checkpoint is in the event log twice, but here once (a unique key on experiment, trial, step)."""
 
     trial_id: str
     step: int
@@ -106,6 +111,8 @@ class ExperimentStore(ABC):
     - Ordering: ``events`` returns events in append order; event ``i`` (0-based) has sequence
       number ``i + 1``. There is one writer of events per experiment (its runner); metrics and
       trials may be written from other threads.
+    - One writer: once a store object has claimed an experiment (``claim_writer``), writes to it
+      through any other store object raise StoreError, so two runners can never interleave one log.
     - Thread safety: all methods may be called from any thread. Records returned are fresh
       copies: later writes never change a record already read.
     - Reopening: the same name and spec returns the same experiment id, so a restarted runner
@@ -131,10 +138,14 @@ class ExperimentStore(ABC):
     def set_status(self, experiment_id: int, status: ExperimentStatus) -> None: ...
 
     @abstractmethod
+    def claim_writer(self, experiment_id: int, holder: str) -> None:
+        """Make this store object the experiment's only writer; ``holder`` (pid, host, command)
+        names it in the error an earlier writer gets on its next write."""
+
+    @abstractmethod
     def append_event(self, experiment_id: int, event: Event, decisions: Sequence[Decision] = ()) -> int:
         """Append ``event`` and the decisions the core made about it, atomically; return its sequence number."""
 
-    @abstractmethod
     def record_event(
         self, experiment_id: int, event: Event, decisions: Sequence[Decision], trials: Sequence[TrialRecord]
     ) -> int:
@@ -142,6 +153,14 @@ class ExperimentStore(ABC):
         ``metrics`` when it is a TrialReported, and the records of the trials it touched. A crash
         leaves all of it or none, so no report is ever stored twice or lost; return the event's
         sequence number."""
+        return self.record_events(experiment_id, [(event, decisions, trials)])[0]
+
+    @abstractmethod
+    def record_events(
+        self, experiment_id: int, records: Sequence[tuple[Event, Sequence[Decision], Sequence[TrialRecord]]]
+    ) -> list[int]:
+        """``record_event`` for several events, in order, in one transaction (one commit, one
+        flush to the disk); return their sequence numbers."""
 
     @abstractmethod
     def events(self, experiment_id: int) -> list[Event]:
@@ -163,7 +182,7 @@ class ExperimentStore(ABC):
     def record_metrics(
         self, experiment_id: int, trial_id: str, step: int, at: float, metrics: Mapping[str, float]
     ) -> None:
-        """Keep one report: every metric the trial measured at ``step``."""
+        """Keep one report: every metric the trial measured at ``step``; a step kept already is left as it is."""
 
     @abstractmethod
     def metrics(self, experiment_id: int, trial_id: str | None = None) -> list[MetricRecord]:

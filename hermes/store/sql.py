@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import StaticPool
 
 from hermes.core.decisions import Decision
@@ -29,9 +30,12 @@ from hermes.store.base import (
     ExperimentStore,
     MetricRecord,
     StoreError,
+    StoreFull,
     TrialRecord,
 )
 from hermes.store.codec import from_dict, to_dict
+from hermes.errors import NO_SPACE_ERRNOS
+from hermes.faults import crash_point
 
 METADATA = sa.MetaData()
 
@@ -93,7 +97,16 @@ METRICS = sa.Table(
     sa.Column("step", sa.Integer, nullable=False),
     sa.Column("at", sa.Float, nullable=False),
     sa.Column("metric_values", sa.Text, nullable=False),
-    sa.Index("metrics_by_trial", "experiment_id", "trial_id"),
+    sa.Index("metrics_once_per_step", "experiment_id", "trial_id", "step", unique=True),
+)
+
+WRITERS = sa.Table(
+    "writers",
+    METADATA,
+    sa.Column("experiment_id", sa.ForeignKey("experiments.id"), primary_key=True),
+    sa.Column("epoch", sa.Integer, nullable=False),  # one more at each claim: the latest claimant writes
+    sa.Column("holder", sa.Text, nullable=False),  # who claimed it, for the error its predecessor gets
+    sa.Column("since", sa.Float, nullable=False),
 )
 
 _MISSING = object()
@@ -123,8 +136,11 @@ class SqlStore(ExperimentStore):
         if parsed.get_backend_name() == "sqlite":
             _configure_sqlite(self._engine)
         self._lock = threading.RLock()
+        self._epochs: dict[int, int] = {}  # experiment id -> the epoch this object claimed it with
+        self._last_seq: dict[int, int] = {}  # of the experiments claimed: the last event's sequence number
         with self._writing() as connection:  # one writer at a time creates the tables
             METADATA.create_all(connection)
+            _add_metrics_key(connection)
 
     @classmethod
     def open_read_only(cls, path: str | Path) -> SqlStore:
@@ -148,6 +164,7 @@ class SqlStore(ExperimentStore):
             connection.exec_driver_sql("BEGIN")
 
         store._lock = threading.RLock()
+        store._epochs, store._last_seq = {}, {}
         try:
             with store._reading() as connection:
                 found = sa.inspect(connection).has_table(EXPERIMENTS.name)
@@ -198,6 +215,7 @@ class SqlStore(ExperimentStore):
 
     def set_status(self, experiment_id: int, status: ExperimentStatus) -> None:
         with self._writing() as connection:
+            self._require_writer(connection, experiment_id)
             updated = connection.execute(
                 EXPERIMENTS.update()
                 .where(EXPERIMENTS.c.id == experiment_id)
@@ -206,52 +224,84 @@ class SqlStore(ExperimentStore):
             if not updated.rowcount:
                 raise StoreError(f"no experiment with id {experiment_id} in {self.url}")
 
+    def claim_writer(self, experiment_id: int, holder: str) -> None:
+        with self._writing() as connection:
+            self._require(connection, experiment_id)
+            epoch = connection.execute(
+                sa.select(WRITERS.c.epoch).where(WRITERS.c.experiment_id == experiment_id)
+            ).scalar_one_or_none()
+            values = {"epoch": (epoch or 0) + 1, "holder": holder, "since": time.time()}
+            if epoch is None:
+                connection.execute(WRITERS.insert().values(experiment_id=experiment_id, **values))
+            else:
+                connection.execute(WRITERS.update().where(WRITERS.c.experiment_id == experiment_id).values(**values))
+        self._epochs[experiment_id] = values["epoch"]
+        self._last_seq.pop(experiment_id, None)
+
     # ------------------------------------------------------------------ event log and decisions
     def append_event(self, experiment_id: int, event: Event, decisions: Sequence[Decision] = ()) -> int:
         data = _dumps(to_dict(event))
         rows = _decision_rows(experiment_id, decisions, event.at)
         with self._writing() as connection:
-            self._require(connection, experiment_id)
-            return self._append_event(connection, experiment_id, event, data, rows)
+            self._require_writer(connection, experiment_id)
+            seq = self._last_seq_in(connection, experiment_id) + 1
+            self._insert_event(connection, experiment_id, seq, event, data, rows)
+        self._committed(experiment_id, seq)
+        return seq
 
-    def record_event(
-        self, experiment_id: int, event: Event, decisions: Sequence[Decision], trials: Sequence[TrialRecord]
-    ) -> int:
+    def record_events(
+        self, experiment_id: int, records: Sequence[tuple[Event, Sequence[Decision], Sequence[TrialRecord]]]
+    ) -> list[int]:
+        prepared = [self._prepared(experiment_id, *record) for record in records]
+        seqs: list[int] = []
+        with self._writing() as connection:
+            self._require_writer(connection, experiment_id)
+            seq = self._last_seq_in(connection, experiment_id)
+            for event, data, rows, metrics, trial_values in prepared:
+                if metrics is not None:
+                    self._record_metrics(connection, experiment_id, event.trial_id, event.step, event.at, metrics)
+                    crash_point("report")  # between a report's metrics and its event, in one transaction
+                seq += 1
+                self._insert_event(connection, experiment_id, seq, event, data, rows)
+                for trial_id, values in trial_values:
+                    self._upsert_trial(connection, experiment_id, trial_id, values)
+                seqs.append(seq)
+        self._committed(experiment_id, seq)
+        return seqs
+
+    @staticmethod
+    def _prepared(
+        experiment_id: int, event: Event, decisions: Sequence[Decision], trials: Sequence[TrialRecord]
+    ) -> tuple[Any, str, list[dict[str, Any]], str | None, list[tuple[str, dict[str, Any]]]]:
+        """What an event's rows hold, encoded before the transaction begins."""
         encoded = to_dict(event)
         metrics = None
         if isinstance(event, TrialReported):  # its metrics go to the metrics table, not twice into the log
             metrics = _metric_values(event.trial_id, event.step, encoded.pop("metrics") or {"value": event.value})
-        data = _dumps(encoded)
         rows = _decision_rows(experiment_id, decisions, event.at)
-        trial_values = [(trial.trial_id, _trial_values(trial)) for trial in trials]
-        with self._writing() as connection:
-            self._require(connection, experiment_id)
-            if metrics is not None:
-                connection.execute(
-                    METRICS.insert().values(
-                        experiment_id=experiment_id, trial_id=event.trial_id, step=event.step, at=event.at,
-                        metric_values=metrics,
-                    )
-                )
-            seq = self._append_event(connection, experiment_id, event, data, rows)
-            for trial_id, values in trial_values:
-                self._upsert_trial(connection, experiment_id, trial_id, values)
-        return seq
+        return event, _dumps(encoded), rows, metrics, [(trial.trial_id, _trial_values(trial)) for trial in trials]
+
+    def _committed(self, experiment_id: int, seq: int) -> None:
+        if experiment_id in self._epochs:  # nobody else appends to it: the next number is known
+            self._last_seq[experiment_id] = seq
+
+    def _last_seq_in(self, connection: sa.Connection, experiment_id: int) -> int:
+        last = self._last_seq.get(experiment_id)
+        if last is None:
+            last = connection.execute(
+                sa.select(sa.func.max(EVENTS.c.seq)).where(EVENTS.c.experiment_id == experiment_id)
+            ).scalar_one()
+        return last or 0
 
     @staticmethod
-    def _append_event(
-        connection: sa.Connection, experiment_id: int, event: Event, data: str, rows: list[dict[str, Any]]
-    ) -> int:
-        last = connection.execute(
-            sa.select(sa.func.max(EVENTS.c.seq)).where(EVENTS.c.experiment_id == experiment_id)
-        ).scalar_one()
-        seq = (last or 0) + 1
+    def _insert_event(
+        connection: sa.Connection, experiment_id: int, seq: int, event: Event, data: str, rows: list[dict[str, Any]]
+    ) -> None:
         connection.execute(
             EVENTS.insert().values(experiment_id=experiment_id, seq=seq, at=event.at, type=type(event).__name__, data=data)
         )
         if rows:
             connection.execute(DECISIONS.insert(), [{**row, "event_seq": seq} for row in rows])
-        return seq
 
     def events(self, experiment_id: int) -> list[Event]:
         with self._reading() as connection:
@@ -275,7 +325,7 @@ class SqlStore(ExperimentStore):
     def upsert_trial(self, experiment_id: int, trial: TrialRecord) -> None:
         values = _trial_values(trial)
         with self._writing() as connection:
-            self._require(connection, experiment_id)
+            self._require_writer(connection, experiment_id)
             self._upsert_trial(connection, experiment_id, trial.trial_id, values)
 
     @staticmethod
@@ -314,12 +364,26 @@ class SqlStore(ExperimentStore):
     ) -> None:
         values = _metric_values(trial_id, step, metrics)
         with self._writing() as connection:
-            self._require(connection, experiment_id)
-            connection.execute(
-                METRICS.insert().values(
-                    experiment_id=experiment_id, trial_id=trial_id, step=step, at=at, metric_values=values
-                )
+            self._require_writer(connection, experiment_id)
+            self._record_metrics(connection, experiment_id, trial_id, step, at, values)
+
+    @staticmethod
+    def _record_metrics(
+        connection: sa.Connection, experiment_id: int, trial_id: str, step: int, at: float, values: str
+    ) -> None:
+        """Once per (experiment, trial, step): a step reported again, after a rollback to an older
+        checkpoint, is in the event log twice but keeps its first metrics (the unique key holds)."""
+        row = {"experiment_id": experiment_id, "trial_id": trial_id, "step": step, "at": at, "metric_values": values}
+        if connection.dialect.name == "sqlite":  # one statement: INSERT OR IGNORE, on the unique key
+            connection.execute(sqlite_insert(METRICS).values(**row).on_conflict_do_nothing())
+            return
+        known = connection.execute(
+            sa.select(METRICS.c.id).where(
+                METRICS.c.experiment_id == experiment_id, METRICS.c.trial_id == trial_id, METRICS.c.step == step
             )
+        ).first()
+        if known is None:
+            connection.execute(METRICS.insert().values(**row))
 
     def metrics(self, experiment_id: int, trial_id: str | None = None) -> list[MetricRecord]:
         query = sa.select(METRICS).where(METRICS.c.experiment_id == experiment_id).order_by(METRICS.c.id)
@@ -338,6 +402,20 @@ class SqlStore(ExperimentStore):
         found = connection.execute(sa.select(EXPERIMENTS.c.id).where(EXPERIMENTS.c.id == experiment_id)).first()
         if found is None:
             raise StoreError(f"no experiment with id {experiment_id} in {self.url}")
+
+    def _require_writer(self, connection: sa.Connection, experiment_id: int) -> None:
+        """The experiment exists, and this store object is its writer: the one that claimed it last
+        (``claim_writer``), or any while nobody ever did."""
+        row = connection.execute(
+            sa.select(WRITERS.c.epoch, WRITERS.c.holder).where(WRITERS.c.experiment_id == experiment_id)
+        ).first()
+        if row is None:
+            self._require(connection, experiment_id)  # a writers row names an existing experiment
+        if (row.epoch if row is not None else None) != self._epochs.get(experiment_id):
+            raise StoreError(
+                f"experiment {experiment_id} in {self.url} has another writer now ({row.holder}); "
+                "this one may write no more"
+            )
 
     @contextmanager
     def _reading(self) -> Iterator[sa.Connection]:
@@ -358,7 +436,17 @@ class SqlStore(ExperimentStore):
         try:
             yield
         except sa.exc.SQLAlchemyError as error:
+            if _disk_full(error):
+                raise StoreFull(f"{self.url}: the disk is full: {error.orig}") from error
             raise StoreError(f"{self.url}: {error}") from error
+
+
+def _disk_full(error: sa.exc.SQLAlchemyError) -> bool:
+    """SQLite's SQLITE_FULL (13), or an OSError of a full disk or quota, underneath ``error``."""
+    cause = getattr(error, "orig", None)
+    if isinstance(cause, sqlite3.Error):
+        return (getattr(cause, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
+    return isinstance(cause, OSError) and cause.errno in NO_SPACE_ERRNOS
 
 
 def _configure_sqlite(engine: sa.Engine) -> None:
@@ -377,6 +465,16 @@ def _configure_sqlite(engine: sa.Engine) -> None:
     def on_begin(connection: sa.Connection) -> None:
         write = connection.get_execution_options().get("hermes_write", False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _add_metrics_key(connection: sa.Connection) -> None:
+    """A store made before metrics had their unique key gets it, keeping each step's first report."""
+    (index,) = [index for index in METRICS.indexes if index.name == "metrics_once_per_step"]
+    if index.name in {found["name"] for found in sa.inspect(connection).get_indexes(METRICS.name)}:
+        return
+    first = sa.select(sa.func.min(METRICS.c.id)).group_by(METRICS.c.experiment_id, METRICS.c.trial_id, METRICS.c.step)
+    connection.execute(METRICS.delete().where(METRICS.c.id.not_in(first)))
+    index.create(connection)
 
 
 def _decision_rows(experiment_id: int, decisions: Sequence[Decision], at: float) -> list[dict[str, Any]]:

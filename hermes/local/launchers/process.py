@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from hermes.core.events import TrialExited, TrialSuspended
-from hermes.errors import HermesError
+from hermes.errors import HermesError, NoSpaceError
 from hermes.local.launchers.base import CHANNEL, EXIT, Launcher
 from hermes.local.resources import Slot
 from hermes.local.handshake import Handshake
@@ -195,6 +195,8 @@ class ProcessLauncher(Launcher):
             host.emit(TrialExited(now, trial.trial_id, False, run.error))
         elif code == 0:
             host.emit(TrialExited(now, trial.trial_id, True))
+        elif code == protocol.EXIT_NO_SPACE and trial.launch.function is not None:
+            raise NoSpaceError(f"trial {trial.trial_id}: {tail(trial.directory / 'stderr.log', run.stderr_offset)}")
         else:
             log = tail(trial.directory / "stderr.log", run.stderr_offset)
             host.emit(TrialExited(now, trial.trial_id, False, f"{exit_reason(code)}: {log}" if log else exit_reason(code)))
