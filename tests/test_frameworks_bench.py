@@ -35,13 +35,13 @@ PRUNING = {"ray_asha"}  # ASHA may stop trials after their first epoch; the medi
 SIZE = Size(trials=4, epochs=2)
 
 
-def run_compare(path: Path, search: str) -> tuple[dict[str, Any], str]:
+def run_compare(path: Path, search: str, unit: str) -> tuple[dict[str, Any], str]:
     """The command's JSON and its printed output."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         compare.main([
             "--trials", str(SIZE.trials), "--epochs", str(SIZE.epochs), "--systems", ",".join(SYSTEMS),
-            "--search", search, "--json", str(path),
+            "--search", search, "--ratio-to", unit, "--json", str(path),
             # Trials this short never pay for a switch under the default 2% budget: allow switching so
             # that Hermes suspends and resumes them.
             "--hermes-param", "overhead_budget=0.5",
@@ -51,12 +51,12 @@ def run_compare(path: Path, search: str) -> tuple[dict[str, Any], str]:
 
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
-    return run_compare(tmp_path_factory.mktemp("frameworks") / "compare.json", "grid")
+    return run_compare(tmp_path_factory.mktemp("frameworks") / "compare.json", "grid", "fifo")
 
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
-    return run_compare(tmp_path_factory.mktemp("frameworks") / "compare-tpe.json", "tpe")
+    return run_compare(tmp_path_factory.mktemp("frameworks") / "compare-tpe.json", "tpe", "hermes")
 
 
 def timeline_of(data: dict[str, Any], system: str) -> Timeline:
@@ -141,9 +141,8 @@ def test_figures_of_a_timeline_with_gaps() -> None:
 def trained(data: dict[str, Any], system: str) -> dict[tuple[str, int], float]:
     """A system's accuracies by (configuration trained, epoch)."""
     configs = data["rounds"][0][system]["configs"]
-    return {
-        (json.dumps(configs[str(r.index)], sort_keys=True), r.epoch): r.accuracy for r in timeline_of(data, system).records
-    }
+    records = timeline_of(data, system).records
+    return {(json.dumps(configs[str(r.index)], sort_keys=True), r.epoch): r.accuracy for r in records}
 
 
 @pytest.mark.timeout(180)
@@ -167,9 +166,11 @@ def test_with_tpe_every_system_asks_its_own_trials_in_the_space(searched: tuple[
             assert len(reported) == SIZE.epochs or (system in PRUNING and reported), (system, index, reported)
         assert f"| {system} |" in printed
     assert data["rounds"][0]["hermes"]["notes"]["suspends"] > 0
-    fifo = data["figures"]["fifo"]
-    for figure in compare.FIGURES:  # FIFO need not reach the round's target with its own proposals
-        assert fifo[f"{figure}_ratio"] == (None if fifo[figure] is None else 1.0)
+    assert data["ratio_to"] == "hermes" and "ratios to hermes:" in printed
+    for figure in compare.FIGURES:  # Hermes need not reach the round's target with its own proposals
+        unit, other = data["figures"]["hermes"][figure], data["figures"]["optuna_median"][figure]
+        assert data["figures"]["hermes"][f"{figure}_ratio"] == (None if unit is None else 1.0)
+        assert data["figures"]["optuna_median"][f"{figure}_ratio"] == (other / unit if unit and other else None)
 
 
 @pytest.mark.timeout(180)

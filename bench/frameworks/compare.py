@@ -1,7 +1,8 @@
 """Hermes against FIFO, Ray Tune's ASHA and Optuna's pruners on one real workload, side by side.
 
     python bench/frameworks/compare.py [--rounds R] [--systems fifo,hermes,ray_asha,optuna_median,optuna_hyperband]
-                                       [--search grid|tpe] [--epochs 30] [--trials 48] [--json PATH]
+                                       [--search grid|tpe] [--ratio-to fifo] [--epochs 30] [--trials 48]
+                                       [--json PATH]
                                        [--hermes-period S] [--hermes-param NAME=VALUE ...]
 
 Every system tunes ``workload.py`` (a PyTorch MLP on ~20k digits) on 2 slots of one torch thread
@@ -26,8 +27,11 @@ Per system, averaged over rounds:
 - best accuracy at 30 s and at 60 s: the best validation accuracy reported until then;
 - training share: the epochs' training time over the slot time until the last report (2 slots);
 - final quality: the best accuracy of a trial that finished all epochs;
-- each figure over FIFO's (times: below 1 is faster), so ``fifo`` must be among the systems;
-- and, to judge the others, the epoch time over FIFO's for the configurations both trained
+- each figure over FIFO's, or over the figure of the system given by ``--ratio-to`` (times: below
+  1 is faster; with ``tpe`` FIFO may never reach the round's target, ``--ratio-to hermes`` then
+  gives every time to target a ratio);
+- and, to judge the others, the epoch time over FIFO's (so ``fifo`` must be among the systems)
+  for the configurations both trained
   (training is deterministic, so the same configuration is the same computation; with ``tpe``
   only those the systems happen to share, such as the sampler's first random proposals, and
   "n/a" when there are none): the machine may be shared, and a run it slowed down has all its
@@ -162,14 +166,18 @@ def arrival_order(trials: int, round_index: int) -> list[int]:
     return random.Random(round_index).sample(range(trials), trials)
 
 
-def check(systems: list[str], rounds: int, period: float, params: dict[str, Any], search: str = "grid") -> None:
+def check(
+    systems: list[str], rounds: int, period: float, params: dict[str, Any], search: str = "grid", unit: str = "fifo"
+) -> None:
     """Refuse a comparison that could not finish, before minutes of runs: ValueError says why."""
     if search not in SEARCHES:
         raise ValueError(f"unknown search {search!r}; choose from {', '.join(SEARCHES)}")
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     if "fifo" not in systems:
-        raise ValueError("the systems must include fifo: the ratios are to its figures")
+        raise ValueError("the systems must include fifo: the epoch times are to its own")
+    if unit not in systems:
+        raise ValueError(f"the ratios are to {unit!r}, which is not among the systems")
     unknown = [name for name in systems if name not in SYSTEMS]
     if unknown:
         raise ValueError(f"unknown system {unknown[0]!r}; choose from {', '.join(SYSTEMS)}")
@@ -179,9 +187,9 @@ def check(systems: list[str], rounds: int, period: float, params: dict[str, Any]
         raise ValueError(f"hermes policy: {error}") from None
 
 
-def summarise(results: list[dict[str, Timeline]], size: Size) -> dict[str, dict[str, Any]]:
+def summarise(results: list[dict[str, Timeline]], size: Size, unit: str = "fifo") -> dict[str, dict[str, Any]]:
     """Per system: each figure's mean over rounds (None when never reached), the rounds that reached
-    it, and its ratio to FIFO's mean; and the mean epoch time relative to FIFO's."""
+    it, and its ratio to the mean of system ``unit``; and the mean epoch time relative to FIFO's."""
     per_round = []
     for timelines in results:
         best = reference_best(timelines, size.epochs)
@@ -200,13 +208,13 @@ def summarise(results: list[dict[str, Timeline]], size: Size) -> dict[str, dict[
         table[name] = row
     for row in table.values():
         for figure in FIGURES:
-            base, mine = table["fifo"][figure], row[figure]
+            base, mine = table[unit][figure], row[figure]
             row[f"{figure}_ratio"] = mine / base if mine is not None and base else None
     return table
 
 
 def markdown(table: dict[str, dict[str, Any]], rounds: int) -> str:
-    """The table, one row per system; ``(x)`` is the ratio to FIFO."""
+    """The table, one row per system; ``(x)`` is the ratio to the unit of ``summarise``."""
     header = [
         "system", "time to target s", "mean first feedback s", "best acc at 30 s", "best acc at 60 s",
         "training share", "final quality", "wall s", "epoch time vs fifo",
@@ -220,7 +228,7 @@ def markdown(table: dict[str, dict[str, Any]], rounds: int) -> str:
             if value is None:
                 cells.append("never")
                 continue
-            ratio = row[f"{figure}_ratio"]  # None where FIFO never got there
+            ratio = row[f"{figure}_ratio"]  # None where the unit never got there
             cell = f"{value:.{digits.get(figure, 4)}f} ({'n/a' if ratio is None else f'{ratio:.2f}x'})"
             if row[f"{figure}_rounds"] < rounds:
                 cell += f" [{row[f'{figure}_rounds']}/{rounds} rounds]"
@@ -243,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--search", default="grid", choices=SEARCHES, help="what every system searches (see above)")
+    parser.add_argument("--ratio-to", default="fifo", metavar="SYSTEM", help="the system every ratio is to")
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--trials", type=int, default=48)
     parser.add_argument("--json", type=Path, help="also write the figures and every timeline here")
@@ -256,15 +265,15 @@ def main(argv: list[str] | None = None) -> None:
     systems = args.systems.split(",")
     params = dict(args.hermes_param)
     try:
-        check(systems, args.rounds, args.hermes_period, params, args.search)
+        check(systems, args.rounds, args.hermes_period, params, args.search, args.ratio_to)
     except ValueError as error:
         parser.error(str(error))
     proposed = "the same configurations" if args.search == "grid" else "proposals of Optuna's TPE"
     print(f"{size.trials} trials x {size.epochs} epochs on {SLOTS} slots, {proposed}; hermes period "
           f"{args.hermes_period} s, params {params or 'as Hermes sets them'}", flush=True)
     results = run_rounds(systems, args.rounds, size, args.hermes_period, params, args.search)
-    table = summarise(results, size)
-    print()
+    table = summarise(results, size, args.ratio_to)
+    print(f"\nratios to {args.ratio_to}:")
     print(markdown(table, args.rounds))
     for name in systems:
         setups = [timelines[name].setup for timelines in results]
@@ -277,6 +286,7 @@ def main(argv: list[str] | None = None) -> None:
                     "trials": size.trials,
                     "epochs": size.epochs,
                     "search": args.search,
+                    "ratio_to": args.ratio_to,
                     "hermes": {"period": args.hermes_period, "params": params},
                     "figures": table,
                     "rounds": [{name: asdict(line) for name, line in timelines.items()} for timelines in results],

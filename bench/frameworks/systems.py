@@ -90,8 +90,8 @@ SEARCHES = ("grid", "tpe")
 def run_hermes(
     policy: str, setting: Setting, period: float = 60.0, params: dict[str, Any] | None = None
 ) -> Timeline:
-    """Hermes's own runner with ``policy`` (its ``period`` and ``params``), storage in a temporary directory; the timeline is read
-    back from its store (each report's metrics and the executor's time of the report)."""
+    """Hermes's own runner with ``policy`` (its ``period`` and ``params``), storage in a temporary
+    directory; the timeline is read back from its store (each report's metrics and the executor's time of the report)."""
     from bench.frameworks.workload import SPACE
     from hermes.core.decisions import Suspend
     from hermes.experiment import parse_spec
