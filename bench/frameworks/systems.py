@@ -91,7 +91,8 @@ def run_hermes(
     policy: str, setting: Setting, period: float = 60.0, params: dict[str, Any] | None = None
 ) -> Timeline:
     """Hermes's own runner with ``policy`` (its ``period`` and ``params``), storage in a temporary
-    directory; the timeline is read back from its store (each report's metrics and the executor's time of the report)."""
+    directory; the timeline is read back from its store (each report's metrics and the executor's
+    time of the report)."""
     from bench.frameworks.workload import SPACE
     from hermes.core.decisions import Suspend
     from hermes.experiment import parse_spec
@@ -138,9 +139,7 @@ def run_hermes(
             suspends = sum(isinstance(d.decision, Suspend) for d in store.decisions(experiment))
         finally:
             store.close()
-    return Timeline(
-        policy, records, wall, setup=start - setup_start, notes={"suspends": suspends}, configs=configs
-    )
+    return Timeline(policy, records, wall, setup=start - setup_start, notes={"suspends": suspends}, configs=configs)
 
 
 # ---------------------------------------------------------------------- Ray Tune with ASHA
