@@ -24,3 +24,5 @@ bench: install
 	$(PY) bench/best_curve.py
 	$(PY) bench/switching.py
 	$(PY) bench/frameworks/compare.py --rounds 2
+	$(PY) bench/frameworks/compare.py --search tpe --trials 24 --epochs 20 \
+		--systems fifo,hermes,optuna_median,ray_asha --ratio-to hermes
