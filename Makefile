@@ -20,6 +20,7 @@ test: install
 bench: install
 	$(PY) bench/paper_comparison.py
 	$(PY) bench/scale.py
+	$(PY) bench/report_rate.py
 	$(PY) bench/real_example.py --policies fifo,hermes,rr
 	$(PY) bench/best_curve.py
 	$(PY) bench/switching.py

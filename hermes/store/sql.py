@@ -109,6 +109,13 @@ WRITERS = sa.Table(
     sa.Column("since", sa.Float, nullable=False),
 )
 
+# The statements of every recorded event, built once: building one costs more than running it.
+_UPDATE_TRIAL = TRIALS.update().where(
+    TRIALS.c.experiment_id == sa.bindparam("of_experiment"), TRIALS.c.trial_id == sa.bindparam("of_trial")
+)
+_INSERT_METRICS_ONCE = sqlite_insert(METRICS).on_conflict_do_nothing()
+_WRITER = sa.select(WRITERS.c.epoch, WRITERS.c.holder).where(WRITERS.c.experiment_id == sa.bindparam("of_experiment"))
+
 _MISSING = object()
 
 
@@ -298,7 +305,8 @@ class SqlStore(ExperimentStore):
         connection: sa.Connection, experiment_id: int, seq: int, event: Event, data: str, rows: list[dict[str, Any]]
     ) -> None:
         connection.execute(
-            EVENTS.insert().values(experiment_id=experiment_id, seq=seq, at=event.at, type=type(event).__name__, data=data)
+            EVENTS.insert(), {"experiment_id": experiment_id, "seq": seq, "at": event.at, "type": type(event).__name__,
+                              "data": data}
         )
         if rows:
             connection.execute(DECISIONS.insert(), [{**row, "event_seq": seq} for row in rows])
@@ -330,11 +338,9 @@ class SqlStore(ExperimentStore):
 
     @staticmethod
     def _upsert_trial(connection: sa.Connection, experiment_id: int, trial_id: str, values: dict[str, Any]) -> None:
-        updated = connection.execute(
-            TRIALS.update().where(TRIALS.c.experiment_id == experiment_id, TRIALS.c.trial_id == trial_id).values(**values)
-        )
+        updated = connection.execute(_UPDATE_TRIAL, {**values, "of_experiment": experiment_id, "of_trial": trial_id})
         if not updated.rowcount:
-            connection.execute(TRIALS.insert().values(experiment_id=experiment_id, trial_id=trial_id, **values))
+            connection.execute(TRIALS.insert(), {**values, "experiment_id": experiment_id, "trial_id": trial_id})
 
     def trials(self, experiment_id: int) -> list[TrialRecord]:
         with self._reading() as connection:
@@ -375,7 +381,7 @@ class SqlStore(ExperimentStore):
         checkpoint, is in the event log twice but keeps its first metrics (the unique key holds)."""
         row = {"experiment_id": experiment_id, "trial_id": trial_id, "step": step, "at": at, "metric_values": values}
         if connection.dialect.name == "sqlite":  # one statement: INSERT OR IGNORE, on the unique key
-            connection.execute(sqlite_insert(METRICS).values(**row).on_conflict_do_nothing())
+            connection.execute(_INSERT_METRICS_ONCE, row)
             return
         known = connection.execute(
             sa.select(METRICS.c.id).where(
@@ -383,7 +389,7 @@ class SqlStore(ExperimentStore):
             )
         ).first()
         if known is None:
-            connection.execute(METRICS.insert().values(**row))
+            connection.execute(METRICS.insert(), row)
 
     def metrics(self, experiment_id: int, trial_id: str | None = None) -> list[MetricRecord]:
         query = sa.select(METRICS).where(METRICS.c.experiment_id == experiment_id).order_by(METRICS.c.id)
@@ -406,9 +412,7 @@ class SqlStore(ExperimentStore):
     def _require_writer(self, connection: sa.Connection, experiment_id: int) -> None:
         """The experiment exists, and this store object is its writer: the one that claimed it last
         (``claim_writer``), or any while nobody ever did."""
-        row = connection.execute(
-            sa.select(WRITERS.c.epoch, WRITERS.c.holder).where(WRITERS.c.experiment_id == experiment_id)
-        ).first()
+        row = connection.execute(_WRITER, {"of_experiment": experiment_id}).first()
         if row is None:
             self._require(connection, experiment_id)  # a writers row names an existing experiment
         if (row.epoch if row is not None else None) != self._epochs.get(experiment_id):
