@@ -34,7 +34,7 @@ from hermes.execution.engine import Engine
 from hermes.execution.registry import make_engine
 from hermes.experiment import ExperimentSpec
 from hermes.policies import make_policy, make_stopper
-from hermes.recovery import replay
+from hermes.recovery import Recovered, replay
 from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, make_searcher
 from hermes.store.base import ExperimentStatus, ExperimentStore
 from hermes.store.recorder import StoreRecorder
@@ -86,7 +86,7 @@ class ExperimentSession:
         )
         self.listeners = listeners or []
         self.executor: Executor | None = None
-        self._loop: Engine | None = None
+        self._post: Callable[[Event], None] | None = None  # where new submissions go: the engine loop, or a host's
         self._closed = False  # SubmissionsClosed is in the log
         self._cancelled = False  # ExperimentCancelled is in the log
         self._told: set[str] = set()  # trials whose end the searcher has been told
@@ -94,9 +94,7 @@ class ExperimentSession:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> Outcome:
-        recovered = replay(
-            self.store, self.experiment_id, self.scheduler, lambda e, ds: self._follow(e, ds, replaying=True)
-        )
+        recovered = self.replay()
         executor = self.executor = self.engine.executor(self.storage / self.spec.name, recovered.now)
         try:
             for trial in self.scheduler.trials.values():
@@ -113,11 +111,12 @@ class ExperimentSession:
             elif self.scheduler.finished:
                 self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
                 return Outcome(self.experiment_id, True, ExperimentStatus.FINISHED)
-            loop = self._loop = Engine(
+            loop = Engine(
                 self.scheduler,
                 executor,
                 [StoreRecorder(self.store, self.experiment_id, self.scheduler), self._after, *self.listeners],
             )
+            self._post = loop.post
             for submission in self._submissions(recovered.now):
                 loop.post(submission)
             self.store.set_status(self.experiment_id, ExperimentStatus.RUNNING)
@@ -134,6 +133,25 @@ class ExperimentSession:
             executor.close()
         self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
         return Outcome(self.experiment_id, recovered.events > 0, ExperimentStatus.FINISHED)
+
+    # ------------------------------------------------------------------ hosted by another loop (hermes.pool)
+    def replay(self) -> Recovered:
+        """Rebuild the core and the searcher from the store's log; ``run`` does this first."""
+        return replay(self.store, self.experiment_id, self.scheduler, lambda e, ds: self._follow(e, ds, replaying=True))
+
+    def host(self, executor: Executor, post: Callable[[Event], None]) -> None:
+        """Let a host's loop drive this experiment instead of ``run``: its trials are submitted to
+        ``executor``, and the events of new submissions go to ``post``. The host records each
+        event the core handled, then calls ``after``."""
+        self.executor, self._post = executor, post
+
+    def after(self, event: Event, decisions: list[Decision]) -> None:
+        """After the store has the event: tell the searcher, and submit more trials when some ended."""
+        self._after(event, decisions)
+
+    def submissions(self, now: float) -> list[Event]:
+        """The submissions the searcher and the budget allow now (a host posts them to the core)."""
+        return self._submissions(now)
 
     # ------------------------------------------------------------------ trials from the searcher
     def _submissions(self, now: float) -> list[Event]:
@@ -183,7 +201,7 @@ class ExperimentSession:
         )
         if ended or (self.budget.seconds is not None or self.budget.gpu_seconds is not None):
             for submission in self._submissions(event.at):
-                self._loop.post(submission)
+                self._post(submission)
 
     def _follow(self, event: Event, decisions: list[Decision], *, replaying: bool) -> None:
         """Keep the searcher in step with the log: one ask per submission, every report, one end per trial."""
