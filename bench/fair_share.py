@@ -45,7 +45,10 @@ def main() -> None:
             weight_a, weight_b = (float(part) for part in pair.split(":"))
             started = time.perf_counter()
             result = simulate_pool(
-                [PoolExperiment("a", first, policy, weight_a, seed=1), PoolExperiment("b", second, policy, weight_b, seed=1)],
+                [
+                    PoolExperiment("a", first, policy, weight_a, seed=1),
+                    PoolExperiment("b", second, policy, weight_b, seed=1),
+                ],
                 gpus=args.gpus,
             )
             shares = result.contested_shares()

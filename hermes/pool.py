@@ -69,7 +69,9 @@ class _SharedExecutor:
     def __init__(self, executor: LocalExecutor, key: str, spec: ExperimentSpec) -> None:
         self._executor, self._key, self._spec = executor, key, spec
 
-    def submit(self, trial_id: str, work: TrialLaunch, *, at: float | None = None, reported_step: int = 0) -> TrialSubmitted:
+    def submit(
+        self, trial_id: str, work: TrialLaunch, *, at: float | None = None, reported_step: int = 0
+    ) -> TrialSubmitted:
         spec = self._spec
         work = replace(
             work,
@@ -179,6 +181,8 @@ class PoolSession:
             spec = parse_spec(record.spec, source=f"experiment {record.name}", base_dir=self.directory)
             if spec.name != record.name:
                 raise HermesError(f"experiment {record.name}: its spec is named {spec.name!r}")
+            if spec.engine != "local":
+                raise HermesError(f"experiment {record.name}: engine: {spec.engine!r}; this pool runs the local engine")
             session = ExperimentSession(spec, store=self.store)
             # Every pooled trial runs as a process of its own: the policy weighs switches at that cost.
             session.scheduler.policy.configure(ExecutionProfile(switch_cost=PROCESS_SWITCH_COST))

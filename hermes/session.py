@@ -90,6 +90,7 @@ class ExperimentSession:
         self._closed = False  # SubmissionsClosed is in the log
         self._cancelled = False  # ExperimentCancelled is in the log
         self._told: set[str] = set()  # trials whose end the searcher has been told
+        self._origin: float | None = None  # when its first event happened, on the engine's clock
         self._width = len(str(max((spec.search.trials or 1000) - 1, 1)))
 
     # ------------------------------------------------------------------ the run
@@ -167,7 +168,8 @@ class ExperimentSession:
             return events
         searcher = self.searcher
         while searcher.wants_more:
-            config = searcher.ask() if self.budget.may_ask(searcher.asked, now, self._gpu_seconds(now)) else None
+            allowed = self.budget.may_ask(searcher.asked, self._elapsed(now), self._gpu_seconds(now))
+            config = searcher.ask() if allowed else None
             if config is None:
                 events.append(SubmissionsClosed(now))
                 self._closed = True
@@ -178,14 +180,20 @@ class ExperimentSession:
 
     def _extended(self, now: float) -> bool:
         """Whether the budget now allows what the log's experiment had stopped asking for."""
-        return not self._budget_spent(now) and self.budget.may_ask(self.searcher.asked, now, self._gpu_seconds(now))
+        return not self._budget_spent(now) and self.budget.may_ask(
+            self.searcher.asked, self._elapsed(now), self._gpu_seconds(now)
+        )
 
     def _budget_spent(self, now: float) -> bool:
         """Time is the experiment's clock (it stands still while no runner runs), as the log has it."""
         budget = self.budget
-        return (budget.seconds is not None and now >= budget.seconds) or (
+        return (budget.seconds is not None and self._elapsed(now) >= budget.seconds) or (
             budget.gpu_seconds is not None and self._gpu_seconds(now) >= budget.gpu_seconds
         )
+
+    def _elapsed(self, now: float) -> float:
+        """Seconds since the experiment's first event: a pool's clock was running before it came."""
+        return now - (self._origin if self._origin is not None else now)
 
     def _gpu_seconds(self, now: float) -> float:
         return sum(
@@ -205,6 +213,8 @@ class ExperimentSession:
 
     def _follow(self, event: Event, decisions: list[Decision], *, replaying: bool) -> None:
         """Keep the searcher in step with the log: one ask per submission, every report, one end per trial."""
+        if self._origin is None:
+            self._origin = event.at
         if isinstance(event, TrialSubmitted) and replaying:
             config = self.searcher.ask()
             if config is None or config.params != dict(event.params):

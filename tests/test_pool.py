@@ -34,8 +34,11 @@ from tests.test_run import count_reports, environment, score, search, spec_of, t
 TIMEOUT = 90
 
 
-def pool_spec(name: str, trials: int, sleep: float, budget: int = 5, **sections: Any) -> dict[str, Any]:
-    spec = spec_of(name, search=search(trials, 1, sleep), budget={"steps": budget}, **sections)
+def pool_spec(
+    name: str, trials: int, sleep: float, budget: int = 5, max_time: float | None = None, **sections: Any
+) -> dict[str, Any]:
+    searching = search(trials, 1, sleep) | ({"max_time": max_time} if max_time is not None else {})
+    spec = spec_of(name, search=searching, budget={"steps": budget}, **sections)
     return parse_spec(spec).model_dump(mode="json")  # as a runner stores it
 
 
@@ -88,6 +91,10 @@ def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(
         wait_for(lambda: status(store, doomed) is ExperimentStatus.CANCELLED, TIMEOUT, "the cancellation")
         wait_for(lambda: {status(store, first), status(store, second)} == {ExperimentStatus.FINISHED}, TIMEOUT,
                  "both experiments to finish")
+        # The pool's clock ran for seconds already: a time budget counts from the experiment's start.
+        assert pool.executor.now() > 2.0
+        late = submit(store, pool_spec("late", 20, 0.2, budget=50, max_time=2.0))
+        wait_for(lambda: status(store, late) is ExperimentStatus.FINISHED, TIMEOUT, "the time budget to end it")
         never = submit(store, pool_spec("never", 2, 0.05))
         store.request_cancel(never)
         broken = store.submit_experiment("broken", {**pool_spec("broken", 2, 0.05), "trial": {"function": "x:y",
@@ -104,6 +111,9 @@ def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(
         events = store.events(experiment_id)
         assert any(isinstance(event, NodeAdded) for event in events)  # GPUs came as grants of the pool
     assert "trial.workdir" in (store.experiment(broken).error or "")
+    late_trials = store.trials(late)
+    assert len(store.metrics(late)) >= 4 and any(trial.state is TrialState.STOPPED for trial in late_trials)
+    assert all(trial.state.is_terminal for trial in late_trials)
     assert store.metrics(never) == [] and store.events(never) == []
     cancelled = store.trials(doomed)
     assert cancelled and all(trial.state in (TrialState.STOPPED, TrialState.COMPLETED) for trial in cancelled)

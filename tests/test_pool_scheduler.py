@@ -64,7 +64,7 @@ def test_a_newcomer_gets_its_share_by_preemption_and_events_carry_the_experiment
     started = []
     for submission in submissions:
         started += pool.tell("a", submission)
-    assert sorted((d.trial_id, d.gpu) for d in started) == [("a.t0", "g0"), ("a.t1", "g1"), ("a.t2", "g2"), ("a.t3", "g3")]
+    assert sorted((d.trial_id, d.gpu) for d in started) == [(f"a.t{i}", f"g{i}") for i in range(4)]
     assert all(isinstance(d, Start) for d in started)
     # Each experiment's scheduler saw its grants as its own cluster events, and its own trial ids.
     assert [type(r.event).__name__ for r in pool.routed] == ["TrialSubmitted"]

@@ -396,6 +396,22 @@ def writer(url: str, name: str, count: int) -> subprocess.Popen[str]:
     )
 
 
+def test_a_store_older_than_the_pool_settings_opens_read_only(tmp_path: Path) -> None:
+    path = tmp_path / "hermes.db"
+    store = SqlStore(f"sqlite:///{path}")
+    experiment = store.create_or_open_experiment("exp", SPEC)
+    store.close()
+    with sqlite3.connect(path) as connection:  # as a store written before the table existed
+        connection.execute("DROP TABLE experiment_settings")
+    reader = SqlStore.open_read_only(path)
+    try:
+        record = reader.experiment(experiment)
+        assert (record.name, record.owner, record.weight, record.cancel_requested) == ("exp", None, 1.0, False)
+        assert [e.name for e in reader.experiments(status=ExperimentStatus.RUNNING)] == ["exp"]
+    finally:
+        reader.close()
+
+
 def test_committed_events_survive_kill_9(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/hermes.db"
     process = writer(url, "exp", 1_000_000)

@@ -215,14 +215,14 @@ class PoolScheduler:
             return []
         return self._route(tenant, GpuReclaimed(at, gpu))
 
-    def _ranking(self, now: float, gpu: str | None, leaving: Tenant | None = None) -> list[Tenant]:
+    def _ranking(self, now: float, gpu: str, leaving: Tenant | None = None) -> list[Tenant]:
         """Experiments that want ``gpu``, the most owed first: those below the whole part of their
         share, then by deficit, then by arrival. ``leaving``: its trial is leaving ``gpu`` (it
         counts as holding one GPU less, and wants it back)."""
         ranked = []
         for tenant in self.tenants.values():
             held = len(tenant.gpus) - (tenant is leaving)
-            if tenant is leaving or (gpu is not None and self._wants(tenant, gpu, now)):
+            if tenant is leaving or self._wants(tenant, gpu, now):
                 ranked.append((held >= math.floor(tenant.share + 1e-9), -tenant.deficit, tenant.seq, tenant))
         ranked.sort(key=lambda entry: entry[:3])
         return [entry[3] for entry in ranked]
@@ -308,21 +308,21 @@ class PoolScheduler:
                 candidates.append((tenant.deficit, tenant.seq, tenant))
         for _, _, tenant in sorted(candidates, key=lambda entry: entry[:2]):
             scheduler = tenant.scheduler
-            now = self._clock
-            running = [
-                trial
-                for trial in scheduler.trials.values()
-                if trial.state is RUNNING
-                and not trial.stop_requested
-                and trial.step < trial.budget  # not one that has trained its budget and is exiting
-                and trial.gpu not in scheduler.reclaimed
-            ]
-            if running:
-                def rank(trial):  # noqa: ANN001, ANN202 - a sort key
-                    priority = scheduler.policy.priority(trial, now)
-                    return (-math.inf if priority is None else priority, -trial.seq)
-
-                return tenant, min(running, key=rank).gpu
+            lowest, lowest_rank = None, None
+            for trial in scheduler.trials.values():
+                if (
+                    trial.state is not RUNNING
+                    or trial.stop_requested
+                    or trial.step >= trial.budget  # it has trained its budget and is exiting
+                    or trial.gpu in scheduler.reclaimed
+                ):
+                    continue
+                priority = scheduler.policy.priority(trial, self._clock)
+                rank = (-math.inf if priority is None else priority, -trial.seq)
+                if lowest_rank is None or rank < lowest_rank:
+                    lowest, lowest_rank = trial, rank
+            if lowest is not None:
+                return tenant, lowest.gpu
         return None
 
     # ------------------------------------------------------------------ bookkeeping

@@ -130,7 +130,9 @@ class ExperimentStore(ABC):
         """The experiment with this id; StoreError if there is none."""
 
     @abstractmethod
-    def experiments(self, status: ExperimentStatus | Collection[ExperimentStatus] | None = None) -> list[ExperimentRecord]:
+    def experiments(
+        self, status: ExperimentStatus | Collection[ExperimentStatus] | None = None
+    ) -> list[ExperimentRecord]:
         """Every experiment (with ``status``: those in that status, or in one of those), oldest first."""
 
     @abstractmethod

@@ -230,7 +230,9 @@ class SqlStore(ExperimentStore):
             raise StoreError(f"no experiment with id {experiment_id} in {self.url}")
         return _experiment(row)
 
-    def experiments(self, status: ExperimentStatus | Collection[ExperimentStatus] | None = None) -> list[ExperimentRecord]:
+    def experiments(
+        self, status: ExperimentStatus | Collection[ExperimentStatus] | None = None
+    ) -> list[ExperimentRecord]:
         query = self._experiment_rows.order_by(EXPERIMENTS.c.id)
         if status is not None:
             wanted = [status] if isinstance(status, (str, ExperimentStatus)) else list(status)
