@@ -87,6 +87,8 @@ def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(
         doomed = submit(store, pool_spec("doomed", 6, 0.2, budget=50))
         wait_for(lambda: store.metrics(doomed), TIMEOUT, "the doomed experiment to report")
         store.set_weight(second, 2.0)
+        store.set_owner_weight("bob", 2.0)
+        wait_for(lambda: pool.scheduler.owner_weights.get("bob") == 2.0, TIMEOUT, "the owner's weight to apply")
         store.request_cancel(doomed)
         wait_for(lambda: status(store, doomed) is ExperimentStatus.CANCELLED, TIMEOUT, "the cancellation")
         wait_for(lambda: {status(store, first), status(store, second)} == {ExperimentStatus.FINISHED}, TIMEOUT,

@@ -115,6 +115,49 @@ def test_a_freed_gpu_goes_to_the_experiment_most_owed() -> None:
     assert pool.tenants["a"].gpus == {"g1"} and pool.tenants["b"].gpus == {"g0"}
 
 
+def settle(pool: PoolScheduler, decisions: list, at: float) -> list:
+    """Answer every Suspend with its TrialSuspended, as an executor would; return all decisions made."""
+    made = list(decisions)
+    pending = [d for d in decisions if isinstance(d, Suspend)]
+    while pending:
+        more = pool.handle(TrialSuspended(at, pending.pop(0).trial_id, 0))
+        made += more
+        pending += [d for d in more if isinstance(d, Suspend)]
+    return made
+
+
+def held(pool: PoolScheduler) -> dict[str, int]:
+    return {key: len(tenant.gpus) for key, tenant in pool.tenants.items()}
+
+
+def two_experiments(owners: tuple[str, str]) -> PoolScheduler:
+    """Experiments a and b of six trials each on four GPUs, two GPUs each."""
+    pool = PoolScheduler()
+    pool.handle(NodeAdded(0.0, "n0", ("g0", "g1", "g2", "g3")))
+    for key, owner in zip(("a", "b"), owners):
+        scheduler, submissions = experiment(6)
+        pool.add_experiment(key, scheduler, at=0.0, owner=owner)
+        settle(pool, [d for submission in submissions for d in pool.tell(key, submission)], 0.5)
+    assert held(pool) == {"a": 2, "b": 2}
+    return pool
+
+
+def test_a_weight_change_moves_gpus_at_once() -> None:
+    pool = two_experiments(("ann", "ann"))
+    made = settle(pool, pool.set_weight("b", 3.0, at=1.0), 1.5)  # b is owed three GPUs: one of a's trials yields
+    assert [type(d).__name__ for d in made] == ["Suspend", "Start"]
+    assert made[0].trial_id.startswith("a.") and made[1].trial_id.startswith("b.")
+    assert held(pool) == {"a": 1, "b": 3}
+
+
+def test_owners_share_first_then_their_experiments() -> None:
+    pool = two_experiments(("ann", "bob"))
+    assert settle(pool, pool.set_weight("b", 3.0, at=1.0), 1.5) == []  # b is bob's only experiment: no change
+    made = settle(pool, pool.set_owner_weight("ann", 3.0, at=2.0), 2.5)  # ann is owed 3 of the 4 GPUs
+    assert held(pool) == {"a": 3, "b": 1}
+    assert [d.trial_id[:2] for d in made if isinstance(d, Suspend)] == ["b."]
+
+
 def test_an_experiment_that_ends_returns_its_gpus() -> None:
     pool = PoolScheduler()
     pool.handle(NodeAdded(0.0, "n0", ("g0",)))
