@@ -8,6 +8,7 @@ and ``store.request_cancel`` act on a running pool the same way. Public API::
     pool = PoolSession(store, "/srv/hermes", engine="local", resources=ResourcesSpec(cpu_slots=4))
     threading.Thread(target=pool.run).start()   # run() blocks until stop()
     PoolSession.submit(store, spec, owner="ann", weight=2.0)
+    pool.shares()                               # from any thread: GPUs and GPU seconds per experiment
     pool.stop()                                 # from any thread; run() returns once trials are stopped
 
 Each experiment is an ``ExperimentSession`` hosted by this loop (its sampler, budget, policy and
@@ -49,6 +50,20 @@ from hermes.store.recorder import StoreRecorder
 log = logging.getLogger(__name__)
 
 _OPEN = (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING, ExperimentStatus.INTERRUPTED)
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """Where one running experiment stands in the pool's fair share (``PoolSession.shares``)."""
+
+    experiment_id: int
+    name: str
+    owner: str
+    weight: float
+    gpus: int  # GPUs it holds now
+    share: float  # GPUs it is owed now (a fraction of the pool, by the weights)
+    used_gpu_seconds: float  # GPU seconds it held in the pool (across restarts)
+    owed_gpu_seconds: float  # GPU seconds its share came to over the same time
 
 
 @dataclass(eq=False)
@@ -118,11 +133,16 @@ class PoolSession:
         self.executor: LocalExecutor | None = None
         self._stopped = threading.Event()
         self._last_sync = -float("inf")
+        self._shares: list[Share] = []  # replaced whole at each sync, so any thread may read it
 
     @staticmethod
     def submit(store: ExperimentStore, spec: ExperimentSpec, *, owner: str = "", weight: float = 1.0) -> int:
         """Queue ``spec`` for a pool, stored as a runner stores it; return its experiment id."""
         return store.submit_experiment(spec.name, spec.model_dump(mode="json"), owner=owner, weight=weight)
+
+    def shares(self) -> list[Share]:
+        """The running experiments' fair share, as of the last look at the store (``poll``); any thread."""
+        return self._shares
 
     def stop(self) -> None:
         """Make ``run`` return soon: its trials are stopped, its experiments stay open in the store."""
@@ -153,6 +173,7 @@ class PoolSession:
         finally:
             self._stopped.set()
             executor.close()
+            self._save_accounts()
             for member in self.members.values():
                 if member.session.scheduler.finished:
                     continue
@@ -219,7 +240,8 @@ class PoolSession:
         self.members[member.key] = member
         self.store.set_status(experiment_id, ExperimentStatus.RUNNING)
         decisions = self._call(lambda: self.scheduler.add_experiment(
-            member.key, scheduler, at=now, weight=member.record.weight, owner=member.record.owner or ""
+            member.key, scheduler, at=now, weight=member.record.weight, owner=member.record.owner or "",
+            used=member.record.gpu_seconds_used, owed=member.record.gpu_seconds_owed,
         ))
         member.inbox.extend(session.submissions(now))
         self._apply(decisions + self._drain(), now)
@@ -250,6 +272,22 @@ class PoolSession:
         for owner, weight in self.store.owner_weights().items():
             if self.scheduler.owner_weights.get(owner, 1.0) != weight:
                 self._apply(self._call(lambda: self.scheduler.set_owner_weight(owner, weight, now)), now)
+        self._save_accounts()
+        self._shares = [
+            Share(member.record.experiment_id, member.record.name, tenant.owner, tenant.weight, len(tenant.gpus),
+                  tenant.share, tenant.used, tenant.owed)
+            for member in self.members.values()
+            for tenant in [self.scheduler.tenants.get(member.key)]
+            if tenant is not None
+        ]
+
+    def _save_accounts(self) -> None:
+        self.store.save_accounts({
+            member.record.experiment_id: (tenant.used, tenant.owed)
+            for member in self.members.values()
+            for tenant in [self.scheduler.tenants.get(member.key)]
+            if tenant is not None
+        })
 
     def _cancel(self, member: _Member, now: float) -> None:
         member.cancelled = True

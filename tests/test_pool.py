@@ -89,6 +89,9 @@ def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(
         store.set_weight(second, 2.0)
         store.set_owner_weight("bob", 2.0)
         wait_for(lambda: pool.scheduler.owner_weights.get("bob") == 2.0, TIMEOUT, "the owner's weight to apply")
+        shares = {share.name: share for share in pool.shares()}
+        assert shares["doomed"].owner == "ann" and 0 < shares["doomed"].share <= 2
+        assert sum(share.gpus for share in shares.values()) <= 2
         store.request_cancel(doomed)
         wait_for(lambda: status(store, doomed) is ExperimentStatus.CANCELLED, TIMEOUT, "the cancellation")
         wait_for(lambda: {status(store, first), status(store, second)} == {ExperimentStatus.FINISHED}, TIMEOUT,
@@ -152,6 +155,8 @@ def test_a_pool_killed_with_sigkill_continues_every_experiment(tmp_path: Path) -
     wait_for(lambda: not trial_processes(storage), 5, "the trials of the killed pool to die")
     assert [status(store, experiment_id) for experiment_id in ids] == [ExperimentStatus.RUNNING] * 2
     before = {experiment_id: store.metrics(experiment_id) for experiment_id in ids}
+    used_before = {experiment_id: store.experiment(experiment_id).gpu_seconds_used for experiment_id in ids}
+    assert all(used > 0 for used in used_before.values())  # the fair-share accounts were saved as it ran
     completed_before = {
         (experiment_id, trial.trial_id)
         for experiment_id in ids
@@ -180,4 +185,5 @@ def test_a_pool_killed_with_sigkill_continues_every_experiment(tmp_path: Path) -
         starts = Counter(r.decision.trial_id for r in store.decisions(experiment_id) if isinstance(r.decision, Start))
         assert set(starts.values()) == {1}  # resumed from checkpoints, never started from scratch again
         replays_to_the_same_decisions(store, experiment_id)
+        assert store.experiment(experiment_id).gpu_seconds_used > used_before[experiment_id]  # went on from them
     store.close()

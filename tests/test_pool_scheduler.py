@@ -158,6 +158,23 @@ def test_owners_share_first_then_their_experiments() -> None:
     assert [d.trial_id[:2] for d in made if isinstance(d, Suspend)] == ["b."]
 
 
+@pytest.mark.parametrize("carried", [False, True])
+def test_accounts_carried_from_an_earlier_pool_decide_who_is_owed(carried: bool) -> None:
+    """1.5 GPUs each on 3: when a's trial yields its turn, its GPU goes to b, which is owed GPU
+    time, unless b comes from an earlier pool where it had used 500 GPU seconds more than its share."""
+    pool = PoolScheduler(quantum=1e9)
+    pool.handle(NodeAdded(0.0, "n0", ("g0", "g1", "g2")))
+    for key, used, owed in (("a", 0.0, 0.0), ("b", 1500.0 if carried else 0.0, 1000.0 if carried else 0.0)):
+        scheduler, submissions = experiment(4)
+        pool.add_experiment(key, scheduler, at=0.0, used=used, owed=owed)
+        settle(pool, [d for submission in submissions for d in pool.tell(key, submission)], 0.0)
+    assert held(pool) == {"a": 2, "b": 1}  # b took its whole GPU from a at once
+    assert pool.handle(TrialReported(11.0, "a.t0", 1, 0.5)) == [Suspend("a.t0")]  # rr: its turn is over
+    freed = pool.handle(TrialSuspended(11.5, "a.t0", 1))
+    assert len(freed) == 1 and freed[0].gpu == "g0"
+    assert freed[0].trial_id.startswith("a." if carried else "b.")
+
+
 def test_an_experiment_that_ends_returns_its_gpus() -> None:
     pool = PoolScheduler()
     pool.handle(NodeAdded(0.0, "n0", ("g0",)))

@@ -168,6 +168,13 @@ def test_weights_cancellations_and_errors(store: ExperimentStore) -> None:
     plain = store.create_or_open_experiment("plain", SPEC)
     store.set_status(plain, ExperimentStatus.FAILED, error="boom")
     assert (store.experiment(plain).error, store.experiment(plain).owner) == ("boom", None)
+    assert (store.experiment(experiment).gpu_seconds_used, store.experiment(experiment).gpu_seconds_owed) == (0, 0)
+    store.save_accounts({experiment: (12.5, 20.0), plain: (1.0, 0.5)})
+    store.save_accounts({experiment: (13.5, 21.0)})
+    assert (store.experiment(experiment).gpu_seconds_used, store.experiment(experiment).gpu_seconds_owed) == (13.5, 21)
+    assert (store.experiment(plain).gpu_seconds_used, store.experiment(plain).weight) == (1.0, 1.0)
+    with pytest.raises(StoreError, match="no experiment with id 99"):
+        store.save_accounts({99: (1.0, 1.0)})
     assert store.owner_weights() == {}
     store.set_owner_weight("bob", 3.0)
     store.set_owner_weight("ann", 1.5)

@@ -127,9 +127,19 @@ class PoolScheduler:
 
     # ------------------------------------------------------------------ experiments
     def add_experiment(
-        self, key: str, scheduler: Scheduler, *, at: float, weight: float = 1.0, owner: str = ""
+        self,
+        key: str,
+        scheduler: Scheduler,
+        *,
+        at: float,
+        weight: float = 1.0,
+        owner: str = "",
+        used: float = 0.0,
+        owed: float = 0.0,
     ) -> list[Decision]:
-        """Let ``scheduler`` (holding no GPU) share the pool from ``at``; return what that changes."""
+        """Let ``scheduler`` (holding no GPU) share the pool from ``at``; return what that changes.
+
+        ``used`` and ``owed``: its accounts (GPU seconds) in an earlier pool, to go on from."""
         if not key or SEPARATOR in key:
             raise HermesError(f"experiment key {key!r} must be non-empty and free of {SEPARATOR!r}")
         if key in self.tenants:
@@ -140,7 +150,7 @@ class PoolScheduler:
             raise HermesError(f"experiment {key} is finished")
         _check_weight(weight)
         self._begin(at)
-        self.tenants[key] = Tenant(key, scheduler, owner, weight, self._arrivals)
+        self.tenants[key] = Tenant(key, scheduler, owner, weight, self._arrivals, owed=owed, used=used)
         self._arrivals += 1
         return self._share(at)
 

@@ -50,6 +50,8 @@ class ExperimentRecord:
     weight: float = 1.0  # its weight in the pool's fair share
     cancel_requested: bool = False
     error: str | None = None  # why it failed, when its runner said
+    gpu_seconds_used: float = 0.0  # a pool's fair-share accounts: GPU seconds it held so far,
+    gpu_seconds_owed: float = 0.0  # and what its share came to (``save_accounts``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +157,11 @@ class ExperimentStore(ABC):
     def request_cancel(self, experiment_id: int) -> None:
         """Ask the pool to cancel the experiment: a queued one never starts, a running one has its
         trials stopped. Idempotent; a finished experiment stays as it is."""
+
+    @abstractmethod
+    def save_accounts(self, accounts: Mapping[int, tuple[float, float]]) -> None:
+        """A pool's fair-share accounts, ``experiment id -> (GPU seconds used, GPU seconds owed)``,
+        in one transaction, so that a restarted pool goes on from them."""
 
     @abstractmethod
     def set_owner_weight(self, owner: str, weight: float) -> None:

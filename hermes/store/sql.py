@@ -107,6 +107,8 @@ EXPERIMENT_SETTINGS = sa.Table(
     sa.Column("weight", sa.Float, nullable=False),
     sa.Column("cancel_requested", sa.Boolean, nullable=False),
     sa.Column("error", sa.Text),
+    sa.Column("gpu_seconds_used", sa.Float, nullable=False, default=0.0),
+    sa.Column("gpu_seconds_owed", sa.Float, nullable=False, default=0.0),
 )
 OWNER_WEIGHTS = sa.Table(
     "owner_weights",
@@ -121,6 +123,8 @@ _EXPERIMENT_ROWS = sa.select(
     EXPERIMENT_SETTINGS.c.weight,
     EXPERIMENT_SETTINGS.c.cancel_requested,
     EXPERIMENT_SETTINGS.c.error,
+    EXPERIMENT_SETTINGS.c.gpu_seconds_used,
+    EXPERIMENT_SETTINGS.c.gpu_seconds_owed,
 ).select_from(EXPERIMENTS.outerjoin(EXPERIMENT_SETTINGS, EXPERIMENT_SETTINGS.c.experiment_id == EXPERIMENTS.c.id))
 
 _PLAIN_EXPERIMENT_ROWS = sa.select(  # for a read-only store older than the settings table
@@ -129,6 +133,8 @@ _PLAIN_EXPERIMENT_ROWS = sa.select(  # for a read-only store older than the sett
     sa.null().label("weight"),
     sa.null().label("cancel_requested"),
     sa.null().label("error"),
+    sa.null().label("gpu_seconds_used"),
+    sa.null().label("gpu_seconds_owed"),
 )
 
 _MISSING = object()
@@ -281,6 +287,12 @@ class SqlStore(ExperimentStore):
         with self._writing() as connection:
             self._require(connection, experiment_id)
             self._set_settings(connection, experiment_id, cancel_requested=True)
+
+    def save_accounts(self, accounts: Mapping[int, tuple[float, float]]) -> None:
+        with self._writing() as connection:
+            for experiment_id, (used, owed) in accounts.items():
+                self._require(connection, experiment_id)
+                self._set_settings(connection, experiment_id, gpu_seconds_used=float(used), gpu_seconds_owed=float(owed))
 
     def set_owner_weight(self, owner: str, weight: float) -> None:
         _check_weight(weight)
@@ -527,6 +539,8 @@ def _experiment(row: sa.Row[Any]) -> ExperimentRecord:
         weight=1.0 if row.weight is None else row.weight,
         cancel_requested=bool(row.cancel_requested),
         error=row.error,
+        gpu_seconds_used=row.gpu_seconds_used or 0.0,
+        gpu_seconds_owed=row.gpu_seconds_owed or 0.0,
     )
 
 
