@@ -292,7 +292,9 @@ class SqlStore(ExperimentStore):
         with self._writing() as connection:
             for experiment_id, (used, owed) in accounts.items():
                 self._require(connection, experiment_id)
-                self._set_settings(connection, experiment_id, gpu_seconds_used=float(used), gpu_seconds_owed=float(owed))
+                self._set_settings(
+                    connection, experiment_id, gpu_seconds_used=float(used), gpu_seconds_owed=float(owed)
+                )
 
     def set_owner_weight(self, owner: str, weight: float) -> None:
         _check_weight(weight)
