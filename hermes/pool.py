@@ -202,6 +202,9 @@ class PoolSession:
             spec = parse_spec(record.spec, source=f"experiment {record.name}", base_dir=self.directory)
             if spec.name != record.name:
                 raise HermesError(f"experiment {record.name}: its spec is named {spec.name!r}")
+            if spec.model_dump(mode="json") != record.spec:
+                raise HermesError(f"experiment {record.name}: its stored spec is not as a runner stores it; submit "
+                                  "ExperimentSpec.model_dump(mode='json') (PoolSession.submit does)")
             if spec.engine != "local":
                 raise HermesError(f"experiment {record.name}: engine: {spec.engine!r}; this pool runs the local engine")
             session = ExperimentSession(spec, store=self.store)

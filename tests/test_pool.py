@@ -104,7 +104,9 @@ def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(
         store.request_cancel(never)
         broken = store.submit_experiment("broken", {**pool_spec("broken", 2, 0.05), "trial": {"function": "x:y",
                                                                                                "workdir": "/nowhere"}})
+        raw = store.submit_experiment("raw", spec_of("raw"))  # defaults left out: not as a runner stores it
         wait_for(lambda: status(store, never) is ExperimentStatus.CANCELLED, TIMEOUT, "a queued cancellation")
+        wait_for(lambda: status(store, raw) is ExperimentStatus.FAILED, TIMEOUT, "the raw spec to fail")
         wait_for(lambda: status(store, broken) is ExperimentStatus.FAILED, TIMEOUT, "the broken spec to fail")
     finally:
         pool.stop()
@@ -116,6 +118,7 @@ def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(
         events = store.events(experiment_id)
         assert any(isinstance(event, NodeAdded) for event in events)  # GPUs came as grants of the pool
     assert "trial.workdir" in (store.experiment(broken).error or "")
+    assert "PoolSession.submit" in (store.experiment(raw).error or "")
     late_trials = store.trials(late)
     assert len(store.metrics(late)) >= 4 and any(trial.state is TrialState.STOPPED for trial in late_trials)
     assert all(trial.state.is_terminal for trial in late_trials)
