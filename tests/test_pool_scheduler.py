@@ -214,6 +214,18 @@ def test_gpu_time_follows_the_weights(policy: str, weights: tuple[float, float])
     assert set(result.finished_at) == {"a", "b"}
 
 
+def test_gpu_time_follows_the_weights_across_nodes() -> None:
+    result = simulate_pool(
+        [
+            PoolExperiment("a", synthetic_trace(50, 15, seed=4), "hermes", 1.0),
+            PoolExperiment("b", synthetic_trace(50, 15, seed=5), "hermes", 2.0),
+        ],
+        gpus=6,
+        nodes=3,
+    )
+    assert result.contested_shares() == pytest.approx({"a": 1 / 3, "b": 2 / 3}, abs=0.02)
+
+
 def test_gpu_time_follows_owner_weights() -> None:
     result = simulate_pool(
         [
