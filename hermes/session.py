@@ -34,7 +34,7 @@ from hermes.execution.engine import Engine
 from hermes.execution.registry import make_engine
 from hermes.experiment import ExperimentSpec
 from hermes.policies import make_policy, make_stopper
-from hermes.recovery import replay
+from hermes.recovery import Recovered, replay
 from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, make_searcher
 from hermes.store.base import ExperimentStatus, ExperimentStore, StoreError
 from hermes.store.lock import RunnerLock, SpaceReserve, describe
@@ -78,7 +78,10 @@ class ExperimentSession:
         self.budget = Budget.of(spec.search)
         # One runner per storage dir (flock: released by the kernel however this process ends), and
         # the store refuses any earlier writer of the experiment, should a second runner get past it.
-        self._lock = RunnerLock(self.storage, spec.name).acquire()
+        # A host that passes its store (hermes.pool) holds the directory itself.
+        self._lock = RunnerLock(self.storage, spec.name)
+        if store is None:
+            self._lock.acquire()
         self.reserve = SpaceReserve(self.storage)
         try:
             self._open_store(spec, store)
@@ -87,10 +90,11 @@ class ExperimentSession:
             raise
         self.listeners = listeners or []
         self.executor: Executor | None = None
-        self._loop: Engine | None = None
+        self._post: Callable[[Event], None] | None = None  # where new submissions go: the engine loop, or a host's
         self._closed = False  # SubmissionsClosed is in the log
         self._cancelled = False  # ExperimentCancelled is in the log
         self._told: set[str] = set()  # trials whose end the searcher has been told
+        self._origin: float | None = None  # when its first event happened, on the engine's clock
         self._width = len(str(max((spec.search.trials or 1000) - 1, 1)))
 
     def _open_store(self, spec: ExperimentSpec, store: ExperimentStore | None) -> None:
@@ -107,9 +111,7 @@ class ExperimentSession:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> Outcome:
-        recovered = replay(
-            self.store, self.experiment_id, self.scheduler, lambda e, ds: self._follow(e, ds, replaying=True)
-        )
+        recovered = self.replay()
         executor = self.executor = self.engine.executor(self.storage / self.spec.name, recovered.now)
         try:
             for trial in self.scheduler.trials.values():
@@ -127,11 +129,12 @@ class ExperimentSession:
                 self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
                 return Outcome(self.experiment_id, True, ExperimentStatus.FINISHED)
             self.reserve.acquire()
-            loop = self._loop = Engine(
+            loop = Engine(
                 self.scheduler,
                 executor,
                 [StoreRecorder(self.store, self.experiment_id, self.scheduler), self._after, *self.listeners],
             )
+            self._post = loop.post
             for submission in self._submissions(recovered.now):
                 loop.post(submission)
             self.store.set_status(self.experiment_id, ExperimentStatus.RUNNING)
@@ -167,6 +170,25 @@ class ExperimentSession:
         except StoreError:
             pass
 
+    # ------------------------------------------------------------------ hosted by another loop (hermes.pool)
+    def replay(self) -> Recovered:
+        """Rebuild the core and the searcher from the store's log; ``run`` does this first."""
+        return replay(self.store, self.experiment_id, self.scheduler, lambda e, ds: self._follow(e, ds, replaying=True))
+
+    def host(self, executor: Executor, post: Callable[[Event], None]) -> None:
+        """Let a host's loop drive this experiment instead of ``run``: its trials are submitted to
+        ``executor``, and the events of new submissions go to ``post``. The host records each
+        event the core handled, then calls ``after``."""
+        self.executor, self._post = executor, post
+
+    def after(self, event: Event, decisions: list[Decision]) -> None:
+        """After the store has the event: tell the searcher, and submit more trials when some ended."""
+        self._after(event, decisions)
+
+    def submissions(self, now: float) -> list[Event]:
+        """The submissions the searcher and the budget allow now (a host posts them to the core)."""
+        return self._submissions(now)
+
     # ------------------------------------------------------------------ trials from the searcher
     def _submissions(self, now: float) -> list[Event]:
         """New trials while the searcher wants more in flight and the budget allows; else close
@@ -181,7 +203,8 @@ class ExperimentSession:
             return events
         searcher = self.searcher
         while searcher.wants_more:
-            config = searcher.ask() if self.budget.may_ask(searcher.asked, now, self._gpu_seconds(now)) else None
+            allowed = self.budget.may_ask(searcher.asked, self._elapsed(now), self._gpu_seconds(now))
+            config = searcher.ask() if allowed else None
             if config is None:
                 events.append(SubmissionsClosed(now))
                 self._closed = True
@@ -192,14 +215,20 @@ class ExperimentSession:
 
     def _extended(self, now: float) -> bool:
         """Whether the budget now allows what the log's experiment had stopped asking for."""
-        return not self._budget_spent(now) and self.budget.may_ask(self.searcher.asked, now, self._gpu_seconds(now))
+        return not self._budget_spent(now) and self.budget.may_ask(
+            self.searcher.asked, self._elapsed(now), self._gpu_seconds(now)
+        )
 
     def _budget_spent(self, now: float) -> bool:
         """Time is the experiment's clock (it stands still while no runner runs), as the log has it."""
         budget = self.budget
-        return (budget.seconds is not None and now >= budget.seconds) or (
+        return (budget.seconds is not None and self._elapsed(now) >= budget.seconds) or (
             budget.gpu_seconds is not None and self._gpu_seconds(now) >= budget.gpu_seconds
         )
+
+    def _elapsed(self, now: float) -> float:
+        """Seconds since the experiment's first event: a pool's clock was running before it came."""
+        return now - (self._origin if self._origin is not None else now)
 
     def _gpu_seconds(self, now: float) -> float:
         return sum(
@@ -215,10 +244,12 @@ class ExperimentSession:
         )
         if ended or (self.budget.seconds is not None or self.budget.gpu_seconds is not None):
             for submission in self._submissions(event.at):
-                self._loop.post(submission)
+                self._post(submission)
 
     def _follow(self, event: Event, decisions: list[Decision], *, replaying: bool) -> None:
         """Keep the searcher in step with the log: one ask per submission, every report, one end per trial."""
+        if self._origin is None:
+            self._origin = event.at
         if isinstance(event, TrialSubmitted) and replaying:
             config = self.searcher.ask()
             if config is None or config.params != dict(event.params):

@@ -118,7 +118,7 @@ class LocalExecutor(Executor[TrialLaunch]):
         self._trials[trial_id] = LocalTrial(
             trial_id=trial_id,
             launch=work,
-            directory=self.directory / "trials" / trial_id,
+            directory=Path(work.directory) if work.directory else self.directory / "trials" / trial_id,
             last_step=reported_step,
             checkpoint_step=reported_step,
         )
@@ -210,6 +210,14 @@ class LocalExecutor(Executor[TrialLaunch]):
         self._events.append(GpuRemoved(self.now(), gpu))
 
     # ------------------------------------------------------------------ what launchers ask of it (launchers.Host)
+    def metric_of(self, trial: LocalTrial) -> str | None:
+        """The objective metric of ``trial``: its own setting, else the executor's."""
+        return trial.launch.metric if trial.launch.metric is not None else self.metric
+
+    def checkpoint_every_of(self, trial: LocalTrial) -> int:
+        every = trial.launch.checkpoint_every
+        return self.checkpoint_every if every is None else every
+
     def emit(self, event: Event) -> None:
         self._events.append(event)
         if isinstance(event, TrialReported):
@@ -234,7 +242,7 @@ class LocalExecutor(Executor[TrialLaunch]):
             self._launch(trial, destination)
 
     def report(self, run: Run, step: int, metrics: dict[str, float], checkpointed: bool) -> None:
-        answer, event = run.handshake.report(step, metrics, checkpointed, self.now(), self.metric)
+        answer, event = run.handshake.report(step, metrics, checkpointed, self.now(), self.metric_of(run.trial))
         if answer is not None:
             self.watchdog.reported(run.trial.trial_id, self.now())  # a step caught up is a step too
             self._launcher(run.trial).answer(run, answer)

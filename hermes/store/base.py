@@ -35,10 +35,12 @@ class StoreFull(StoreError, NoSpaceError):
 
 
 class ExperimentStatus(str, Enum):
+    QUEUED = "queued"  # submitted to a pool (``submit_experiment``), not yet taken up
     RUNNING = "running"  # created, or reopened by a runner
     FINISHED = "finished"  # the core finished: every trial is terminal
     FAILED = "failed"  # the runner gave up with an error
     INTERRUPTED = "interrupted"  # the runner was stopped; reopening resumes it
+    CANCELLED = "cancelled"  # ended on request (``request_cancel``): its unfinished trials were stopped
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,12 @@ class ExperimentRecord:
     spec: dict[str, Any]
     created_at: float  # wall-clock seconds since the epoch
     status: ExperimentStatus
+    owner: str | None = None  # who submitted it to a pool; None: not a pool's (``hermes run`` made it)
+    weight: float = 1.0  # its weight in the pool's fair share
+    cancel_requested: bool = False
+    error: str | None = None  # why it failed, when its runner said
+    gpu_seconds_used: float = 0.0  # a pool's fair-share accounts: GPU seconds it held so far,
+    gpu_seconds_owed: float = 0.0  # and what its share came to (``save_accounts``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,11 +139,45 @@ class ExperimentStore(ABC):
         """The experiment with this id; StoreError if there is none."""
 
     @abstractmethod
-    def experiments(self) -> list[ExperimentRecord]:
-        """Every experiment, oldest first."""
+    def experiments(
+        self, status: ExperimentStatus | Collection[ExperimentStatus] | None = None
+    ) -> list[ExperimentRecord]:
+        """Every experiment (with ``status``: those in that status, or in one of those), oldest first."""
 
     @abstractmethod
-    def set_status(self, experiment_id: int, status: ExperimentStatus) -> None: ...
+    def set_status(self, experiment_id: int, status: ExperimentStatus, error: str | None = None) -> None:
+        """``error``: why it failed, kept on the record (None leaves the stored reason as it is)."""
+
+    # ------------------------------------------------------------------ a pool's experiments (hermes.pool)
+    @abstractmethod
+    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str = "", weight: float = 1.0) -> int:
+        """Queue a new experiment for a pool (status queued); a name in use raises StoreError.
+
+        ``spec`` as ``ExperimentSpec.model_dump(mode="json")`` gives it (what a runner stores), so
+        that the pool's session reopens it as is."""
+
+    @abstractmethod
+    def set_weight(self, experiment_id: int, weight: float) -> None:
+        """Change a pool experiment's weight (a positive number); the pool applies it while running."""
+
+    @abstractmethod
+    def request_cancel(self, experiment_id: int) -> None:
+        """Ask the pool to cancel the experiment: a queued one never starts, a running one has its
+        trials stopped. Idempotent; a finished experiment stays as it is."""
+
+    @abstractmethod
+    def save_accounts(self, accounts: Mapping[int, tuple[float, float]]) -> None:
+        """A pool's fair-share accounts, ``experiment id -> (GPU seconds used, GPU seconds owed)``,
+        in one transaction, so that a restarted pool goes on from them."""
+
+    @abstractmethod
+    def set_owner_weight(self, owner: str, weight: float) -> None:
+        """An owner's weight in the pool's fair share (default 1): the pool is split between owners
+        first, then each owner's part between their experiments."""
+
+    @abstractmethod
+    def owner_weights(self) -> dict[str, float]:
+        """The weights ``set_owner_weight`` set, by owner."""
 
     @abstractmethod
     def claim_writer(self, experiment_id: int, holder: str) -> None:

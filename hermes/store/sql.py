@@ -7,6 +7,7 @@ diverged trial reports them), so every backend stores them alike.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -116,6 +117,46 @@ _UPDATE_TRIAL = TRIALS.update().where(
 _INSERT_METRICS_ONCE = sqlite_insert(METRICS).on_conflict_do_nothing()
 _WRITER = sa.select(WRITERS.c.epoch, WRITERS.c.holder).where(WRITERS.c.experiment_id == sa.bindparam("of_experiment"))
 
+# What a pool needs besides the experiment (owner, weight, a cancellation asked for) and why an
+# experiment failed: a table of its own, so that stores written before it existed open unchanged.
+EXPERIMENT_SETTINGS = sa.Table(
+    "experiment_settings",
+    METADATA,
+    sa.Column("experiment_id", sa.ForeignKey("experiments.id"), primary_key=True),
+    sa.Column("owner", sa.String(255)),  # NULL: not a pool's experiment
+    sa.Column("weight", sa.Float, nullable=False),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("gpu_seconds_used", sa.Float, nullable=False, default=0.0),
+    sa.Column("gpu_seconds_owed", sa.Float, nullable=False, default=0.0),
+)
+OWNER_WEIGHTS = sa.Table(
+    "owner_weights",
+    METADATA,
+    sa.Column("owner", sa.String(255), primary_key=True),
+    sa.Column("weight", sa.Float, nullable=False),
+)
+
+_EXPERIMENT_ROWS = sa.select(
+    EXPERIMENTS,
+    EXPERIMENT_SETTINGS.c.owner,
+    EXPERIMENT_SETTINGS.c.weight,
+    EXPERIMENT_SETTINGS.c.cancel_requested,
+    EXPERIMENT_SETTINGS.c.error,
+    EXPERIMENT_SETTINGS.c.gpu_seconds_used,
+    EXPERIMENT_SETTINGS.c.gpu_seconds_owed,
+).select_from(EXPERIMENTS.outerjoin(EXPERIMENT_SETTINGS, EXPERIMENT_SETTINGS.c.experiment_id == EXPERIMENTS.c.id))
+
+_PLAIN_EXPERIMENT_ROWS = sa.select(  # for a read-only store older than the settings table
+    EXPERIMENTS,
+    sa.null().label("owner"),
+    sa.null().label("weight"),
+    sa.null().label("cancel_requested"),
+    sa.null().label("error"),
+    sa.null().label("gpu_seconds_used"),
+    sa.null().label("gpu_seconds_owed"),
+)
+
 _MISSING = object()
 
 
@@ -127,6 +168,8 @@ class SqlStore(ExperimentStore):
     process are serialised by a lock; write transactions take SQLite's write lock up front
     (``BEGIN IMMEDIATE``) so that concurrent processes wait for each other instead of failing.
     """
+
+    _experiment_rows = _EXPERIMENT_ROWS  # experiments with their settings
 
     def __init__(self, url: str = "sqlite:///hermes.db") -> None:
         parsed = sa.make_url(url)
@@ -175,6 +218,8 @@ class SqlStore(ExperimentStore):
         try:
             with store._reading() as connection:
                 found = sa.inspect(connection).has_table(EXPERIMENTS.name)
+                if not sa.inspect(connection).has_table(EXPERIMENT_SETTINGS.name):  # written before it existed
+                    store._experiment_rows = _PLAIN_EXPERIMENT_ROWS
             if not found:
                 raise StoreError(f"{path} holds no Hermes store (it has no {EXPERIMENTS.name} table)")
         except StoreError:
@@ -210,17 +255,23 @@ class SqlStore(ExperimentStore):
 
     def experiment(self, experiment_id: int) -> ExperimentRecord:
         with self._reading() as connection:
-            row = connection.execute(sa.select(EXPERIMENTS).where(EXPERIMENTS.c.id == experiment_id)).first()
+            row = connection.execute(self._experiment_rows.where(EXPERIMENTS.c.id == experiment_id)).first()
         if row is None:
             raise StoreError(f"no experiment with id {experiment_id} in {self.url}")
         return _experiment(row)
 
-    def experiments(self) -> list[ExperimentRecord]:
+    def experiments(
+        self, status: ExperimentStatus | Collection[ExperimentStatus] | None = None
+    ) -> list[ExperimentRecord]:
+        query = self._experiment_rows.order_by(EXPERIMENTS.c.id)
+        if status is not None:
+            wanted = [status] if isinstance(status, (str, ExperimentStatus)) else list(status)
+            query = query.where(EXPERIMENTS.c.status.in_([ExperimentStatus(one).value for one in wanted]))
         with self._reading() as connection:
-            rows = connection.execute(sa.select(EXPERIMENTS).order_by(EXPERIMENTS.c.id)).all()
+            rows = connection.execute(query).all()
         return [_experiment(row) for row in rows]
 
-    def set_status(self, experiment_id: int, status: ExperimentStatus) -> None:
+    def set_status(self, experiment_id: int, status: ExperimentStatus, error: str | None = None) -> None:
         with self._writing() as connection:
             self._require_writer(connection, experiment_id)
             updated = connection.execute(
@@ -230,6 +281,71 @@ class SqlStore(ExperimentStore):
             )
             if not updated.rowcount:
                 raise StoreError(f"no experiment with id {experiment_id} in {self.url}")
+            if error is not None:
+                self._set_settings(connection, experiment_id, error=error)
+
+    # ------------------------------------------------------------------ a pool's experiments
+    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str = "", weight: float = 1.0) -> int:
+        if not name:
+            raise StoreError("an experiment needs a non-empty name")
+        _check_weight(weight)
+        spec_json = _dumps(spec)
+        with self._writing() as connection:
+            if connection.execute(sa.select(EXPERIMENTS.c.id).where(EXPERIMENTS.c.name == name)).first() is not None:
+                raise StoreError(f"an experiment named {name!r} exists already in {self.url}")
+            inserted = connection.execute(
+                EXPERIMENTS.insert().values(
+                    name=name, spec=spec_json, created_at=time.time(), status=ExperimentStatus.QUEUED.value
+                )
+            )
+            experiment_id = int(inserted.inserted_primary_key[0])  # type: ignore[index]  # set by a one-row insert
+            self._set_settings(connection, experiment_id, owner=str(owner), weight=float(weight))
+            return experiment_id
+
+    def set_weight(self, experiment_id: int, weight: float) -> None:
+        _check_weight(weight)
+        with self._writing() as connection:
+            self._require(connection, experiment_id)
+            self._set_settings(connection, experiment_id, weight=float(weight))
+
+    def request_cancel(self, experiment_id: int) -> None:
+        with self._writing() as connection:
+            self._require(connection, experiment_id)
+            self._set_settings(connection, experiment_id, cancel_requested=True)
+
+    def save_accounts(self, accounts: Mapping[int, tuple[float, float]]) -> None:
+        with self._writing() as connection:
+            for experiment_id, (used, owed) in accounts.items():
+                self._require(connection, experiment_id)
+                self._set_settings(
+                    connection, experiment_id, gpu_seconds_used=float(used), gpu_seconds_owed=float(owed)
+                )
+
+    def set_owner_weight(self, owner: str, weight: float) -> None:
+        _check_weight(weight)
+        with self._writing() as connection:
+            updated = connection.execute(
+                OWNER_WEIGHTS.update().where(OWNER_WEIGHTS.c.owner == owner).values(weight=float(weight))
+            )
+            if not updated.rowcount:
+                connection.execute(OWNER_WEIGHTS.insert().values(owner=owner, weight=float(weight)))
+
+    def owner_weights(self) -> dict[str, float]:
+        with self._reading() as connection:
+            rows = connection.execute(sa.select(OWNER_WEIGHTS).order_by(OWNER_WEIGHTS.c.owner)).all()
+        return {row.owner: row.weight for row in rows}
+
+    @staticmethod
+    def _set_settings(connection: sa.Connection, experiment_id: int, **values: Any) -> None:
+        updated = connection.execute(
+            EXPERIMENT_SETTINGS.update().where(EXPERIMENT_SETTINGS.c.experiment_id == experiment_id).values(**values)
+        )
+        if not updated.rowcount:
+            connection.execute(
+                EXPERIMENT_SETTINGS.insert().values(
+                    **{"experiment_id": experiment_id, "weight": 1.0, "cancel_requested": False, **values}
+                )
+            )
 
     def claim_writer(self, experiment_id: int, holder: str) -> None:
         with self._writing() as connection:
@@ -518,8 +634,23 @@ def _metric_values(trial_id: str, step: int, metrics: Mapping[str, float]) -> st
         raise StoreError(f"trial {trial_id} step {step}: metrics must be numbers, got {dict(metrics)!r}") from None
 
 
+
+
 def _experiment(row: sa.Row[Any]) -> ExperimentRecord:
-    return ExperimentRecord(row.id, row.name, json.loads(row.spec), row.created_at, ExperimentStatus(row.status))
+    return ExperimentRecord(
+        row.id, row.name, json.loads(row.spec), row.created_at, ExperimentStatus(row.status),
+        owner=row.owner,
+        weight=1.0 if row.weight is None else row.weight,
+        cancel_requested=bool(row.cancel_requested),
+        error=row.error,
+        gpu_seconds_used=row.gpu_seconds_used or 0.0,
+        gpu_seconds_owed=row.gpu_seconds_owed or 0.0,
+    )
+
+
+def _check_weight(weight: float) -> None:
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
+        raise StoreError(f"a weight must be a positive number, got {weight!r}")
 
 
 def _dumps(data: Any) -> str:

@@ -231,8 +231,8 @@ class ProcessLauncher(Launcher):
             protocol.ENV_TRIAL_ID: trial.trial_id,
             protocol.ENV_TRIAL_DIR: str(trial.directory),
             protocol.ENV_BUDGET: str(trial.launch.budget),
-            protocol.ENV_METRIC: host.metric or "",
-            protocol.ENV_CHECKPOINT_EVERY: str(host.checkpoint_every),
+            protocol.ENV_METRIC: host.metric_of(trial) or "",
+            protocol.ENV_CHECKPOINT_EVERY: str(host.checkpoint_every_of(trial)),
             protocol.ENV_REPORTED_STEP: str(trial.last_step),
         }
 

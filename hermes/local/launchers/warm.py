@@ -80,8 +80,8 @@ class WarmLauncher(Launcher):
                 "function": launch.function,
                 "directory": str(trial.directory),
                 "budget": launch.budget,
-                "metric": self.host.metric or "",
-                "checkpoint_every": self.host.checkpoint_every,
+                "metric": self.host.metric_of(trial) or "",
+                "checkpoint_every": self.host.checkpoint_every_of(trial),
                 "reported_step": trial.last_step,
             },
         )
