@@ -12,6 +12,7 @@ from hermes.experiment.command import command_argv
 from hermes.local.executor import LocalExecutor
 from hermes.local.launch import PROCESS_SWITCH_COST, SIGSTOP_SWITCH_COST, WARM_SWITCH_COST, TrialLaunch
 from hermes.local.resources import Slot, discover_gpus, local_slots
+from hermes.local.watchdog import TrialLimits
 
 if TYPE_CHECKING:
     from hermes.experiment.spec import ExperimentSpec, ResourcesSpec
@@ -53,6 +54,12 @@ class LocalEngine(ExecutionEngine):
             period=spec.policy.period if spec.trial.metrics_regex else None,
             clock_offset=clock_offset,
             cwd=spec.workdir,
+            limits=TrialLimits(
+                timeout=spec.trial.timeout,
+                stall_factor=spec.trial.stall.factor,
+                stall_min=spec.trial.stall.min,
+                stall_after=spec.trial.stall.after,
+            ),
         )
 
 

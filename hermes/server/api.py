@@ -81,6 +81,7 @@ class Experiment(BaseModel):
     status: str
     weight: float
     cancel_requested: bool
+    error: str | None = None  # why it failed
     created_at: float
     metric: str
     mode: str
@@ -95,7 +96,8 @@ def _summary(experiment: ExperimentRecord, digest: ExperimentDigest | None, spec
     metric = experiment.spec.get("metric", {})
     summary = Experiment(
         id=experiment.experiment_id, name=experiment.name, owner=experiment.owner, status=experiment.status.value,
-        weight=experiment.weight, cancel_requested=experiment.cancel_requested, created_at=experiment.created_at,
+        weight=experiment.weight, cancel_requested=experiment.cancel_requested, error=experiment.error,
+        created_at=experiment.created_at,
         metric=str(metric.get("name", "")), mode=str(metric.get("mode", "")),
         spec=experiment.spec if spec else None,
     )
@@ -121,8 +123,10 @@ def submit(body: SubmitRequest, hermes: HermesDep, user: UserDep) -> Experiment:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail) from None
     try:
         experiment_id = hermes.store.submit_experiment(spec.name, spec.model_dump(mode="json"), user.name, body.weight)
-    except StoreError as error:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    except StoreError:  # its message names the database, which is not the caller's business
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"an experiment named {spec.name!r} exists already; give yours another name"
+        ) from None
     hermes.runner.submitted(experiment_id)
     return _summary(hermes.store.experiment(experiment_id), None, spec=True)
 

@@ -72,9 +72,15 @@ class RemoteStore(ExperimentStore):
         self.client = client
         self.url = client.url
 
-    def experiments(self) -> list[ExperimentRecord]:
+    def experiments(
+        self, status: ExperimentStatus | Collection[ExperimentStatus] | None = None
+    ) -> list[ExperimentRecord]:
+        wanted = None if status is None else {
+            ExperimentStatus(one) for one in ([status] if isinstance(status, str) else status)
+        }
         return [self._record(e, self.client.request("GET", f"/experiments/{e['id']}")["spec"])
-                for e in self.client.request("GET", "/experiments")]
+                for e in self.client.request("GET", "/experiments")
+                if wanted is None or ExperimentStatus(e["status"]) in wanted]
 
     def experiment(self, experiment_id: int) -> ExperimentRecord:
         found = self.client.request("GET", f"/experiments/{experiment_id}")
@@ -146,21 +152,34 @@ class RemoteStore(ExperimentStore):
         return ExperimentRecord(
             summary["id"], summary["name"], spec, summary["created_at"], ExperimentStatus(summary["status"]),
             owner=summary["owner"], weight=summary["weight"], cancel_requested=summary["cancel_requested"],
+            error=summary.get("error"),
         )
 
     # ------------------------------------------------------------------ writes go through the API, not here
     def create_or_open_experiment(self, name: str, spec: Mapping[str, Any], may_change: Collection[str] = ()) -> int:
         raise self._read_only()
 
-    def set_status(self, experiment_id: int, status: ExperimentStatus) -> None:
+    def set_status(self, experiment_id: int, status: ExperimentStatus, error: str | None = None) -> None:
+        raise self._read_only()
+
+    def claim_writer(self, experiment_id: int, holder: str) -> None:
+        raise self._read_only()
+
+    def record_events(
+        self, experiment_id: int, records: Sequence[tuple[Event, Sequence[Decision], Sequence[TrialRecord]]]
+    ) -> list[int]:
+        raise self._read_only()
+
+    def save_accounts(self, accounts: Mapping[int, tuple[float, float]]) -> None:
+        raise self._read_only()
+
+    def set_owner_weight(self, owner: str, weight: float) -> None:
+        raise self._read_only()
+
+    def owner_weights(self) -> dict[str, float]:
         raise self._read_only()
 
     def append_event(self, experiment_id: int, event: Event, decisions: Sequence[Decision] = ()) -> int:
-        raise self._read_only()
-
-    def record_event(
-        self, experiment_id: int, event: Event, decisions: Sequence[Decision], trials: Sequence[TrialRecord]
-    ) -> int:
         raise self._read_only()
 
     def upsert_trial(self, experiment_id: int, trial: TrialRecord) -> None:
@@ -171,7 +190,7 @@ class RemoteStore(ExperimentStore):
     ) -> None:
         raise self._read_only()
 
-    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str, weight: float = 1.0) -> int:
+    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str = "", weight: float = 1.0) -> int:
         raise self._read_only()
 
     def set_weight(self, experiment_id: int, weight: float) -> None:

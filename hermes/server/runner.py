@@ -65,9 +65,9 @@ class SessionRunner:
                     return
                 try:
                     session = ExperimentSession(self.spec_of(experiment), store=self.store)
-                except Exception:
+                except Exception as error:
                     log.exception("experiment %d (%s) cannot start", experiment.experiment_id, experiment.name)
-                    self.store.set_status(experiment.experiment_id, ExperimentStatus.FAILED)
+                    self.store.set_status(experiment.experiment_id, ExperimentStatus.FAILED, error=str(error))
                     continue
                 self._current = (experiment.experiment_id, session)
                 if experiment.cancel_requested:

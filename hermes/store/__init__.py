@@ -11,6 +11,7 @@ from hermes.store.base import (
     Run,
     RunTimeline,
     StoreError,
+    StoreFull,
     TrialRecord,
     build_runs,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "RunTimeline",
     "SqlStore",
     "StoreError",
+    "StoreFull",
     "TrialRecord",
     "build_runs",
 ]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes.core.events import TrialExited, TrialSuspended
+from hermes.errors import NoSpaceError
 from hermes.local.handshake import Handshake
 from hermes.local.launchers.base import WORKER_CHANNEL, WORKER_EXIT, Launcher
 from hermes.local.resources import Slot
@@ -79,8 +80,8 @@ class WarmLauncher(Launcher):
                 "function": launch.function,
                 "directory": str(trial.directory),
                 "budget": launch.budget,
-                "metric": self.host.metric or "",
-                "checkpoint_every": self.host.checkpoint_every,
+                "metric": self.host.metric_of(trial) or "",
+                "checkpoint_every": self.host.checkpoint_every_of(trial),
                 "reported_step": trial.last_step,
             },
         )
@@ -233,6 +234,8 @@ class WarmLauncher(Launcher):
             host.emit(TrialExited(now, trial.trial_id, False, "stopped"))
         elif run.error is not None:
             host.emit(TrialExited(now, trial.trial_id, False, run.error))
+        elif outcome == protocol.NO_SPACE:
+            raise NoSpaceError(f"trial {trial.trial_id}: {error}")
         elif outcome == protocol.OK:
             host.emit(TrialExited(now, trial.trial_id, True))
         else:
