@@ -161,10 +161,9 @@ class RayExecutor(Executor[TrialLaunch]):
 
     def next_events(self) -> list[Event]:
         self._flush()
-        while not self._events:
-            if self._woken or self.idle():
+        while not self._events:  # an agent's word (a call run, say) returns too: idle() may have changed
+            if self._woken or self.idle() or self._wait(self._timeout()):
                 break
-            self._wait(self._timeout())
         self._woken = False
         events, self._events = self._events, []
         return events
@@ -258,8 +257,9 @@ class RayExecutor(Executor[TrialLaunch]):
         deadline = self._next_poll if self._next_tick is None else min(self._next_poll, self._next_tick)
         return max(0.0, deadline - self.now())
 
-    def _wait(self, timeout: float) -> None:
-        """Wait for an agent's events or the end of a call, at most ``timeout`` seconds; take what came."""
+    def _wait(self, timeout: float) -> bool:
+        """Wait for an agent's events or the end of a call, at most ``timeout`` seconds; take what
+        came, and say whether anything did."""
         import ray
 
         for agent in self._agents.values():
@@ -284,6 +284,7 @@ class RayExecutor(Executor[TrialLaunch]):
             while self._next_tick <= self.now():
                 self._next_tick += self.period
             self._events.append(PeriodElapsed(self.now()))
+        return bool(ready)
 
     def _heard(self, agent: _Agent, ref: Any) -> None:
         import ray
