@@ -201,22 +201,18 @@ def test_a_driver_killed_is_continued_by_a_rerun(cluster: RayCluster, tmp_path: 
 
 def test_a_node_joins_and_another_dies_mid_run(cluster: RayCluster, tmp_path: Path) -> None:
     """Runs last: it kills a worker node of the module's cluster."""
-    budget = 8
-    path = write_spec(tmp_path, ray_spec(cluster, "ray-churn", 8, budget, 0.1, policy={"name": "rr", "period": 0.3}))
+    budget = 10
+    path = write_spec(tmp_path, ray_spec(cluster, "ray-churn", 8, budget, 0.5, policy={"name": "rr", "period": 0.6}))
     victim = cluster.nodes[1]
-    seen: dict[str, float] = {}
-    joining: list[threading.Thread] = []
+    seen: dict[str, Any] = {}
+    joining = threading.Thread(target=cluster.add_node, kwargs={"num_gpus": 2}, daemon=True)
 
     def churn(event: Any, decisions: list) -> None:
-        if isinstance(event, TrialReported) and not joining:
-            joining.append(threading.Thread(target=cluster.add_node, kwargs={"num_gpus": 2}, daemon=True))
-            joining[0].start()
-        elif isinstance(event, NodeAdded) and "joined" not in seen and len(cluster.nodes) == 4:
-            seen["joined"] = time.monotonic()
-            seen["new"] = event.node
-        elif isinstance(event, TrialReported) and "joined" in seen and "killed" not in seen:
+        if isinstance(event, NodeAdded) and len(cluster.nodes) == 4 and "new" not in seen:
+            seen["joined"], seen["new"] = time.monotonic(), event.node
+        elif "new" in seen and "killed" not in seen and isinstance(event, TrialReported):
             if any(isinstance(d, (Start, Resume)) and d.gpu.startswith(seen["new"]) for d in decisions) or (
-                time.monotonic() - seen["joined"] > 3
+                time.monotonic() - seen["joined"] > 2
             ):
                 seen["killed"] = cluster.kill_raylet(victim)
         elif isinstance(event, NodeRemoved):
@@ -224,8 +220,9 @@ def test_a_node_joins_and_another_dies_mid_run(cluster: RayCluster, tmp_path: Pa
 
     monitor = ContractMonitor()
     session = ExperimentSession(load_spec(path), listeners=[monitor, churn])
+    joining.start()  # it joins a few seconds into the run
     session.run()
-    joining[0].join(timeout=60)
+    joining.join(timeout=60)
     assert {"joined", "killed", "removed"} <= set(seen), seen
     detection = seen["removed"] - seen["killed"]
     print(f"\nnode loss: SIGKILL of its raylet to NodeRemoved in the core: {detection:.2f} s")
