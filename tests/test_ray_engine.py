@@ -116,6 +116,24 @@ def test_a_whole_experiment_on_ray_spreads_its_trials_and_resumes_exactly(cluste
     session.store.close()
     assert not trial_processes((tmp_path / "runs").resolve())
 
+    # The local engine on as many slots, from the same seeds: the same trials, reports and results.
+    local_spec = spec_of("ray-e2e", search=search(8, 3, 0.05), budget={"steps": budget},
+                         policy={"name": "rr", "period": 0.3}, resources={"gpus": "none", "cpu_slots": 4},
+                         storage={"dir": "local", "checkpoint_every": 2})
+    local = ExperimentSession(load_spec(write_spec(tmp_path, local_spec)))
+    local.run()
+    ray_trials, local_trials = session.scheduler.trials, local.scheduler.trials
+    assert sorted(ray_trials) == sorted(local_trials)
+    for trial_id, trial in ray_trials.items():
+        other = local_trials[trial_id]
+        assert trial.params == other.params and trial.state is other.state
+        assert list(zip(trial.steps, trial.values)) == list(zip(other.steps, other.values))
+    local_decisions = [record.decision for record in local.store.decisions(local.experiment_id)]
+    assert sorted(d.trial_id for d in decisions if isinstance(d, Start)) == sorted(
+        d.trial_id for d in local_decisions if isinstance(d, Start)
+    )
+    local.store.close()
+
 
 class _Harness(ExecutorHarness):
     gpus = ()

@@ -25,7 +25,7 @@ import dataclasses
 import os
 import shutil
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,9 @@ class NodeAgent:
         self._arrived: set[int] = set()  # seqs received and not yet run
         self._outbox: list[tuple[int, Event]] = []  # numbered events the driver may not have yet
         self._numbered = 0
-        self._busy = True  # whether any run here may still report
+        self._local_busy = True  # whether any run of the local executor may still report
+        self._uploads = 0  # checkpoint uploads under way, each with a report to post
+        self._uploader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hermes-upload")
         self._replied: tuple[bool, int] | None = None  # (busy, done) of the last next_events reply
         self._woken = False
         self._closed = False
@@ -107,6 +109,11 @@ class NodeAgent:
             self._replied = (self._busy, self._done)
             return [e for _, e in self._outbox], self._numbered, self._busy, self._done
 
+    @property
+    def _busy(self) -> bool:
+        """Whether an event may still come from here (read under ``_changed``)."""
+        return self._local_busy or self._uploads > 0
+
     def wake(self) -> None:
         with self._changed:
             self._woken = True
@@ -140,10 +147,11 @@ class NodeAgent:
                         self._known.discard(trial_id)
                         self._exports.pop(trial_id).set_result(self._state(trial_id))
                 with self._changed:
-                    self._busy = not self.local.idle()
+                    self._local_busy = not self.local.idle()
                     self._changed.notify_all()
         finally:
             self.local.close()
+            self._uploader.shutdown(wait=False, cancel_futures=True)
 
     def _next_call(self) -> tuple[int, list[tuple], Future] | None:
         with self._changed:
@@ -165,7 +173,7 @@ class NodeAgent:
             with self._changed:
                 self._done = seq
                 self._arrived.discard(seq)
-                self._busy = not self.local.idle()
+                self._local_busy = not self.local.idle()
                 self._changed.notify_all()
         if export is None:
             future.set_result(None)
@@ -205,14 +213,29 @@ class NodeAgent:
         return None
 
     def _forward(self, event: Event) -> None:
-        """Hand an event to the driver; a checkpointed report only once its checkpoint is durable."""
-        if isinstance(event, TrialReported):
-            if event.checkpointed:
-                try:
-                    self.storage.upload_latest(event.trial_id, self._trial_dir(event.trial_id))
-                except OSError:
-                    event = dataclasses.replace(event, checkpointed=False)
-            self._awaiting[event.trial_id] = event
+        """Hand an event to the driver; a checkpointed report only once its checkpoint is durable.
+        Uploads run beside the pump, so the node's other slots go on meanwhile; the trial itself
+        waits for its answer, so none of its own events can overtake the report."""
+        if not isinstance(event, TrialReported):
+            self._post(event)
+            return
+        self._awaiting[event.trial_id] = event
+        if not event.checkpointed:
+            self._post(event)
+            return
+        with self._changed:
+            self._uploads += 1
+        upload = self._uploader.submit(self.storage.upload_latest, event.trial_id, self._trial_dir(event.trial_id))
+        upload.add_done_callback(lambda done: self._uploaded(event, done))
+
+    def _uploaded(self, event: TrialReported, upload: Future) -> None:
+        if upload.exception() is not None:  # not durable: the core must not count on it
+            event = dataclasses.replace(event, checkpointed=False)
+        with self._changed:
+            self._uploads -= 1
+        self._post(event)
+
+    def _post(self, event: Event) -> None:
         with self._changed:
             self._numbered += 1
             self._outbox.append((self._numbered, event))

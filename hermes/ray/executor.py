@@ -259,7 +259,7 @@ class RayExecutor(Executor[TrialLaunch]):
 
     def _wait(self, timeout: float) -> bool:
         """Wait for an agent's events or the end of a call, at most ``timeout`` seconds; take what
-        came, and say whether anything did."""
+        came, and say whether an agent's events or state changed."""
         import ray
 
         for agent in self._agents.values():
@@ -273,9 +273,10 @@ class RayExecutor(Executor[TrialLaunch]):
         else:
             time.sleep(timeout)
             ready = []
-        for ref in ready:
+        changed = False
+        for ref in ready:  # one may belong to an agent an earlier one showed lost
             if ref in listening:
-                self._heard(listening[ref], ref)
+                changed = self._heard(listening[ref], ref) or changed
             else:
                 self._answered(ref)
         if self.now() >= self._next_poll:
@@ -284,31 +285,34 @@ class RayExecutor(Executor[TrialLaunch]):
             while self._next_tick <= self.now():
                 self._next_tick += self.period
             self._events.append(PeriodElapsed(self.now()))
-        return bool(ready)
+        return changed
 
-    def _heard(self, agent: _Agent, ref: Any) -> None:
+    def _heard(self, agent: _Agent, ref: Any) -> bool:
+        """Take an agent's reply; whether it brought events or changed what the agent last said."""
         import ray
 
         agent.listening = None
         if agent.node not in self._agents:
-            return
+            return False
         try:
             events, numbered, busy, done = ray.get(ref)
         except ray.exceptions.ActorUnavailableError:
-            return  # transient: listen again
+            return False  # transient: listen again
         except ray.exceptions.RayActorError:
             self._lose(agent)
-            return
+            return True
+        changed = bool(events) or (busy, done) != (agent.busy, agent.done)
         agent.after, agent.busy, agent.done = numbered, busy, done
         for event in events:
             self._take(agent, dataclasses.replace(event, at=self.now()))
+        return changed
 
     def _answered(self, ref: Any) -> None:
         import ray
 
-        agent, arguments = self._calls.pop(ref)
-        if agent.node not in self._agents:
-            return
+        agent, arguments = self._calls.pop(ref, (None, None))
+        if agent is None or agent.node not in self._agents:
+            return  # its agent was lost meanwhile
         try:
             ray.get(ref)
         except ray.exceptions.ActorUnavailableError:
