@@ -136,7 +136,9 @@ def _until(executor: RayExecutor, done: Any, *, suspend: str | None = None, sett
     raise TimeoutError("the awaited event never came")
 
 
-def node_loss(cluster: RayCluster, directory: Path, args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, float]:
+def node_loss(
+    cluster: RayCluster, directory: Path, args: argparse.Namespace, extra: dict[str, Any]
+) -> dict[str, float]:
     from hermes.ray.executor import node_name
 
     victim = cluster.nodes[-1]

@@ -182,7 +182,8 @@ def test_a_migration_across_nodes_resumes_bitwise(cluster: RayCluster, tmp_path:
 
 def test_a_driver_killed_is_continued_by_a_rerun(cluster: RayCluster, tmp_path: Path) -> None:
     budget, trials = 6, 6
-    path = write_spec(tmp_path, ray_spec(cluster, "ray-crash", trials, budget, 0.08, policy={"name": "rr", "period": 0.3}))
+    policy = {"name": "rr", "period": 0.3}
+    path = write_spec(tmp_path, ray_spec(cluster, "ray-crash", trials, budget, 0.08, policy=policy))
     storage = (tmp_path / "runs").resolve()
     env = {**os.environ, **cluster.env}
     runner = subprocess.Popen(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=env,

@@ -130,7 +130,9 @@ class RayExecutor(Executor[TrialLaunch]):
         if not self._work or work.switch_cost > self.profile.switch_cost:
             self.profile = ExecutionProfile(switch_cost=work.switch_cost)
         self._work[trial_id] = work
-        self._progress[trial_id] = TrialProgress(trial_id=trial_id, last_step=reported_step, checkpoint_step=reported_step)
+        self._progress[trial_id] = TrialProgress(
+            trial_id=trial_id, last_step=reported_step, checkpoint_step=reported_step
+        )
         return TrialSubmitted(self.now() if at is None else at, trial_id, work.budget, dict(work.config), work.movable)
 
     def apply(self, decision: Decision, at: float) -> None:
