@@ -112,7 +112,6 @@ class RayExecutor(Executor[TrialLaunch]):
         self._woken = False
         self._closed = False
         self._next_poll = 0.0
-        self.detections: list[tuple[str, float]] = []  # (node, executor time its loss was seen)
         self._poll_membership()
         deadline = time.monotonic() + agent_timeout
         while any(not a.ready for a in self._agents.values()) and time.monotonic() < deadline:
@@ -362,7 +361,6 @@ class RayExecutor(Executor[TrialLaunch]):
             self._progress[trial_id].lost()
             del self._where[trial_id]
         self._events.append(NodeRemoved(self.now(), agent.node))
-        self.detections.append((agent.node, self.now()))
 
     def _poll_membership(self) -> None:
         """Agents for new alive nodes with GPUs; NodeRemoved for the dead ones."""
