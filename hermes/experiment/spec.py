@@ -435,7 +435,8 @@ class StorageSpec(_Section):
     checkpoint_every: StrictPositiveInt = 1  # steps between checkpoints
     # engine: ray: where durable checkpoints go so that any node can resume any trial (an fsspec URI:
     # file:// or a path on a shared mount, s3://, gs://); default: <dir>/<name>/checkpoints on the driver.
-    uri: str | None = None
+    # Where the checkpoints are is not what the experiment is (they may move), so it stays out of the stored spec.
+    uri: str | None = Field(default=None, exclude=True)
     # A dir outside the spec's folder, the trial's workdir and the home is refused unless this says
     # so (a stray absolute path, "/" say, is a typo far more often than a wish). Not part of what
     # the experiment is, so it stays out of the stored spec.
@@ -460,7 +461,7 @@ class ExperimentSpec(_Section):
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     engine: Literal["local", "ray"] = "local"
-    ray: RaySpec = Field(default_factory=RaySpec)
+    ray: RaySpec = Field(default_factory=RaySpec, exclude=True)  # where it runs, not what it is: not stored
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
