@@ -237,6 +237,7 @@ class PoolSession:
             decisions = scheduler.handle(event)
             member.recorder(event, decisions)
             session.after(event, decisions)
+        member.recorder.flush()
         if scheduler.finished:
             self.store.set_status(experiment_id, ExperimentStatus.FINISHED)
             return
@@ -309,6 +310,7 @@ class PoolSession:
             member.recorder(routed.event, routed.decisions)
             member.session.after(routed.event, routed.decisions)
         for member in touched.values():
+            member.recorder.flush()  # one commit per experiment, before any decision is applied
             if member.session.scheduler.finished:
                 self._finished(member)
         return decisions + self._drain()

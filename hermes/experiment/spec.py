@@ -463,10 +463,21 @@ class ResourcesSpec(_Section):
 class StorageSpec(_Section):
     dir: str = "runs"  # holds hermes.db (all experiments, by name), checkpoints and logs
     checkpoint_every: StrictPositiveInt = 1  # steps between checkpoints
+    # engine: ray: where durable checkpoints go so that any node can resume any trial (an fsspec URI:
+    # file:// or a path on a shared mount, s3://, gs://); default: <dir>/<name>/checkpoints on the driver.
+    # Where the checkpoints are is not what the experiment is (they may move), so it stays out of the stored spec.
+    uri: str | None = Field(default=None, exclude=True)
     # A dir outside the spec's folder, the trial's workdir and the home is refused unless this says
     # so (a stray absolute path, "/" say, is a typo far more often than a wish). Not part of what
     # the experiment is, so it stays out of the stored spec.
     allow_outside: StrictBool = Field(default=False, exclude=True)
+
+
+class RaySpec(_Section):
+    """The Ray engine's settings (docs/ray.md); used with ``engine: ray`` only."""
+
+    address: str = Field(default="auto", min_length=1)  # ray.init's: "auto" on a cluster's node, or "<ip>:<port>"
+    poll: PositiveFloat = 0.25  # seconds between reads of Ray's node table, for joining and lost nodes
 
 
 class ExperimentSpec(_Section):
@@ -480,6 +491,7 @@ class ExperimentSpec(_Section):
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     engine: Literal["local", "ray"] = "local"
+    ray: RaySpec = Field(default_factory=RaySpec, exclude=True)  # where it runs, not what it is: not stored
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

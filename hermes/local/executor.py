@@ -209,6 +209,24 @@ class LocalExecutor(Executor[TrialLaunch]):
             launcher.lose_slot(slot)
         self._events.append(GpuRemoved(self.now(), gpu))
 
+    def hand_over(self, trial_id: str) -> bool:
+        """Let a suspended trial go to another executor (a Ray node agent's, on another node).
+
+        True once nothing of it runs here: it is then forgotten, and its newest checkpoint in its
+        directory is the caller's to carry. False while a trial parked in a warm worker is being
+        spilled to that checkpoint: call again after ``next_events``. An unknown trial is True."""
+        trial = self._trials.get(trial_id)
+        if trial is None:
+            return True
+        run = trial.run
+        if run is not None:
+            if not (run.parked and run.worker is not None):
+                raise HermesError(f"cannot hand over trial {trial_id}: it is not suspended with a checkpoint")
+            self.launchers["warm"].spill(run)
+            return False
+        del self._trials[trial_id]
+        return True
+
     # ------------------------------------------------------------------ what launchers ask of it (launchers.Host)
     def metric_of(self, trial: LocalTrial) -> str | None:
         """The objective metric of ``trial``: its own setting, else the executor's."""

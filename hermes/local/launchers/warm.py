@@ -98,7 +98,7 @@ class WarmLauncher(Launcher):
             self._say(run, protocol.RESUME)
         else:  # elsewhere: spill it to disk there, then start it here
             trial.destination = slot
-            self._spill(run)
+            self.spill(run)
 
     def stop(self, run: Run) -> None:
         if run.parked:
@@ -171,8 +171,8 @@ class WarmLauncher(Launcher):
     def _say(self, run: Run, word: str) -> None:
         self._command(run.worker, {"op": protocol.SAY, "trial": run.trial.trial_id, "word": word})
 
-    def _spill(self, run: Run) -> None:
-        """Have a parked trial write its checkpoint and end, to resume from disk."""
+    def spill(self, run: Run) -> None:
+        """Have a parked trial write its checkpoint and end, to resume from disk (here or on another node)."""
         if not run.spilling:
             run.spilling = True
             self._say(run, protocol.SPILL)
@@ -202,7 +202,7 @@ class WarmLauncher(Launcher):
         if resident_bytes(worker.process.pid) > self.worker_memory_limit:
             self._retire(worker)
         elif meminfo("MemAvailable") < self.memory_reserve:
-            self._spill(run)
+            self.spill(run)
 
     def _retire(self, worker: Worker) -> None:
         """Replace a worker that grew too big: spill its parked trials, end it once it holds none."""
@@ -213,7 +213,7 @@ class WarmLauncher(Launcher):
         self._retiring.append(worker)
         for run in worker.runs.values():
             if run.parked:
-                self._spill(run)
+                self.spill(run)
         self._end_retired(worker)
 
     def _end_retired(self, worker: Worker) -> None:
