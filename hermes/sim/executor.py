@@ -38,6 +38,7 @@ class _SimTrial:
     curve: TraceTrial
     gpu: str | None = None
     last_node: str | None = None
+    last_gpu: str | None = None
     epoch: int = 0  # epochs completed
     token: int = 0  # bumped to cancel what is scheduled for this trial
     epoch_started: float = 0.0  # when the epoch in progress began training
@@ -85,9 +86,9 @@ class SimulatedExecutor(Executor):
             self._run(trial, decision.gpu, at, self.costs.start, overhead=False)
         elif isinstance(decision, Resume):
             self.accounts.migrations += decision.migrated
-            cost = self.costs.resume
-            if trial.last_node is not None and self.gpu_node[decision.gpu] != trial.last_node:
-                cost += self.costs.migration
+            other_node = trial.last_node is not None and self.gpu_node[decision.gpu] != trial.last_node
+            other_gpu = trial.last_gpu is not None and decision.gpu != trial.last_gpu
+            cost = self.costs.resume_cost(trial.curve.state_mb, other_gpu=other_gpu, other_node=other_node)
             self._run(trial, decision.gpu, at, cost, overhead=True)
         elif isinstance(decision, Suspend):
             self.accounts.preemptions += 1
@@ -118,8 +119,9 @@ class SimulatedExecutor(Executor):
         self._push(at + trial.curve.seconds[trial.epoch], trial, _EPOCH_END)
 
     def _suspend(self, trial: _SimTrial, at: float) -> None:
-        self.accounts.overhead += self.costs.suspend
-        self._push(at + self.costs.suspend, trial, _SUSPENDED)
+        cost = self.costs.suspend_cost(trial.curve.state_mb)
+        self.accounts.overhead += cost
+        self._push(at + cost, trial, _SUSPENDED)
 
     def _push(self, at: float, trial: _SimTrial, kind: int) -> None:
         self._sequence += 1
@@ -169,5 +171,6 @@ class SimulatedExecutor(Executor):
     def _release(self, trial: _SimTrial, at: float) -> None:
         self.accounts.busy += at - trial.run_started
         trial.last_node = self.gpu_node[trial.gpu]
+        trial.last_gpu = trial.gpu
         trial.gpu = None
         trial.token += 1
