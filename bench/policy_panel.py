@@ -174,19 +174,23 @@ def main() -> None:
     started = time.perf_counter()
     jobs = [(name, mode, policy, seed, gpus, profile)
             for name, mode in traces for profile in profiles for gpus in gpu_counts
-            for policy in policies for seed in range(seeds)]
-    with ProcessPoolExecutor(args.workers) as pool:
-        runs = list(pool.map(_run, jobs, chunksize=max(1, seeds // 2)))
-    results: dict[tuple, Run] = {job[:6]: run for job, run in zip(jobs, runs)}
+            for policy in policies for seed in range(seeds)]  # the order in which the loop below reads them
+    results: dict[tuple, Run] = {}
     panel: dict[str, list[dict[str, Any]]] = {}
-    for name, mode in traces:
-        for profile in profiles:
-            for gpus in gpu_counts:
-                per = {p: [results[(name, mode, p, s, gpus, profile)] for s in range(seeds)] for p in policies}
-                rows = [row(p, per[p], per["fifo"]) for p in policies]
-                panel[f"{name}|{gpus}|{profile}"] = rows
-                print(f"\n== {name}, {gpus} GPUs, {profile} costs, {seeds} seeds")
-                print(format_rows(rows), flush=True)
+    with ProcessPoolExecutor(args.workers) as pool:
+        runs = pool.map(_run, jobs, chunksize=max(1, seeds // 2))  # in job order: print each block when done
+        for name, mode in traces:
+            for profile in profiles:
+                for gpus in gpu_counts:
+                    per = {p: [] for p in policies}
+                    for policy in policies:
+                        for seed in range(seeds):
+                            run = results[(name, mode, policy, seed, gpus, profile)] = next(runs)
+                            per[policy].append(run)
+                    rows = [row(p, per[p], per["fifo"]) for p in policies]
+                    panel[f"{name}|{gpus}|{profile}"] = rows
+                    print(f"\n== {name}, {gpus} GPUs, {profile} costs, {seeds} seeds")
+                    print(format_rows(rows), flush=True)
     if 4 in gpu_counts and "warm" in profiles:
         print("\nissue 14 targets for hermes (warm costs, 4 GPUs):")
         print("\n".join(targets(panel, 4, "warm")))
