@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from hermes.experiment import parse_spec
-from hermes.runner import ExperimentRunner
+from hermes.session import ExperimentSession
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_POINTS = 0.005  # accuracy is reported in [0, 1]: 0.5 points
@@ -51,7 +51,7 @@ def spec_for(policy: str, args: argparse.Namespace, storage: Path) -> dict:
 
 
 def run(policy: str, args: argparse.Namespace, storage: Path) -> Outcome:
-    runner = ExperimentRunner(parse_spec(spec_for(policy, args, storage), source=f"bench-{policy}"))
+    runner = ExperimentSession(parse_spec(spec_for(policy, args, storage), source=f"bench-{policy}"))
     runner.run()
     store, experiment = runner.store, runner.experiment_id
     first: dict[str, float] = {}

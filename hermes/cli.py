@@ -6,15 +6,20 @@ import argparse
 import dataclasses
 import json
 import math
+import os
+import signal
 import sys
-from typing import TYPE_CHECKING, Sequence
+import threading
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from hermes.errors import HermesError
 
 if TYPE_CHECKING:
     from hermes.core.decisions import Decision
     from hermes.core.events import Event
-    from hermes.runner import ExperimentRunner, Listener
+    from hermes.session import ExperimentSession, Listener
 
 GPUS_PER_NODE = 8  # default node size when --nodes is not given, like a DGX-class server
 
@@ -29,10 +34,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_plot(commands)
     args = parser.parse_args(argv)
     try:
-        return args.handler(args)
+        code = args.handler(args)
+        sys.stdout.flush()  # a reader that went away shows here at the latest, inside the try
+        return code
     except HermesError as error:
         print(f"hermes: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader closed the pipe (`hermes status | head`): stop quietly, as Python's docs
+        # advise, with stdout sent to devnull so that the interpreter's last flush has nowhere to fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, taken as Ctrl-C: the runner records the experiment as interrupted and stops its trials."""
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While the block runs, SIGTERM raises _Terminated; a second SIGTERM ends the process at once."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+
+    def terminate(_signum: int, _frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _add_run(commands: argparse._SubParsersAction) -> None:
@@ -56,41 +90,41 @@ def _run(args: argparse.Namespace) -> int:
     from hermes.live import LiveView
     from hermes.report import ExperimentView
     from hermes.report.results import format_results, standings
-    from hermes.runner import ExperimentRunner
+    from hermes.session import ExperimentSession
 
     spec = load_spec(args.spec)
-    runner = ExperimentRunner(spec)
+    session = ExperimentSession(spec)
     console = Console()
     if args.no_live or not console.is_terminal:
-        runner.listeners.append(_progress_printer(runner))
+        session.listeners.append(_progress_printer(session))
         view = nullcontext()
     else:
-        clock = lambda: runner.executor.now() if runner.executor else 0.0  # noqa: E731
-        view = LiveView(spec.name, spec.metric.name, spec.metric.mode, runner.scheduler, clock, console)
-        runner.listeners.append(view)
+        clock = lambda: session.executor.now() if session.executor else 0.0  # noqa: E731
+        view = LiveView(spec.name, spec.metric.name, spec.metric.mode, session.scheduler, clock, console)
+        session.listeners.append(view)
     try:
-        with view:
-            outcome = runner.run()
-    except KeyboardInterrupt:
+        with _sigterm_as_interrupt(), view:
+            outcome = session.run()
+    except KeyboardInterrupt as interrupt:
         print(f"interrupted: run `hermes run {args.spec}` again to continue", file=sys.stderr)
-        return 130
-    with closing(runner.store) as store:
+        return 128 + signal.SIGTERM if isinstance(interrupt, _Terminated) else 130
+    with closing(session.store) as store:
         experiment = store.experiment(outcome.experiment_id)
         report = ExperimentView.load(store, experiment)
     print(f"{spec.name}: {outcome.status.value}{' (continued)' if outcome.resumed else ''}; "
-          f"store {runner.storage / 'hermes.db'}")
+          f"store {session.storage / 'hermes.db'}")
     print(format_results(report, standings(report)[: args.top], "table"))
     return 0
 
 
-def _progress_printer(runner: ExperimentRunner) -> Listener:
+def _progress_printer(session: ExperimentSession) -> Listener:
     """Without a terminal: one line per trial that ends, for logs and CI."""
     from hermes.core.events import TrialExited
 
     def show(event: Event, decisions: list[Decision]) -> None:
         if isinstance(event, TrialExited):
-            trial = runner.scheduler.trials[event.trial_id]
-            value = f", {runner.spec.metric.name} {trial.values[-1]:.4g}" if trial.values else ""
+            trial = session.scheduler.trials[event.trial_id]
+            value = f", {session.spec.metric.name} {trial.values[-1]:.4g}" if trial.values else ""
             error = f" ({trial.error.splitlines()[0][:80]})" if trial.error else ""
             print(f"[{event.at:8.1f}s] trial {trial.trial_id} {trial.state.value} at step {trial.step}{value}{error}",
                   flush=True)
@@ -182,8 +216,9 @@ def _status(args: argparse.Namespace) -> int:
     from hermes.report import open_store, pick_experiment
     from hermes.report.status import experiment_status, format_status
 
-    with closing(open_store(args.dir)) as store:
-        print(format_status(experiment_status(store, pick_experiment(store, args.experiment))))
+    with _naming_damage(args.dir), closing(open_store(args.dir)) as store:
+        text = format_status(experiment_status(store, pick_experiment(store, args.experiment)))
+    print(text)
     return 0
 
 
@@ -207,9 +242,11 @@ def _results(args: argparse.Namespace) -> int:
     from hermes.report import ExperimentView, open_store, pick_experiment
     from hermes.report.results import format_results, standings
 
-    with closing(open_store(args.dir)) as store:
-        view = ExperimentView.load(store, pick_experiment(store, args.experiment))
-    print(format_results(view, standings(view)[: args.top], args.format))
+    with _naming_damage(args.dir):
+        with closing(open_store(args.dir)) as store:
+            view = ExperimentView.load(store, pick_experiment(store, args.experiment))
+        text = format_results(view, standings(view)[: args.top], args.format)
+    print(text)
     return 0
 
 
@@ -226,16 +263,25 @@ def _add_plot(commands: argparse._SubParsersAction) -> None:
 
 def _plot(args: argparse.Namespace) -> int:
     from contextlib import closing
-    from pathlib import Path
 
     from hermes.report import ExperimentView, open_store, pick_experiment
     from hermes.report.plot import plot_experiment
 
-    with closing(open_store(args.dir)) as store:
-        view = ExperimentView.load(store, pick_experiment(store, args.experiment))
-    for path in plot_experiment(view, args.out or Path(args.dir) / "plots"):
+    with _naming_damage(args.dir):
+        with closing(open_store(args.dir)) as store:
+            view = ExperimentView.load(store, pick_experiment(store, args.experiment))
+        paths = plot_experiment(view, args.out or Path(args.dir) / "plots")
+    for path in paths:
         print(path)
     return 0
+
+
+def _naming_damage(directory: str) -> AbstractContextManager[None]:
+    """A report that fails on a damaged record of the store says which record (hermes.report.integrity)."""
+    from hermes.report import STORE_FILE
+    from hermes.report.integrity import naming_damage
+
+    return naming_damage(Path(directory) / STORE_FILE)
 
 
 def _positive_int(text: str) -> int:

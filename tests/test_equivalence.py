@@ -15,7 +15,7 @@ import sys
 from hermes.core.decisions import Decision, Resume, Start, Suspend
 from hermes.core.events import Event, NodeAdded, SubmissionsClosed, TrialReported, TrialSubmitted, TrialSuspended
 from hermes.core.scheduler import Objective, Scheduler
-from hermes.engine import Engine
+from hermes.execution.engine import Engine
 from hermes.local import LocalExecutor, TrialLaunch, local_slots
 from hermes.policies import make_policy
 from hermes.sim.costs import SwitchCosts
@@ -40,7 +40,7 @@ for step in range(trial.start_step() + 1, trial.budget() + 1):
 Log = list[tuple[float, Decision]]
 
 
-def _run(scheduler: Scheduler, executor, submissions: list[Event], nodes: dict[str, tuple[str, ...]]) -> tuple[Log, list[Event]]:
+def _run(scheduler: Scheduler, executor, submissions: list[Event]) -> tuple[Log, list[Event]]:
     log: Log = []
     events: list[Event] = []
 
@@ -48,8 +48,10 @@ def _run(scheduler: Scheduler, executor, submissions: list[Event], nodes: dict[s
         events.append(event)
         log.extend((event.at, decision) for decision in decisions)
 
-    initial: list[Event] = [NodeAdded(0.0, node, gpus) for node, gpus in nodes.items()]
-    Engine(scheduler, executor, [listen]).run(initial + submissions + [SubmissionsClosed(0.0)])
+    engine = Engine(scheduler, executor, [listen])
+    for submission in [*submissions, SubmissionsClosed(0.0)]:
+        engine.post(submission)
+    engine.run()
     return log, events
 
 
@@ -94,18 +96,17 @@ def test_a_real_run_and_its_simulation_make_the_same_decisions(tmp_path) -> None
             )
             for name in STEP_SECONDS
         ]
-        real, events = _run(Scheduler(make_policy("rr", period=PERIOD)), executor, submissions, nodes)
+        real, events = _run(Scheduler(make_policy("rr", period=PERIOD)), executor, submissions)
 
     costs = _measured_costs(real, events)
     curves = {
         name: TraceTrial(name, tuple(VALUES[name]), (STEP_SECONDS[name],) * budget, False, {}) for name in STEP_SECONDS
     }
-    gpu_node = {gpu: node for node, gpus in nodes.items() for gpu in gpus}
+    simulator = SimulatedExecutor(nodes, costs)
     simulated, _ = _run(
         Scheduler(make_policy("rr", period=PERIOD), objective=Objective("max")),
-        SimulatedExecutor(curves, gpu_node, costs),
-        [TrialSubmitted(0.0, name, budget) for name in STEP_SECONDS],
-        nodes,
+        simulator,
+        [simulator.submit(name, curve, at=0.0) for name, curve in curves.items()],
     )
 
     assert any(isinstance(d, Suspend) for _, d in real), "the workload must exercise preemption"

@@ -27,7 +27,7 @@ from hermes.core.events import (
 from hermes.core.scheduler import Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
-from hermes.engine import Engine
+from hermes.execution.engine import Engine
 from hermes.errors import HermesError
 from hermes.local import LocalExecutor, TrialLaunch, local_slots
 from hermes.policies import EarlyStopper, make_policy
@@ -61,12 +61,13 @@ def run_experiment(
     stopper: EarlyStopper | None = None,
 ) -> tuple[Scheduler, list[tuple[Event, list[Decision]]]]:
     """Submit the trials and the executor's nodes, and run the engine to the end."""
-    events: list[Event] = [executor.submit(trial_id, launch, at=0.0) for trial_id, launch in launches.items()]
-    events += [NodeAdded(0.0, node, gpus) for node, gpus in executor.resources.items()]
-    events.append(SubmissionsClosed(0.0))
     scheduler = Scheduler(make_policy(policy, period=period), stopper=stopper)
     log: list[tuple[Event, list[Decision]]] = []
-    Engine(scheduler, executor, [lambda event, decisions: log.append((event, decisions))]).run(events)
+    engine = Engine(scheduler, executor, [lambda event, decisions: log.append((event, decisions))])
+    for trial_id, launch in launches.items():
+        engine.post(executor.submit(trial_id, launch, at=0.0))
+    engine.post(SubmissionsClosed(0.0))
+    engine.run()
     return scheduler, log
 
 
@@ -74,9 +75,13 @@ def decisions_of(log: list[tuple[Event, list[Decision]]], kind: type) -> list[De
     return [decision for _, decisions in log for decision in decisions if isinstance(decision, kind)]
 
 
-def reports(executor: LocalExecutor, trial_id: str) -> list[tuple[int, dict[str, float]]]:
-    """All metrics of the trial's reports, by step (nobody popped them)."""
-    return sorted((step, metrics) for (owner, step), metrics in executor.reported_metrics.items() if owner == trial_id)
+def reports(log: list[tuple[Event, list[Decision]]], trial_id: str) -> list[tuple[int, dict[str, float]]]:
+    """All metrics of the trial's reports, by step, as their events carry them."""
+    return sorted(
+        (event.step, dict(event.metrics))
+        for event, _ in log
+        if isinstance(event, TrialReported) and event.trial_id == trial_id
+    )
 
 
 def alive(pid: int) -> bool:
@@ -158,7 +163,7 @@ def test_digits_trials_resume_bitwise_exactly_across_slots(
 
     for trial_id, config in configs.items():
         expected = reference_run(config, budget, tmp_path / "reference" / trial_id, monkeypatch)
-        assert [metrics for _, metrics in reports(executor, trial_id)] == expected
+        assert [metrics for _, metrics in reports(log, trial_id)] == expected
         weights = torch.load(tmp_path / "run" / "trials" / trial_id / "model.pt")
         reference = torch.load(tmp_path / "reference" / trial_id / "model.pt")
         assert weights.keys() == reference.keys()
@@ -211,7 +216,7 @@ def test_unmodified_script_is_stopped_and_continued_in_place(tmp_path: Path) -> 
     assert decisions_of(log, Suspend) and decisions_of(log, Resume)
     assert not any(decision.migrated for decision in decisions_of(log, Resume))
     for trial_id, lr in (("u1", 0.1), ("u2", 0.3)):
-        recorded = reports(executor, trial_id)
+        recorded = reports(log, trial_id)
         assert [step for step, _ in recorded] == list(range(1, epochs + 1))
         losses = [float(f"{np.exp(-lr * step):.4f}") for step in range(1, epochs + 1)]
         assert [metrics["loss"] for _, metrics in recorded] == losses
@@ -259,6 +264,7 @@ def test_stop_kills_the_whole_process_group(tmp_path: Path) -> None:
     child_pid = tmp_path / "child.pid"
     script = f"sleep 60 & echo $! > {child_pid}; echo started; echo oops >&2; wait"
     with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=1), period=0.1) as executor:
+        assert isinstance(executor.next_events()[0], NodeAdded)
         executor.submit("sleeper", TrialLaunch(5, command=("sh", "-c", script)))
         executor.apply(Start("sleeper", "local/cpu0"), executor.now())
         deadline = time.monotonic() + 10
@@ -298,7 +304,7 @@ def test_slots_pin_cores_threads_and_devices(tmp_path: Path) -> None:
         "repr(os.environ['CUDA_VISIBLE_DEVICES']))"
     )
     with LocalExecutor(tmp_path, slots=slots, clock_offset=100.0) as executor:
-        assert executor.resources == {"local": ("local/cpu0", "local/cpu1")}
+        assert [(e.node, e.gpus) for e in executor.next_events()] == [("local", ("local/cpu0", "local/cpu1"))]
         assert executor.now() >= 100.0
         executor.submit("show", TrialLaunch(1, command=show))
         executor.submit("second", TrialLaunch(1, command=show))

@@ -61,7 +61,7 @@ def population(policy: HermesPolicy, clock: Clock, finals: np.ndarray, first: np
 
 def test_registered_by_name_and_validates_settings() -> None:
     assert isinstance(make_policy("hermes", period=30.0), HermesPolicy)
-    for bad in ({"optimism": -1.0}, {"ageing": -1.0}, {"overhead_budget": 0.0}, {"min_trials": 2},
+    for bad in ({"optimism": -1.0}, {"ageing": -1.0}, {"min_trials": 2},
                 {"rung_factor": 1.0}, {"switch_cost": -1.0}, {"period": 0.0}):
         with pytest.raises(ValueError):
             HermesPolicy(**bad)

@@ -23,7 +23,7 @@ from hermes.core.events import Event, NodeAdded, SubmissionsClosed, TrialReporte
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
-from hermes.engine import Engine
+from hermes.execution.engine import Engine
 from hermes.errors import HermesError
 from hermes.experiment import parse_spec
 from hermes.policies import make_policy
@@ -77,7 +77,7 @@ def record_simulation(
     trace = synthetic_trace(trials, 6, seed=seed, mode=mode, epoch_seconds=(5.0, 20.0), diverge_fraction=0.2)
     experiment_id = store.create_or_open_experiment(name, spec(name, "score", mode))
     scheduler = Scheduler(make_policy("rr", period=20), objective=Objective(mode))
-    executor = SimulatedExecutor({c.name: c for c in trace.trials}, {g: n for n, gs in LAYOUT.items() for g in gs})
+    executor = SimulatedExecutor(LAYOUT)
     recording = Recording(experiment_id, scheduler)
     started_at: dict[str, float] = {}
 
@@ -96,12 +96,13 @@ def record_simulation(
         if recording.events == stop_after:
             raise Interrupted
 
-    initial: list[Event] = [NodeAdded(0.0, node, gpus) for node, gpus in LAYOUT.items()]
-    initial += [TrialSubmitted(0.0, c.name, c.epochs, {"lr": 10.0 ** -(1 + i % 3), **c.params})
-                for i, c in enumerate(trace.trials)]
-    initial.append(SubmissionsClosed(0.0))
+    engine = Engine(scheduler, executor, [record])
+    for i, curve in enumerate(trace.trials):
+        executor.submit(curve.name, curve)
+        engine.post(TrialSubmitted(0.0, curve.name, curve.epochs, {"lr": 10.0 ** -(1 + i % 3), **curve.params}))
+    engine.post(SubmissionsClosed(0.0))
     try:
-        Engine(scheduler, executor, [record]).run(initial)
+        engine.run()
     except Interrupted:
         store.set_status(experiment_id, ExperimentStatus.INTERRUPTED)
     else:
@@ -334,3 +335,134 @@ def test_an_empty_store_and_an_experiment_without_trials(tmp_path: Path) -> None
         assert standings(status.view) == []
     finally:
         store.close()
+
+
+# ---------------------------------------------------------------------- reads never write, and survive damage
+def copy_store(recorded: Recorded, directory: Path) -> Path:
+    """A private copy of the recorded store, to damage."""
+    import sqlite3
+
+    directory.mkdir(parents=True, exist_ok=True)
+    source, target = sqlite3.connect(recorded.directory / STORE_FILE), sqlite3.connect(directory / STORE_FILE)
+    with target:
+        source.backup(target)
+    source.close()
+    target.close()
+    return directory
+
+
+def test_reports_never_write_to_the_store(
+    recorded: Recorded, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / STORE_FILE).write_bytes(b"")
+    for command in ("status", "results", "plot"):
+        assert main([command, str(empty)]) == 2
+        assert capsys.readouterr().err == (
+            f"hermes: error: {empty / STORE_FILE} holds no Hermes store (it has no experiments table)\n"
+        )
+    assert (empty / STORE_FILE).read_bytes() == b""  # no schema was created in it
+
+    directory = copy_store(recorded, tmp_path / "copy")
+    before = (directory / STORE_FILE).read_bytes()
+    assert main(["status", str(directory)]) == 0 and main(["results", str(directory)]) == 0
+    assert (directory / STORE_FILE).read_bytes() == before
+    store = open_store(directory)
+    try:
+        with pytest.raises(HermesError, match="readonly database"):
+            store.set_status(1, ExperimentStatus.FAILED)
+    finally:
+        store.close()
+
+
+EVERY_REPORT = ("status", "results", "plot")
+DAMAGE = [  # (statement, the reports that must fail on it, what they say)
+    ("UPDATE trials SET params = '{\"lr\": 0.1' WHERE experiment_id = 3 AND trial_id = '4'", EVERY_REPORT,
+     "table trials, row with experiment_id 3, trial_id '4': column params is not valid JSON"),
+    ("UPDATE trials SET state = 'exploded' WHERE experiment_id = 3 AND trial_id = '2'", EVERY_REPORT,
+     "table trials, row with experiment_id 3, trial_id '2': column state holds 'exploded', not one of completed"),
+    ("UPDATE metrics SET metric_values = '{\"score\": \"high\"}' WHERE id = (SELECT MAX(id) FROM metrics)",
+     EVERY_REPORT,
+     "table metrics, row with experiment_id 3, id {last}: column metric_values holds 'high' for metric 'score'"),
+    ("UPDATE metrics SET step = 'two' WHERE id = (SELECT MAX(id) FROM metrics)", ("plot",),  # only plot sorts steps
+     "table metrics, row with experiment_id 3, id {last}: column step holds 'two', not a whole number"),
+    ("UPDATE events SET data = '{\"type\": \"TrialExploded\"}' WHERE experiment_id = 3 AND seq = 7", EVERY_REPORT,
+     "table events, row with experiment_id 3, seq 7: column data does not decode: cannot decode 'TrialExploded'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("statement", "commands", "message"), DAMAGE, ids=["json", "state", "metric", "step", "event"]
+)
+def test_a_damaged_record_is_named_not_a_traceback(
+    recorded: Recorded, tmp_path: Path, capsys: pytest.CaptureFixture[str], statement: str,
+    commands: tuple[str, ...], message: str,
+) -> None:
+    import sqlite3
+
+    directory = copy_store(recorded, tmp_path / "damaged")
+    with sqlite3.connect(directory / STORE_FILE) as connection:
+        last = connection.execute("SELECT MAX(id) FROM metrics").fetchone()[0]
+        connection.execute(statement)
+    connection.close()
+    for command in commands:
+        out = ["--out", str(tmp_path / "plots")] if command == "plot" else []
+        assert main([command, str(directory), "--experiment", "cut", *out]) == 2, command
+        err = capsys.readouterr().err
+        assert err.startswith(f"hermes: error: {directory / STORE_FILE} has a damaged record: "
+                              f"{message.format(last=last)}"), err
+        assert "Traceback" not in err
+
+
+def test_status_and_results_show_why_trials_failed(store: SqlStore) -> None:
+    experiment = pick_experiment(store, "sweep")
+    failed = [trial for trial in store.trials(experiment.experiment_id) if trial.state is TrialState.FAILED]
+    assert failed and all((trial.error or "").startswith("diverged in epoch") for trial in failed)
+    lines = format_status(experiment_status(store, experiment)).splitlines()
+    start = lines.index(f"errors      {len(failed)} trials")
+    assert lines[start + 1 : start + 1 + len(failed)] == [
+        f"  trial {trial.trial_id} (failed at step {trial.step}): {trial.error}" for trial in failed
+    ]
+
+    view = ExperimentView.load(store, experiment)
+    ranked = standings(view)
+    table = format_results(view, ranked, "table").splitlines()
+    assert table[1].split()[-1] == "error"
+    for trial in failed:
+        row = next(line for line in table[3:] if line.split()[1] == trial.trial_id)
+        assert row.endswith(trial.error or "")
+    assert {row["trial"]: row["error"] for row in csv.DictReader(io.StringIO(format_results(view, ranked, "csv")))} == {
+        s.trial_id: s.error or "" for s in ranked
+    }
+    assert {item["trial"]: item["error"] for item in json.loads(format_results(view, ranked, "json"))} == {
+        s.trial_id: s.error for s in ranked
+    }
+
+
+def test_summarise_error_keeps_the_first_and_the_last_line() -> None:
+    from hermes.report import summarise_error
+
+    traceback = "uncaught ValueError: Traceback (most recent call last):\n  File \"x.py\"\n\nValueError: bad lr\n"
+    expected = "uncaught ValueError: Traceback (most recent call last): ... ValueError: bad lr"
+    assert summarise_error(traceback) == expected
+    assert summarise_error("exit code 1") == "exit code 1"
+    assert summarise_error("x" * 200, width=20) == "x" * 17 + "..."
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(recorded: Recorded) -> None:
+    """``hermes results | head``: no BrokenPipeError traceback, exit code 1 as Python's docs advise."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
+    for command in ("status", "results"):
+        child = subprocess.Popen([sys.executable, "-m", "hermes.cli", command, str(recorded.directory)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.close()  # before the child has written anything: its first write finds no reader
+        stderr = child.stderr.read().decode()
+        assert child.wait(timeout=60) == 1, stderr
+        assert stderr == ""

@@ -456,6 +456,31 @@ def test_an_interrupted_run_stops_its_trials_and_continues_when_run_again(tmp_pa
         assert set(own_steps(records)) == set(range(1, 7)), trial_id
 
 
+def test_sigterm_interrupts_a_run_like_ctrl_c(tmp_path: Path) -> None:
+    """``kill <runner>`` (a service manager, a batch system): recorded as interrupted, trials stopped."""
+    spec = spec_of("e2e-sigterm", budget={"steps": 6})
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    runner = subprocess.Popen(
+        hermes_command("run", str(path), "--no-live"),
+        cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_for(lambda: count_reports(storage / "hermes.db") >= 3 and trial_processes(storage), 60, "3 reports")
+        runner.send_signal(signal.SIGTERM)
+        _, stderr = runner.communicate(timeout=30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    assert runner.returncode == 128 + signal.SIGTERM, stderr
+    assert f"interrupted: run `hermes run {path}` again to continue" in stderr and "Traceback" not in stderr
+    assert not trial_processes(storage)
+    status = hermes("status", str(storage), cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.startswith("experiment  e2e-sigterm (id 1): interrupted\n")
+
+
 def test_the_live_view_runs_on_a_terminal(tmp_path: Path) -> None:
     """Without --no-live on a terminal, the run shows Rich's live view, then the same leaderboard."""
     import pty
@@ -769,3 +794,43 @@ def test_tpe_proposes_trials_as_others_finish_and_a_rerun_continues_the_same_stu
     again = run_ok(path)
     assert "(continued)" in again.stdout
     assert load_view(tmp_path / "runs")[0].metrics == view.metrics
+
+
+# ---------------------------------------------------------------------- 8. budgets: time, and a rerun that extends
+def test_a_time_budget_ends_the_experiment_cleanly(tmp_path: Path) -> None:
+    """``max_time`` reached: no new trial is asked, the running ones are stopped, and the run ends
+    finished with every trial terminal, in about that time."""
+    long_search = search(40, 1, 0.2)
+    long_search["max_time"] = 3
+    spec = spec_of("e2e-time", search=long_search, budget={"steps": 50})
+    path = write_spec(tmp_path, spec)
+    started = time.monotonic()
+    result = run_ok(path)
+    took = time.monotonic() - started
+    view, _ = load_view(tmp_path / "runs")
+    assert view.experiment.status is ExperimentStatus.FINISHED, result.stdout
+    assert all(trial.state.is_terminal for trial in view.trials)
+    assert any(trial.state is TrialState.STOPPED for trial in view.trials)
+    assert max(trial.ended_at for trial in view.trials) < 3 + 2.0  # stopped at its next step, not hours later
+    assert took < 30
+
+
+def test_a_rerun_with_a_larger_trial_budget_extends_the_experiment(tmp_path: Path) -> None:
+    spec = spec_of("e2e-extend", search=search(3, 2, 0.01), budget={"steps": 2})
+    path = write_spec(tmp_path, spec)
+    run_ok(path)
+    first, _ = load_view(tmp_path / "runs")
+    assert len(first.trials) == 3
+    spec["search"]["trials"] = 5
+    write_spec(tmp_path, spec)
+    again = run_ok(path)
+    assert "(continued)" in again.stdout
+    extended, _ = load_view(tmp_path / "runs")
+    assert len(extended.trials) == 5 and all(t.state is TrialState.COMPLETED for t in extended.trials)
+    assert [t.params for t in extended.trials[:3]] == [t.params for t in first.trials]  # the first three kept
+    kept = {m.trial_id: m for m in first.metrics}
+    assert all(m == kept[m.trial_id] for m in extended.metrics if m.trial_id in kept and m.step == kept[m.trial_id].step)
+    spec["search"]["seed"] = 9  # anything but the budget is still refused
+    write_spec(tmp_path, spec)
+    refused = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert refused.returncode == 2 and "search.seed" in refused.stderr

@@ -27,7 +27,7 @@ from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
 from hermes.errors import HermesError, IllegalTransition
-from hermes.policies.base import EarlyStopper, SchedulingPolicy, Verdict
+from hermes.core.policy import EarlyStopper, SchedulingPolicy, Verdict
 from hermes.policies.fifo import FifoPolicy
 from hermes.policies.rr import RoundRobinPolicy
 

@@ -20,8 +20,8 @@ from hermes.core.events import Event, NodeAdded, SubmissionsClosed, TrialExited,
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
-from hermes.engine import Engine
-from hermes.policies.base import EarlyStopper, SchedulingPolicy
+from hermes.execution.engine import Engine
+from hermes.core.policy import EarlyStopper, SchedulingPolicy
 from hermes.policies.fifo import FifoPolicy
 from hermes.policies.rr import RoundRobinPolicy
 from hermes.sim.costs import SwitchCosts
@@ -123,9 +123,11 @@ def run_engine(case: Case) -> Run:
     arrivals = trace.shuffled(case.seed)
     curves = {curve.name: curve for curve in arrivals}
     gpu_node = {gpu: node for node, gpus in layout.items() for gpu in gpus}
-    executor = SimulatedExecutor(curves, gpu_node, COSTS, record_epochs=True)
+    executor = SimulatedExecutor(layout, COSTS, record_epochs=True)
+    policy = case.make_policy()
+    policy.configure(executor.profile)
     scheduler = Scheduler(
-        case.make_policy(), objective=Objective(trace.mode), stopper=StopEveryThird() if case.stop else None
+        policy, objective=Objective(trace.mode), stopper=StopEveryThird() if case.stop else None
     )
     run = Run(case, trace, curves, gpu_node, scheduler, executor)
 
@@ -135,10 +137,12 @@ def run_engine(case: Case) -> Run:
             run.decisions.append((event.at, decision))
             run.log.append((event.at, type(decision).__name__, decision.trial_id, getattr(decision, "gpu", "")))
 
-    initial: list[Event] = [NodeAdded(0.0, node, gpus) for node, gpus in layout.items()]
-    initial += [TrialSubmitted(0.0, curve.name, curve.epochs) for curve in arrivals]
-    initial.append(SubmissionsClosed(0.0))
-    Engine(scheduler, executor, [listen]).run(initial)
+    engine = Engine(scheduler, executor, [listen])
+    for curve in arrivals:
+        executor.submit(curve.name, curve)
+        engine.post(TrialSubmitted(0.0, curve.name, curve.epochs))
+    engine.post(SubmissionsClosed(0.0))
+    engine.run()
     return run
 
 
@@ -175,7 +179,7 @@ def test_engine_run_matches_simulate(run: Run) -> None:
     )
     assert result.decisions == run.log
     assert result.epochs == run.epochs
-    assert result.makespan_s == run.executor.now
+    assert result.makespan_s == run.executor.now()
 
 
 def test_no_gpu_runs_two_epochs_at_once(run: Run) -> None:
@@ -298,7 +302,7 @@ def test_time_never_goes_backwards(run: Run) -> None:
     assert times == sorted(times)
     event_times = [event.at for event in run.events]
     assert event_times == sorted(event_times)
-    assert run.executor.now == max(r.end for r in run.epochs)
+    assert run.executor.now() == max(r.end for r in run.epochs)
 
 
 def test_useful_time_is_the_sum_of_trained_epochs(run: Run) -> None:

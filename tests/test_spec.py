@@ -13,17 +13,13 @@ import pytest
 import yaml
 
 from hermes.errors import HermesError, SpecError
-from hermes.experiment import (
-    ExperimentSpec,
-    load_spec,
-    make_sampler,
-    parse_spec,
-    sample_configs,
-)
+from hermes.experiment import ExperimentSpec, load_spec, parse_spec
+from hermes.search import make_searcher
 
+ROOT = Path(__file__).resolve().parent.parent
 SPEC: dict[str, Any] = {
     "name": "digits-mlp",
-    "trial": {"function": "examples.digits.train:train"},
+    "trial": {"function": "examples.digits.train:train", "workdir": str(ROOT)},
     "search": {
         "sampler": "random",
         "trials": 16,
@@ -44,7 +40,7 @@ SPEC: dict[str, Any] = {
     "engine": "local",
 }
 COMMAND = {
-    "command": "python train.py --lr {lr} --width {width:d} --opt {optimizer} --json '{{\"x\": 1}}'",
+    "command": "python train.py --lr {lr} --width {width} --opt {optimizer} --json '{{\"x\": 1}}'",
     "metrics_regex": r"epoch=(?P<step>\d+) accuracy=(?P<value>[0-9.]+)",
     "workdir": "scripts",
 }
@@ -64,7 +60,7 @@ def write(tmp_path: Path, data: object, name: str = "spec.yaml") -> Path:
 
 # ---------------------------------------------------------------------- accepted specs
 def test_full_spec_loads_with_paths_relative_to_the_file(tmp_path: Path) -> None:
-    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "scripts").mkdir(parents=True)
     spec = load_spec(write(tmp_path / "project", spec_with(lambda d: d["trial"].update(COMMAND, function=None))))
     assert spec.trial.placeholders == ["lr", "width", "optimizer"]
     assert spec.workdir == tmp_path / "project" / "scripts"
@@ -144,8 +140,8 @@ BAD = [
     (drop("search", "trials"), "search.trials: required for sampler random"),
     (put("search", "sampler", value="grid"), "search.space.lr: sampler grid takes grid parameters only"),
     (put("search", "sampler", value="tpe"), "search.space.optimizer: sampler tpe takes no grid parameters"),
-    (put("search", "sampler", value="bayes"), "search.sampler: Input should be 'random', 'grid' or 'tpe'"),
-    (put("search", "samples", value=3), "search.samples: unknown field; expected one of sampler, trials, seed, space"),
+    (put("search", "sampler", value="bayes"), "search.sampler: unknown sampler 'bayes'; choose one of random, grid, list, tpe"),
+    (put("search", "samples", value=3), "search.samples: unknown field; expected one of sampler, trials, max_time"),
     (put("trial", "command", value="python train.py"), "trial: give exactly one of function or command"),
     (put("trial", value={}), "trial: give exactly one of function or command"),
     (put("trial", "function", value="train.py"), "trial.function: must be 'package.module:function'"),
@@ -154,8 +150,8 @@ BAD = [
         put("trial", value={"command": "train --lr {lr} --depth {depth}"}),
         "trial.command: placeholder {depth} is not in search.space",
     ),
-    (put("trial", value={"command": "train --lr {}"}), "trial.command: placeholders must name a parameter"),
-    (put("trial", value={"command": "train --lr {lr"}), "trial.command: cannot parse"),
+    (put("trial", value={"command": "train --lr {}"}), "trial.command: {}: placeholders must name a parameter"),
+    (put("trial", value={"command": "train --lr {lr"}), "trial.command: unclosed placeholder in '{lr'"),
     (put("trial", value={"command": "train 'unclosed"}), "trial.command: cannot parse"),
     (put("trial", value={"command": "  "}), "trial.command: must not be empty"),
     (put("trial", value={"command": "train", "metrics_regex": "acc=(\\d+"}), "trial.metrics_regex: does not compile"),
@@ -180,6 +176,21 @@ BAD = [
     (put("resources", "cpu_slots", value=0), "resources.cpu_slots: Input should be greater than 0"),
     (put("storage", "checkpoint_every", value=0), "storage.checkpoint_every: Input should be greater than 0"),
     (put("engine", value="kubernetes"), "engine: Input should be 'local' or 'ray'"),
+    (put("trial", "command", value="train {lr:>99999999}"), "trial.command: {lr:>99999999}: format specs are not"),
+    (put("trial", "command", value="train {lr.__class__}"), "trial.command: {lr.__class__}: attribute access is"),
+    (put("trial", "command", value="train {lr!r}"), "trial.command: {lr!r}: conversions are not allowed"),
+    (put("trial", "command", value="train --name it's"), "trial.command: cannot parse"),
+    (put("search", "trials", value=1e12), "search.trials: Input should be a valid integer"),
+    (put("search", "trials", value=16.0), "search.trials: Input should be a valid integer"),
+    (put("search", "trials", value=2_000_000), "search.trials: Input should be less than or equal to 1000000"),
+    (put("search", "seed", value=True), "search.seed: Input should be a valid integer"),
+    (put("search", "space", "layers", "low", value="1"), "search.space.layers.low: Input should be a valid integer"),
+    (put("resources", "cpu_slots", value=True), "resources.cpu_slots: Input should be a valid integer"),
+    (put("resources", "threads_per_slot", value=2.0), "resources.threads_per_slot: Input should be a valid integer"),
+    (put("budget", "steps", value="30"), "budget.steps: Input should be a valid integer"),
+    (put("storage", "checkpoint_every", value=False), "storage.checkpoint_every: Input should be a valid integer"),
+    (put("storage", "allow_outside", value="yes"), "storage.allow_outside: Input should be a valid boolean"),
+    (put("trial", "warm_workers", value=1), "trial.warm_workers: Input should be a valid boolean"),
     (put("name", value="my experiment"), "name: must start with a letter or digit"),
     (put("sheduler", value={}), "sheduler: unknown field; expected one of name, description, trial"),
 ]
@@ -219,10 +230,16 @@ def test_unreadable_files_raise_spec_errors(tmp_path: Path, text: str, message: 
 
 
 # ---------------------------------------------------------------------- configurations
+def configs_of(spec: ExperimentSpec) -> list[dict[str, Any]]:
+    """What the spec's searcher proposes for its trial budget (random and grid choose without results)."""
+    searcher = make_searcher(spec.search, spec.metric.mode)
+    return [searcher.ask().params for _ in range(spec.search.trials)]
+
+
 def test_random_configs_are_seeded_in_range_and_typed() -> None:
     spec = parse_spec(SPEC)
-    configs = sample_configs(spec)
-    assert configs == sample_configs(parse_spec(SPEC)) and len(configs) == 16
+    configs = configs_of(spec)
+    assert configs == configs_of(parse_spec(SPEC)) and len(configs) == 16
     assert configs[0]["lr"] == pytest.approx(0.005676772048204307)  # the stream is pinned across machines
     for config in configs:
         assert list(config) == list(SPEC["search"]["space"])
@@ -231,13 +248,13 @@ def test_random_configs_are_seeded_in_range_and_typed() -> None:
     assert {config["layers"] for config in configs} == {1, 2, 3}  # high is included
     lrs = sorted(math.log10(config["lr"]) for config in configs)
     assert lrs[0] < -3 and lrs[-1] > -2  # spread in log space, not crowded near the top
-    reseeded = sample_configs(parse_spec(spec_with(put("search", "seed", value=1))))
+    reseeded = configs_of(parse_spec(spec_with(put("search", "seed", value=1))))
     assert [c["lr"] for c in reseeded] != [c["lr"] for c in configs]
 
 
 def test_more_trials_keep_the_configs_already_drawn() -> None:
-    more = sample_configs(parse_spec(spec_with(put("search", "trials", value=32))))
-    assert more[:16] == sample_configs(parse_spec(SPEC))
+    more = configs_of(parse_spec(spec_with(put("search", "trials", value=32))))
+    assert more[:16] == configs_of(parse_spec(SPEC))
 
 
 def test_grid_values_are_crossed_and_cycled_evenly() -> None:
@@ -245,7 +262,7 @@ def test_grid_values_are_crossed_and_cycled_evenly() -> None:
         data["search"]["space"]["width"]["type"] = "grid"
         data["search"]["trials"] = 12
 
-    configs = sample_configs(parse_spec(spec_with(grid)))
+    configs = configs_of(parse_spec(spec_with(grid)))
     first_pass = [(c["optimizer"], c["width"]) for c in configs[:6]]
     assert first_pass == [(o, w) for w in (32, 64, 128) for o in ("sgd", "adam")]  # spec order, last fastest
     assert [(c["optimizer"], c["width"]) for c in configs[6:]] == first_pass
@@ -253,14 +270,13 @@ def test_grid_values_are_crossed_and_cycled_evenly() -> None:
     assert Counter(c["optimizer"] for c in configs) == {"sgd": 6, "adam": 6}
 
 
-def test_fixed_sampler_hands_out_every_config_then_none() -> None:
+def test_a_random_searcher_numbers_its_configs_and_learns_nothing() -> None:
     spec = parse_spec(SPEC)
-    sampler = make_sampler(spec)
-    asked = [sampler.ask() for _ in range(16)]
-    assert sampler.ask() is None
-    assert [config.index for config in asked if config] == list(range(16))
-    assert [config.params for config in asked if config] == sample_configs(spec)
-    sampler.tell(0, 0.9)  # nothing to learn, nothing to complain about
+    searcher = make_searcher(spec.search, spec.metric.mode)
+    asked = [searcher.ask() for _ in range(16)]
+    assert [config.index for config in asked] == list(range(16))
+    assert [config.params for config in asked] == configs_of(spec)
+    searcher.on_end(0, 0.9)  # nothing to learn, nothing to complain about
 
 
 def tpe_spec(trials: int = 12) -> ExperimentSpec:
@@ -278,11 +294,13 @@ def objective(params: dict[str, Any]) -> float:
 def test_tpe_asks_and_learns_deterministically() -> None:
     runs = []
     for _ in range(2):
-        sampler = make_sampler(tpe_spec())
+        spec = tpe_spec()
+        searcher = make_searcher(spec.search, spec.metric.mode)
         asked = []
-        while (config := sampler.ask()) is not None:
+        while len(asked) < spec.search.trials:
+            config = searcher.ask()
             asked.append(config)
-            sampler.tell(config.index, None if config.index == 3 else objective(config.params))
+            searcher.on_end(config.index, None if config.index == 3 else objective(config.params))
         runs.append(asked)
     assert runs[0] == runs[1] and len(runs[0]) == 12
     for config in runs[0]:
@@ -290,14 +308,120 @@ def test_tpe_asks_and_learns_deterministically() -> None:
         assert config.params["optimizer"] in ("sgd", "adam")
 
 
-def test_tpe_refuses_unknown_or_repeated_tells() -> None:
-    sampler = make_sampler(tpe_spec(trials=2))
-    config = sampler.ask()
-    assert config is not None
-    sampler.tell(config.index, float("nan"))  # a diverged trial counts as failed
+def test_tpe_refuses_unknown_or_repeated_ends() -> None:
+    spec = tpe_spec(trials=2)
+    searcher = make_searcher(spec.search, spec.metric.mode)
+    config = searcher.ask()
+    searcher.on_end(config.index, float("nan"))  # a diverged trial counts as failed
     with pytest.raises(HermesError, match="told already"):
-        sampler.tell(config.index, 1.0)
+        searcher.on_end(config.index, 1.0)
     with pytest.raises(HermesError, match="never asked"):
-        sampler.tell(7, 1.0)
-    with pytest.raises(HermesError, match="use make_sampler"):
-        sample_configs(tpe_spec())
+        searcher.on_end(7, 1.0)
+
+
+# ---------------------------------------------------------------------- checks against this machine (load_spec)
+def test_a_huge_grid_is_refused_before_any_configuration_is_drawn() -> None:
+    space = {f"p{i}": {"type": "grid", "values": list(range(8))} for i in range(7)}  # 8**7 = 2,097,152
+    with pytest.raises(SpecError, match=r"search.trials: the grid has 2097152 combinations, more than the 1000000"):
+        parse_spec(spec_with(lambda d: d.update(search={"sampler": "grid", "space": space})))
+
+
+def load_in(tmp_path: Path, change: Callable[[dict[str, Any]], object]) -> ExperimentSpec:
+    return load_spec(write(tmp_path, spec_with(change)))
+
+
+def test_a_workdir_that_does_not_exist(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as raised:
+        load_in(tmp_path, put("trial", "workdir", value="code"))
+    assert str(raised.value) == (
+        f"{tmp_path / 'spec.yaml'}: trial.workdir: {tmp_path / 'code'} (relative to the spec's folder {tmp_path}) "
+        "does not exist"
+    )
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SpecError, match=f"trial.workdir: {tmp_path / 'file'} is not a directory"):
+        load_in(tmp_path, put("trial", "workdir", value=str(tmp_path / "file")))
+
+
+def package(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("function", "message"),
+    [
+        ("nosuch.train:train", "trial.function: no module 'nosuch' in the trial's workdir ({w}) or on Python's path"),
+        ("proj.trian:train", "trial.function: package proj ({w}/proj) has no module 'trian'"),
+        ("proj.train.sub:train", "trial.function: proj.train ({w}/proj/train.py) is a module, not a package"),
+        ("proj.train:trian", "trial.function: module proj.train ({w}/proj/train.py) defines no 'trian'; did you mean"),
+        ("proj.train:helper", "trial.function: module proj.train ({w}/proj/train.py) defines no 'helper' (its "
+                              "functions: train)"),
+        ("proj.broken:train", "trial.function: {w}/proj/broken.py does not parse: "),
+    ],
+)
+def test_a_trial_function_that_cannot_be_found(tmp_path: Path, function: str, message: str) -> None:
+    workdir = package(tmp_path / "code", {
+        "proj/__init__.py": "",
+        "proj/train.py": "import torch\nRAN = open(__file__ + '.ran', 'w')\ndef train(config):\n    pass\n",
+        "proj/broken.py": "def train(config)\n",
+    })
+    with pytest.raises(SpecError) as raised:
+        load_in(tmp_path, put("trial", value={"function": function, "workdir": "code"}))
+    assert str(raised.value).startswith(f"{tmp_path / 'spec.yaml'}: {message.format(w=workdir)}")
+    assert not (workdir / "proj" / "train.py.ran").exists()  # checked without running the module
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "def train(config):\n    pass\n",
+        "from json import loads as train\n",
+        "if True:\n    train = lambda config: None\n",
+        "from os.path import *\n",  # names it cannot list: accepted, the worker will tell
+        "def __getattr__(name):\n    return print\n",
+        "globals()['train'] = print\n",
+    ],
+)
+def test_a_trial_function_that_is_or_may_be_there(tmp_path: Path, text: str) -> None:
+    package(tmp_path / "code", {"mod.py": text})
+    spec = load_in(tmp_path, put("trial", value={"function": "mod:train", "workdir": "code"}))
+    assert spec.workdir == tmp_path / "code"
+
+
+def test_a_storage_dir_outside_the_project_needs_an_explicit_opt_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    project = tmp_path / "project"
+    project.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    with pytest.raises(SpecError) as raised:
+        load_in(project, put("storage", "dir", value="../elsewhere"))
+    assert str(raised.value) == (
+        f"{project / 'spec.yaml'}: storage.dir: {elsewhere} is outside the spec's folder ({project}), the trial's "
+        f"workdir ({ROOT}), your home ({tmp_path / 'home'}); set storage.allow_outside: true to write there"
+    )
+    spec = load_in(project, put("storage", value={"dir": "../elsewhere", "allow_outside": True}))
+    assert spec.storage_dir == elsewhere
+    assert "allow_outside" not in spec.model_dump()["storage"]  # not part of the experiment's identity
+    for inside in ("runs", str(ROOT / "runs"), str(tmp_path / "home" / "runs")):
+        assert load_in(project, put("storage", "dir", value=inside)).storage_dir.name == "runs"
+    (project / "taken").write_text("")
+    with pytest.raises(SpecError, match=f"storage.dir: {project / 'taken'} is not a directory"):
+        load_in(project, put("storage", "dir", value="taken"))
+
+
+def test_hermes_run_refuses_a_broken_spec_before_writing_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hermes.cli import main
+
+    path = write(tmp_path, spec_with(put("trial", "function", value="examples.digits.train:trian")))
+    assert main(["run", str(path), "--no-live"]) == 2
+    assert capsys.readouterr().err == (
+        f"hermes: error: {path}: trial.function: module examples.digits.train ({ROOT}/examples/digits/train.py) "
+        "defines no 'trian'; did you mean 'train'?\n"
+    )
+    assert not (tmp_path / "runs").exists()

@@ -9,7 +9,7 @@ import pytest
 
 from hermes.core.trial import Trial
 from hermes.policies import make_stopper
-from hermes.policies.base import EarlyStopper
+from hermes.core.policy import EarlyStopper
 from hermes.policies.rr import RoundRobinPolicy
 from hermes.policies.stopping import AshaStopper, MedianStopper
 from hermes.sim.simulate import simulate

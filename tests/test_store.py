@@ -18,12 +18,14 @@ import pytest
 from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
 from hermes.core.events import (
     Event,
+    ExperimentCancelled,
     GpuAdded,
     GpuRemoved,
     NodeAdded,
     NodeRemoved,
     PeriodElapsed,
     SubmissionsClosed,
+    SubmissionsReopened,
     TrialExited,
     TrialReported,
     TrialSubmitted,
@@ -31,7 +33,7 @@ from hermes.core.events import (
 )
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import TrialState
-from hermes.engine import Engine
+from hermes.execution.engine import Engine
 from hermes.errors import HermesError
 from hermes.policies import make_policy
 from hermes.sim.executor import SimulatedExecutor
@@ -65,6 +67,8 @@ SAMPLES: list[Event | Decision] = [
     GpuRemoved(6.0, "n1/g0"),
     PeriodElapsed(7.0),
     SubmissionsClosed(8.0),
+    SubmissionsReopened(8.5),
+    ExperimentCancelled(9.0, "its budget of time or GPU hours is spent"),
     Start("t0", "n0/g0"),
     Suspend("t0"),
     Resume("t0", "n0/g1", migrated=True),
@@ -244,7 +248,7 @@ def test_replaying_the_log_rebuilds_the_core(store: ExperimentStore) -> None:
     trace = synthetic_trace(8, 6, seed=3, epoch_seconds=(5.0, 20.0))
     experiment = store.create_or_open_experiment("sim", SPEC)
     layout = {"n0": ("n0/g0", "n0/g1"), "n1": ("n1/g0",)}
-    executor = SimulatedExecutor({c.name: c for c in trace.trials}, {g: n for n, gs in layout.items() for g in gs})
+    executor = SimulatedExecutor(layout)
 
     def fresh_core() -> Scheduler:
         return Scheduler(make_policy("rr", period=15.0), objective=Objective(trace.mode))
@@ -252,10 +256,12 @@ def test_replaying_the_log_rebuilds_the_core(store: ExperimentStore) -> None:
     def record(event: Event, decisions: list[Decision]) -> None:
         store.append_event(experiment, event, decisions)
 
-    initial: list[Event] = [NodeAdded(0.0, node, gpus) for node, gpus in layout.items()]
-    initial += [TrialSubmitted(0.0, c.name, c.epochs, {"index": i}) for i, c in enumerate(trace.trials)]
-    initial.append(SubmissionsClosed(0.0))
-    Engine(fresh_core(), executor, [record]).run(initial)
+    engine = Engine(fresh_core(), executor, [record])
+    for i, curve in enumerate(trace.trials):
+        executor.submit(curve.name, curve)
+        engine.post(TrialSubmitted(0.0, curve.name, curve.epochs, {"index": i}))
+    engine.post(SubmissionsClosed(0.0))
+    engine.run()
 
     replayed = fresh_core()
     again = [

@@ -113,6 +113,28 @@ def test_reports_are_validated_in_the_trial(channel: Channel) -> None:
         trial.report(4.0, accuracy=0.5)  # type: ignore[arg-type]
 
 
+def test_a_resumed_trial_that_starts_over_is_told_how_to_continue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Suspended (spilled) without restoring anything on resume: it reports step 1 again."""
+    first = Channel(tmp_path / "t1", monkeypatch)
+    first.answer(protocol.SUSPEND)
+    with pytest.raises(trial.SuspendExit):
+        trial.report(1, accuracy=0.5)  # no saver registered: the checkpoint holds the step only
+
+    resumed = Channel(tmp_path / "t1", monkeypatch)
+    assert trial.start_step() == 1
+    with pytest.raises(session_module.ResumeError) as raised:
+        trial.report(1, accuracy=0.5)
+    message = str(raised.value)
+    assert message.startswith("trial t1 reported step 1, but it resumed from its checkpoint of step 1: ")
+    assert "range(state.restore(), trial.budget())" in message and "trial.start_step()" in message
+    assert isinstance(raised.value, HermesError) and resumed.received() == []
+    resumed.answer(protocol.CONTINUE)
+    trial.report(2, accuracy=0.6)  # continuing from the checkpoint's step is what it should do
+    assert resumed.received() == [{"type": "report", "step": 2, "metrics": {"accuracy": 0.6}, "checkpointed": False}]
+
+
 def test_several_metrics_need_a_named_objective(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     Channel(tmp_path / "t1", monkeypatch, **{protocol.ENV_METRIC: ""})
     with pytest.raises(ValueError, match="names no objective"):

@@ -111,7 +111,7 @@ def test_a_trial_that_kills_its_worker_fails_alone_and_the_parked_one_catches_up
     assert b.state is TrialState.FAILED and b.error.startswith("its worker died, exit code 7")
     assert a.state is TrialState.COMPLETED
     assert a.steps == list(range(1, BUDGET + 1))  # the steps it did again after the crash were not re-reported
-    assert [step for step, _ in reports(executor, "a")] == list(range(1, BUDGET + 1))
+    assert [step for step, _ in reports(log, "a")] == list(range(1, BUDGET + 1))
     assert result(executor, "a")["total"] == pytest.approx(expected_total(0.4), abs=1e-12)
     assert len(set(result(executor, "a")["pids"])) == 2  # it lost its worker and went on in the new one
 
@@ -139,6 +139,7 @@ def test_a_running_trial_is_stopped_at_its_report(tmp_path: Path) -> None:
 
 def test_a_parked_trial_that_is_stopped_ends_silently(tmp_path: Path) -> None:
     with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=1), metric="score") as executor:
+        executor.next_events()  # its slot's NodeAdded
         executor.submit("a", curve(rate=0.4))
         executor.apply(Start("a", "local/cpu0"), executor.now())
         [report] = executor.next_events()

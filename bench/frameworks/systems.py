@@ -5,7 +5,7 @@ Every system gets the configurations by index (``workload.configuration``), in t
 order (``order``, drawn per round by compare.py): Hermes's samplers cannot take a list of
 configurations, so its spec searches a grid over ``index`` whose values come in that order; Ray
 Tune searches the same grid; Optuna has the indices enqueued in that order. A timeline's times are seconds since the system's
-start: the call that runs the experiment (``ExperimentRunner.run``, ``Tuner.fit``, or the start of
+start: the call that runs the experiment (``ExperimentSession.run``, ``Tuner.fit``, or the start of
 Optuna's worker processes); set-up before it (``ray.init``, creating the Optuna study) is reported
 separately as ``setup``.
 """
@@ -63,7 +63,7 @@ def run_hermes(
     back from its store (each report's metrics and the executor's time of the report)."""
     from hermes.core.decisions import Suspend
     from hermes.experiment import parse_spec
-    from hermes.runner import ExperimentRunner
+    from hermes.session import ExperimentSession
 
     with tempfile.TemporaryDirectory(prefix=f"bench-{policy}-") as scratch:
         spec = parse_spec(
@@ -81,7 +81,7 @@ def run_hermes(
             source=f"frameworks-{policy}",
         )
         setup_start = time.time()
-        runner = ExperimentRunner(spec)
+        runner = ExperimentSession(spec)
         start = time.time()
         runner.run()  # its executor's clock, which times the reports, starts within milliseconds of this
         wall = time.time() - start

@@ -22,13 +22,17 @@ class TrialSubmitted:
 
 @dataclass(slots=True)
 class TrialReported:
-    """A running trial finished step ``step`` and measured ``value`` of the objective metric."""
+    """A running trial finished step ``step`` and measured ``value`` of the objective metric.
+
+    ``metrics`` holds every metric of the report, the objective among them (None: the objective
+    alone, as a simulator replays it)."""
 
     at: float
     trial_id: str
     step: int
     value: float
     checkpointed: bool = False  # a checkpoint of this step is durable: a crash resumes from here
+    metrics: Mapping[str, float] | None = None
 
 
 @dataclass(slots=True)
@@ -92,6 +96,22 @@ class SubmissionsClosed:
     at: float
 
 
+@dataclass(slots=True)
+class SubmissionsReopened:
+    """A finished or closed experiment takes trials again (its budget was extended by a rerun)."""
+
+    at: float
+
+
+@dataclass(slots=True)
+class ExperimentCancelled:
+    """The experiment ends now (its time or GPU budget is spent, or a user cancelled it): no more
+    submissions, and every unfinished trial is stopped."""
+
+    at: float
+    reason: str = ""
+
+
 Event = (
     TrialSubmitted
     | TrialReported
@@ -103,4 +123,6 @@ Event = (
     | GpuRemoved
     | PeriodElapsed
     | SubmissionsClosed
+    | SubmissionsReopened
+    | ExperimentCancelled
 )

@@ -14,7 +14,7 @@ from hermes.core.cluster import Node
 from hermes.core.decisions import Decision, Resume, Start, Suspend
 from hermes.core.states import PENDING, RUNNING, SUSPENDING
 from hermes.core.trial import Trial
-from hermes.policies.base import SchedulingPolicy
+from hermes.core.policy import SchedulingPolicy
 
 
 class NodeScheduler:

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from hermes.core.cluster import Cluster, Node
 from hermes.core.decisions import Decision, Stop
 from hermes.core.events import (
     Event,
+    ExperimentCancelled,
     GpuAdded,
     GpuRemoved,
     NodeAdded,
     NodeRemoved,
     PeriodElapsed,
     SubmissionsClosed,
+    SubmissionsReopened,
     TrialExited,
     TrialReported,
     TrialSubmitted,
@@ -32,7 +35,7 @@ from hermes.core.node_scheduler import NodeScheduler
 from hermes.core.states import COMPLETED, FAILED, HOLDING_GPU, STOPPED, SUSPENDED, SUSPENDING
 from hermes.core.trial import Trial
 from hermes.errors import HermesError
-from hermes.policies.base import PAUSE, STOP, EarlyStopper, SchedulingPolicy
+from hermes.core.policy import PAUSE, STOP, EarlyStopper, SchedulingPolicy
 
 
 def _load_after_one_more(node: Node) -> float:
@@ -52,6 +55,10 @@ class Objective:
         if not math.isfinite(value):
             return -math.inf
         return value if self.mode == "max" else -value
+
+    def value(self, score: float) -> float:
+        """The metric's value that has this score (the inverse of ``score`` for finite values)."""
+        return score if self.mode == "max" else -score
 
 
 class Scheduler:
@@ -80,10 +87,18 @@ class Scheduler:
         self._busy = 0  # trials holding a GPU
         self._last_time = 0.0
 
+    def restore_policy(self, policy: SchedulingPolicy, state: dict[str, Any]) -> None:
+        """Continue with ``policy`` in the state another instance saved (``state_dict``), mid-run."""
+        policy.load_state_dict(state)
+        policy.attach(self.trials)
+        self.policy = policy
+        for node_scheduler in self.node_schedulers.values():
+            node_scheduler.policy = policy
+
     # ------------------------------------------------------------------ events in, decisions out
     def handle(self, event: Event) -> list[Decision]:
         """Apply one event and return what the executor must do about it, in order."""
-        if self.finished:
+        if self.finished and type(event) is not SubmissionsReopened:
             raise HermesError(f"the experiment is finished; cannot handle {type(event).__name__}")
         self._last_time = event.at
         decisions = self._handlers[type(event)](self, event)
@@ -206,6 +221,19 @@ class Scheduler:
         self.submissions_open = False
         return []
 
+    def _on_reopened(self, event: SubmissionsReopened) -> list[Decision]:
+        self.submissions_open = True
+        self.finished = False
+        return []
+
+    def _on_cancelled(self, event: ExperimentCancelled) -> list[Decision]:
+        self.submissions_open = False
+        decisions: list[Decision] = []
+        for trial in list(self.trials.values()):
+            if not trial.state.is_terminal and not trial.stop_requested:
+                decisions += self._stop(trial)
+        return decisions
+
     _handlers = {
         TrialSubmitted: _on_submitted,
         TrialReported: _on_reported,
@@ -217,6 +245,8 @@ class Scheduler:
         GpuAdded: _on_gpu_added,
         GpuRemoved: _on_gpu_removed,
         SubmissionsClosed: _on_submissions_closed,
+        SubmissionsReopened: _on_reopened,
+        ExperimentCancelled: _on_cancelled,
     }
 
     # ------------------------------------------------------------------ global placement

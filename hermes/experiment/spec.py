@@ -3,7 +3,7 @@
 Every problem is reported as a SpecError naming the file and the field path, e.g.
 ``spec.yaml: search.space.lr.low: must be > 0 for loguniform``, all problems at once.
 
-Search space semantics (see ``hermes.experiment.space``):
+Search space semantics (see ``hermes.search``):
 
 - ``uniform`` / ``loguniform``: a float in [low, high] (loguniform: uniform in log space);
   ``int``: an integer in [low, high], both included; ``choice``: one of ``values``, drawn per trial.
@@ -12,7 +12,9 @@ Search space semantics (see ``hermes.experiment.space``):
   combination ``i mod combinations`` (so the first trials cover the grid once, then it repeats),
   and draws its other parameters afresh.
 - ``sampler: grid`` allows only grid parameters, and ``trials`` defaults to one pass over the grid;
-  ``sampler: tpe`` (Optuna's TPE) allows no grid parameters.
+  Optuna's samplers (``tpe``, ``cmaes``, ``gp``, ``qmc``, or any by class path) allow no grid parameters;
+  ``sampler: list`` tries ``configs``, the given configurations, in order (``docs/search.md``).
+- The budget (``trials``, ``max_time``, ``max_gpu_hours``) ends the proposals, whichever comes first.
 
 Relative paths (``trial.workdir``, ``storage.dir``) are relative to the spec file's folder; the
 spec keeps them as written so that a moved project still matches its stored spec.
@@ -22,8 +24,6 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
-import string
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -33,20 +33,29 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveFloat,
-    PositiveInt,
     PrivateAttr,
+    Strict,
+    StrictBool,
+    StrictInt,
     ValidationError,
     ValidationInfo,
+    SerializerFunctionWrapHandler,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import ErrorDetails
 
 from hermes.errors import SpecError
+from hermes.experiment.command import CommandError, parse_template, validate_template
+from hermes.experiment.locate import missing_function
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+# Whole numbers and switches are taken as written: true is not 1, 2.0 is not 2, "3" is not 3.
+StrictPositiveInt = Annotated[int, Strict(), Field(gt=0)]
+MAX_TRIALS = 1_000_000  # per experiment; their configurations are drawn up front
 
 
 class _PathError(ValueError):
@@ -86,6 +95,9 @@ class Uniform(_Section):
             raise ValueError(f"must be greater than low ({low})")
         return high
 
+    def contains(self, value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
+
 
 class LogUniform(Uniform):
     type: Literal["loguniform"]  # type: ignore[assignment]
@@ -100,8 +112,8 @@ class LogUniform(Uniform):
 
 class IntRange(_Section):
     type: Literal["int"]
-    low: int
-    high: int
+    low: StrictInt
+    high: StrictInt
 
     @field_validator("high")
     @classmethod
@@ -110,6 +122,9 @@ class IntRange(_Section):
         if low is not None and not high > low:
             raise ValueError(f"must be greater than low ({low})")
         return high
+
+    def contains(self, value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high
 
 
 class Choice(_Section):
@@ -122,15 +137,23 @@ class Choice(_Section):
         if not values:
             raise ValueError("must list at least one value")
         for index, value in enumerate(values):
-            if not isinstance(value, (str, int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+            if not _scalar(value):
                 raise _PathError(str(index), f"must be a string, a finite number or a boolean, got {value!r}")
             if value in values[:index]:
                 raise _PathError(str(index), f"{value!r} is listed twice")
         return values
 
+    def contains(self, value: Any) -> bool:
+        return value in self.values  # equality as for "listed twice": 1, 1.0 and True are one value
+
 
 class Grid(Choice):
     type: Literal["grid"]  # type: ignore[assignment]
+
+
+def _scalar(value: Any) -> bool:
+    """A value a trial can take from the spec: a string, a boolean or a finite number."""
+    return isinstance(value, (str, int, float)) and not (isinstance(value, float) and not math.isfinite(value))
 
 
 Parameter = Annotated[Uniform | LogUniform | IntRange | Choice | Grid, Field(discriminator="type")]
@@ -138,10 +161,40 @@ PARAMETER_TYPES = ("uniform", "loguniform", "int", "choice", "grid")
 
 
 class SearchSpec(_Section):
-    sampler: Literal["random", "grid", "tpe"] = "random"
-    trials: PositiveInt | None = None  # total trials; default for sampler grid: one pass over the grid
-    seed: int = 0
-    space: dict[str, Parameter]
+    # A name (random, grid, list, tpe, cmaes, gp, qmc), {name: ..., args: {...}}, or any Optuna
+    # sampler by class path: {optuna: optuna.samplers.NSGAIISampler, args: {...}}.
+    sampler: str | dict[str, Any] = "random"
+    # The budget, whichever ends first; a rerun may change it. trials defaults to one pass for grid and list.
+    trials: Annotated[int, Strict(), Field(gt=0, le=MAX_TRIALS)] | None = None
+    max_time: PositiveFloat | None = None  # seconds of wall-clock time, or "90m", "2h", "1d"
+    max_gpu_hours: PositiveFloat | None = None
+    max_pending: StrictPositiveInt | None = None  # unfinished trials in flight; default in hermes.search.make_searcher
+    seed: StrictInt = 0
+    space: dict[str, Parameter] = {}  # for sampler list, derived from configs when not given
+    configs: list[dict[str, Any]] | None = None  # sampler list: the configurations, in trial order
+
+    @field_validator("sampler")
+    @classmethod
+    def _sampler_shape(cls, sampler: str | dict[str, Any]) -> str | dict[str, Any]:
+        if isinstance(sampler, dict):
+            unknown = [key for key in sampler if key not in ("name", "optuna", "args")]
+            if unknown:
+                raise _PathError(str(unknown[0]), "unknown field; expected one of name, optuna, args")
+            if ("name" in sampler) == ("optuna" in sampler):
+                raise ValueError("give exactly one of name (a registered sampler) or optuna (a sampler class path)")
+            if not isinstance(sampler.get("args", {}), dict):
+                raise _PathError("args", "must be a mapping of argument names to values")
+        return sampler
+
+    @field_validator("max_time", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", value)
+            if not match:
+                raise ValueError(f"must be seconds or a duration like '90m', '2h', '1d', got {value!r}")
+            return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
+        return value
 
     @field_validator("space")
     @classmethod
@@ -152,6 +205,39 @@ class SearchSpec(_Section):
             if not _IDENTIFIER.fullmatch(name):
                 raise _PathError(name, "parameter names must be Python identifiers (letters, digits, _)")
         return space
+
+    @field_validator("configs")
+    @classmethod
+    def _configs(cls, configs: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        if configs is not None and not configs:
+            raise ValueError("must list at least one configuration")
+        for index, config in enumerate(configs or []):
+            if list(config) != list(configs[0]):
+                raise _PathError(str(index), f"must set the same parameters as configs.0 ({', '.join(configs[0])})")
+            for name, value in config.items():
+                if not _IDENTIFIER.fullmatch(name):
+                    raise _PathError(f"{index}.{name}", "parameter names must be Python identifiers")
+                if not _scalar(value):
+                    raise _PathError(f"{index}.{name}", f"must be a string, a finite number or a boolean: {value!r}")
+        return configs
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave out the fields added with hermes.search while unset, so specs stored before still match."""
+        data = handler(self)
+        added = ("max_time", "max_gpu_hours", "max_pending", "configs")
+        return {key: value for key, value in data.items() if value is not None or key not in added}
+
+    @property
+    def sampler_name(self) -> str:
+        """The registered name, or the Optuna class path."""
+        if isinstance(self.sampler, str):
+            return self.sampler
+        return str(self.sampler.get("name") or self.sampler["optuna"])
+
+    @property
+    def sampler_args(self) -> dict[str, Any]:
+        return {} if isinstance(self.sampler, str) else dict(self.sampler.get("args", {}))
 
     @property
     def grid(self) -> dict[str, list[Any]]:
@@ -164,24 +250,60 @@ class SearchSpec(_Section):
 
     @model_validator(mode="after")
     def _sampler_fits_space(self) -> SearchSpec:
-        for name, parameter in self.space.items():
-            if self.sampler == "grid" and not isinstance(parameter, Grid):
-                raise _PathError(f"space.{name}", "sampler grid takes grid parameters only; use sampler random")
-            if self.sampler == "tpe" and isinstance(parameter, Grid):
-                raise _PathError(f"space.{name}", "sampler tpe takes no grid parameters; use type choice")
-        if self.trials is None:
-            if self.sampler != "grid":
-                raise _PathError("trials", f"required for sampler {self.sampler}")
-            self.trials = self.grid_size
+        from hermes import search  # the searchers' registry, loaded when a spec is checked
+
+        if self.configs is not None and "sampler" not in self.model_fields_set:
+            self.sampler = "list"
+        name = self.sampler_name
+        try:
+            search.check_sampler(self)
+        except search.SamplerError as error:
+            raise _PathError(error.field, error.reason) from None
+        if (name == "list") != (self.configs is not None):
+            raise _PathError("configs", "required for sampler list" if name == "list" else "only for sampler list")
+        if self.configs is not None:
+            self._fit_configs()
+        if not self.space:
+            raise _PathError("space", "required")
+        for param, parameter in self.space.items():
+            if name == "grid" and not isinstance(parameter, Grid):
+                raise _PathError(f"space.{param}", "sampler grid takes grid parameters only; use sampler random")
+            if name not in search.HERMES_SEARCHERS and isinstance(parameter, Grid):
+                raise _PathError(f"space.{param}", f"sampler {name} takes no grid parameters; use type choice")
+        if self.trials is None and name in ("grid", "list"):
+            self.trials = len(self.configs) if self.configs is not None else self.grid_size
+        if self.trials is None and self.max_time is None and self.max_gpu_hours is None:
+            raise _PathError("trials", f"required for sampler {name}, unless max_time or max_gpu_hours is given")
         size = self.grid_size
-        if self.trials % size:
+        if self.trials is not None and size > MAX_TRIALS and name == "grid":
+            raise _PathError("trials", f"the grid has {size} combinations, more than the {MAX_TRIALS} trials an "
+                                       "experiment may have")
+        if self.trials is not None and self.trials % size:
             lower, upper = self.trials // size * size, (self.trials // size + 1) * size
             example = f"{lower} or {upper}" if lower else f"{upper}"
             raise _PathError(
                 "trials",
                 f"must be a multiple of the {size} grid combinations, so each is tried equally often (e.g. {example})",
             )
+        if self.configs is not None and self.trials is not None and self.trials > len(self.configs):
+            raise _PathError("trials", f"must be at most the {len(self.configs)} configs")
         return self
+
+    def _fit_configs(self) -> None:
+        """Derive the space from the configs (each parameter a choice of its values), or check them against it."""
+        assert self.configs is not None
+        if not self.space:
+            names = list(self.configs[0])
+            values = {name: list(dict.fromkeys(config[name] for config in self.configs)) for name in names}
+            self.space = {name: Choice(type="choice", values=values[name]) for name in names}
+            return
+        for index, config in enumerate(self.configs):
+            if list(config) != list(self.space):
+                names = ", ".join(self.space)
+                raise _PathError(f"configs.{index}", f"must set exactly the parameters of space ({names})")
+            for param, value in config.items():
+                if not self.space[param].contains(value):
+                    raise _PathError(f"configs.{index}.{param}", f"{value!r} is outside search.space.{param}")
 
 
 # ---------------------------------------------------------------------- the rest of the spec
@@ -194,7 +316,7 @@ class TrialSpec(_Section):
     workdir: str = "."
     # A function runs in its slot's warm worker, parked in memory when suspended; false: a process
     # per trial and per resume (slower switches, but a trial can never disturb another's process).
-    warm_workers: bool = True
+    warm_workers: StrictBool = True
 
     @field_validator("function")
     @classmethod
@@ -209,17 +331,11 @@ class TrialSpec(_Section):
     @field_validator("command")
     @classmethod
     def _command(cls, command: str | None) -> str | None:
-        if command is None:
-            return None
-        try:
-            words = shlex.split(command)
-            fields = [field for _, field, _, _ in string.Formatter().parse(command) if field is not None]
-        except ValueError as error:
-            raise ValueError(f"cannot parse {command!r}: {error}") from None
-        if not words:
-            raise ValueError("must not be empty")
-        if any(not _IDENTIFIER.match(field) for field in fields):
-            raise ValueError("placeholders must name a parameter, like {lr}; write {{ and }} for literal braces")
+        if command is not None:
+            try:
+                parse_template(command)
+            except CommandError as error:
+                raise ValueError(str(error)) from None
         return command
 
     @field_validator("metrics_regex")
@@ -246,10 +362,7 @@ class TrialSpec(_Section):
     @property
     def placeholders(self) -> list[str]:
         """The parameter names the command line uses, in order of first use."""
-        if self.command is None:
-            return []
-        fields = (field for _, field, _, _ in string.Formatter().parse(self.command) if field is not None)
-        return list(dict.fromkeys(_IDENTIFIER.match(field).group() for field in fields))  # type: ignore[union-attr]
+        return [] if self.command is None else list(parse_template(self.command).placeholders)
 
 
 class MetricSpec(_Section):
@@ -258,7 +371,7 @@ class MetricSpec(_Section):
 
 
 class BudgetSpec(_Section):
-    steps: PositiveInt  # steps (usually epochs) a trial trains unless the scheduler stops it
+    steps: StrictPositiveInt  # steps (usually epochs) a trial trains unless the scheduler stops it
 
 
 class StopperSpec(_Section):
@@ -299,8 +412,8 @@ class PolicySpec(_Section):
 
 class ResourcesSpec(_Section):
     gpus: Literal["all", "none"] | list[int] = "all"  # or the indices of the GPUs to use
-    cpu_slots: PositiveInt = 1  # trials run at once where there is no GPU
-    threads_per_slot: PositiveInt = 1
+    cpu_slots: StrictPositiveInt = 1  # trials run at once where there is no GPU
+    threads_per_slot: StrictPositiveInt = 1
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -319,7 +432,11 @@ class ResourcesSpec(_Section):
 
 class StorageSpec(_Section):
     dir: str = "runs"  # holds hermes.db (all experiments, by name), checkpoints and logs
-    checkpoint_every: PositiveInt = 1  # steps between checkpoints
+    checkpoint_every: StrictPositiveInt = 1  # steps between checkpoints
+    # A dir outside the spec's folder, the trial's workdir and the home is refused unless this says
+    # so (a stray absolute path, "/" say, is a typo far more often than a wish). Not part of what
+    # the experiment is, so it stays out of the stored spec.
+    allow_outside: StrictBool = Field(default=False, exclude=True)
 
 
 class ExperimentSpec(_Section):
@@ -345,12 +462,45 @@ class ExperimentSpec(_Section):
 
     @model_validator(mode="after")
     def _placeholders_exist(self) -> ExperimentSpec:
-        unknown = [name for name in self.trial.placeholders if name not in self.search.space]
-        if unknown:
-            raise _PathError(
-                "trial.command",
-                f"placeholder {{{unknown[0]}}} is not in search.space (parameters: {', '.join(self.search.space)})",
-            )
+        if self.trial.command is None:
+            return self
+        try:
+            names = validate_template(self.trial.command, self.search.space).placeholders
+        except CommandError as error:
+            raise _PathError("trial.command", str(error)) from None
+        for name in names:
+            for index, value in enumerate(getattr(self.search.space[name], "values", ())):
+                if isinstance(value, str) and "\0" in value:
+                    raise _PathError(f"search.space.{name}.values.{index}",
+                                     "holds a NUL character, which no argument of trial.command can carry")
+        return self
+
+    @model_validator(mode="after")
+    def _fits_this_machine(self, info: ValidationInfo) -> ExperimentSpec:
+        """Where the spec's folder is known (``load_spec``): the workdir, the trial's function and
+        the storage dir are checked on this machine now, before anything is written."""
+        base_dir = (info.context or {}).get("base_dir")
+        if base_dir is None:
+            return self
+        base_dir = self._base_dir = Path(base_dir).resolve()
+        workdir = self.workdir
+        if not workdir.is_dir():
+            relative = "" if Path(self.trial.workdir).is_absolute() else f" (relative to the spec's folder {base_dir})"
+            problem = "is not a directory" if workdir.exists() else "does not exist"
+            raise _PathError("trial.workdir", f"{workdir}{relative} {problem}")
+        if self.trial.function is not None:
+            problem = missing_function(self.trial.function, workdir)
+            if problem is not None:
+                raise _PathError("trial.function", problem)
+        storage = self.storage_dir
+        if storage.exists() and not storage.is_dir():
+            raise _PathError("storage.dir", f"{storage} is not a directory")
+        roots = {"the spec's folder": self._base_dir, "the trial's workdir": workdir, "your home": _home()}
+        inside = any(root is not None and storage.is_relative_to(root) for root in roots.values())
+        if not inside and not self.storage.allow_outside:
+            places = ", ".join(f"{what} ({root})" for what, root in roots.items() if root is not None)
+            raise _PathError("storage.dir", f"{storage} is outside {places}; set storage.allow_outside: true "
+                                            "to write there")
         return self
 
     @property
@@ -364,7 +514,8 @@ class ExperimentSpec(_Section):
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:
-    """Read and validate a YAML spec; any problem raises SpecError naming the file and the fields."""
+    """Read and validate a YAML spec, and check it against this machine (its workdir, trial function
+    and storage dir); any problem raises SpecError naming the file and the fields."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -374,15 +525,18 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         raise SpecError(f"{path}: not valid YAML: {error}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: must be a YAML mapping with name, trial, search, metric and budget")
-    spec = parse_spec(data, source=str(path))
-    spec._base_dir = path.resolve().parent
-    return spec
+    return parse_spec(data, source=str(path), base_dir=path.resolve().parent)
 
 
-def parse_spec(data: dict[str, Any], source: str = "<spec>") -> ExperimentSpec:
-    """Validate a spec already read into a dict; ``source`` names it in error messages."""
+def parse_spec(data: dict[str, Any], source: str = "<spec>", base_dir: str | Path | None = None) -> ExperimentSpec:
+    """Validate a spec already read into a dict; ``source`` names it in error messages.
+
+    With ``base_dir`` (the spec file's folder), relative paths start there and the spec is also
+    checked against this machine, as ``load_spec`` does; without it (specs built in code) they start
+    at the current directory and only the document is checked.
+    """
     try:
-        return ExperimentSpec.model_validate(data)
+        return ExperimentSpec.model_validate(data, context={"base_dir": base_dir} if base_dir is not None else None)
     except ValidationError as error:
         problems = [_describe(detail) for detail in error.errors()]
         if len(problems) == 1:
@@ -409,6 +563,13 @@ def _describe(detail: ErrorDetails) -> str:
     else:
         message = detail["msg"]
     return f"{'.'.join(path) or '(top level)'}: {message}"
+
+
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except RuntimeError:  # no HOME and no password entry
+        return None
 
 
 def _names(registry: dict[str, Any]) -> str:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from hermes.local.executor import LocalExecutor, SwitchTiming
+from hermes.local.executor import LocalExecutor
 from hermes.local.launch import TrialLaunch
 from hermes.local.resources import Slot, discover_gpus, local_slots
+from hermes.local.runs import SwitchTiming
 
 __all__ = ["LocalExecutor", "Slot", "SwitchTiming", "TrialLaunch", "discover_gpus", "local_slots"]

@@ -9,6 +9,11 @@ from typing import Any, Mapping
 
 from hermes.errors import HermesError
 
+# Seconds of slot time a suspend and resume cost, by how a trial runs (bench/switching.py, docs/trials.md).
+WARM_SWITCH_COST = 0.05  # a warm worker: 0.3 ms on the same slot, 38 ms to migrate 10 MB of state
+PROCESS_SWITCH_COST = 3.2  # a process per run: checkpoint, exit, start Python, import torch, restore
+SIGSTOP_SWITCH_COST = 0.01  # an unmodified program: stopped and continued in place
+
 
 @dataclass(frozen=True, slots=True)
 class TrialLaunch:
@@ -68,6 +73,13 @@ class TrialLaunch:
     @property
     def cooperative(self) -> bool:
         return self.metric_pattern is None
+
+    @property
+    def switch_cost(self) -> float:
+        """What one suspend and resume of this trial typically costs, for the policy's profile."""
+        if self.in_worker:
+            return WARM_SWITCH_COST
+        return PROCESS_SWITCH_COST if self.cooperative else SIGSTOP_SWITCH_COST
 
     @property
     def movable(self) -> bool:

@@ -27,7 +27,7 @@ from bisect import bisect_right, insort
 from typing import Any
 
 from hermes.core.trial import Trial
-from hermes.policies.base import SchedulingPolicy, Verdict
+from hermes.core.policy import SchedulingPolicy, Verdict
 
 NEW_TRIAL = 0.0
 """Priority of a trial that has not reached its first rung: below every promotion (which is >= 1)."""

@@ -122,10 +122,13 @@ import numpy as np
 
 from hermes.core.states import RUNNING, SUSPENDING
 from hermes.core.trial import Trial
-from hermes.policies.base import CONTINUE, SchedulingPolicy, Verdict
+from hermes.core.policy import CONTINUE, ExecutionProfile, SchedulingPolicy, Verdict
 from hermes.policies.duration import DurationModel
 from hermes.policies.stats import normal_scores, shrink
 
+# GPU seconds of a suspend and resume until the engine's profile says (ExecutionProfile); that of a
+# process per run, the dearest, so an unconfigured policy never under-prices a switch.
+DEFAULT_SWITCH_COST = 3.2
 UNMEASURED = 1e12
 """Trials that have not reported yet have priorities just below this, far above every measured
 trial that is not promoted (standings are a few units, and ageing adds one per ``ageing``
@@ -247,7 +250,7 @@ class HermesPolicy(SchedulingPolicy):
         *,
         optimism: float = 1.0,
         ageing: float = 3.0,
-        switch_cost: float = 0.05,
+        switch_cost: float | None = None,
         min_trials: int = 20,
         rung_factor: float = 2.0,
         momentum: bool = True,
@@ -256,9 +259,9 @@ class HermesPolicy(SchedulingPolicy):
         """``period``: only the executor's clock tick (turns end by price, not by a period; see the module docstring).
 
         ``optimism``: standard deviations added to a prediction; ``ageing``: round-robin cycles of
-        waiting worth one standard deviation (0: no ageing);
-        ``switch_cost``: GPU seconds a suspend and resume cost (the runner sets it from how trials
-        run); ``min_trials``: trials a link or the horizon needs; ``rung_factor``: growth of the
+        waiting worth one standard deviation (0: no ageing); ``switch_cost``: GPU seconds a
+        suspend and resume cost, the prior of the learned price (None: the engine's, see ``configure``);
+        ``min_trials``: trials a link or the horizon needs; ``rung_factor``: growth of the
         steps between rungs; ``momentum``: predict from the last two standings, not the last only;
         ``shortest_first``: order unmeasured trials by predicted first-report time (else by arrival).
         """
@@ -267,7 +270,7 @@ class HermesPolicy(SchedulingPolicy):
             raise ValueError(f"optimism must be >= 0, got {optimism}")
         if not ageing >= 0:
             raise ValueError(f"ageing must be >= 0, got {ageing}")
-        if not switch_cost >= 0:
+        if switch_cost is not None and not switch_cost >= 0:
             raise ValueError(f"switch_cost must be >= 0, got {switch_cost}")
         if min_trials < 5:
             raise ValueError(f"min_trials must be at least 5, got {min_trials}")
@@ -275,7 +278,8 @@ class HermesPolicy(SchedulingPolicy):
             raise ValueError(f"rung_factor must be > 1, got {rung_factor}")
         self.optimism = optimism
         self.ageing = ageing
-        self.switch_cost = switch_cost
+        self._switch_cost_given = switch_cost is not None  # else the engine's profile sets it
+        self.switch_cost = DEFAULT_SWITCH_COST if switch_cost is None else switch_cost
         self.min_trials = int(min_trials)
         self.rung_factor = rung_factor
         self.momentum = bool(momentum)
@@ -294,7 +298,7 @@ class HermesPolicy(SchedulingPolicy):
         self._age_rate = 0.0  # priority gained per second of waiting
         self._population = 0  # trials known at the last fit: the field the best is drawn from
         self._switch_seen = [0.0, 0]  # GPU seconds that switches were seen to cost, and how many
-        self._switch_price = switch_cost  # what a switch costs, as of the last fit (the prior until then)
+        self._switch_price = self.switch_cost  # what a switch costs, as of the last fit (the prior until then)
         self._new_cost = 1.0  # GPU seconds a new trial's first report costs when no model predicts it
         # Derived from the above by _rebuild and _refit.
         self._live: dict[int, Trial] = {}  # row -> live record, read for the budgets; refilled after a restart
@@ -562,6 +566,12 @@ class HermesPolicy(SchedulingPolicy):
         return self._crossed_run[row] == trial.starts  # it reached a rung in this run: its priority changed
 
     # ------------------------------------------------------------------ restart
+    def configure(self, profile: ExecutionProfile) -> None:
+        if not self._switch_cost_given:
+            self.switch_cost = profile.switch_cost
+            if not self._switch_seen[1]:
+                self._switch_price = self.switch_cost
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "first_step": self._first_step,
@@ -590,6 +600,11 @@ class HermesPolicy(SchedulingPolicy):
             "log_chance": dict(self._log_chance),
             "cost": dict(self._cost),
         }
+
+    def attach(self, trials: Mapping[str, Trial]) -> None:
+        """Refill the live records of the known trials, in the order they first reported."""
+        self._live = {row: trials[trial_id] for trial_id, row in sorted(self._index.items(), key=lambda item: item[1])
+                      if trial_id in trials}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._first_step = state["first_step"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hermes.core.trial import Trial
-from hermes.policies.base import SchedulingPolicy
+from hermes.core.policy import SchedulingPolicy
 
 
 class RoundRobinPolicy(SchedulingPolicy):

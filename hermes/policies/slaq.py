@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from hermes.core.trial import Trial
-from hermes.policies.base import SchedulingPolicy, Verdict
+from hermes.core.policy import SchedulingPolicy, Verdict
 
 EXPONENTS = np.geomspace(0.1, 3.0, 16)
 """Candidate decay exponents c of score(k) = a + s * k**-c; a grid keeps the fit linear and cheap."""

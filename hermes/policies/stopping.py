@@ -11,7 +11,7 @@ from bisect import insort
 from typing import Any
 
 from hermes.core.trial import Trial
-from hermes.policies.base import EarlyStopper
+from hermes.core.policy import EarlyStopper
 
 
 class AshaStopper(EarlyStopper):

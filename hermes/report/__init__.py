@@ -77,14 +77,15 @@ class ExperimentView:
 
 
 def open_store(directory: str | Path) -> SqlStore:
-    """The store in a storage dir; a HermesError naming the path when there is none (never creates one)."""
+    """The store in a storage dir, read-only: a report never writes, not even the schema into an
+    empty file. A HermesError names the path when there is none."""
     path = Path(directory) / STORE_FILE
     if not path.is_file():
         where = "does not exist" if not Path(directory).exists() else f"holds no {STORE_FILE}"
         raise HermesError(
             f"no Hermes store at {path}: {directory} {where}; pass the storage dir of a run (storage.dir in its spec)"
         )
-    return SqlStore(f"sqlite:///{path.resolve()}")
+    return SqlStore.open_read_only(path)
 
 
 def pick_experiment(store: ExperimentStore, name: str | None) -> ExperimentRecord:
@@ -110,6 +111,13 @@ def format_number(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.4g}" if math.isfinite(value) else str(value)
+
+
+def summarise_error(error: str, width: int = 160) -> str:
+    """A trial's error on one line: its first line and, for a traceback, its last (the exception)."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    text = " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else ""
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def format_duration(seconds: float) -> str:
@@ -144,4 +152,5 @@ __all__ = [
     "open_store",
     "pick_experiment",
     "store_location",
+    "summarise_error",
 ]

@@ -17,9 +17,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hermes.core.states import TrialState
-from hermes.report import ExperimentView, format_duration, format_number, format_table
+from hermes.report import ExperimentView, format_duration, format_number, format_table, summarise_error
 
 FORMATS = ("table", "csv", "json")
+ERROR_WIDTH = 60  # characters of a trial's error in the table; csv and json carry all of it
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,7 @@ class Standing:
     budget: int
     reports: int
     gpu_seconds: float  # time holding a GPU, summed over its runs
+    error: str | None  # why it failed
 
 
 def standings(view: ExperimentView) -> list[Standing]:
@@ -69,6 +71,7 @@ def standings(view: ExperimentView) -> list[Standing]:
                 budget=trial.budget,
                 reports=len(own),
                 gpu_seconds=gpu_seconds.get(trial.trial_id, 0.0),
+                error=trial.error,
             )
         )
     # sorted() is stable, so ties keep submission order.
@@ -87,19 +90,22 @@ def format_results(view: ExperimentView, top: list[Standing], output: str) -> st
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(
             ["rank", "trial", "state", f"best_{metric}", "best_step", f"final_{metric}", "steps", "budget",
-             "gpu_seconds", *(f"param_{name}" for name in names)]
+             "gpu_seconds", *(f"param_{name}" for name in names), "error"]
         )
         for s in top:
             writer.writerow(
                 [s.rank, s.trial_id, s.state.value, _csv(s.best), _csv(s.best_step), _csv(s.final), s.steps,
-                 s.budget, round(s.gpu_seconds, 3), *(_csv(s.params.get(name)) for name in names)]
+                 s.budget, round(s.gpu_seconds, 3), *(_csv(s.params.get(name)) for name in names), _csv(s.error)]
             )
         return buffer.getvalue().rstrip("\n")
-    header = ["#", "trial", "state", f"best {metric}", "at step", "final", "steps", "GPU time", *names]
+    errors = any(s.error for s in top)  # the column only when some trial has one
+    header = ["#", "trial", "state", f"best {metric}", "at step", "final", "steps", "GPU time", *names,
+              *(["error"] if errors else [])]
     rows = [
         [str(s.rank), s.trial_id, s.state.value, format_number(s.best), _csv(s.best_step), format_number(s.final),
          f"{s.steps}/{s.budget}", format_duration(s.gpu_seconds),
-         *(_param(s.params[name]) if name in s.params else "-" for name in names)]
+         *(_param(s.params[name]) if name in s.params else "-" for name in names),
+         *([summarise_error(s.error, ERROR_WIDTH) if s.error else "-"] if errors else [])]
         for s in top
     ]
     mode = view.target.objective.mode
@@ -120,6 +126,7 @@ def _as_json(standing: Standing) -> dict[str, Any]:
         "reports": standing.reports,
         "gpu_seconds": round(standing.gpu_seconds, 3),
         "params": standing.params,
+        "error": standing.error,
     }
 
 

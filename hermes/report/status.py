@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hermes.core.decisions import Resume, Suspend
 from hermes.core.events import Event, GpuAdded, GpuRemoved, NodeAdded, NodeRemoved
 from hermes.core.states import TrialState
-from hermes.report import ExperimentView, format_duration, format_number, format_table
+from hermes.report import ExperimentView, format_duration, format_number, format_table, summarise_error
 from hermes.report.results import Standing, standings
 from hermes.store import ExperimentRecord, ExperimentStore, Run
 
@@ -83,6 +83,13 @@ def format_status(status: Status) -> str:
             f"best        trial {best.trial_id}: {target.name} {format_number(best.best)} at step {best.best_step}"
             + (f" ({params})" if params else "")
         )
+    failed = [trial for trial in view.trials if trial.error]
+    if failed:
+        lines.append(f"errors      {len(failed)} trial{'s' if len(failed) > 1 else ''}")
+        lines += [
+            f"  trial {trial.trial_id} ({trial.state.value} at step {trial.step}): {summarise_error(trial.error or '')}"
+            for trial in failed
+        ]
     lines.append(f"switches    {status.preemptions} preemptions, {status.migrations} migrations")
     busy = sum(run is not None for run in status.gpus.values())
     lines.append(f"GPUs        {busy} of {len(status.gpus)} busy")

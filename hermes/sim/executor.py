@@ -1,20 +1,34 @@
 """A simulated executor: replays recorded learning curves in simulated time.
 
 It is a discrete-event engine (a heap of ``(time, sequence, ...)``, ties broken by the sequence
-counter) behind the same ``Executor`` interface as the real executors. Suspension is
-cooperative, as in the real trial API: a trial suspends at its next epoch boundary, so no epoch
-is ever trained twice or lost.
+counter) behind the same execution contract as the real executors (hermes/execution/contract.py).
+Suspension is cooperative, as in the real trial API: a trial suspends at its next epoch boundary,
+so no epoch is ever trained twice or lost. Cluster changes (``changes``: nodes and GPUs that join
+or leave) come out of ``next_events`` at their times; a run on a lost GPU falls back to its last
+suspension's checkpoint.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 
 from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
-from hermes.core.events import Event, TrialExited, TrialReported, TrialSuspended
-from hermes.engine import Executor
+from hermes.core.events import (
+    Event,
+    GpuAdded,
+    GpuRemoved,
+    NodeAdded,
+    NodeRemoved,
+    TrialExited,
+    TrialReported,
+    TrialSubmitted,
+    TrialSuspended,
+)
+from hermes.core.policy import ExecutionProfile
 from hermes.errors import HermesError
+from hermes.execution.contract import Executor
 from hermes.sim.costs import SwitchCosts
 from hermes.sim.trace import TraceTrial
 
@@ -40,6 +54,7 @@ class _SimTrial:
     last_node: str | None = None
     last_gpu: str | None = None
     epoch: int = 0  # epochs completed
+    checkpoint: int = 0  # epochs its last suspension saved
     token: int = 0  # bumped to cancel what is scheduled for this trial
     epoch_started: float = 0.0  # when the epoch in progress began training
     run_started: float = 0.0
@@ -61,23 +76,45 @@ class Accounts:
     migrations: int = 0  # Resume decisions onto another GPU
 
 
-class SimulatedExecutor(Executor):
+class SimulatedExecutor(Executor[TraceTrial]):
+    """Runs recorded curves (``submit`` a ``TraceTrial``) on the GPUs of ``layout`` (node -> GPUs)."""
+
     def __init__(
         self,
-        curves: dict[str, TraceTrial],
-        gpu_node: dict[str, str],
+        layout: Mapping[str, tuple[str, ...]],
         costs: SwitchCosts = SwitchCosts(),
         *,
+        changes: Iterable[NodeAdded | NodeRemoved | GpuAdded | GpuRemoved] = (),
         record_epochs: bool = False,
     ) -> None:
-        self.trials = {trial_id: _SimTrial(trial_id, curve) for trial_id, curve in curves.items()}
-        self.gpu_node = gpu_node
+        self.trials: dict[str, _SimTrial] = {}
+        self.gpu_node = {gpu: node for node, gpus in layout.items() for gpu in gpus}
         self.costs = costs
-        self.now = 0.0
+        self.profile = ExecutionProfile(switch_cost=costs.switch_cost())  # a switch of a trial of the default state
+        self.clock = 0.0
         self.accounts = Accounts()
         self.epochs: list[EpochRecord] | None = [] if record_epochs else None
         self._heap: list[tuple[float, int, int, _SimTrial, int]] = []  # (time, sequence, token, trial, kind)
         self._sequence = 0
+        self._membership: list[Event] = [NodeAdded(0.0, node, tuple(gpus)) for node, gpus in layout.items()]
+        self._changes = sorted(changes, key=lambda change: change.at)  # stable: equal times keep their order
+        self._woken = False
+
+    def submit(self, trial_id: str, work: TraceTrial, *, at: float | None = None, reported_step: int = 0) -> TrialSubmitted:
+        if trial_id in self.trials:
+            raise HermesError(f"trial {trial_id} submitted twice")
+        trial = self.trials[trial_id] = _SimTrial(trial_id, work)
+        trial.epoch = trial.checkpoint = reported_step
+        return TrialSubmitted(self.clock if at is None else at, trial_id, work.epochs, work.params)
+
+    def now(self) -> float:
+        return self.clock
+
+    def wake(self) -> None:
+        self._woken = True
+
+    def idle(self) -> bool:
+        return not (self._heap or self._membership or self._changes)
 
     # ------------------------------------------------------------------ decisions in
     def apply(self, decision: Decision, at: float) -> None:
@@ -129,16 +166,27 @@ class SimulatedExecutor(Executor):
 
     # ------------------------------------------------------------------ events out
     def next_events(self) -> list[Event]:
+        if self._membership:  # the cluster as it starts, before anything else
+            events, self._membership = self._membership, []
+            return events
+        if self._woken:  # posted events come first: they happened now, the heap's later
+            self._woken = False
+            return []
         heap = self._heap
+        while heap and heap[0][2] != heap[0][3].token:
+            heappop(heap)  # cancelled
+        if self._changes and (not heap or heap[0][0] >= self._changes[0].at):
+            return [self._change(self._changes.pop(0))]
         while heap:
             at, _, token, trial, kind = heappop(heap)
             if token != trial.token:
                 continue  # cancelled
-            self.now = at
+            self.clock = at
             if kind == _EPOCH_END:
                 return self._epoch_end(trial, at)
             self._release(trial, at)
             if kind == _SUSPENDED:
+                trial.checkpoint = trial.epoch
                 return [TrialSuspended(at, trial.trial_id, trial.epoch)]
             return [TrialExited(at, trial.trial_id, succeeded=False, error="stopped")]
         return []
@@ -167,6 +215,28 @@ class SimulatedExecutor(Executor):
         else:
             self._begin_epoch(trial, at)
         return events
+
+    def remove_gpu(self, gpu: str) -> None:
+        """Lose ``gpu`` now, as a failure would: GpuRemoved comes out of the next ``next_events``."""
+        self._changes.insert(0, GpuRemoved(self.clock, gpu))
+
+    def _change(self, change: Event) -> Event:
+        """Apply a cluster change at its time; runs on lost GPUs fall back to their checkpoints."""
+        self.clock = change.at
+        if isinstance(change, NodeAdded):
+            self.gpu_node.update(dict.fromkeys(change.gpus, change.node))
+        elif isinstance(change, GpuAdded):
+            self.gpu_node[change.gpu] = change.node
+        else:
+            if isinstance(change, GpuRemoved):
+                lost = {change.gpu}
+            else:
+                lost = {gpu for gpu, node in self.gpu_node.items() if node == change.node}
+            for trial in self.trials.values():
+                if trial.gpu in lost:
+                    self._release(trial, change.at)
+                    trial.epoch = trial.checkpoint
+        return change
 
     def _release(self, trial: _SimTrial, at: float) -> None:
         self.accounts.busy += at - trial.run_started

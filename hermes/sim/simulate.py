@@ -6,14 +6,15 @@ import math
 import re
 import statistics
 from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hermes.core.decisions import Decision
-from hermes.core.events import Event, NodeAdded, SubmissionsClosed, TrialSubmitted
+from hermes.core.events import Event, GpuAdded, GpuRemoved, NodeAdded, NodeRemoved, SubmissionsClosed
+from hermes.core.policy import EarlyStopper, SchedulingPolicy
 from hermes.core.scheduler import Objective, Scheduler
-from hermes.engine import Engine
-from hermes.policies.base import EarlyStopper, SchedulingPolicy
+from hermes.execution.engine import Engine
 from hermes.sim.costs import SwitchCosts
 from hermes.sim.executor import EpochRecord, SimulatedExecutor
 from hermes.sim.trace import Trace
@@ -86,13 +87,16 @@ def simulate(
     max_trials_per_gpu: int | None = None,
     target: Tolerance = Tolerance(0.01, relative=True),
     record: bool = False,
+    changes: Iterable[NodeAdded | NodeRemoved | GpuAdded | GpuRemoved] = (),
 ) -> SimulationResult:
-    """Replay ``trace`` with trials arriving in a random order drawn from ``seed``."""
+    """Replay ``trace`` with trials arriving in a random order drawn from ``seed``.
+
+    ``changes``: nodes and GPUs that join or leave the cluster at their times."""
     layout = cluster_layout(gpus, nodes)
     arrivals = trace.shuffled(seed)
     curves = {curve.name: curve for curve in arrivals}
-    gpu_node = {gpu: node for node, node_gpus in layout.items() for gpu in node_gpus}
-    executor = SimulatedExecutor(curves, gpu_node, costs, record_epochs=record)
+    executor = SimulatedExecutor(layout, costs, changes=changes, record_epochs=record)
+    policy.configure(executor.profile)
     objective = Objective(trace.mode)
     scheduler = Scheduler(policy, objective=objective, stopper=stopper, max_trials_per_gpu=max_trials_per_gpu)
     log: list[tuple[float, str, str, str]] = []
@@ -101,13 +105,14 @@ def simulate(
         for decision in decisions:
             log.append((event.at, type(decision).__name__, decision.trial_id, getattr(decision, "gpu", "")))
 
-    initial: list[Event] = [NodeAdded(0.0, node, node_gpus) for node, node_gpus in layout.items()]
-    initial += [TrialSubmitted(0.0, curve.name, curve.epochs, curve.params) for curve in arrivals]
-    initial.append(SubmissionsClosed(0.0))
-    Engine(scheduler, executor, [listen] if record else []).run(initial)
+    engine = Engine(scheduler, executor, [listen] if record else [])
+    for curve in arrivals:
+        engine.post(executor.submit(curve.name, curve, at=0.0))
+    engine.post(SubmissionsClosed(0.0))
+    engine.run()
 
     accounts = executor.accounts
-    makespan = executor.now
+    makespan = executor.now()
     first = sorted(t.first_report_at for t in scheduler.trials.values() if t.first_report_at is not None)
     early = makespan / 10
     best_final = trace.best_final()

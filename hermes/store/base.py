@@ -7,7 +7,7 @@ Trials, metrics and decisions are kept for people (dashboard, leaderboard, GPU t
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -113,8 +113,11 @@ class ExperimentStore(ABC):
     """
 
     @abstractmethod
-    def create_or_open_experiment(self, name: str, spec: Mapping[str, Any]) -> int:
-        """Create the experiment (status running), or return the id of the one with this name and spec."""
+    def create_or_open_experiment(self, name: str, spec: Mapping[str, Any], may_change: Collection[str] = ()) -> int:
+        """Create the experiment (status running), or return the id of the one with this name and spec.
+
+        ``may_change``: dotted paths of the spec that may differ from the stored one (a budget
+        extended by a rerun); the stored spec then becomes ``spec``. Any other difference raises."""
 
     @abstractmethod
     def experiment(self, experiment_id: int) -> ExperimentRecord:
@@ -130,6 +133,15 @@ class ExperimentStore(ABC):
     @abstractmethod
     def append_event(self, experiment_id: int, event: Event, decisions: Sequence[Decision] = ()) -> int:
         """Append ``event`` and the decisions the core made about it, atomically; return its sequence number."""
+
+    @abstractmethod
+    def record_event(
+        self, experiment_id: int, event: Event, decisions: Sequence[Decision], trials: Sequence[TrialRecord]
+    ) -> int:
+        """What one event changed, in one transaction: the event and its decisions, its report's
+        ``metrics`` when it is a TrialReported, and the records of the trials it touched. A crash
+        leaves all of it or none, so no report is ever stored twice or lost; return the event's
+        sequence number."""
 
     @abstractmethod
     def events(self, experiment_id: int) -> list[Event]:

@@ -7,9 +7,11 @@ diverged trial reports them), so every backend stores them alike.
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+import urllib.parse
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 
 from hermes.core.decisions import Decision
-from hermes.core.events import Event
+from hermes.core.events import Event, TrialReported
 from hermes.core.states import TrialState
 from hermes.store.base import (
     DecisionRecord,
@@ -124,8 +126,40 @@ class SqlStore(ExperimentStore):
         with self._writing() as connection:  # one writer at a time creates the tables
             METADATA.create_all(connection)
 
+    @classmethod
+    def open_read_only(cls, path: str | Path) -> SqlStore:
+        """The store in an existing SQLite file, for readers (reports): opened with ``mode=ro``, so
+        nothing is ever written to it, not even the schema; a missing file, or one that holds no
+        Hermes store, raises StoreError. Its write methods raise StoreError too."""
+        path = Path(path).resolve()
+        store = cls.__new__(cls)
+        store.url = f"sqlite:///{path}"
+        uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
+        store._engine = sa.create_engine(
+            "sqlite://", creator=lambda: sqlite3.connect(uri, uri=True, timeout=60.0, check_same_thread=False)
+        )
+
+        @sa.event.listens_for(store._engine, "connect")
+        def on_connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None  # so that each read is one snapshot (BEGIN below)
+
+        @sa.event.listens_for(store._engine, "begin")
+        def on_begin(connection: sa.Connection) -> None:
+            connection.exec_driver_sql("BEGIN")
+
+        store._lock = threading.RLock()
+        try:
+            with store._reading() as connection:
+                found = sa.inspect(connection).has_table(EXPERIMENTS.name)
+            if not found:
+                raise StoreError(f"{path} holds no Hermes store (it has no {EXPERIMENTS.name} table)")
+        except StoreError:
+            store.close()
+            raise
+        return store
+
     # ------------------------------------------------------------------ experiments
-    def create_or_open_experiment(self, name: str, spec: Mapping[str, Any]) -> int:
+    def create_or_open_experiment(self, name: str, spec: Mapping[str, Any], may_change: Collection[str] = ()) -> int:
         if not name:
             raise StoreError("an experiment needs a non-empty name")
         spec_json = _dumps(spec)
@@ -141,7 +175,9 @@ class SqlStore(ExperimentStore):
                 )
                 return int(inserted.inserted_primary_key[0])  # type: ignore[index]  # set by a one-row insert
             differences = _differences(json.loads(row.spec), json.loads(spec_json))
-            if differences:
+            if differences and all(difference in may_change for difference in differences):
+                connection.execute(EXPERIMENTS.update().where(EXPERIMENTS.c.id == row.id).values(spec=spec_json))
+            elif differences:
                 raise StoreError(
                     f"experiment {name!r} already exists in {self.url} with a different spec "
                     f"(differs in {', '.join(differences)}); give it a new name or use another storage dir"
@@ -173,31 +209,48 @@ class SqlStore(ExperimentStore):
     # ------------------------------------------------------------------ event log and decisions
     def append_event(self, experiment_id: int, event: Event, decisions: Sequence[Decision] = ()) -> int:
         data = _dumps(to_dict(event))
-        rows = [
-            {
-                "experiment_id": experiment_id,
-                "position": position,
-                "at": event.at,
-                "type": type(decision).__name__,
-                "trial_id": decision.trial_id,
-                "gpu": getattr(decision, "gpu", None),
-                "data": _dumps(to_dict(decision)),
-            }
-            for position, decision in enumerate(decisions)
-        ]
+        rows = _decision_rows(experiment_id, decisions, event.at)
         with self._writing() as connection:
             self._require(connection, experiment_id)
-            last = connection.execute(
-                sa.select(sa.func.max(EVENTS.c.seq)).where(EVENTS.c.experiment_id == experiment_id)
-            ).scalar_one()
-            seq = (last or 0) + 1
-            connection.execute(
-                EVENTS.insert().values(
-                    experiment_id=experiment_id, seq=seq, at=event.at, type=type(event).__name__, data=data
+            return self._append_event(connection, experiment_id, event, data, rows)
+
+    def record_event(
+        self, experiment_id: int, event: Event, decisions: Sequence[Decision], trials: Sequence[TrialRecord]
+    ) -> int:
+        encoded = to_dict(event)
+        metrics = None
+        if isinstance(event, TrialReported):  # its metrics go to the metrics table, not twice into the log
+            metrics = _metric_values(event.trial_id, event.step, encoded.pop("metrics") or {"value": event.value})
+        data = _dumps(encoded)
+        rows = _decision_rows(experiment_id, decisions, event.at)
+        trial_values = [(trial.trial_id, _trial_values(trial)) for trial in trials]
+        with self._writing() as connection:
+            self._require(connection, experiment_id)
+            if metrics is not None:
+                connection.execute(
+                    METRICS.insert().values(
+                        experiment_id=experiment_id, trial_id=event.trial_id, step=event.step, at=event.at,
+                        metric_values=metrics,
+                    )
                 )
-            )
-            if rows:
-                connection.execute(DECISIONS.insert(), [{**row, "event_seq": seq} for row in rows])
+            seq = self._append_event(connection, experiment_id, event, data, rows)
+            for trial_id, values in trial_values:
+                self._upsert_trial(connection, experiment_id, trial_id, values)
+        return seq
+
+    @staticmethod
+    def _append_event(
+        connection: sa.Connection, experiment_id: int, event: Event, data: str, rows: list[dict[str, Any]]
+    ) -> int:
+        last = connection.execute(
+            sa.select(sa.func.max(EVENTS.c.seq)).where(EVENTS.c.experiment_id == experiment_id)
+        ).scalar_one()
+        seq = (last or 0) + 1
+        connection.execute(
+            EVENTS.insert().values(experiment_id=experiment_id, seq=seq, at=event.at, type=type(event).__name__, data=data)
+        )
+        if rows:
+            connection.execute(DECISIONS.insert(), [{**row, "event_seq": seq} for row in rows])
         return seq
 
     def events(self, experiment_id: int) -> list[Event]:
@@ -220,29 +273,18 @@ class SqlStore(ExperimentStore):
 
     # ------------------------------------------------------------------ trials and metrics
     def upsert_trial(self, experiment_id: int, trial: TrialRecord) -> None:
-        values = {
-            "params": _dumps(trial.params),
-            "state": TrialState(trial.state).value,
-            "budget": trial.budget,
-            "step": trial.step,
-            "checkpoint_step": trial.checkpoint_step,
-            "gpu": trial.gpu,
-            "error": trial.error,
-            "submitted_at": trial.submitted_at,
-            "started_at": trial.started_at,
-            "ended_at": trial.ended_at,
-        }
+        values = _trial_values(trial)
         with self._writing() as connection:
             self._require(connection, experiment_id)
-            updated = connection.execute(
-                TRIALS.update()
-                .where(TRIALS.c.experiment_id == experiment_id, TRIALS.c.trial_id == trial.trial_id)
-                .values(**values)
-            )
-            if not updated.rowcount:
-                connection.execute(
-                    TRIALS.insert().values(experiment_id=experiment_id, trial_id=trial.trial_id, **values)
-                )
+            self._upsert_trial(connection, experiment_id, trial.trial_id, values)
+
+    @staticmethod
+    def _upsert_trial(connection: sa.Connection, experiment_id: int, trial_id: str, values: dict[str, Any]) -> None:
+        updated = connection.execute(
+            TRIALS.update().where(TRIALS.c.experiment_id == experiment_id, TRIALS.c.trial_id == trial_id).values(**values)
+        )
+        if not updated.rowcount:
+            connection.execute(TRIALS.insert().values(experiment_id=experiment_id, trial_id=trial_id, **values))
 
     def trials(self, experiment_id: int) -> list[TrialRecord]:
         with self._reading() as connection:
@@ -270,15 +312,12 @@ class SqlStore(ExperimentStore):
     def record_metrics(
         self, experiment_id: int, trial_id: str, step: int, at: float, metrics: Mapping[str, float]
     ) -> None:
-        try:
-            values = {str(name): float(value) for name, value in metrics.items()}
-        except (TypeError, ValueError):
-            raise StoreError(f"trial {trial_id} step {step}: metrics must be numbers, got {dict(metrics)!r}") from None
+        values = _metric_values(trial_id, step, metrics)
         with self._writing() as connection:
             self._require(connection, experiment_id)
             connection.execute(
                 METRICS.insert().values(
-                    experiment_id=experiment_id, trial_id=trial_id, step=step, at=at, metric_values=_dumps(values)
+                    experiment_id=experiment_id, trial_id=trial_id, step=step, at=at, metric_values=values
                 )
             )
 
@@ -338,6 +377,43 @@ def _configure_sqlite(engine: sa.Engine) -> None:
     def on_begin(connection: sa.Connection) -> None:
         write = connection.get_execution_options().get("hermes_write", False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _decision_rows(experiment_id: int, decisions: Sequence[Decision], at: float) -> list[dict[str, Any]]:
+    return [
+        {
+            "experiment_id": experiment_id,
+            "position": position,
+            "at": at,
+            "type": type(decision).__name__,
+            "trial_id": decision.trial_id,
+            "gpu": getattr(decision, "gpu", None),
+            "data": _dumps(to_dict(decision)),
+        }
+        for position, decision in enumerate(decisions)
+    ]
+
+
+def _trial_values(trial: TrialRecord) -> dict[str, Any]:
+    return {
+        "params": _dumps(trial.params),
+        "state": TrialState(trial.state).value,
+        "budget": trial.budget,
+        "step": trial.step,
+        "checkpoint_step": trial.checkpoint_step,
+        "gpu": trial.gpu,
+        "error": trial.error,
+        "submitted_at": trial.submitted_at,
+        "started_at": trial.started_at,
+        "ended_at": trial.ended_at,
+    }
+
+
+def _metric_values(trial_id: str, step: int, metrics: Mapping[str, float]) -> str:
+    try:
+        return _dumps({str(name): float(value) for name, value in metrics.items()})
+    except (TypeError, ValueError):
+        raise StoreError(f"trial {trial_id} step {step}: metrics must be numbers, got {dict(metrics)!r}") from None
 
 
 def _experiment(row: sa.Row[Any]) -> ExperimentRecord:

@@ -35,6 +35,10 @@ class StopExit(SystemExit):
         super().__init__(0)
 
 
+class ResumeError(HermesError):
+    """A resumed trial reported a step its checkpoint already holds: it did not continue from it."""
+
+
 class Channel(Protocol):
     """How a session talks to its executor: messages out, one word back per report or park."""
 
@@ -135,6 +139,14 @@ class Session:
         if isinstance(step, bool) or not isinstance(step, int):
             raise TypeError(f"step must be an int, got {type(step).__name__}")
         if step <= self.last_step:
+            if self.last_step == self.start_step > 0:  # nothing reported yet since the resume
+                raise ResumeError(
+                    f"trial {self.trial_id} reported step {step}, but it resumed from its checkpoint of step "
+                    f"{self.start_step}: the training loop started over instead of continuing. Restore and go on "
+                    "from the checkpoint's step: create `state = trial.Checkpoint(model=..., optimizer=...)` "
+                    "before the first report and loop `for epoch in range(state.restore(), trial.budget())`, "
+                    "or, with nothing to restore, start from `trial.start_step()` (docs/trials.md)"
+                )
             raise ValueError(f"step {step} must exceed the previous step {self.last_step}")
         if not metrics:
             raise ValueError("report() needs at least one metric")

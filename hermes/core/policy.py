@@ -1,14 +1,17 @@
 """The two plug-in points of the core: a scheduling policy and an optional early stopper.
 
 Both only answer questions; the core turns their answers into decisions. Their state that must
-survive a restart is plain data (``state_dict``), never a pickled object.
+survive a restart is plain data (``state_dict``), never a pickled object. They live with the core
+because the core calls them; the implementations (``hermes.policies``) depend on this module,
+never the other way round.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from hermes.core.trial import Trial
 
@@ -25,6 +28,17 @@ class Verdict(str, Enum):
 CONTINUE = Verdict.CONTINUE
 PAUSE = Verdict.PAUSE
 STOP = Verdict.STOP
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionProfile:
+    """What the engine that carries out the decisions costs, told to the policy before it decides.
+
+    An executor describes itself (``Executor.profile``); the runner hands that to
+    ``SchedulingPolicy.configure``, so no policy needs to know which engine it runs on.
+    """
+
+    switch_cost: float  # typical seconds of GPU time one suspend plus resume costs
 
 
 class SchedulingPolicy(ABC):
@@ -55,6 +69,11 @@ class SchedulingPolicy(ABC):
         """Called after each report of ``trial`` (already recorded on it)."""
         return Verdict.CONTINUE
 
+    def configure(self, profile: ExecutionProfile) -> None:
+        """Adapt to the engine's costs before the first event; settings the user gave explicitly win.
+
+        The default ignores the profile; a policy that weighs switches against their cost uses it."""
+
     def turn_over(self, trial: Trial, now: float) -> bool:
         """Whether a running trial has had its turn and may be preempted by a better one."""
         return trial.running_since is not None and now - trial.running_since >= self.period
@@ -64,6 +83,10 @@ class SchedulingPolicy(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
+
+    def attach(self, trials: Mapping[str, Trial]) -> None:
+        """After ``load_state_dict``: the core's trials, for a policy that keeps references to them
+        (they are core objects, not plain data, so ``state_dict`` cannot hold them)."""
 
 
 class EarlyStopper(ABC):

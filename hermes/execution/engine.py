@@ -1,0 +1,89 @@
+"""The one engine loop shared by the simulator and the real executors.
+
+events from the executor (and the inbox) -> the core -> listeners -> decisions -> the executor.
+Real runs and simulations differ only in the executor and its clock; the loop and the core are
+the same code.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Callable, Iterable
+
+from hermes.core.decisions import Decision
+from hermes.core.events import Event
+from hermes.core.scheduler import Scheduler
+from hermes.errors import HermesError
+from hermes.execution.contract import Executor
+
+DecisionListener = Callable[[Event, list[Decision]], None]
+"""Called with every event and the decisions the core made about it, before the executor acts."""
+
+
+class Engine:
+    """Feeds one core from one executor and from an inbox that any thread may post to.
+
+    Order: the events the executor reported together, in order; then whatever was posted, in
+    order; then the executor is asked again. A post wakes a blocked executor, so an event from
+    another thread (a submission from an HTTP request, say) is handled at once.
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        executor: Executor,
+        listeners: Iterable[DecisionListener] = (),
+        *,
+        waits_for_posts: bool = False,
+    ) -> None:
+        """``waits_for_posts``: when the executor has nothing left to report, wait for a post
+        (a host that submits more work later) instead of failing."""
+        self.scheduler = scheduler
+        self.executor = executor
+        self.listeners = list(listeners)
+        self.waits_for_posts = waits_for_posts
+        self._inbox: deque[Event] = deque()
+        self._posted = threading.Condition()
+
+    def post(self, event: Event) -> None:
+        """Queue an event that does not come from the executor. Safe from any thread."""
+        with self._posted:
+            self._inbox.append(event)
+            self._posted.notify_all()
+        self.executor.wake()
+
+    def run(self, first: Iterable[Event] = ()) -> None:
+        """Feed events to the core until the experiment is finished.
+
+        ``first`` are handled before anything else, even by a finished core (a restarted runner's
+        NodeRemoved for the nodes of the run that died, a reopening of submissions)."""
+        for event in first:
+            self._handle(event)
+        batch: deque[Event] = deque()
+        while not self.scheduler.finished:
+            if not batch:
+                batch.extend(self._next_batch())
+            self._handle(batch.popleft())
+
+    def _handle(self, event: Event) -> None:
+        decisions = self.scheduler.handle(event)
+        for listener in self.listeners:
+            listener(event, decisions)
+        for decision in decisions:
+            self.executor.apply(decision, event.at)
+        self.executor.settled(event)
+
+    def _next_batch(self) -> list[Event]:
+        while True:
+            events = self.executor.next_events()
+            with self._posted:
+                events.extend(self._inbox)
+                self._inbox.clear()
+                if events:
+                    return events
+                if not self.executor.idle():
+                    continue  # woken, with nothing new yet
+                if not self.waits_for_posts:
+                    raise HermesError("the executor has nothing left to report but the experiment is unfinished")
+                self._posted.wait_for(lambda: self._inbox)

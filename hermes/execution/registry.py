@@ -1,0 +1,53 @@
+"""Engines by the name a spec gives in ``engine:``; each is imported only when an experiment uses it."""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from hermes.core.policy import ExecutionProfile
+from hermes.errors import HermesError
+from hermes.execution.contract import Executor
+
+if TYPE_CHECKING:
+    from hermes.experiment.spec import ExperimentSpec
+
+ENGINES: dict[str, str] = {
+    "local": "hermes.local.engine:LocalEngine",
+}
+
+
+class ExecutionEngine(ABC):
+    """What a session needs of an engine: its profile, the work for a configuration, an executor.
+
+    Made from the spec before anything is written to the store, so a spec the engine cannot run
+    (a GPU this machine lacks) leaves no experiment behind."""
+
+    def __init__(self, spec: ExperimentSpec) -> None:
+        self.spec = spec
+
+    @abstractmethod
+    def profile(self) -> ExecutionProfile:
+        """The switch cost of the spec's trials on this engine, for ``SchedulingPolicy.configure``."""
+
+    @abstractmethod
+    def capacity(self) -> int:
+        """The GPUs (or slots) it expects to run on: samplers that learn keep a few trials per GPU in flight."""
+
+    @abstractmethod
+    def work(self, params: Mapping[str, Any]) -> Any:
+        """What the executor runs for a trial with these hyper-parameters."""
+
+    @abstractmethod
+    def executor(self, directory: Path, clock_offset: float) -> Executor:
+        """A new executor whose clock continues from ``clock_offset`` (a restarted experiment's time)."""
+
+
+def make_engine(spec: ExperimentSpec) -> ExecutionEngine:
+    try:
+        module, _, name = ENGINES[spec.engine].partition(":")
+    except KeyError:
+        raise HermesError(f"engine: {spec.engine!r} is not available; choose one of {', '.join(ENGINES)}") from None
+    return getattr(importlib.import_module(module), name)(spec)

@@ -1,0 +1,85 @@
+"""Find a trial's ``module:function`` without running any of its code.
+
+Importing the module to check would run its top level: importing torch (seconds), loading a data
+set, creating a GPU context, in the process that validates the spec or in a subprocess whose
+timeout would then make validation flaky on a busy machine. Instead the module is located file by
+file as the import system would locate it (the trial's workdir first, as in the worker), and the
+function is looked up in the module's syntax tree. What cannot be decided that way (a C extension,
+a namespace package, a module that makes names at run time) is accepted: only certain misses fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.machinery
+import importlib.util
+import sys
+from pathlib import Path
+
+_DYNAMIC = {"globals", "vars", "setattr", "__getattr__"}  # ways a module can bind names ast cannot see
+
+
+def missing_function(target: str, workdir: Path) -> str | None:
+    """Why ``package.module:function`` cannot be found from ``workdir``; None when it can (or may) be."""
+    module_name, _, name = target.partition(":")
+    parts = module_name.split(".")
+    spec = importlib.machinery.PathFinder.find_spec(parts[0], [str(workdir)])
+    if spec is None:
+        try:  # installed packages, editable installs and built-ins; a top-level name imports nothing
+            spec = importlib.util.find_spec(parts[0])
+        except (ImportError, ValueError):
+            spec = None
+    if spec is None:
+        return f"no module {parts[0]!r} in the trial's workdir ({workdir}) or on Python's path"
+    for depth in range(1, len(parts)):
+        package, locations = ".".join(parts[:depth]), spec.submodule_search_locations
+        if locations is None:
+            return f"{package} ({spec.origin}) is a module, not a package, so it has no module {parts[depth]!r}"
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: depth + 1]), list(locations))
+        if spec is None:
+            return f"package {package} ({', '.join(locations)}) has no module {parts[depth]!r}"
+    origin = spec.origin
+    if origin is None or not origin.endswith(".py") or not Path(origin).is_file():
+        return None
+    try:
+        tree = ast.parse(Path(origin).read_bytes(), filename=origin)
+    except SyntaxError as error:
+        return f"{origin} does not parse: {error.msg} (line {error.lineno})"
+    except OSError as error:
+        return f"cannot read {origin}: {error.strerror or error}"
+    bound, certain = _top_level_names(tree)
+    if name in bound or not certain:
+        return None
+    functions = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    close = difflib.get_close_matches(name, functions, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f" (its functions: {', '.join(functions) or 'none'})"
+    return f"module {module_name} ({origin}) defines no {name!r}{hint}"
+
+
+def _top_level_names(tree: ast.Module) -> tuple[set[str], bool]:
+    """The names a module's top level binds, and whether that list is certain to be complete."""
+    bound: set[str] = set()
+    certain = True
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+            certain &= node.name not in _DYNAMIC
+            # Their bodies are other scopes, but a ``global`` there can bind a module name.
+            certain &= not any(isinstance(inner, ast.Global) for inner in ast.walk(node))
+            pending += node.decorator_list
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                certain &= alias.name != "*"
+                bound.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Store):
+                bound.add(node.id)
+            certain &= node.id not in _DYNAMIC
+        elif isinstance(node, ast.Lambda):
+            continue
+        pending += ast.iter_child_nodes(node)
+    return bound, certain

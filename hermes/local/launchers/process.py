@@ -1,0 +1,291 @@
+"""A process per run: cooperative trials (``hermes.trial``) and unmodified scripts.
+
+A cooperative process talks over two pipes (its reports out, the answers in); suspended, it
+checkpoints and exits, and resumes as a new process anywhere. An unmodified program's metrics are
+read from its stdout with the launch's regex; suspended, its process group is SIGSTOPped, and it
+resumes with SIGCONT on its own slot. Each process has its own group, so suspend and kill reach
+its children too, and a pidfd, so its exit is seen at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from hermes.core.events import TrialExited, TrialSuspended
+from hermes.errors import HermesError
+from hermes.local.launchers.base import CHANNEL, EXIT, Launcher
+from hermes.local.resources import Slot
+from hermes.local.handshake import Handshake
+from hermes.local.runs import LocalTrial, Run
+from hermes.local.system import die_with_parent, exit_reason, kill_group, pin, slot_environment, tail, wait_stopped
+from hermes.trial import protocol
+
+
+class ProcessLauncher(Launcher):
+    """Cooperative trials, a process per run."""
+
+    def __init__(self, host: Any) -> None:
+        super().__init__(host)
+        self._live: list[Run] = []  # processes not yet reaped
+
+    # ------------------------------------------------------------------ decisions
+    def launch(self, trial: LocalTrial, slot: Slot) -> None:
+        launch = trial.launch
+        host = self.host
+        env = self._environment(trial, slot)
+        stdout_log = open(trial.directory / "stdout.log", "ab")
+        stderr_log = open(trial.directory / "stderr.log", "ab")
+        offset = os.fstat(stderr_log.fileno()).st_size
+        child_fds: tuple[int, ...] = ()
+        parent_fds: tuple[int, ...] = ()
+        if launch.cooperative:
+            answers_read, answers_write = os.pipe()
+            messages_read, messages_write = os.pipe()
+            child_fds, parent_fds = (answers_read, messages_write), (messages_read, answers_write)
+            env[protocol.ENV_CHANNEL] = f"{answers_read},{messages_write}"
+        argv = [sys.executable, "-m", "hermes.trial.runner", launch.function] if launch.function else list(launch.command)
+        try:
+            process = subprocess.Popen(
+                argv,
+                cwd=launch.cwd or host.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout_log if launch.cooperative else subprocess.PIPE,
+                stderr=stderr_log,
+                pass_fds=child_fds,
+                start_new_session=True,  # its own process group: suspend and kill reach its children too
+                preexec_fn=functools.partial(die_with_parent, os.getpid()),
+            )
+        except OSError as error:
+            stdout_log.close()
+            for fd in parent_fds:
+                os.close(fd)
+            host.release(trial, slot)
+            host.emit(TrialExited(host.now(), trial.trial_id, False, f"cannot start {argv[0]}: {error}"))
+            return
+        finally:
+            for fd in child_fds:
+                os.close(fd)
+            stderr_log.close()
+        pin(process.pid, slot)
+        if launch.cooperative:
+            stdout_log.close()
+            channel, answers, copy = messages_read, answers_write, None
+            os.set_blocking(answers, False)
+        else:
+            channel, answers, copy = process.stdout.fileno(), None, stdout_log
+        os.set_blocking(channel, False)
+        run = Run(trial, slot, Handshake(trial), process, os.pidfd_open(process.pid), channel, answers, copy, offset)
+        host.loop.register(run.channel, CHANNEL, self._readable, run)
+        host.loop.register(run.pidfd, EXIT, self._reap, run)
+        self._live.append(run)
+        trial.run = run
+
+    def suspend(self, run: Run) -> None:
+        run.handshake.suspend_requested = True  # told when its next report is answered
+
+    def resume(self, trial: LocalTrial, slot: Slot) -> None:
+        self.launch(trial, slot)  # from its checkpoint, anywhere
+
+    def stop(self, run: Run) -> None:
+        run.handshake.stop_requested = True
+        if run.handshake.awaiting is None:
+            self.kill(run)
+        # else: it is answered "stop" at its report, and ends cleanly
+
+    def answer(self, run: Run, word: str) -> None:
+        try:
+            os.write(run.answers, f"{word}\n".encode())
+        except BlockingIOError:
+            self.host.fail(run, "protocol error: the trial does not read the answers to its reports")
+        except BrokenPipeError:
+            pass  # it died; its exit is on its way
+
+    def kill(self, run: Run) -> None:
+        kill_group(run.process.pid, run.process.returncode)
+
+    def runs(self) -> list[Run]:
+        return list(self._live)
+
+    def lose_slot(self, slot: Slot) -> None:
+        for run in [run for run in self._live if run.slot is slot]:
+            run.silent = True
+            self.kill(run)
+            run.process.wait()
+            self._close(run)
+
+    def close(self) -> None:
+        for run in list(self._live):
+            self.kill(run)
+            run.process.wait()
+            self._close(run)
+
+    # ------------------------------------------------------------------ what its processes say
+    def _readable(self, run: Run) -> None:
+        if run.channel is not None:
+            self._read(run)
+
+    def _read(self, run: Run) -> bool:
+        """Read what is available from the run's channel; False once nothing more is (now or ever)."""
+        try:
+            chunk = os.read(run.channel, 1 << 16)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            self.host.loop.unregister(run.channel)
+            self._close_channel(run)
+            if run.buffer:  # a last line without a newline
+                self._line(run, run.buffer)
+                run.buffer = b""
+            return False
+        if run.stdout_log is not None:
+            run.stdout_log.write(chunk)
+            run.stdout_log.flush()
+        *lines, run.buffer = (run.buffer + chunk).split(b"\n")
+        for line in lines:
+            self._line(run, line)
+        return True
+
+    def _drain(self, run: Run) -> None:
+        while run.channel is not None and self._read(run):
+            pass
+
+    def _line(self, run: Run, line: bytes) -> None:
+        if run.error is not None:
+            return
+        try:
+            self._parse(run, line)
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            self.host.fail(run, f"protocol error: {error!r}")
+
+    def _parse(self, run: Run, line: bytes) -> None:
+        message = json.loads(line)
+        if message["type"] == protocol.REPORT:
+            metrics = {str(name): float(value) for name, value in message["metrics"].items()}
+            self.host.report(run, int(message["step"]), metrics, bool(message["checkpointed"]))
+        elif message["type"] == protocol.SUSPENDED:
+            run.suspended_step = int(message["step"])
+        else:
+            raise ValueError(f"unknown message type {message['type']!r}")
+
+    def _reap(self, run: Run) -> None:
+        """The run's main process exited: end its group, collect what it said, report the outcome."""
+        if run not in self._live:
+            return  # collected already, in the same wait (its slot was lost)
+        self.kill(run)  # leftover children; the leader is not reaped yet, so its group id is still ours
+        code = run.process.wait()
+        self._drain(run)
+        self._close(run)
+        trial, host = run.trial, self.host
+        now = host.now()
+        if run.silent:
+            return
+        if run.handshake.suspend_requested and run.suspended_step is not None and code == 0:
+            trial.timing.suspended = now
+            host.emit(TrialSuspended(now, trial.trial_id, run.suspended_step))
+        elif run.handshake.stop_requested:
+            host.emit(TrialExited(now, trial.trial_id, False, "stopped"))
+        elif run.error is not None:
+            host.emit(TrialExited(now, trial.trial_id, False, run.error))
+        elif code == 0:
+            host.emit(TrialExited(now, trial.trial_id, True))
+        else:
+            log = tail(trial.directory / "stderr.log", run.stderr_offset)
+            host.emit(TrialExited(now, trial.trial_id, False, f"{exit_reason(code)}: {log}" if log else exit_reason(code)))
+
+    def _close_channel(self, run: Run) -> None:
+        if run.stdout_log is None:
+            os.close(run.channel)
+        else:
+            run.process.stdout.close()
+        run.channel = None
+
+    def _close(self, run: Run) -> None:
+        loop = self.host.loop
+        if run.channel is not None:
+            loop.unregister(run.channel)
+            self._close_channel(run)
+        if run.answers is not None:
+            os.close(run.answers)
+            run.answers = None
+        if run.stdout_log is not None:
+            run.stdout_log.close()
+        loop.unregister(run.pidfd)
+        os.close(run.pidfd)
+        self._live.remove(run)
+        self.host.forget(run)
+
+    def _environment(self, trial: LocalTrial, slot: Slot) -> dict[str, str]:
+        host = self.host
+        return {
+            **slot_environment(slot),
+            **trial.launch.env,
+            protocol.ENV_TRIAL_ID: trial.trial_id,
+            protocol.ENV_TRIAL_DIR: str(trial.directory),
+            protocol.ENV_BUDGET: str(trial.launch.budget),
+            protocol.ENV_METRIC: host.metric or "",
+            protocol.ENV_CHECKPOINT_EVERY: str(host.checkpoint_every),
+            protocol.ENV_REPORTED_STEP: str(trial.last_step),
+        }
+
+
+class ScriptLauncher(ProcessLauncher):
+    """Unmodified programs: metrics from stdout, SIGSTOP and SIGCONT in place."""
+
+    def suspend(self, run: Run) -> None:
+        """SIGSTOP the process group, then report what it printed before stopping and that it is suspended."""
+        trial, host = run.trial, self.host
+        try:
+            os.killpg(run.process.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return  # it exited first: its exit is reported instead
+        trial.timing.suspend_delivered = host.now()
+        if not wait_stopped(run.process.pid):
+            return
+        self._drain(run)
+        run.paused = True
+        host.release(trial, run.slot)
+        trial.timing.suspended = host.now()
+        host.emit(TrialSuspended(trial.timing.suspended, trial.trial_id, trial.last_step))
+
+    def resume(self, trial: LocalTrial, slot: Slot) -> None:
+        run = trial.run
+        host = self.host
+        if run is None:  # e.g. the executor was restarted: the stopped process died with it
+            host.release(trial, slot)
+            host.emit(TrialExited(host.now(), trial.trial_id, False, "its stopped process is gone"))
+            return
+        if slot is not run.slot:
+            raise HermesError(f"unmodified trial {trial.trial_id} cannot move from {run.slot.name} to {slot.name}")
+        run.paused = False
+        try:
+            os.killpg(run.process.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # killed while stopped; its exit is reported as usual
+
+    def stop(self, run: Run) -> None:
+        if run.paused:
+            run.silent = True  # the core already counts it as stopped
+        run.handshake.stop_requested = True
+        self.kill(run)
+
+    def _parse(self, run: Run, line: bytes) -> None:
+        match = run.trial.launch.pattern.search(line.decode(errors="replace"))
+        if match is None:
+            return
+        groups = {name: text for name, text in match.groupdict().items() if text is not None}
+        try:
+            metrics = {name: float(text) for name, text in groups.items() if name != "step"}
+            step = int(groups["step"]) if "step" in groups else run.trial.last_step + 1
+        except ValueError:
+            return  # not a number after all: not a report
+        trial = run.trial
+        if step > trial.last_step:  # a repeated or earlier step is not a new report
+            self.host.emit(trial.reported(step, metrics["value"], metrics, False, self.host.now()))
+            self.host.note_report(trial)

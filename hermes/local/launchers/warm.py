@@ -1,0 +1,300 @@
+"""Warm workers: each slot keeps one process (hermes/local/worker.py) that runs its function trials in turn.
+
+The worker imports the trial's module (and torch) once; a trial runs in a thread of it. Suspended,
+the trial *parks* there with its state in memory and resumes on that slot from memory. To resume on
+another slot it first writes a checkpoint (a *spill*); it is spilled too when the host runs short
+of memory, and its worker is replaced when the worker outgrows its memory limit. A worker that dies
+fails only the trial it was running; the trials parked in it fall back to their last checkpoints
+and silently catch up to the step the core knows.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hermes.core.events import TrialExited, TrialSuspended
+from hermes.local.handshake import Handshake
+from hermes.local.launchers.base import WORKER_CHANNEL, WORKER_EXIT, Launcher
+from hermes.local.resources import Slot
+from hermes.local.runs import LocalTrial, Run, stderr_offset
+from hermes.local.system import (
+    die_with_parent,
+    exit_reason,
+    kill_group,
+    meminfo,
+    pin,
+    resident_bytes,
+    slot_environment,
+    tail,
+)
+from hermes.trial import protocol
+
+
+@dataclass(slots=True, eq=False)
+class Worker:
+    """A warm worker process: runs one slot's function trials in turn."""
+
+    slot: Slot
+    process: subprocess.Popen[bytes]
+    pidfd: int
+    channel: int | None  # read end of its messages
+    log: Path  # its own stdout and stderr
+    runs: dict[str, Run] = field(default_factory=dict)  # trial id -> its run in here: live, parked or ending
+    buffer: bytes = b""
+    retiring: bool = False  # over its memory limit: spill what it holds, then end it
+
+
+class WarmLauncher(Launcher):
+    """``memory_reserve``: bytes of host memory below which a parked trial is spilled at once;
+    ``worker_memory_limit``: resident bytes above which a worker is replaced once it runs nothing."""
+
+    def __init__(self, host: Any, memory_reserve: int, worker_memory_limit: int) -> None:
+        super().__init__(host)
+        self.memory_reserve = memory_reserve
+        self.worker_memory_limit = worker_memory_limit
+        self._workers: dict[str, Worker] = {}  # slot name -> its warm worker (a retiring one is not here)
+        self._retiring: list[Worker] = []
+
+    # ------------------------------------------------------------------ decisions
+    def launch(self, trial: LocalTrial, slot: Slot) -> None:
+        launch = trial.launch
+        for other in self.host.slots.values():  # every slot's worker warms up while this one starts
+            if other.name not in self._workers:
+                self._spawn(other, launch.function, launch.cwd)
+        worker = self._workers[slot.name]
+        run = Run(trial, slot, Handshake(trial), stderr_offset=stderr_offset(trial.directory), worker=worker)
+        trial.run = worker.runs[trial.trial_id] = run
+        self._command(
+            worker,
+            {
+                "op": protocol.START,
+                "trial": trial.trial_id,
+                "function": launch.function,
+                "directory": str(trial.directory),
+                "budget": launch.budget,
+                "metric": self.host.metric or "",
+                "checkpoint_every": self.host.checkpoint_every,
+                "reported_step": trial.last_step,
+            },
+        )
+
+    def suspend(self, run: Run) -> None:
+        run.handshake.suspend_requested = True  # told when its next report is answered
+
+    def resume(self, trial: LocalTrial, slot: Slot) -> None:
+        run = trial.run
+        if run is None:  # it was spilled, or its worker died: from its checkpoint
+            self.launch(trial, slot)
+        elif run.worker.slot is slot and not (run.spilling or run.worker.retiring):
+            run.parked = run.handshake.suspend_requested = False  # on its own slot: straight on from memory
+            self._say(run, protocol.RESUME)
+        else:  # elsewhere: spill it to disk there, then start it here
+            trial.destination = slot
+            self._spill(run)
+
+    def stop(self, run: Run) -> None:
+        if run.parked:
+            run.silent = True  # the core already counts it as stopped
+            if not run.spilling:
+                self._say(run, protocol.STOP)
+            return
+        run.handshake.stop_requested = True  # answered "stop" at its next report: it ends cleanly
+
+    def answer(self, run: Run, word: str) -> None:
+        self._say(run, word)
+
+    def kill(self, run: Run) -> None:
+        kill_group(run.worker.process.pid, run.worker.process.returncode)
+
+    def runs(self) -> list[Run]:
+        return [run for worker in [*self._workers.values(), *self._retiring] for run in worker.runs.values()]
+
+    def lose_slot(self, slot: Slot) -> None:
+        worker = self._workers.get(slot.name)
+        if worker is not None:
+            for run in worker.runs.values():
+                run.silent = run.silent or not run.parked
+            self._end(worker)
+
+    def close(self) -> None:
+        for worker in [*self._workers.values(), *self._retiring]:
+            self._end(worker)
+
+    # ------------------------------------------------------------------ workers
+    def _spawn(self, slot: Slot, function: str, cwd: str | None) -> Worker:
+        """Start the slot's warm worker; it imports the trial's module while the command waits in its stdin."""
+        host = self.host
+        log = host.directory / "workers" / f"{slot.name.replace('/', '-')}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        messages_read, messages_write = os.pipe()
+        env = {
+            **slot_environment(slot),
+            protocol.ENV_WORKER_CHANNEL: str(messages_write),
+            protocol.ENV_WORKER_OF: str(host.directory),
+        }
+        with open(log, "ab") as output:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "hermes.local.worker", function.partition(":")[0]],
+                cwd=cwd or host.cwd,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=output,
+                stderr=output,
+                pass_fds=(messages_write,),
+                start_new_session=True,
+                preexec_fn=functools.partial(die_with_parent, os.getpid()),
+            )
+        os.close(messages_write)
+        pin(process.pid, slot)
+        os.set_blocking(messages_read, False)
+        worker = Worker(slot, process, os.pidfd_open(process.pid), messages_read, log)
+        host.loop.register(messages_read, WORKER_CHANNEL, self._drain, worker)
+        host.loop.register(worker.pidfd, WORKER_EXIT, self._exited, worker)
+        self._workers[slot.name] = worker
+        return worker
+
+    def _command(self, worker: Worker, command: dict[str, Any]) -> None:
+        try:
+            worker.process.stdin.write((json.dumps(command) + "\n").encode())
+            worker.process.stdin.flush()
+        except BrokenPipeError:
+            pass  # it died; its exit is on its way
+
+    def _say(self, run: Run, word: str) -> None:
+        self._command(run.worker, {"op": protocol.SAY, "trial": run.trial.trial_id, "word": word})
+
+    def _spill(self, run: Run) -> None:
+        """Have a parked trial write its checkpoint and end, to resume from disk."""
+        if not run.spilling:
+            run.spilling = True
+            self._say(run, protocol.SPILL)
+
+    def _message(self, worker: Worker, message: dict[str, Any]) -> None:
+        run = worker.runs[message["trial"]]
+        kind = message["type"]
+        if kind == protocol.PARKED:
+            self._parked(run, int(message["step"]))
+        elif kind == protocol.ENDED:
+            self._ended(run, message["outcome"], message.get("error"))
+        elif kind == protocol.REPORT:
+            metrics = {str(name): float(value) for name, value in message["metrics"].items()}
+            self.host.report(run, int(message["step"]), metrics, bool(message["checkpointed"]))
+        elif kind == protocol.SUSPENDED:
+            run.suspended_step = int(message["step"])
+        else:
+            raise ValueError(f"unknown message type {kind!r}")
+
+    def _parked(self, run: Run, step: int) -> None:
+        """The trial suspended into memory: its slot is free. Spill it if memory is short."""
+        trial, worker, host = run.trial, run.worker, self.host
+        run.parked = True
+        host.release(trial, run.slot)
+        trial.timing.suspended = host.now()
+        host.emit(TrialSuspended(trial.timing.suspended, trial.trial_id, step))
+        if resident_bytes(worker.process.pid) > self.worker_memory_limit:
+            self._retire(worker)
+        elif meminfo("MemAvailable") < self.memory_reserve:
+            self._spill(run)
+
+    def _retire(self, worker: Worker) -> None:
+        """Replace a worker that grew too big: spill its parked trials, end it once it holds none."""
+        if worker.retiring:
+            return
+        worker.retiring = True
+        del self._workers[worker.slot.name]
+        self._retiring.append(worker)
+        for run in worker.runs.values():
+            if run.parked:
+                self._spill(run)
+        self._end_retired(worker)
+
+    def _end_retired(self, worker: Worker) -> None:
+        if worker.retiring and not worker.runs:
+            kill_group(worker.process.pid, worker.process.returncode)
+
+    def _ended(self, run: Run, outcome: str, error: str | None) -> None:
+        """A worker's trial thread returned: report how, or start it where it is to resume."""
+        trial, worker, host = run.trial, run.worker, self.host
+        del worker.runs[trial.trial_id]
+        host.forget(run)
+        now = host.now()
+        if run.silent:
+            pass
+        elif outcome == protocol.SUSPENDED and run.spilling:
+            pass  # on disk now, as the core believes it suspended
+        elif run.handshake.stop_requested:
+            host.emit(TrialExited(now, trial.trial_id, False, "stopped"))
+        elif run.error is not None:
+            host.emit(TrialExited(now, trial.trial_id, False, run.error))
+        elif outcome == protocol.OK:
+            host.emit(TrialExited(now, trial.trial_id, True))
+        else:
+            log = tail(trial.directory / "stderr.log", run.stderr_offset)
+            reason = error or f"the trial ended: {outcome}"
+            host.emit(TrialExited(now, trial.trial_id, False, f"{reason}: {log}" if log else reason))
+        self._end_retired(worker)
+
+    def _end(self, worker: Worker) -> None:
+        """Kill the worker and collect it now."""
+        kill_group(worker.process.pid, worker.process.returncode)
+        worker.process.wait()
+        self._exited(worker)
+
+    def _exited(self, worker: Worker) -> None:
+        """The worker died: fail the trial it was running; the parked ones go back to their checkpoints."""
+        if worker.pidfd < 0:
+            return  # collected already, in the same wait
+        kill_group(worker.process.pid, worker.process.returncode)  # leftover children
+        code = worker.process.wait()
+        if self._workers.get(worker.slot.name) is worker:
+            del self._workers[worker.slot.name]
+        if worker in self._retiring:
+            self._retiring.remove(worker)
+        self._drain(worker)  # what it said before it died (a trial may have ended)
+        loop, host = self.host.loop, self.host
+        loop.unregister(worker.pidfd)
+        os.close(worker.pidfd)
+        worker.pidfd = -1
+        if worker.channel is not None:
+            loop.unregister(worker.channel)
+            os.close(worker.channel)
+            worker.channel = None
+        try:
+            worker.process.stdin.close()
+        except BrokenPipeError:
+            pass  # commands it never read: it is dead
+        for run in list(worker.runs.values()):
+            del worker.runs[run.trial.trial_id]
+            if not (run.parked or run.silent):
+                reason = run.error or f"its worker died, {exit_reason(code)}: {tail(worker.log, 0)}"
+                host.emit(TrialExited(host.now(), run.trial.trial_id, False, reason))
+            host.forget(run)
+
+    def _drain(self, worker: Worker) -> None:
+        while worker.channel is not None:
+            try:
+                chunk = os.read(worker.channel, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            self._lines(worker, chunk)
+
+    def _lines(self, worker: Worker, chunk: bytes) -> None:
+        *lines, worker.buffer = (worker.buffer + chunk).split(b"\n")
+        for line in lines:
+            try:
+                self._message(worker, json.loads(line))
+            except (ValueError, KeyError, TypeError, AttributeError) as error:
+                for run in worker.runs.values():  # a broken worker fails the trial it was running
+                    if not run.parked:
+                        run.error = run.error or f"protocol error: {error!r}"
+                kill_group(worker.process.pid, worker.process.returncode)
+                return

@@ -1,0 +1,81 @@
+"""The local executor's event loop: one selector over every pipe and pidfd, a wake pipe, a period timer."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import time
+from typing import Any, Callable
+
+Handler = Callable[[Any], None]
+
+
+class EventLoop:
+    """Waits on file descriptors and calls their handlers, in the order they were registered with
+    ``rank`` (channels before exits, so what a process said is read before its death is handled).
+
+    ``wake`` (from any thread) makes a wait return at once, even when it comes first; ``period``
+    seconds after ``started`` and every period after, ``tick`` reports True once.
+    """
+
+    def __init__(self, period: float | None, now: Callable[[], float]) -> None:
+        self.period = period
+        self.now = now
+        self._next_tick = now() + period if period is not None else None
+        self._selector = selectors.DefaultSelector()
+        self._wake_read, self._wake_write = os.pipe()
+        for fd in (self._wake_read, self._wake_write):
+            os.set_blocking(fd, False)
+        self._selector.register(self._wake_read, selectors.EVENT_READ, (-1, None, None))
+
+    def register(self, fd: int, rank: int, handler: Handler, source: Any) -> None:
+        self._selector.register(fd, selectors.EVENT_READ, (rank, handler, source))
+
+    def unregister(self, fd: int) -> None:
+        self._selector.unregister(fd)
+
+    def wait(self) -> bool:
+        """Wait for something (or the next tick), run the handlers of what is ready; True if woken."""
+        timeout = None if self._next_tick is None else max(0.0, self._next_tick - self.now())
+        ready = self._selector.select(timeout)
+        woken = False
+        for key, _ in sorted(ready, key=lambda item: item[0].data[0]):
+            rank, handler, source = key.data
+            if handler is None:
+                woken = True
+                self._drain_wakes()
+            else:
+                handler(source)
+        return woken
+
+    def tick(self) -> bool:
+        """Whether a period has elapsed since the last tick (once per elapsed period)."""
+        if self._next_tick is None or self.now() < self._next_tick:
+            return False
+        while self._next_tick <= self.now():
+            self._next_tick += self.period
+        return True
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_write, b"!")
+        except (BlockingIOError, OSError):
+            pass  # a byte is pending already, or the loop is closed: the wait returns anyway
+
+    def close(self) -> None:
+        self._selector.close()
+        os.close(self._wake_read)
+        os.close(self._wake_write)
+
+    def _drain_wakes(self) -> None:
+        try:
+            while os.read(self._wake_read, 1 << 10):
+                pass
+        except BlockingIOError:
+            pass
+
+
+def monotonic_clock(offset: float) -> Callable[[], float]:
+    """Seconds since now, plus ``offset`` (a restarted experiment's timeline goes on)."""
+    started = time.monotonic() - offset
+    return lambda: time.monotonic() - started

@@ -1,0 +1,117 @@
+"""What the local engine asks of Linux: process groups that die with their parent, memory readings,
+environments pinned to a slot. Linux only (prctl, /proc, sched_setaffinity)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from pathlib import Path
+
+import hermes
+from hermes.errors import HermesError
+from hermes.local.resources import Slot
+from hermes.trial import protocol
+
+_PR_SET_PDEATHSIG = 1  # prctl option, from <linux/prctl.h>
+_STDERR_TAIL = 2000  # characters of stderr quoted in a crashed trial's error
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def slot_environment(slot: Slot) -> dict[str, str]:
+    """The environment of a process on ``slot``: its threads, its GPU, and this hermes importable."""
+    threads = str(slot.threads)
+    python_path = [path for path in (hermes_source(), os.environ.get("PYTHONPATH")) if path]
+    return {
+        **os.environ,
+        protocol.ENV_THREADS: threads,
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "OPENBLAS_NUM_THREADS": threads,
+        "CUDA_VISIBLE_DEVICES": slot.visible_devices,
+        "PYTHONUNBUFFERED": "1",  # an unmodified Python script's metrics arrive as it prints them
+        "PYTHONPATH": os.pathsep.join(python_path),
+    }
+
+
+def pin(pid: int, slot: Slot) -> None:
+    """Keep the process on the slot's CPUs (CPU slots only; a GPU slot's process may use any core)."""
+    if slot.cpus:
+        try:
+            os.sched_setaffinity(pid, slot.cpus)
+        except ProcessLookupError:
+            pass  # already gone; its exit is reported as usual
+
+
+def hermes_source() -> str | None:
+    """The directory that makes this hermes importable in a trial, for a source checkout only: an
+    installed hermes lives in site-packages, which must not leak into a trial's other interpreter."""
+    root = Path(hermes.__file__).resolve().parent.parent
+    return None if root.name in ("site-packages", "dist-packages") else str(root)
+
+
+def die_with_parent(parent: int) -> None:
+    """In the child, before exec: be killed if the executor's process dies (even by SIGKILL), so a
+    crashed runner leaves no trial behind to race the one a restarted runner resumes."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died between the fork and the prctl: no signal will come
+        os._exit(1)
+
+
+def kill_group(pid: int, returncode: int | None) -> None:
+    """SIGKILL a process group (stopped members too), only while its leader is unreaped
+    (``returncode`` None), so the group id cannot belong to anyone else."""
+    if returncode is None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def meminfo(field: str) -> int:
+    """A line of /proc/meminfo, in bytes."""
+    with open("/proc/meminfo") as lines:
+        for line in lines:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise HermesError(f"/proc/meminfo has no {field}")
+
+
+def resident_bytes(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
+def exit_reason(code: int) -> str:
+    return f"exit code {code}" + (f" ({signal.Signals(-code).name})" if code < 0 else "")
+
+
+def tail(path: Path, offset: int) -> str:
+    """The end of a log from ``offset`` on, for an error message."""
+    with open(path, "rb") as log:
+        log.seek(max(offset, log.seek(0, os.SEEK_END) - _STDERR_TAIL))
+        return log.read().decode(errors="replace").strip()
+
+
+def wait_stopped(pid: int, patience: float = 5.0) -> bool:
+    """Wait until the process is stopped (True) or has exited (False).
+
+    SIGSTOP is asynchronous; a process in uninterruptible sleep stops only when it leaves it, so
+    after ``patience`` seconds it is taken as stopped.
+    """
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except FileNotFoundError:
+            return False
+        if state in ("T", "t"):
+            return True
+        if state in ("Z", "X"):
+            return False
+        time.sleep(0.001)
+    return True

@@ -1,0 +1,135 @@
+"""Durable checkpoints on a storage URI, so a trial can resume on any node of a Ray cluster.
+
+A trial writes its checkpoints locally (``<trial_dir>/checkpoints/step-<n>/``, hermes/trial/session.py);
+the node that runs it uploads each one to ``<uri>/<trial_id>/`` and the node that resumes it
+downloads the newest into its own trial directory, where ``Saver.restore`` reads it unchanged.
+The URI is anything fsspec opens: ``file:///...`` or a plain path on a shared mount (NFS, a
+ReadWriteMany volume), ``s3://bucket/prefix`` (s3fs), ``gs://bucket/prefix`` (gcsfs).
+
+Publication is the local code's, adapted to object stores, which cannot rename a directory
+atomically: a checkpoint is uploaded under a name never used before (``step-<n>-<random>``),
+which no reader looks at, and only then published by replacing the pointer object ``latest``
+(a single PUT on an object store, a rename on a file system). A crash or a lost node mid-upload
+leaves the previous checkpoint published and intact. So a report counts as checkpointed only once
+``upload`` has returned; the Ray engine must not say ``checkpointed=True`` before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any
+
+from hermes.trial import protocol
+from hermes.trial.session import _sync, _sync_tree
+
+
+class CheckpointStore:
+    """The checkpoints of every trial of an experiment, under one storage URI.
+
+    One node at a time uploads or downloads a trial's checkpoints: the one running it, then the one
+    resuming it (an upload deletes the checkpoint it replaces, which a concurrent download may be reading).
+    """
+
+    def __init__(self, uri: str, **storage_options: Any) -> None:
+        import fsspec
+
+        self.uri = uri
+        self.fs, self.root = fsspec.core.url_to_fs(uri, **storage_options)
+        self.root = self.root.rstrip("/")
+        protocols = (self.fs.protocol,) if isinstance(self.fs.protocol, str) else self.fs.protocol
+        self._local = bool({"file", "local"} & set(protocols))  # a local disk or a shared mount
+
+    def upload(self, trial_id: str, checkpoint: Path) -> int:
+        """Upload a committed local checkpoint (a ``step-<n>`` directory), publish it as the trial's
+        newest and return its step; then delete the trial's older remote checkpoints."""
+        step = int(json.loads((checkpoint / protocol.META_FILE).read_text())["step"])
+        name = f"step-{step}-{secrets.token_hex(4)}"
+        target = f"{self._trial(trial_id)}/{name}"
+        files = sorted(path for path in checkpoint.rglob("*") if path.is_file())
+        remote = [f"{target}/{path.relative_to(checkpoint).as_posix()}" for path in files]
+        for parent in sorted({posixpath.dirname(path) for path in remote}):
+            self.fs.makedirs(parent, exist_ok=True)
+        self.fs.put([str(path) for path in files], remote)
+        if self._local:
+            _sync_tree(Path(target))
+        self._publish(trial_id, name)
+        self.fs.invalidate_cache(self._trial(trial_id))  # object stores' listings are cached (s3fs, gcsfs)
+        for entry in self.fs.ls(self._trial(trial_id), detail=False):
+            entry_name = posixpath.basename(entry.rstrip("/"))
+            if entry_name.startswith(("step-", f"{protocol.LATEST_FILE}.tmp-")) and entry_name != name:
+                self.fs.rm(entry, recursive=True)  # older ones, and what uploads that never completed left
+        return step
+
+    def upload_latest(self, trial_id: str, trial_dir: Path) -> int | None:
+        """Upload the trial's newest committed local checkpoint; its step, or None when it has none."""
+        latest = protocol.latest_checkpoint(trial_dir)
+        return None if latest is None else self.upload(trial_id, latest[0])
+
+    def latest(self, trial_id: str) -> tuple[str, int] | None:
+        """The name and step of the trial's newest published checkpoint; None when it has none."""
+        try:
+            name = self.fs.cat_file(f"{self._trial(trial_id)}/{protocol.LATEST_FILE}").decode().strip()
+            meta = json.loads(self.fs.cat_file(f"{self._trial(trial_id)}/{name}/{protocol.META_FILE}"))
+        except FileNotFoundError:
+            return None
+        return name, int(meta["step"])
+
+    def download(self, trial_id: str, trial_dir: Path) -> int | None:
+        """Fetch the trial's newest published checkpoint into ``trial_dir`` and commit it there as the
+        local code does (temporary name, rename, pointer), so ``Saver.restore`` finds it; return its
+        step, or None when there is none (the trial starts fresh)."""
+        latest = self.latest(trial_id)
+        if latest is None:
+            return None
+        name, step = latest
+        source = f"{self._trial(trial_id)}/{name}"
+        root = trial_dir / protocol.CHECKPOINTS_DIR
+        root.mkdir(parents=True, exist_ok=True)
+        temporary = root / f".tmp-download-{step}"
+        shutil.rmtree(temporary, ignore_errors=True)
+        self.fs.invalidate_cache(source)
+        remote = [path for path in self.fs.find(source) if not path.endswith("/")]
+        local = [temporary / posixpath.relpath(path, source) for path in remote]
+        for path in local:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self.fs.get(remote, [str(path) for path in local])
+        _sync_tree(temporary)
+        final = root / f"step-{step}"
+        shutil.rmtree(final, ignore_errors=True)
+        temporary.rename(final)
+        pointer = root / f"{protocol.LATEST_FILE}.tmp"
+        pointer.write_text(final.name)
+        _sync(pointer)
+        os.replace(pointer, root / protocol.LATEST_FILE)
+        _sync(root)
+        for entry in root.iterdir():
+            if entry.is_dir() and entry != final:
+                shutil.rmtree(entry, ignore_errors=True)
+        return step
+
+    def delete(self, trial_id: str) -> None:
+        """Remove every remote checkpoint of a trial (a ``Start`` runs it from scratch)."""
+        if self.fs.exists(self._trial(trial_id)):
+            self.fs.rm(self._trial(trial_id), recursive=True)
+
+    def _trial(self, trial_id: str) -> str:
+        return f"{self.root}/{trial_id}"
+
+    def _publish(self, trial_id: str, name: str) -> None:
+        """Point ``latest`` at ``name``: a rename on a file system, one whole-object PUT on an object
+        store (readers see the old object or the new one, never a part)."""
+        pointer = f"{self._trial(trial_id)}/{protocol.LATEST_FILE}"
+        if not self._local:
+            self.fs.pipe_file(pointer, name.encode())
+            return
+        temporary = Path(f"{pointer}.tmp-{secrets.token_hex(4)}")
+        temporary.write_text(name)
+        _sync(temporary)
+        _sync(temporary.parent)
+        os.replace(temporary, pointer)
+        _sync(temporary.parent)

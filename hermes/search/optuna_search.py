@@ -1,0 +1,108 @@
+"""Optuna's samplers behind the searcher interface, through Optuna's ask-and-tell API.
+
+Each proposal is an Optuna trial of one in-memory study, asked with the spec's distributions.
+A trial stays RUNNING while Hermes time-shares it; its reports go to ``trial.report(value, step)``
+as they arrive, so samplers that read running trials or intermediate values see partial
+standings. No provisional value is ever told: ``study.tell`` ends a trial for good, and a partial
+curve's value is not comparable to a final one. At its end a trial is told COMPLETE with its value,
+PRUNED when the scheduler stopped it early (Optuna then ranks it by its last report and how far it
+got), or FAIL. ``docs/search.md`` says which samplers use what.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+from typing import TYPE_CHECKING, Any
+
+from hermes.search.base import BaseSearcher
+from hermes.search.errors import SamplerError
+
+if TYPE_CHECKING:
+    import optuna
+
+    from hermes.experiment.spec import Parameter, SearchSpec
+
+# Packages an Optuna sampler needs beyond Optuna itself, so that a missing one fails at spec check.
+_NEEDS = {
+    "optuna.samplers.CmaEsSampler": "cmaes",
+    "optuna.samplers.GPSampler": "torch",
+    "optuna.samplers.QMCSampler": "scipy",
+}
+
+
+class OptunaSearcher(BaseSearcher):
+    """One Optuna sampler over an in-memory study; the same calls in the same order give the same proposals."""
+
+    def __init__(
+        self, search: SearchSpec, sampler: optuna.samplers.BaseSampler, *, mode: str, max_pending: int | None
+    ) -> None:
+        import optuna
+
+        super().__init__(max_pending=max_pending)
+        self._states = optuna.trial.TrialState
+        self._study = optuna.create_study(sampler=sampler, direction="maximize" if mode == "max" else "minimize")
+        self._distributions = {name: _distribution(optuna, p) for name, p in search.space.items()}
+        self._trials: dict[int, optuna.trial.Trial] = {}
+        self._steps: dict[int, set[int]] = {}  # steps reported, per running trial
+
+    @property
+    def study(self) -> optuna.Study:
+        """The study, for reading (best trial, plots); calls on it bypass the replay rule."""
+        return self._study
+
+    def _propose(self, index: int) -> dict[str, Any]:
+        trial = self._trials[index] = self._study.ask(self._distributions)
+        self._steps[index] = set()
+        return {name: trial.params[name] for name in self._distributions}
+
+    def _report(self, index: int, step: int, value: float) -> None:
+        if step in self._steps[index]:  # a trial resumed from an older checkpoint reports a step again: keep the first
+            return
+        self._steps[index].add(step)
+        self._trials[index].report(value, step)
+
+    def _end(self, index: int, value: float | None, stopped: bool) -> None:
+        trial = self._trials.pop(index)
+        del self._steps[index]
+        if value is None:
+            self._study.tell(trial, state=self._states.FAIL)
+        elif stopped:
+            self._study.tell(trial, state=self._states.PRUNED)
+        else:
+            self._study.tell(trial, value)
+
+
+def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) -> optuna.samplers.BaseSampler:
+    """An Optuna sampler from its class path and arguments, seeded from the spec unless ``args`` seeds it.
+
+    ``field`` names the spec field that gave the class path, for errors.
+    """
+    import optuna
+
+    module, _, name = class_path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name, None) if module else None
+    except ImportError:
+        cls = None
+    if not (isinstance(cls, type) and issubclass(cls, optuna.samplers.BaseSampler)):
+        found = "not found" if cls is None else "not a subclass of optuna.samplers.BaseSampler"
+        raise SamplerError(field, f"unknown Optuna sampler class {class_path!r} ({found})")
+    needed = _NEEDS.get(class_path)
+    if needed and importlib.util.find_spec(needed) is None:
+        raise SamplerError(field, f"{class_path} needs the Python package {needed!r} (pip install {needed})")
+    if "seed" in inspect.signature(cls).parameters and "seed" not in args:
+        args = {**args, "seed": seed}
+    try:
+        return cls(**args)
+    except (TypeError, ValueError) as error:
+        raise SamplerError("sampler.args", f"{class_path}: {error}") from None
+
+
+def _distribution(optuna: Any, parameter: Parameter) -> optuna.distributions.BaseDistribution:
+    if parameter.type in ("uniform", "loguniform"):
+        return optuna.distributions.FloatDistribution(parameter.low, parameter.high, log=parameter.type == "loguniform")
+    if parameter.type == "int":
+        return optuna.distributions.IntDistribution(parameter.low, parameter.high)
+    return optuna.distributions.CategoricalDistribution(parameter.values)  # choice (the spec bars grid here)

@@ -1,0 +1,215 @@
+"""One experiment, from its spec to its end: what `hermes run` runs, and what a server hosts many of.
+
+The session wires the shells around the core: the sampler proposes trials, the engine chosen by
+``spec.engine`` runs them, the engine loop feeds what happens to the scheduling core, and the
+store recorder writes every event, with the decisions it caused, before any decision is carried
+out. A session started on a store that already holds the experiment continues it
+(``hermes.recovery``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from hermes.core.decisions import Decision
+from hermes.core.events import (
+    Event,
+    ExperimentCancelled,
+    GpuAdded,
+    GpuRemoved,
+    NodeAdded,
+    NodeRemoved,
+    SubmissionsClosed,
+    SubmissionsReopened,
+    TrialExited,
+    TrialReported,
+    TrialSubmitted,
+)
+from hermes.core.scheduler import Objective, Scheduler
+from hermes.core.states import STOPPED
+from hermes.errors import HermesError
+from hermes.execution.contract import Executor
+from hermes.execution.engine import Engine
+from hermes.execution.registry import make_engine
+from hermes.experiment import ExperimentSpec
+from hermes.policies import make_policy, make_stopper
+from hermes.recovery import replay
+from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, make_searcher
+from hermes.store.base import ExperimentStatus, ExperimentStore
+from hermes.store.recorder import StoreRecorder
+from hermes.store.sql import SqlStore
+
+STORE_FILE = "hermes.db"
+Listener = Callable[[Event, list[Decision]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    experiment_id: int
+    resumed: bool  # continued an experiment found in the store
+    status: ExperimentStatus
+
+
+class ExperimentSession:
+    """Runs ``spec`` to the end, or continues it from its store.
+
+    ``store``: where the experiment is kept (default: SQLite in the spec's storage directory).
+    ``listeners`` see every event and its decisions after the store has them.
+    """
+
+    def __init__(
+        self, spec: ExperimentSpec, *, store: ExperimentStore | None = None, listeners: list[Listener] | None = None
+    ) -> None:
+        self.spec = spec
+        self.storage = spec.storage_dir
+        # Before the store: a spec this machine cannot run (a GPU it lacks) must leave no experiment
+        # behind, or the corrected spec would clash with it under the same name.
+        self.engine = make_engine(spec)
+        policy = make_policy(spec.policy.name, period=spec.policy.period, **spec.policy.params)
+        policy.configure(self.engine.profile())
+        stopper = spec.policy.stopper
+        self.objective = Objective(spec.metric.mode)
+        self.scheduler = Scheduler(
+            policy, objective=self.objective, stopper=make_stopper(stopper.name, **stopper.params) if stopper else None
+        )
+        self.searcher: BaseSearcher = make_searcher(spec.search, spec.metric.mode, slots=self.engine.capacity())
+        self.budget = Budget.of(spec.search)
+        self.store = store or SqlStore(f"sqlite:///{self.storage / STORE_FILE}")
+        stored = next((e.spec for e in self.store.experiments() if e.name == spec.name), None)
+        budget = {field: getattr(spec.search, field) for field in BUDGET_FIELDS}
+        self._budget_changed = stored is not None and any(
+            stored.get("search", {}).get(field) != value for field, value in budget.items()
+        )
+        self.experiment_id = self.store.create_or_open_experiment(
+            spec.name, spec.model_dump(mode="json"), may_change=tuple(f"search.{field}" for field in BUDGET_FIELDS)
+        )
+        self.listeners = listeners or []
+        self.executor: Executor | None = None
+        self._loop: Engine | None = None
+        self._closed = False  # SubmissionsClosed is in the log
+        self._cancelled = False  # ExperimentCancelled is in the log
+        self._told: set[str] = set()  # trials whose end the searcher has been told
+        self._width = len(str(max((spec.search.trials or 1000) - 1, 1)))
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> Outcome:
+        recovered = replay(
+            self.store, self.experiment_id, self.scheduler, lambda e, ds: self._follow(e, ds, replaying=True)
+        )
+        executor = self.executor = self.engine.executor(self.storage / self.spec.name, recovered.now)
+        try:
+            for trial in self.scheduler.trials.values():
+                executor.submit(  # the trials it ran fall back to their checkpoints, so the core knows that step
+                    trial.trial_id,
+                    self.engine.work(trial.params),
+                    at=trial.submitted_at,
+                    reported_step=trial.checkpoint_step,
+                )
+            first: list[Event] = []
+            if self._closed and self._budget_changed and self._extended(recovered.now):  # a larger budget
+                first.append(SubmissionsReopened(recovered.now))  # before the lost nodes: a finished core takes no events
+                self._closed = self._cancelled = False
+            elif self.scheduler.finished:
+                self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
+                return Outcome(self.experiment_id, True, ExperimentStatus.FINISHED)
+            loop = self._loop = Engine(
+                self.scheduler,
+                executor,
+                [StoreRecorder(self.store, self.experiment_id, self.scheduler), self._after, *self.listeners],
+            )
+            for submission in self._submissions(recovered.now):
+                loop.post(submission)
+            self.store.set_status(self.experiment_id, ExperimentStatus.RUNNING)
+            first.extend(recovered.lost_nodes)
+            try:
+                loop.run(first=first)
+            except KeyboardInterrupt:
+                self.store.set_status(self.experiment_id, ExperimentStatus.INTERRUPTED)
+                raise
+            except BaseException:
+                self.store.set_status(self.experiment_id, ExperimentStatus.FAILED)
+                raise
+        finally:
+            executor.close()
+        self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
+        return Outcome(self.experiment_id, recovered.events > 0, ExperimentStatus.FINISHED)
+
+    # ------------------------------------------------------------------ trials from the searcher
+    def _submissions(self, now: float) -> list[Event]:
+        """New trials while the searcher wants more in flight and the budget allows; else close
+        submissions, or cancel the experiment once its time or GPU budget is spent."""
+        events: list[Event] = []
+        if self._cancelled:
+            return events
+        if self._budget_spent(now):
+            self._cancelled = self._closed = True
+            return [ExperimentCancelled(now, "its budget of time or GPU hours is spent")]
+        if self._closed:
+            return events
+        searcher = self.searcher
+        while searcher.wants_more:
+            config = searcher.ask() if self.budget.may_ask(searcher.asked, now, self._gpu_seconds(now)) else None
+            if config is None:
+                events.append(SubmissionsClosed(now))
+                self._closed = True
+                break
+            trial_id = f"{config.index:0{self._width}d}"
+            events.append(self.executor.submit(trial_id, self.engine.work(config.params), at=now))
+        return events
+
+    def _extended(self, now: float) -> bool:
+        """Whether the budget now allows what the log's experiment had stopped asking for."""
+        return not self._budget_spent(now) and self.budget.may_ask(self.searcher.asked, now, self._gpu_seconds(now))
+
+    def _budget_spent(self, now: float) -> bool:
+        """Time is the experiment's clock (it stands still while no runner runs), as the log has it."""
+        budget = self.budget
+        return (budget.seconds is not None and now >= budget.seconds) or (
+            budget.gpu_seconds is not None and self._gpu_seconds(now) >= budget.gpu_seconds
+        )
+
+    def _gpu_seconds(self, now: float) -> float:
+        return sum(
+            trial.gpu_time + (now - trial.running_since if trial.running_since is not None else 0.0)
+            for trial in self.scheduler.trials.values()
+        )
+
+    def _after(self, event: Event, decisions: list[Decision]) -> None:
+        """After the store has the event: tell the searcher, and submit more trials when some ended."""
+        self._follow(event, decisions, replaying=False)
+        ended = isinstance(event, TrialExited) or any(
+            self.scheduler.trials[d.trial_id].state.is_terminal for d in decisions
+        )
+        if ended or (self.budget.seconds is not None or self.budget.gpu_seconds is not None):
+            for submission in self._submissions(event.at):
+                self._loop.post(submission)
+
+    def _follow(self, event: Event, decisions: list[Decision], *, replaying: bool) -> None:
+        """Keep the searcher in step with the log: one ask per submission, every report, one end per trial."""
+        if isinstance(event, TrialSubmitted) and replaying:
+            config = self.searcher.ask()
+            if config is None or config.params != dict(event.params):
+                raise HermesError(
+                    f"the store's trial {event.trial_id} does not match what the searcher proposes now; "
+                    "was the spec or the code of the searcher changed?"
+                )
+        elif isinstance(event, TrialReported):
+            self.searcher.on_report(int(event.trial_id), event.step, event.value)
+        elif isinstance(event, SubmissionsClosed):
+            self._closed = True
+        elif isinstance(event, SubmissionsReopened):
+            self._closed = self._cancelled = False
+        elif isinstance(event, ExperimentCancelled):
+            self._closed = self._cancelled = True
+        if isinstance(event, (NodeAdded, NodeRemoved, GpuAdded, GpuRemoved)):
+            touched = set(self.scheduler.trials)  # a lost trial told to stop ends without a decision
+        else:
+            touched = {decision.trial_id for decision in decisions}
+            touched.update([event.trial_id] if hasattr(event, "trial_id") else [])
+        for trial in (self.scheduler.trials[trial_id] for trial_id in sorted(touched)):
+            if trial.state.is_terminal and trial.trial_id not in self._told:
+                self._told.add(trial.trial_id)
+                best = trial.best_score
+                value = None if best is None else self.objective.value(best)
+                self.searcher.on_end(int(trial.trial_id), value, stopped=trial.state is STOPPED)

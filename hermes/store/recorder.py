@@ -1,0 +1,52 @@
+"""The persistence listener: every event, with what it caused, is in the store before anything acts on it."""
+
+from __future__ import annotations
+
+from hermes.core.decisions import Decision
+from hermes.core.events import Event, NodeAdded, NodeRemoved
+from hermes.core.scheduler import Scheduler
+from hermes.core.trial import Trial
+from hermes.store.base import ExperimentStore, TrialRecord
+
+
+class StoreRecorder:
+    """An engine listener that writes each event, its decisions, its report's metrics and the
+    records of the trials it changed, in one transaction (``ExperimentStore.record_event``).
+
+    It must be the first listener: the executor acts only after every listener returned, so a
+    crash at any moment leaves the log either with the event and all it caused, or without the
+    event, which the restarted trial then reports again."""
+
+    def __init__(self, store: ExperimentStore, experiment_id: int, scheduler: Scheduler) -> None:
+        self.store = store
+        self.experiment_id = experiment_id
+        self.scheduler = scheduler
+
+    def __call__(self, event: Event, decisions: list[Decision]) -> None:
+        self.store.record_event(self.experiment_id, event, decisions, self.changed_records(event, decisions))
+
+    def changed_records(self, event: Event, decisions: list[Decision]) -> list[TrialRecord]:
+        """The records of the trials ``event`` and its decisions changed, as the core has them now."""
+        changed = {decision.trial_id for decision in decisions}
+        trial_id = getattr(event, "trial_id", None)
+        if trial_id is not None:
+            changed.add(trial_id)
+        if isinstance(event, (NodeAdded, NodeRemoved)):
+            changed.update(t.trial_id for t in self.scheduler.trials.values() if not t.state.is_terminal)
+        return [trial_record(self.scheduler.trials[changed_id], event.at) for changed_id in sorted(changed)]
+
+
+def trial_record(trial: Trial, now: float) -> TrialRecord:
+    return TrialRecord(
+        trial_id=trial.trial_id,
+        params=dict(trial.params),
+        state=trial.state,
+        budget=trial.budget,
+        submitted_at=trial.submitted_at,
+        step=trial.step,
+        checkpoint_step=trial.checkpoint_step,
+        gpu=trial.gpu,
+        error=trial.error,
+        started_at=trial.started_at,
+        ended_at=now if trial.state.is_terminal else None,
+    )

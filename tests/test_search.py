@@ -1,0 +1,281 @@
+"""Searchers: proposals within the space, the same proposals from the same log, errors that name the field, budgets."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import math
+import random
+from typing import Any
+
+import pytest
+
+from hermes.errors import HermesError, SpecError
+from hermes.experiment.spec import SearchSpec, parse_spec
+from hermes.search import Budget, make_searcher, without_budget
+from hermes.search.base import BaseSearcher
+
+SPACE: dict[str, Any] = {
+    "lr": {"type": "loguniform", "low": 1.0e-4, "high": 1.0e-1},
+    "momentum": {"type": "uniform", "low": 0.0, "high": 0.9},
+    "layers": {"type": "int", "low": 1, "high": 4},
+    "width": {"type": "choice", "values": [32, 64, 128]},
+}
+BASE: dict[str, Any] = {
+    "name": "search",
+    "trial": {"function": "examples.digits.train:train"},
+    "metric": {"name": "accuracy", "mode": "max"},
+    "budget": {"steps": 5},
+    "policy": {"name": "fifo"},
+}
+
+
+def search_spec(**search: Any) -> SearchSpec:
+    search.setdefault("space", copy.deepcopy(SPACE))
+    return parse_spec({**BASE, "search": search}).search
+
+
+def objective(params: dict[str, Any]) -> float:
+    return -abs(math.log10(params["lr"]) + 2) + 0.1 * params["layers"] + (params["width"] == 64)
+
+
+def within(search: SearchSpec, params: dict[str, Any]) -> bool:
+    return list(params) == list(search.space) and all(search.space[n].contains(v) for n, v in params.items())
+
+
+# ---------------------------------------------------------------------- proposals within the space
+def test_random_covers_every_kind_and_keeps_todays_configurations() -> None:
+    space = {**SPACE, "optimizer": {"type": "grid", "values": ["sgd", "adam"]}}
+    search = search_spec(sampler="random", trials=40, seed=0, space=space)
+    searcher = make_searcher(search, "max")
+    configs = [searcher.ask() for _ in range(40)]
+    assert all(c is not None and within(search, c.params) for c in configs)
+    params = [c.params for c in configs if c]
+    assert [p["optimizer"] for p in params[:4]] == ["sgd", "adam", "sgd", "adam"]  # grid cycled in trial order
+    assert {p["layers"] for p in params} == {1, 2, 3, 4} and {p["width"] for p in params} == {32, 64, 128}
+    assert all(type(p["layers"]) is int for p in params)
+    # The stream of the runner before hermes.search: random.Random(f"{seed}:{index}"), one draw per parameter.
+    u = random.Random("0:0").random()
+    assert params[0]["lr"] == math.exp(math.log(1e-4) + u * (math.log(1e-1) - math.log(1e-4)))
+
+
+def test_grid_passes_over_the_grid_and_list_gives_the_real_params() -> None:
+    space = {"a": {"type": "grid", "values": [1, 2]}, "b": {"type": "grid", "values": ["x", "y"]}}
+    grid = search_spec(sampler="grid", space=space)
+    searcher = make_searcher(grid, "max")
+    assert [searcher.ask().params for _ in range(4)] == [  # type: ignore[union-attr]
+        {"a": 1, "b": "x"}, {"a": 1, "b": "y"}, {"a": 2, "b": "x"}, {"a": 2, "b": "y"},
+    ]
+    assert Budget.of(grid).trials == 4
+
+    configs = [{"lr": 0.1, "width": 64, "opt": "sgd"}, {"lr": 0.01, "width": 32, "opt": "adam"}]
+    listed = parse_spec({**BASE, "search": {"configs": configs}}).search  # configs alone imply sampler list
+    assert listed.sampler == "list" and listed.trials == 2
+    assert listed.space["opt"].contains("adam") and not listed.space["opt"].contains("rmsprop")  # derived choices
+    searcher = make_searcher(listed, "max")
+    asked = [searcher.ask(), searcher.ask()]
+    assert [c.params for c in asked if c] == configs and searcher.ask() is None
+    with_space = search_spec(sampler="list", configs=[{k: v for k, v in c.items() if k != "opt"} for c in configs],
+                             space={"lr": SPACE["lr"], "width": SPACE["width"]})
+    assert with_space.trials == 2
+
+
+OPTUNA = [
+    pytest.param({"sampler": "tpe"}, id="tpe"),
+    pytest.param({"sampler": {"name": "tpe", "args": {"n_startup_trials": 3, "multivariate": True}}}, id="tpe-args"),
+    pytest.param(
+        {"sampler": {"name": "cmaes", "args": {"n_startup_trials": 3}}},
+        id="cmaes",
+        marks=pytest.mark.skipif(importlib.util.find_spec("cmaes") is None, reason="needs the cmaes package"),
+    ),
+    pytest.param({"sampler": {"name": "gp", "args": {"n_startup_trials": 3}}}, id="gp"),
+    pytest.param({"sampler": "qmc"}, id="qmc"),
+    pytest.param({"sampler": {"optuna": "optuna.samplers.NSGAIISampler", "args": {"population_size": 4}}}, id="nsga2"),
+]
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+@pytest.mark.parametrize("sampler", OPTUNA)
+def test_optuna_samplers_propose_within_the_space_and_learn(sampler: dict[str, Any]) -> None:
+    search = search_spec(trials=8, seed=3, **sampler)
+    searcher = make_searcher(search, "max", slots=2)
+    assert searcher.max_pending == 8  # 4 per slot
+    for _ in range(8):
+        config = searcher.ask()
+        assert config is not None and within(search, config.params)
+        assert type(config.params["layers"]) is int
+        searcher.on_report(config.index, 1, objective(config.params) / 2)
+        searcher.on_end(config.index, objective(config.params))
+
+
+# ---------------------------------------------------------------------- determinism: same log, same proposals
+Log = list[tuple[Any, ...]]
+
+
+def drive(searcher: BaseSearcher, trials: int, seed: int) -> Log:
+    """A session's life in miniature: asks while the searcher wants more, reports and ends in a seeded
+    interleaving (several trials in flight, some stopped early, one failed)."""
+    rng, log, steps, params = random.Random(seed), [], {}, {}
+    while searcher.asked < trials or steps:
+        if searcher.asked < trials and searcher.wants_more and (not steps or rng.random() < 0.4):
+            config = searcher.ask()
+            assert config is not None
+            steps[config.index], params[config.index] = 0, config.params
+            log.append(("ask", config.params))
+            continue
+        index = rng.choice(sorted(steps))
+        value = objective(params[index]) * (steps[index] + 1) / 4
+        if steps[index] < 3 and rng.random() < 0.7:
+            steps[index] += 1
+            entry: tuple[Any, ...] = ("report", index, steps[index], value)
+        elif index == 2:
+            entry = ("end", index, None, False)  # failed
+        else:
+            entry = ("end", index, value, steps[index] < 3)  # stopped before the full budget
+        log.append(entry)
+        apply(searcher, [entry])
+        if entry[0] == "end":
+            del steps[index]
+    return log
+
+
+def apply(searcher: BaseSearcher, log: Log) -> list[dict[str, Any]]:
+    """Replay ``log`` as a restarted session does: re-ask every logged trial and check its params."""
+    proposed = []
+    for entry in log:
+        if entry[0] == "ask":
+            config = searcher.ask()
+            assert config is not None and config.params == entry[1]
+            proposed.append(config.params)
+        elif entry[0] == "report":
+            searcher.on_report(*entry[1:])
+        else:
+            searcher.on_end(entry[1], entry[2], stopped=entry[3])
+    return proposed
+
+
+REPLAYED = [
+    pytest.param({"sampler": "random", "space": {**SPACE, "g": {"type": "grid", "values": [0, 1]}}}, id="random"),
+    pytest.param({"sampler": {"name": "tpe", "args": {"n_startup_trials": 4}}}, id="tpe"),
+    pytest.param({"sampler": {"name": "gp", "args": {"n_startup_trials": 4}}}, id="gp"),
+    pytest.param({"sampler": "qmc"}, id="qmc"),
+]
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+@pytest.mark.parametrize("sampler", REPLAYED)
+def test_the_same_log_gives_the_same_proposals_also_after_a_crash(sampler: dict[str, Any]) -> None:
+    search = search_spec(trials=14, seed=5, max_pending=4, **sampler)
+    log = drive(make_searcher(search, "max"), 14, seed=1)
+    assert sum(entry[0] == "ask" for entry in log) == 14 and any(e[0] == "end" and e[3] for e in log)
+    assert len(apply(make_searcher(search, "max"), log)) == 14  # apply() checks each proposal against the log
+    for crash in (len(log) // 3, 2 * len(log) // 3):  # a new searcher fed the first K entries, then continued
+        resumed = make_searcher(search, "max")
+        apply(resumed, log[:crash])
+        apply(resumed, log[crash:])
+
+
+def test_optuna_is_told_reports_as_they_arrive_and_how_each_trial_ended() -> None:
+    import optuna
+
+    searcher = make_searcher(search_spec(trials=4, sampler="tpe"), "min")
+    configs = [searcher.ask() for _ in range(4)]
+    assert all(configs)
+    for index in range(4):
+        searcher.on_report(index, 1, 0.5 + index)
+    searcher.on_report(0, 1, 9.0)  # a step reported again after a resume from an older checkpoint: the first stays
+    searcher.on_report(0, 2, 0.25)
+    study = searcher.study  # type: ignore[attr-defined]
+    assert study.direction == optuna.study.StudyDirection.MINIMIZE
+    assert study.trials[0].state == optuna.trial.TrialState.RUNNING  # running trials carry their partial curve
+    assert study.trials[0].intermediate_values == {1: 0.5, 2: 0.25}
+    searcher.on_end(0, 0.25)
+    searcher.on_end(1, 1.5, stopped=True)
+    searcher.on_end(2, float("nan"))
+    searcher.on_end(3, None)
+    states = [trial.state for trial in study.trials]
+    state = optuna.trial.TrialState
+    assert states == [state.COMPLETE, state.PRUNED, state.FAIL, state.FAIL]
+    assert study.trials[1].value == 1.5  # Optuna keeps a pruned trial's last report as its value
+    assert searcher.pending == 0
+    with pytest.raises(HermesError, match="told already"):
+        searcher.on_end(0, 1.0)
+    with pytest.raises(HermesError, match="never asked"):
+        searcher.on_report(7, 1, 1.0)
+
+
+# ---------------------------------------------------------------------- errors name the field
+BAD = [
+    ({"sampler": "bayes"}, "search.sampler: unknown sampler 'bayes'; choose one of random, grid, list, tpe, cmaes"),
+    ({"sampler": {"name": "bayes"}}, "search.sampler.name: unknown sampler 'bayes'"),
+    ({"sampler": {"optuna": "optuna.samplers.NoSuchSampler"}}, "search.sampler.optuna: unknown Optuna sampler class"),
+    ({"sampler": {"optuna": "nosuchmodule.Sampler"}}, "search.sampler.optuna: unknown Optuna sampler class"),
+    (
+        {"sampler": {"optuna": "optuna.Study"}},
+        "search.sampler.optuna: unknown Optuna sampler class 'optuna.Study' (not a subclass",
+    ),
+    ({"sampler": {"name": "tpe", "args": {"bogus": 1}}}, "search.sampler.args: optuna.samplers.TPESampler: "),
+    ({"sampler": {"name": "random", "args": {"x": 1}}}, "search.sampler.args: sampler random takes no arguments"),
+    ({"sampler": {"name": "tpe", "optuna": "x.Y"}}, "search.sampler: give exactly one of name"),
+    ({"sampler": {"name": "tpe", "seed": 1}}, "search.sampler.seed: unknown field; expected one of name, optuna, args"),
+    ({"sampler": {"name": "tpe", "args": [1]}}, "search.sampler.args: must be a mapping"),
+    ({"sampler": "gp", "space": {"g": {"type": "grid", "values": [1, 2]}}}, "search.space.g: sampler gp takes no grid"),
+    ({"sampler": "list"}, "search.configs: required for sampler list"),
+    ({"sampler": "random", "configs": [{"lr": 0.1}]}, "search.configs: only for sampler list"),
+    ({"configs": []}, "search.configs: must list at least one configuration"),
+    ({"configs": [{"lr": 0.1}, {"width": 3}]}, "search.configs.1: must set the same parameters as configs.0 (lr)"),
+    ({"configs": [{"lr": [0.1]}]}, "search.configs.0.lr: must be a string, a finite number or a boolean"),
+    ({"configs": [{"lr": 0.5, "momentum": 0.1, "layers": 1, "width": 64}]}, "search.configs.0.lr: 0.5 is outside"),
+    ({"configs": [{"lr": 0.01}]}, "search.configs.0: must set exactly the parameters of space"),
+    ({"configs": [{"lr": 0.1}, {"lr": 0.2}], "trials": 3, "space": None}, "search.trials: must be at most the 2"),
+    ({"sampler": "random"}, "search.trials: required for sampler random, unless max_time or max_gpu_hours is given"),
+    ({"trials": 2, "max_time": "2 weeks"}, "search.max_time: must be seconds or a duration like '90m'"),
+    ({"trials": 2, "max_gpu_hours": 0}, "search.max_gpu_hours: Input should be greater than 0"),
+]
+
+
+@pytest.mark.parametrize(("search", "message"), BAD, ids=[m.split(":")[0] + f"-{i}" for i, (_, m) in enumerate(BAD)])
+def test_a_wrong_search_names_the_field(search: dict[str, Any], message: str) -> None:
+    search = {"space": copy.deepcopy(SPACE), **search}
+    if search["space"] is None:
+        del search["space"]
+    with pytest.raises(SpecError) as raised:
+        parse_spec({**BASE, "search": search}, source="s.yaml")
+    assert str(raised.value).startswith(f"s.yaml: {message}")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cmaes") is not None, reason="cmaes is installed")
+def test_a_sampler_whose_package_is_missing_fails_at_spec_check() -> None:
+    with pytest.raises(SpecError, match=r"search.sampler: optuna.samplers.CmaEsSampler needs the Python package"):
+        search_spec(sampler="cmaes", trials=4)
+
+
+# ---------------------------------------------------------------------- budgets
+def test_the_budget_ends_asking_at_whichever_limit_comes_first() -> None:
+    budget = Budget.of(search_spec(trials=10, max_time="1.5h", max_gpu_hours=2))
+    assert budget == Budget(trials=10, seconds=5400.0, gpu_seconds=7200.0)
+    assert budget.may_ask(9, 5399.0, 7199.0)
+    assert not budget.may_ask(10, 0.0, 0.0)
+    assert not budget.may_ask(0, 5400.0, 0.0)
+    assert not budget.may_ask(0, 0.0, 7200.0)
+    timed = search_spec(max_time=90)  # no trial count: random proposes until the time is up
+    assert Budget.of(timed) == Budget(seconds=90.0) and Budget.of(timed).may_ask(10**6, 89.9, 1e9)
+    assert make_searcher(timed, "max", slots=3).max_pending == 12  # bounded, or asking would never stop
+    assert make_searcher(search_spec(trials=10), "max").max_pending is None  # all at once, as before
+    assert [search_spec(max_time=t).max_time for t in ("90m", "2h", "1d", "30s", "45")] == [5400, 7200, 86400, 30, 45]
+
+
+def test_a_larger_budget_is_the_same_experiment_and_keeps_its_proposals() -> None:
+    small, large = search_spec(trials=8, seed=2), search_spec(trials=16, seed=2, max_time="2h")
+    dump = lambda s: {"search": s.model_dump(mode="json"), "name": "x"}  # noqa: E731
+    assert without_budget(dump(small)) == without_budget(dump(large)) and dump(small) != dump(large)
+    assert without_budget(dump(small)) != without_budget(dump(search_spec(trials=8, seed=3)))
+    first = [make_searcher(small, "max").ask() for _ in range(1)]
+    again = make_searcher(large, "max")
+    assert first == [again.ask()]
+
+
+def test_a_spec_stored_before_hermes_search_still_matches_its_dump() -> None:
+    """The store compares dumps: unset new fields are left out, so old experiments open and replay."""
+    dumped = search_spec(sampler="random", trials=4, seed=1).model_dump(mode="json")
+    assert list(dumped) == ["sampler", "trials", "seed", "space"]
