@@ -114,6 +114,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right, insort
+from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
@@ -131,13 +132,8 @@ from hermes.policies.stats import normal_scores, shrink
 DEFAULT_SWITCH_COST = 3.2
 UNMEASURED = 1e12
 """Trials that have not reported yet have priorities just below this, far above every measured
-trial that is not promoted (standings are a few units, and ageing adds one per ``ageing``
-round-robin cycles waited): ``UNMEASURED`` less their submission time and predicted first-report
-seconds, both in seconds."""
-
-PROMOTED = 2e12
-"""Measured trials whose chance of ending best per GPU second beats a new trial's have
-priorities above this: ``PROMOTED`` plus that log chance per second (see "Promotion")."""
+trial's (standings are a few units, and ageing adds one per ``ageing`` round-robin cycles waited):
+``UNMEASURED`` less their submission time and predicted first-report seconds, both in seconds."""
 
 REFIT_GROWTH = 0.05
 """The model is refitted when the rung records have grown by this fraction since the last fit."""
@@ -146,24 +142,6 @@ WINDOW = 64
 """At most this many reports are averaged into a rung value, which bounds the cost of a report."""
 
 _inverse_normal = NormalDist().inv_cdf
-
-
-def log_tail(x: float) -> float:
-    """log P(T > x) for Student's t with 3 degrees of freedom scaled to unit variance, far into the tail.
-
-    Rank changes have heavy tails: a trial that rises late climbs many standard errors of the
-    linear fit, which a normal tail would call impossible (on lcbench_167104 the final best
-    stands 90th of 400 after 8 epochs). The t with 3 degrees of freedom is the heaviest-tailed
-    t with a finite variance, so the fitted width still means a spread. With t = sqrt(3) T,
-    P(T > x) = P(t > sqrt(3) x), and the t's tail at sqrt(3) u is written in u = x."""
-    u = x
-    if u < 0:
-        return math.log1p(-math.exp(log_tail(-x)))
-    if u < 8.0:
-        return math.log((math.atan2(1.0, u) - u / (1.0 + u * u)) / math.pi)
-    # atan(1/u) - u / (1 + u^2) = sum over n >= 1 of (-1)^(n+1) 2n / (2n + 1) / u^(2n + 1)
-    series = sum((-1) ** (n + 1) * 2 * n / (2 * n + 1) / u ** (2 * n + 1) for n in range(1, 6))
-    return math.log(series / math.pi)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,32 +224,36 @@ class HermesPolicy(SchedulingPolicy):
 
     def __init__(
         self,
-        period: float = 60.0,
+        period: float | None = None,
         *,
         optimism: float = 1.0,
         ageing: float = 3.0,
         switch_cost: float | None = None,
+        overhead_budget: float = 0.02,
         min_trials: int = 20,
         rung_factor: float = 2.0,
         momentum: bool = True,
         shortest_first: bool = True,
     ) -> None:
-        """``period``: only the executor's clock tick (turns end by price, not by a period; see the module docstring).
+        """``period``: the shortest time-sharing turn in GPU seconds (the module docstring gives the rest).
 
         ``optimism``: standard deviations added to a prediction; ``ageing``: round-robin cycles of
         waiting worth one standard deviation (0: no ageing); ``switch_cost``: GPU seconds a
-        suspend and resume cost, the prior of the learned price (None: the engine's, see ``configure``);
-        ``min_trials``: trials a link or the horizon needs; ``rung_factor``: growth of the
+        suspend and resume cost (None: the engine's, see ``configure``); ``overhead_budget``: the share of training time switching may
+        take; ``min_trials``: trials a link or the horizon needs; ``rung_factor``: growth of the
         steps between rungs; ``momentum``: predict from the last two standings, not the last only;
         ``shortest_first``: order unmeasured trials by predicted first-report time (else by arrival).
         """
-        super().__init__(period)
+        super().__init__(60.0 if period is None else period)
+        self._period_given = period is not None  # else turns last as long as the trials' own reports (see the docstring)
         if not optimism >= 0:
             raise ValueError(f"optimism must be >= 0, got {optimism}")
         if not ageing >= 0:
             raise ValueError(f"ageing must be >= 0, got {ageing}")
         if switch_cost is not None and not switch_cost >= 0:
             raise ValueError(f"switch_cost must be >= 0, got {switch_cost}")
+        if not 0 < overhead_budget < 1:
+            raise ValueError(f"overhead_budget must be in (0, 1), got {overhead_budget}")
         if min_trials < 5:
             raise ValueError(f"min_trials must be at least 5, got {min_trials}")
         if not rung_factor > 1:
@@ -280,6 +262,7 @@ class HermesPolicy(SchedulingPolicy):
         self.ageing = ageing
         self._switch_cost_given = switch_cost is not None  # else the engine's profile sets it
         self.switch_cost = DEFAULT_SWITCH_COST if switch_cost is None else switch_cost
+        self.overhead_budget = overhead_budget
         self.min_trials = int(min_trials)
         self.rung_factor = rung_factor
         self.momentum = bool(momentum)
@@ -293,13 +276,12 @@ class HermesPolicy(SchedulingPolicy):
         self._starts_seen: list[int] = []  # row -> trial.starts at its last report
         self._params: list[dict[str, Any]] = []  # row -> the trial's hyper-parameters
         self._first_seconds: list[float] = []  # row -> GPU seconds its first report took (0: none yet)
-        self._budgets: list[int] = []  # row -> the trial's budget in steps
         self._durations_fitted_on = 0  # first reports the duration model was last fitted on
         self._age_rate = 0.0  # priority gained per second of waiting
-        self._population = 0  # trials known at the last fit: the field the best is drawn from
-        self._switch_seen = [0.0, 0]  # GPU seconds that switches were seen to cost, and how many
-        self._switch_price = self.switch_cost  # what a switch costs, as of the last fit (the prior until then)
-        self._new_cost = 1.0  # GPU seconds a new trial's first report costs when no model predicts it
+        self._work = 0.0  # estimated GPU seconds to train every known trial to its budget
+        self._switch_seen = [0.0, 0]  # GPU seconds that switches were seen to cost (resume to next report), and how many
+        self._switch_price = self.switch_cost  # what a switch costs, as of the last refresh (the prior until then)
+        self._suspensions = 0  # switches so far, counting suspended trials' pending resumes
         # Derived from the above by _rebuild and _refit.
         self._live: dict[int, Trial] = {}  # row -> live record, read for the budgets; refilled after a restart
         self._rung_rows: list[list[int]] = []  # rung -> rows that reached it, in order
@@ -309,8 +291,6 @@ class HermesPolicy(SchedulingPolicy):
         self._predictors: list[Predictor] = []  # rung k < horizon -> prediction of the standing at the horizon
         self._frontier = NO_INFORMATION  # prediction for trials at or beyond the horizon
         self._priority: dict[str, float] = {}  # measured trial -> optimistic standing
-        self._log_chance: dict[str, float] = {}  # measured trial -> log chance that it ends best
-        self._cost: dict[str, float] = {}  # measured trial -> GPU seconds it will have used at its next rung
         self._durations = DurationModel()  # first-report seconds from the hyper-parameters
         self._predicted: list[float] = []  # row -> predicted first-report seconds (0: no trusted prediction)
         self._records_at_refit = 0
@@ -333,7 +313,7 @@ class HermesPolicy(SchedulingPolicy):
             self._crossed_run[row] = trial.starts
             if self._records - self._records_at_refit >= max(1.0, REFIT_GROWTH * self._records):
                 self._refit()
-                self._refresh_ageing(now)
+                self._refresh_budgets(now)
                 self.order_version += 1  # every waiting trial was re-ranked, and ageing may be faster
             else:
                 self._rank(trial.trial_id, row)
@@ -349,7 +329,6 @@ class HermesPolicy(SchedulingPolicy):
             self._starts_seen.append(0)
             self._params.append(dict(trial.params))
             self._first_seconds.append(0.0)
-            self._budgets.append(trial.budget)
             self._durations.add(trial.params)
             self._predicted.append(0.0)
             if self.shortest_first:
@@ -369,24 +348,26 @@ class HermesPolicy(SchedulingPolicy):
         self._records += 1
 
     def _time_steps(self, row: int, trial: Trial) -> None:
-        """GPU seconds per step, from consecutive reports with no switch between them.
+        """GPU seconds per step, from consecutive reports with no switch between them; and what switches cost.
 
-        The first report also paid the trial's start, which costs about a switch.
+        The first report also paid the trial's start, which costs about a switch. Two reports with a
+        suspend and resume between them took the steps' time plus the switch: the excess is what
+        that switch cost, whatever the engine, the device or the state size (see "Switch price").
         """
         resumed = trial.starts != self._starts_seen[row]
         self._starts_seen[row] = trial.starts
         if len(trial.steps) == 1:
             took = self._first_seconds[row] = trial.report_gpu_time[0]
-            self._step_seconds[row] = max(took - self.switch_cost, 0.1 * took) / max(trial.steps[0], 1)
-        else:
-            took = trial.report_gpu_time[-1] - trial.report_gpu_time[-2]
-            steps = max(trial.steps[-1] - trial.steps[-2], 1)
-            if not resumed:
-                self._step_seconds[row] = took / steps
-            elif self._step_seconds[row]:  # a suspend and resume lie between the two reports
-                seen = self._switch_seen
-                seen[0] += max(took - steps * self._step_seconds[row], 0.0)
-                seen[1] += 1
+            self._step_seconds[row] = max(took - self._switch_price, 0.1 * took) / max(trial.steps[0], 1)
+            return
+        took = trial.report_gpu_time[-1] - trial.report_gpu_time[-2]
+        steps = max(trial.steps[-1] - trial.steps[-2], 1)
+        if not resumed:
+            self._step_seconds[row] = took / steps
+        elif self._step_seconds[row]:
+            seen = self._switch_seen
+            seen[0] += max(took - steps * self._step_seconds[row], 0.0)
+            seen[1] += 1
 
     # ------------------------------------------------------------------ the model
     def _refit(self) -> None:
@@ -435,20 +416,9 @@ class HermesPolicy(SchedulingPolicy):
         w_before = np.array([p.before for p in table])[pick]
         width = np.array([p.width for p in table])[pick]
         before = np.where(k > 0, standing[np.maximum(k - 1, 0), rows], 0.0)
-        mean = w_now * standing[k, rows] + w_before * before
-        self._population = len(self._index)
-        total, count = self._switch_seen
-        self._switch_price = (self.switch_cost + total) / (1 + count)  # the prior counts as one switch
-        threshold = self._threshold()
+        optimistic = w_now * standing[k, rows] + w_before * before + self.optimism * width
         names = list(self._index)
-        self._priority, self._log_chance, self._cost = {}, {}, {}
-        for row, rung, m, w in zip(rows.tolist(), k.tolist(), mean.tolist(), width.tolist()):
-            name = names[row]
-            self._priority[name] = m + self.optimism * w
-            self._log_chance[name] = log_tail((threshold - m) / w)
-            self._cost[name] = self._next_cost(row, rung)
-        firsts = [self._first_seconds[row] for row in self._rung_rows[0]]
-        self._new_cost = max(sum(firsts) / len(firsts), 1e-9)
+        self._priority = dict(zip(map(names.__getitem__, rows.tolist()), optimistic.tolist()))
         measured = self._rung_rows[0]
         if self.shortest_first and len(measured) not in (len(self._index), self._durations_fitted_on):
             self._fit_durations(measured)  # some trials still wait for their first report
@@ -482,20 +452,9 @@ class HermesPolicy(SchedulingPolicy):
         k = len(values) - 1
         predictor = self._predictors[k] if k < len(self._predictors) else self._frontier
         before = self._standing(values, k - 1) if k else 0.0
-        mean = predictor.now * self._standing(values, k) + predictor.before * before
-        self._priority[trial_id] = mean + self.optimism * predictor.width
-        self._log_chance[trial_id] = log_tail((self._threshold() - mean) / predictor.width)
-        self._cost[trial_id] = self._next_cost(row, k)
-
-    def _threshold(self) -> float:
-        """The standing at the horizon that the best of the known trials is expected to have."""
-        return _inverse_normal(1.0 - 0.5 / max(self._population, 1))
-
-    def _next_cost(self, row: int, rung: int) -> float:
-        """GPU seconds the trial will have used when it reaches its next rung (or its budget)."""
-        first = self._first_step
-        step = min(first * self.rung_factor ** (rung + 1), self._budgets[row])
-        return max(self._first_seconds[row] + max(step - first, 0) * self._step_seconds[row], 1e-9)
+        self._priority[trial_id] = (
+            predictor.now * self._standing(values, k) + predictor.before * before + self.optimism * predictor.width
+        )
 
     def _standing(self, values: list[float], k: int) -> float:
         """Population standing at rung ``k`` of a trial whose rung values are ``values``.
@@ -512,20 +471,36 @@ class HermesPolicy(SchedulingPolicy):
             return score
         return (score - links[k].intercept) / links[k].spread
 
-    def _refresh_ageing(self, now: float) -> None:
-        """Ageing rate, from the live records of the known trials (one pass)."""
-        runs = holding = ended = 0
-        gpu = 0.0
-        for trial in self._live.values():
+    def _refresh_budgets(self, now: float) -> None:
+        """Ageing rate and switching budget, from the live records of the known trials (one pass).
+
+        Switches so far: every run ended (or is ending) in a suspension, except a run still going
+        and the last run of a trial that ended; the pass counts those out of all runs."""
+        step_seconds = self._step_seconds
+        known = len(step_seconds) - step_seconds.count(0.0)  # rows with a step time (they are never negative)
+        mean_step = sum(step_seconds) / known if known else 0.0
+        runs = holding = ended = not_suspended = 0
+        gpu = work = 0.0
+        for row, trial in self._live.items():
             starts, since = trial.starts, trial.running_since
             runs += starts
             gpu += trial.gpu_time if since is None else trial.gpu_time + now - since
+            work += trial.budget * (step_seconds[row] or mean_step)
             if trial.waiting:
                 continue
-            if trial.state is RUNNING or trial.state is SUSPENDING:
+            state = trial.state
+            if state is RUNNING:
                 holding += 1
-            else:
+                not_suspended += 1
+            elif state is SUSPENDING:
+                holding += 1
+            else:  # ended: its last run, if it ran, ended in an exit
                 ended += 1
+                not_suspended += starts > 0
+        self._work = work
+        self._suspensions = runs - not_suspended
+        total, count = self._switch_seen
+        self._switch_price = (self.switch_cost + total) / (1 + count)  # the prior counts as one switch
         active = len(self._live) - ended
         if holding and runs and gpu > 0 and self.ageing > 0:
             cycle = active / holding * gpu / runs  # trials per GPU x mean run: a round-robin cycle
@@ -533,37 +508,38 @@ class HermesPolicy(SchedulingPolicy):
 
     # ------------------------------------------------------------------ decisions
     def priority(self, trial: Trial, now: float) -> float:
-        trial_id = trial.trial_id
-        base = self._priority.get(trial_id)
+        base = self._priority.get(trial.trial_id)
         if base is None:
-            row = self._index.get(trial_id)
+            row = self._index.get(trial.trial_id)
             if row is None:
-                row = self._row(trial)  # known from now on
+                row = self._row(trial)  # known from now on: its budget counts in the work estimate
             return UNMEASURED - trial.submitted_at - self._predicted[row]
-        running = trial.running_since is not None
-        price = self._switch_price
-        rate = self._log_chance[trial_id] - math.log(self._cost[trial_id] + (0.0 if running else price))
-        if rate > self._log_prior() - math.log(self._new_cost + price):
-            base = PROMOTED + rate  # see "Promotion"
-        if running:
-            return base
-        waiting_since = trial.idle_since if trial.starts > 1 else trial.submitted_at  # see "Ageing"
-        return base + (now - waiting_since) * self._age_rate
-
-    def _log_prior(self) -> float:
-        """log chance that a trial nothing is known about ends best: mean 0 and width 1 (see ``log_tail``)."""
-        return log_tail(self._threshold())
+        if trial.running_since is None:
+            waiting_since = trial.idle_since if trial.starts > 1 else trial.submitted_at  # see "Ageing"
+            return base + (now - waiting_since) * self._age_rate
+        return base
 
     def turn_over(self, trial: Trial, now: float) -> bool:
         row = self._index.get(trial.trial_id)
         if trial.running_since is None or row is None:
             return False
-        price = self._switch_price
-        if now - trial.running_since < price:
+        run = now - trial.running_since
+        cost = self._switch_price
+        if run < cost:
             return False  # a switch would cost more than the run it ends
-        if (trial.budget - trial.step) * self._step_seconds[row] < price:
-            return False  # finishing costs less than switching
-        return self._crossed_run[row] == trial.starts  # it reached a rung in this run: its priority changed
+        remaining = (trial.budget - trial.step) * self._step_seconds[row]
+        if remaining < cost:
+            return False  # finishing costs less than the switch: nobody waits less for it
+        if len(self._values[row]) == 1 and self._crossed_run[row] == trial.starts:
+            return True  # its first report: the switch costs less than the rest of it, which new trials would wait for
+        if remaining * self.overhead_budget < cost:
+            return False  # finishing costs about as little as switching
+        if (self._suspensions + 1) * cost > self.overhead_budget * self._work:
+            return False  # the switching budget is spent
+        if self._crossed_run[row] == trial.starts:
+            return True  # it reached a rung in this run: its priority changed
+        turn = self.period if self._period_given else self._step_seconds[row] * self._first_step  # one own report
+        return run >= max(turn, cost / self.overhead_budget)
 
     # ------------------------------------------------------------------ restart
     def configure(self, profile: ExecutionProfile) -> None:
@@ -583,11 +559,10 @@ class HermesPolicy(SchedulingPolicy):
             "starts_seen": list(self._starts_seen),
             "params": [dict(params) for params in self._params],
             "first_seconds": list(self._first_seconds),
-            "budgets": list(self._budgets),
             "durations_fitted_on": self._durations_fitted_on,
             "age_rate": self._age_rate,
-            "population": self._population,
-            "new_cost": self._new_cost,
+            "work": self._work,
+            "suspensions": self._suspensions,
             "switch_seen": list(self._switch_seen),
             "switch_price": self._switch_price,
             # the last fit and the ranks made with it, so that a restart decides exactly as before
@@ -597,8 +572,6 @@ class HermesPolicy(SchedulingPolicy):
             "predictors": [[p.now, p.before, p.width] for p in self._predictors],
             "frontier": [self._frontier.now, self._frontier.before, self._frontier.width],
             "priority": dict(self._priority),
-            "log_chance": dict(self._log_chance),
-            "cost": dict(self._cost),
         }
 
     def attach(self, trials: Mapping[str, Trial]) -> None:
@@ -615,11 +588,10 @@ class HermesPolicy(SchedulingPolicy):
         self._starts_seen = [int(s) for s in state["starts_seen"]]
         self._params = [dict(params) for params in state["params"]]
         self._first_seconds = [float(s) for s in state["first_seconds"]]
-        self._budgets = [int(b) for b in state["budgets"]]
         self._age_rate = float(state["age_rate"])
         self.order_version += 1
-        self._population = int(state["population"])
-        self._new_cost = float(state["new_cost"])
+        self._work = float(state["work"])
+        self._suspensions = int(state["suspensions"])
         self._switch_seen = [float(state["switch_seen"][0]), int(state["switch_seen"][1])]
         self._switch_price = float(state["switch_price"])
         self._live = {}
@@ -633,8 +605,6 @@ class HermesPolicy(SchedulingPolicy):
         self._predictors = [Predictor(*map(float, p)) for p in state["predictors"]]
         self._frontier = Predictor(*map(float, state["frontier"]))
         self._priority = {trial_id: float(value) for trial_id, value in state["priority"].items()}
-        self._log_chance = {trial_id: float(value) for trial_id, value in state["log_chance"].items()}
-        self._cost = {trial_id: float(value) for trial_id, value in state["cost"].items()}
         self._durations = DurationModel()
         for params in self._params:
             self._durations.add(params)

@@ -50,8 +50,6 @@ class Summary:
 
 def run_one(trace: Trace, policy: str, seed: int, setting: Setting) -> SimulationResult:
     params: dict[str, Any] = {} if setting.period is None else {"period": setting.period}
-    if policy == "hermes":  # as the runner does: it prices its switches at what one costs here
-        params["switch_cost"] = typical_switch_cost(trace, setting.costs)
     return simulate(
         trace,
         make_policy(policy, **params),
@@ -62,12 +60,6 @@ def run_one(trace: Trace, policy: str, seed: int, setting: Setting) -> Simulatio
         costs=setting.costs,
         target=setting.target,
     )
-
-
-def typical_switch_cost(trace: Trace, costs: SwitchCosts) -> float:
-    """Seconds a suspend and resume on one GPU cost for the trace's median state size."""
-    sizes = [trial.state_mb for trial in trace.trials if trial.state_mb is not None]
-    return costs.switch_cost(statistics.median(sizes) if sizes else None)
 
 
 _worker_trace: Trace | None = None  # each worker process receives the trace once, not with every job

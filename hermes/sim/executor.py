@@ -90,7 +90,7 @@ class SimulatedExecutor(Executor[TraceTrial]):
         self.trials: dict[str, _SimTrial] = {}
         self.gpu_node = {gpu: node for node, gpus in layout.items() for gpu in gpus}
         self.costs = costs
-        self.profile = ExecutionProfile(switch_cost=costs.switch_cost())  # a switch of a trial of the default state
+        self.profile = ExecutionProfile(switch_cost=costs.switch_cost())  # until a trial says its state size
         self.clock = 0.0
         self.accounts = Accounts()
         self.epochs: list[EpochRecord] | None = [] if record_epochs else None
@@ -103,6 +103,9 @@ class SimulatedExecutor(Executor[TraceTrial]):
     def submit(self, trial_id: str, work: TraceTrial, *, at: float | None = None, reported_step: int = 0) -> TrialSubmitted:
         if trial_id in self.trials:
             raise HermesError(f"trial {trial_id} submitted twice")
+        switch = self.costs.switch_cost(work.state_mb)
+        if not self.trials or switch > self.profile.switch_cost:
+            self.profile = ExecutionProfile(switch_cost=switch)  # the dearest of its trials, as the local executor
         trial = self.trials[trial_id] = _SimTrial(trial_id, work)
         trial.epoch = trial.checkpoint = reported_step
         return TrialSubmitted(self.clock if at is None else at, trial_id, work.epochs, work.params)
