@@ -19,6 +19,7 @@ from hermes.core.trial import Trial
 from hermes.policies import make_policy
 from hermes.policies.hermes import UNMEASURED, HermesPolicy
 from hermes.policies.stats import normal_scores, probit
+from hermes.sim.costs import SwitchCosts
 from hermes.sim.simulate import simulate
 from hermes.sim.synthetic import synthetic_trace
 from hermes.sim.trace import Trace, TraceTrial
@@ -297,11 +298,22 @@ def test_beats_fifo_and_round_robin_where_early_ranks_mislead() -> None:
     assert sum(hermes) < sum(rr) / 2
 
 
-def test_no_thrash_when_epochs_are_shorter_than_a_switch() -> None:
-    trace = synthetic_trace(40, 30, seed=8, kind="mixed", epoch_seconds=(0.05, 0.3))
-    result = check_run(trace)
-    assert result.preemptions == 0  # a whole trial costs less than 50 switches: each runs to its end
+def test_no_switch_when_a_whole_trial_costs_less_than_a_switch() -> None:
+    """A process per run: a switch costs more than training the rest of any trial, so none is preempted."""
+    trace = synthetic_trace(40, 30, seed=8, kind="mixed", epoch_seconds=(0.01, 0.05))
+    result = simulate(trace, HermesPolicy(), gpus=4, seed=0, costs=SwitchCosts.profile("process"))
+    assert result.preemptions == 0
     assert result.overhead_fraction == 0.0
+
+
+def test_first_reports_time_shared_when_the_rest_of_a_trial_costs_more_than_a_switch() -> None:
+    """Epochs about as long as a process-per-run switch: the sweep of first reports still pays off."""
+    trace = synthetic_trace(60, 30, seed=8, kind="mixed", epoch_seconds=(1.0, 3.0))
+    costs = SwitchCosts.profile("process")
+    hermes = simulate(trace, HermesPolicy(), gpus=4, seed=0, costs=costs)
+    fifo = simulate(trace, make_policy("fifo"), gpus=4, seed=0, costs=costs)
+    assert hermes.preemptions > 0
+    assert hermes.mean_first_feedback_s < fifo.mean_first_feedback_s / 5
 
 
 def test_very_long_epochs_share_the_gpus() -> None:

@@ -381,9 +381,22 @@ class StopperSpec(_Section):
 
 class PolicySpec(_Section):
     name: str = "hermes"
-    period: PositiveFloat = 60.0  # seconds of GPU time a trial runs before a better one may preempt it
+    # seconds of GPU time a trial runs before a better one may preempt it; None: the policy's own (60 s, and hermes
+    # lets a turn last one of the trial's own reports)
+    period: PositiveFloat | None = None
     params: dict[str, Any] = {}
     stopper: StopperSpec | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An unset period is left out (specs stored when it defaulted to 60 s wrote it out)."""
+        data = handler(self)
+        return {key: value for key, value in data.items() if key != "period" or value is not None}
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The policy's constructor arguments: its params, and the period where one is set."""
+        return {**({} if self.period is None else {"period": self.period}), **self.params}
 
     @model_validator(mode="after")
     def _registered(self) -> PolicySpec:
@@ -394,7 +407,7 @@ class PolicySpec(_Section):
         if self.name not in policies.POLICIES:
             raise _PathError("name", f"unknown policy {self.name!r}; choose one of {_names(policies.POLICIES)}")
         try:
-            policies.make_policy(self.name, period=self.period, **self.params)
+            policies.make_policy(self.name, **self.settings)
         except (TypeError, ValueError) as error:
             raise _PathError("params", f"policy {self.name}: {error}") from None
         if self.stopper is not None:
