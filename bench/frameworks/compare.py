@@ -49,10 +49,8 @@ from hermes.policies import make_policy  # noqa: E402
 
 TARGET_POINTS = 0.005  # accuracy is in [0, 1]: 0.5 points
 MILESTONES = (30.0, 60.0)  # seconds at which the best accuracy so far is read
-# Seconds: a turn of several epochs of 0.1-0.6 s (the policy's default, 60 s, suits epochs of minutes).
-# The other parameters keep Hermes's defaults; the runner sets switch_cost to what a switch of a warm
-# worker costs.
-HERMES_PERIOD = 2.0
+# Hermes runs with its defaults: its turns follow the observed epoch lengths and its switch price the
+# observed switches (the runner's prior is what a switch of a warm worker costs).
 FIGURES = ("time_to_target", "first_feedback", "best_at_30s", "best_at_60s", "training_share", "final_quality")
 
 
@@ -117,7 +115,7 @@ def _median_epoch_seconds(timeline: Timeline) -> dict[int, float]:
 
 
 def run_rounds(
-    systems: list[str], rounds: int, size: Size, period: float = HERMES_PERIOD, params: dict[str, Any] | None = None
+    systems: list[str], rounds: int, size: Size, period: float | None = None, params: dict[str, Any] | None = None
 ) -> list[dict[str, Timeline]]:
     """Every system once per round, in the given order in even rounds and reversed in odd ones."""
     params = params or {}
@@ -145,7 +143,7 @@ def arrival_order(trials: int, round_index: int) -> list[int]:
     return random.Random(round_index).sample(range(trials), trials)
 
 
-def check(systems: list[str], rounds: int, period: float, params: dict[str, Any]) -> None:
+def check(systems: list[str], rounds: int, period: float | None, params: dict[str, Any]) -> None:
     """Refuse a comparison that could not finish, before minutes of runs: ValueError says why."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
@@ -155,7 +153,7 @@ def check(systems: list[str], rounds: int, period: float, params: dict[str, Any]
     if unknown:
         raise ValueError(f"unknown system {unknown[0]!r}; choose from {', '.join(SYSTEMS)}")
     try:
-        make_policy("hermes", period=period, **params)
+        make_policy("hermes", **({} if period is None else {"period": period}), **params)
     except (TypeError, ValueError) as error:
         raise ValueError(f"hermes policy: {error}") from None
 
@@ -225,7 +223,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--trials", type=int, default=48)
     parser.add_argument("--json", type=Path, help="also write the figures and every timeline here")
-    parser.add_argument("--hermes-period", type=float, default=HERMES_PERIOD, help="hermes policy's period, seconds")
+    parser.add_argument("--hermes-period", type=float, help="hermes policy's period, seconds (default: its own, learned)")
     parser.add_argument(
         "--hermes-param", type=_param, action="append", default=[], metavar="NAME=VALUE",
         help="a hermes policy parameter (hermes/policies/hermes.py), repeatable; default: Hermes's defaults",
@@ -239,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as error:
         parser.error(str(error))
     print(f"{size.trials} configurations x {size.epochs} epochs on {SLOTS} slots; hermes period "
-          f"{args.hermes_period} s, params {params or 'as Hermes sets them'}", flush=True)
+          f"{args.hermes_period or 'learned'}, params {params or 'as Hermes sets them'}", flush=True)
     results = run_rounds(systems, args.rounds, size, args.hermes_period, params)
     table = summarise(results, size)
     print()

@@ -2,9 +2,9 @@
 returns the same timeline, so that ``compare.py`` computes every figure the same way.
 
 Every system gets the configurations by index (``workload.configuration``), in the same arrival
-order (``order``, drawn per round by compare.py): Hermes's samplers cannot take a list of
-configurations, so its spec searches a grid over ``index`` whose values come in that order; Ray
-Tune searches the same grid; Optuna has the indices enqueued in that order. A timeline's times are seconds since the system's
+order (``order``, drawn per round by compare.py): Hermes's spec lists the configurations in that
+order (``sampler: list``, each with its index and its hyper-parameters, which the policy sees); Ray
+Tune searches a grid over the index; Optuna has the indices enqueued in that order. A timeline's times are seconds since the system's
 start: the call that runs the experiment (``ExperimentSession.run``, ``Tuner.fit``, or the start of
 Optuna's worker processes); set-up before it (``ray.init``, creating the Optuna study) is reported
 separately as ``setup``.
@@ -57,10 +57,11 @@ class Size:
 
 # ---------------------------------------------------------------------- Hermes (fifo and hermes policies)
 def run_hermes(
-    policy: str, size: Size, order: list[int], period: float = 60.0, params: dict[str, Any] | None = None
+    policy: str, size: Size, order: list[int], period: float | None = None, params: dict[str, Any] | None = None
 ) -> Timeline:
     """Hermes's own runner with ``policy``, storage in a temporary directory; the timeline is read
     back from its store (each report's metrics and the executor's time of the report)."""
+    from bench.frameworks.workload import configuration
     from hermes.core.decisions import Suspend
     from hermes.experiment import parse_spec
     from hermes.session import ExperimentSession
@@ -70,10 +71,11 @@ def run_hermes(
             {
                 "name": f"frameworks-{policy}",
                 "trial": {"function": "bench.frameworks.workload:hermes_trial", "workdir": str(ROOT)},
-                "search": {"sampler": "grid", "space": {"index": {"type": "grid", "values": order}}},
+                # the configurations as a list, with their real hyper-parameters for the policy to see
+                "search": {"sampler": "list", "configs": [{"index": index, **configuration(index)} for index in order]},
                 "metric": {"name": "accuracy", "mode": "max"},
                 "budget": {"steps": size.epochs},
-                "policy": {"name": policy, "period": period, "params": params or {}},
+                "policy": {"name": policy, **({} if period is None else {"period": period}), "params": params or {}},
                 "resources": {"gpus": "none", "cpu_slots": SLOTS, "threads_per_slot": 1},
                 # Checkpoints only when suspended and at the end: the other systems write none either.
                 "storage": {"dir": scratch, "checkpoint_every": size.epochs},

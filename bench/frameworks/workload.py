@@ -108,8 +108,8 @@ def configuration(index: int) -> dict[str, Any]:
 def hermes_trial(config: dict[str, Any]) -> None:
     """A Hermes function trial (``bench.frameworks.workload:hermes_trial``) of configuration ``config["index"]``.
 
-    Hermes's samplers cannot take a list of configurations, so the spec searches a grid over the
-    index and the trial looks its configuration up here.
+    The spec lists each configuration with its index; the trial trains the one of that index, so that
+    every system trains exactly the same configuration.
     """
     trainer = Trainer(configuration(int(config["index"])))
     state = trial.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)

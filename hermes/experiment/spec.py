@@ -389,7 +389,7 @@ class PolicySpec(_Section):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """An unset period is left out (specs stored when it defaulted to 60 s wrote it out)."""
+        """An unset period is left out of the dump, as fields added later are."""
         data = handler(self)
         return {key: value for key, value in data.items() if key != "period" or value is not None}
 
@@ -445,7 +445,7 @@ class ResourcesSpec(_Section):
 
 class StorageSpec(_Section):
     dir: str = "runs"  # holds hermes.db (all experiments, by name), checkpoints and logs
-    checkpoint_every: StrictPositiveInt = 1  # steps between checkpoints
+    checkpoint_every: StrictPositiveInt = 1  # steps between checkpoints (its cost: docs/trials.md)
     # A dir outside the spec's folder, the trial's workdir and the home is refused unless this says
     # so (a stray absolute path, "/" say, is a typo far more often than a wish). Not part of what
     # the experiment is, so it stays out of the stored spec.
