@@ -232,6 +232,32 @@ def test_turns_end_at_rungs_and_after_the_period() -> None:
     assert policy.turn_over(trial, trial.running_since + turn)
 
 
+def test_without_a_period_a_turn_lasts_one_of_the_trials_own_reports() -> None:
+    policy, clock = HermesPolicy(switch_cost=0.1), Clock()  # a switch is cheap: price / budget is 5 s
+    for i in range(3):
+        trained(policy, clock, f"other{i}", i, [1.0])
+    trial = Trial("t", 9, 100, submitted_at=0.0)
+    trial.begin_run("g0", clock.now)
+    for step in (1, 2, 3):
+        clock.now += STEP_SECONDS
+        trial.record(step, float(step), float(step), clock.now)
+        policy.observe(trial, clock.now)
+        suspend_and_resume(trial, clock.now)
+    assert not policy.turn_over(trial, trial.running_since + STEP_SECONDS - 1.0)  # step 4 is no rung
+    assert policy.turn_over(trial, trial.running_since + STEP_SECONDS)
+
+
+def test_the_switch_price_is_learned_from_observed_switches() -> None:
+    """Told that switches are free, the policy prices them at what a process per run was seen to cost."""
+    costs = SwitchCosts.profile("process")
+    policy = HermesPolicy(switch_cost=0.0)
+    simulate(synthetic_trace(40, 12, seed=3, kind="mixed", epoch_seconds=(5.0, 20.0)), policy, gpus=2, costs=costs)
+    state = policy.state_dict()
+    total, count = state["switch_seen"]
+    assert count > 0 and total / count == pytest.approx(costs.switch_cost(), rel=0.15)  # epochs vary a little
+    assert state["switch_price"] == pytest.approx(total / (count + 1))  # the prior of 0 counts as one switch
+
+
 def suspend_and_resume(trial: Trial, now: float) -> None:
     trial.move_to(TrialState.SUSPENDING)
     trial.end_run(now)

@@ -284,6 +284,7 @@ class HermesPolicy(SchedulingPolicy):
         self._index: dict[str, int] = {}  # trial -> row of the per-trial lists below
         self._values: list[list[float]] = []  # row -> its value at rungs 0, 1, ...
         self._step_seconds: list[float] = []  # row -> GPU seconds per step, latest estimate (0: unknown)
+        self._step_clean: list[bool] = []  # row -> whether that estimate came from two reports of one run
         self._crossed_run: list[int] = []  # row -> the run (trial.starts) in which it last reached a rung
         self._starts_seen: list[int] = []  # row -> trial.starts at its last report
         self._params: list[dict[str, Any]] = []  # row -> the trial's hyper-parameters
@@ -337,6 +338,7 @@ class HermesPolicy(SchedulingPolicy):
             row = self._index[trial.trial_id] = len(self._values)
             self._values.append([])
             self._step_seconds.append(0.0)
+            self._step_clean.append(False)
             self._crossed_run.append(-1)
             self._starts_seen.append(0)
             self._params.append(dict(trial.params))
@@ -376,7 +378,8 @@ class HermesPolicy(SchedulingPolicy):
         steps = max(trial.steps[-1] - trial.steps[-2], 1)
         if not resumed:
             self._step_seconds[row] = took / steps
-        elif self._step_seconds[row]:
+            self._step_clean[row] = True
+        elif self._step_clean[row]:  # a step time free of start-up, so the excess is the switch's alone
             seen = self._switch_seen
             seen[0] += max(took - steps * self._step_seconds[row], 0.0)
             seen[1] += 1
@@ -567,6 +570,7 @@ class HermesPolicy(SchedulingPolicy):
             "values": [[_json_number(v) for v in values] for values in self._values],
             "rungs": [list(rows) for rows in self._rung_rows],  # arrival order at each rung breaks ties
             "step_seconds": list(self._step_seconds),
+            "step_clean": list(self._step_clean),
             "crossed_run": list(self._crossed_run),
             "starts_seen": list(self._starts_seen),
             "params": [dict(params) for params in self._params],
@@ -596,6 +600,7 @@ class HermesPolicy(SchedulingPolicy):
         self._index = {trial_id: row for row, trial_id in enumerate(state["trials"])}
         self._values = [[-math.inf if v is None else float(v) for v in values] for values in state["values"]]
         self._step_seconds = [float(s) for s in state["step_seconds"]]
+        self._step_clean = [bool(c) for c in state["step_clean"]]
         self._crossed_run = [int(r) for r in state["crossed_run"]]
         self._starts_seen = [int(s) for s in state["starts_seen"]]
         self._params = [dict(params) for params in state["params"]]
