@@ -108,8 +108,8 @@ Where it stands (bench/policy_panel.py, docs/policy.md; warm-worker costs, 4 GPU
     On the nine shipped traces it gives first feedback 11-160x sooner than FIFO, sooner than
     ASHA on every one, and trains the final-best trial in every seed. Time to best is 4-13x
     sooner than FIFO in the mean where early ranks carry the ranking (nasbench, lcbench 189908,
-    34539, 189866, 189873), but 1.1-2.5x where the final best rises late (lcbench 146212,
-    167104, 168330; NAS-Bench-301), and slower than FIFO in some seed on seven traces: a late
+    34539, 189866, 189873), but 1.1-2.3x where the final best rises late (lcbench 146212,
+    167104, 168330; NAS-Bench-301), and slower than FIFO in some seed on six traces: a late
     riser waits at a low priority until ageing or its deeper rungs lift it.
 
 Cost
