@@ -20,7 +20,10 @@ test: install
 bench: install
 	$(PY) bench/paper_comparison.py
 	$(PY) bench/scale.py
+	$(PY) bench/report_rate.py
 	$(PY) bench/real_example.py --policies fifo,hermes,rr
 	$(PY) bench/best_curve.py
 	$(PY) bench/switching.py
 	$(PY) bench/frameworks/compare.py --rounds 2
+	$(PY) bench/frameworks/compare.py --search tpe --trials 24 --epochs 20 \
+		--systems fifo,hermes,optuna_median,ray_asha --ratio-to hermes

@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from hermes.errors import HermesError
+from hermes.errors import HermesError, NoSpaceError
 
 if TYPE_CHECKING:
     from hermes.core.decisions import Decision
@@ -108,6 +108,10 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as interrupt:
         print(f"interrupted: run `hermes run {args.spec}` again to continue", file=sys.stderr)
         return 128 + signal.SIGTERM if isinstance(interrupt, _Terminated) else 130
+    except NoSpaceError as error:
+        print(f"hermes: error: no space left: {error}\ninterrupted: free some space, then run "
+              f"`hermes run {args.spec}` again to continue", file=sys.stderr)
+        return 2
     with closing(session.store) as store:
         experiment = store.experiment(outcome.experiment_id)
         report = ExperimentView.load(store, experiment)
@@ -215,9 +219,11 @@ def _status(args: argparse.Namespace) -> int:
 
     from hermes.report import open_store, pick_experiment
     from hermes.report.status import experiment_status, format_status
+    from hermes.store.lock import LOCK_FILE
 
     with _naming_damage(args.dir), closing(open_store(args.dir)) as store:
-        text = format_status(experiment_status(store, pick_experiment(store, args.experiment)))
+        lock = Path(args.dir) / LOCK_FILE
+        text = format_status(experiment_status(store, pick_experiment(store, args.experiment), lock))
     print(text)
     return 0
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})  # what a full disk, or a full quota, raises
+
 
 class HermesError(Exception):
     """Root of every error Hermes raises deliberately."""
@@ -13,6 +17,11 @@ class TraceError(HermesError):
 
 class SpecError(HermesError):
     """An experiment specification is invalid; the message names the field."""
+
+
+class NoSpaceError(HermesError):
+    """A disk that Hermes or a trial writes to is full. Not the experiment's fault: the run stops,
+    recorded as interrupted, and running it again once there is room continues it."""
 
 
 class IllegalTransition(HermesError):

@@ -28,15 +28,16 @@ from hermes.core.events import (
 )
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import STOPPED
-from hermes.errors import HermesError
+from hermes.errors import NO_SPACE_ERRNOS, HermesError, NoSpaceError
 from hermes.execution.contract import Executor
 from hermes.execution.engine import Engine
 from hermes.execution.registry import make_engine
 from hermes.experiment import ExperimentSpec
 from hermes.policies import make_policy, make_stopper
-from hermes.recovery import replay
+from hermes.recovery import Recovered, replay
 from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, make_searcher
-from hermes.store.base import ExperimentStatus, ExperimentStore
+from hermes.store.base import ExperimentStatus, ExperimentStore, StoreError
+from hermes.store.lock import RunnerLock, SpaceReserve, describe
 from hermes.store.recorder import StoreRecorder
 from hermes.store.sql import SqlStore
 
@@ -75,6 +76,28 @@ class ExperimentSession:
         )
         self.searcher: BaseSearcher = make_searcher(spec.search, spec.metric.mode, slots=self.engine.capacity())
         self.budget = Budget.of(spec.search)
+        # One runner per storage dir (flock: released by the kernel however this process ends), and
+        # the store refuses any earlier writer of the experiment, should a second runner get past it.
+        # A host that passes its store (hermes.pool) holds the directory itself.
+        self._lock = RunnerLock(self.storage, spec.name)
+        if store is None:
+            self._lock.acquire()
+        self.reserve = SpaceReserve(self.storage)
+        try:
+            self._open_store(spec, store)
+        except BaseException:
+            self._lock.release()
+            raise
+        self.listeners = listeners or []
+        self.executor: Executor | None = None
+        self._post: Callable[[Event], None] | None = None  # where new submissions go: the engine loop, or a host's
+        self._closed = False  # SubmissionsClosed is in the log
+        self._cancelled = False  # ExperimentCancelled is in the log
+        self._told: set[str] = set()  # trials whose end the searcher has been told
+        self._origin: float | None = None  # when its first event happened, on the engine's clock
+        self._width = len(str(max((spec.search.trials or 1000) - 1, 1)))
+
+    def _open_store(self, spec: ExperimentSpec, store: ExperimentStore | None) -> None:
         self.store = store or SqlStore(f"sqlite:///{self.storage / STORE_FILE}")
         stored = next((e.spec for e in self.store.experiments() if e.name == spec.name), None)
         budget = {field: getattr(spec.search, field) for field in BUDGET_FIELDS}
@@ -84,19 +107,11 @@ class ExperimentSession:
         self.experiment_id = self.store.create_or_open_experiment(
             spec.name, spec.model_dump(mode="json"), may_change=tuple(f"search.{field}" for field in BUDGET_FIELDS)
         )
-        self.listeners = listeners or []
-        self.executor: Executor | None = None
-        self._loop: Engine | None = None
-        self._closed = False  # SubmissionsClosed is in the log
-        self._cancelled = False  # ExperimentCancelled is in the log
-        self._told: set[str] = set()  # trials whose end the searcher has been told
-        self._width = len(str(max((spec.search.trials or 1000) - 1, 1)))
+        self.store.claim_writer(self.experiment_id, describe(self._lock.who))
 
     # ------------------------------------------------------------------ the run
     def run(self) -> Outcome:
-        recovered = replay(
-            self.store, self.experiment_id, self.scheduler, lambda e, ds: self._follow(e, ds, replaying=True)
-        )
+        recovered = self.replay()
         executor = self.executor = self.engine.executor(self.storage / self.spec.name, recovered.now)
         try:
             for trial in self.scheduler.trials.values():
@@ -113,27 +128,66 @@ class ExperimentSession:
             elif self.scheduler.finished:
                 self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
                 return Outcome(self.experiment_id, True, ExperimentStatus.FINISHED)
-            loop = self._loop = Engine(
+            self.reserve.acquire()
+            loop = Engine(
                 self.scheduler,
                 executor,
                 [StoreRecorder(self.store, self.experiment_id, self.scheduler), self._after, *self.listeners],
             )
+            self._post = loop.post
             for submission in self._submissions(recovered.now):
                 loop.post(submission)
             self.store.set_status(self.experiment_id, ExperimentStatus.RUNNING)
             first.extend(recovered.lost_nodes)
             try:
                 loop.run(first=first)
-            except KeyboardInterrupt:
-                self.store.set_status(self.experiment_id, ExperimentStatus.INTERRUPTED)
+            except (KeyboardInterrupt, NoSpaceError):  # not the experiment's fault: running it again continues it
+                self._record_end(ExperimentStatus.INTERRUPTED)
                 raise
+            except OSError as error:
+                if error.errno not in NO_SPACE_ERRNOS:
+                    self._record_end(ExperimentStatus.FAILED)
+                    raise
+                self._record_end(ExperimentStatus.INTERRUPTED)
+                raise NoSpaceError(f"{error.filename or 'a file'}: {error.strerror}") from error
             except BaseException:
-                self.store.set_status(self.experiment_id, ExperimentStatus.FAILED)
+                self._record_end(ExperimentStatus.FAILED)
                 raise
+            self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
         finally:
             executor.close()
-        self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
+            self.reserve.release()
+            self._lock.release()
         return Outcome(self.experiment_id, recovered.events > 0, ExperimentStatus.FINISHED)
+
+    def _record_end(self, status: ExperimentStatus) -> None:
+        """Record how the run ended, so that it is not shown as running; on a full disk, with the
+        room the reserve kept for this. A store that refuses (another writer took over) is left as is:
+        the error being raised says why."""
+        try:
+            self.reserve.release()
+            self.store.set_status(self.experiment_id, status)
+        except StoreError:
+            pass
+
+    # ------------------------------------------------------------------ hosted by another loop (hermes.pool)
+    def replay(self) -> Recovered:
+        """Rebuild the core and the searcher from the store's log; ``run`` does this first."""
+        return replay(self.store, self.experiment_id, self.scheduler, lambda e, ds: self._follow(e, ds, replaying=True))
+
+    def host(self, executor: Executor, post: Callable[[Event], None]) -> None:
+        """Let a host's loop drive this experiment instead of ``run``: its trials are submitted to
+        ``executor``, and the events of new submissions go to ``post``. The host records each
+        event the core handled, then calls ``after``."""
+        self.executor, self._post = executor, post
+
+    def after(self, event: Event, decisions: list[Decision]) -> None:
+        """After the store has the event: tell the searcher, and submit more trials when some ended."""
+        self._after(event, decisions)
+
+    def submissions(self, now: float) -> list[Event]:
+        """The submissions the searcher and the budget allow now (a host posts them to the core)."""
+        return self._submissions(now)
 
     # ------------------------------------------------------------------ trials from the searcher
     def _submissions(self, now: float) -> list[Event]:
@@ -149,7 +203,8 @@ class ExperimentSession:
             return events
         searcher = self.searcher
         while searcher.wants_more:
-            config = searcher.ask() if self.budget.may_ask(searcher.asked, now, self._gpu_seconds(now)) else None
+            allowed = self.budget.may_ask(searcher.asked, self._elapsed(now), self._gpu_seconds(now))
+            config = searcher.ask() if allowed else None
             if config is None:
                 events.append(SubmissionsClosed(now))
                 self._closed = True
@@ -160,14 +215,20 @@ class ExperimentSession:
 
     def _extended(self, now: float) -> bool:
         """Whether the budget now allows what the log's experiment had stopped asking for."""
-        return not self._budget_spent(now) and self.budget.may_ask(self.searcher.asked, now, self._gpu_seconds(now))
+        return not self._budget_spent(now) and self.budget.may_ask(
+            self.searcher.asked, self._elapsed(now), self._gpu_seconds(now)
+        )
 
     def _budget_spent(self, now: float) -> bool:
         """Time is the experiment's clock (it stands still while no runner runs), as the log has it."""
         budget = self.budget
-        return (budget.seconds is not None and now >= budget.seconds) or (
+        return (budget.seconds is not None and self._elapsed(now) >= budget.seconds) or (
             budget.gpu_seconds is not None and self._gpu_seconds(now) >= budget.gpu_seconds
         )
+
+    def _elapsed(self, now: float) -> float:
+        """Seconds since the experiment's first event: a pool's clock was running before it came."""
+        return now - (self._origin if self._origin is not None else now)
 
     def _gpu_seconds(self, now: float) -> float:
         return sum(
@@ -183,10 +244,12 @@ class ExperimentSession:
         )
         if ended or (self.budget.seconds is not None or self.budget.gpu_seconds is not None):
             for submission in self._submissions(event.at):
-                self._loop.post(submission)
+                self._post(submission)
 
     def _follow(self, event: Event, decisions: list[Decision], *, replaying: bool) -> None:
         """Keep the searcher in step with the log: one ask per submission, every report, one end per trial."""
+        if self._origin is None:
+            self._origin = event.at
         if isinstance(event, TrialSubmitted) and replaying:
             config = self.searcher.ask()
             if config is None or config.params != dict(event.params):

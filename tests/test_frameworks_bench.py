@@ -4,7 +4,9 @@ The real command runs FIFO and Hermes (real runner, real warm workers, real stor
 its median pruner (two spawned workers on a journal file) and Ray Tune with ASHA (a real local Ray),
 on 4 configurations of the real workload for 2 epochs each: 25-40 s on the 2-core development
 machine, most of it Ray (4-6 s to start, 1.5 s to shut down, its first report 6-8 s after
-``Tuner.fit``).
+``Tuner.fit``). Then again with ``--search tpe``: the same systems, each proposing its 4 trials
+with Optuna's TPE (Hermes through its spec, Optuna in ``study.optimize``, Ray Tune through
+``OptunaSearch``), as long again.
 """
 
 from __future__ import annotations
@@ -26,21 +28,20 @@ pytest.importorskip("ray")
 
 from bench.frameworks import compare  # noqa: E402  (the repository root is on pytest's pythonpath)
 from bench.frameworks.systems import Record, Size, Timeline  # noqa: E402
+from bench.frameworks.workload import SPACE  # noqa: E402
 
 SYSTEMS = ["fifo", "hermes", "optuna_median", "ray_asha"]
 PRUNING = {"ray_asha"}  # ASHA may stop trials after their first epoch; the median pruner waits for 5 trials
 SIZE = Size(trials=4, epochs=2)
 
 
-@pytest.fixture(scope="module")
-def outcome(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+def run_compare(path: Path, search: str, unit: str) -> tuple[dict[str, Any], str]:
     """The command's JSON and its printed output."""
-    path = tmp_path_factory.mktemp("frameworks") / "compare.json"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         compare.main([
             "--trials", str(SIZE.trials), "--epochs", str(SIZE.epochs), "--systems", ",".join(SYSTEMS),
-            "--json", str(path),
+            "--search", search, "--ratio-to", unit, "--json", str(path),
             # Trials this short never pay for a switch under the default 2% budget: allow switching so
             # that Hermes suspends and resumes them.
             "--hermes-param", "overhead_budget=0.5",
@@ -48,12 +49,22 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], s
     return json.loads(path.read_text()), printed.getvalue()
 
 
+@pytest.fixture(scope="module")
+def outcome(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    return run_compare(tmp_path_factory.mktemp("frameworks") / "compare.json", "grid", "fifo")
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    return run_compare(tmp_path_factory.mktemp("frameworks") / "compare-tpe.json", "tpe", "hermes")
+
+
 def timeline_of(data: dict[str, Any], system: str) -> Timeline:
     raw = data["rounds"][0][system]
     return Timeline(system, [Record(**record) for record in raw["records"]], raw["wall"], raw["setup"])
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(180)
 def test_every_system_reports_every_configuration_and_fifo_is_the_unit(outcome: tuple[dict[str, Any], str]) -> None:
     data, printed = outcome
     table = data["figures"]
@@ -74,7 +85,7 @@ def test_every_system_reports_every_configuration_and_fifo_is_the_unit(outcome: 
     assert table["fifo"]["epoch_time_vs_fifo"] == 1.0
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(180)
 def test_training_is_the_same_in_every_system(outcome: tuple[dict[str, Any], str]) -> None:
     """Same configurations, seeds and thread count: every system reaches the same accuracies, and
     Hermes's suspended and resumed trials resume exactly."""
@@ -85,7 +96,7 @@ def test_training_is_the_same_in_every_system(outcome: tuple[dict[str, Any], str
         assert {(r.index, r.epoch): r.accuracy for r in timeline_of(data, system).records}.items() <= fifo.items()
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(180)
 def test_figures_follow_from_the_timelines(outcome: tuple[dict[str, Any], str]) -> None:
     data, _ = outcome
     fifo = timeline_of(data, "fifo")
@@ -125,3 +136,62 @@ def test_figures_of_a_timeline_with_gaps() -> None:
     assert figures.final_quality == 0.897
     never = compare.figures(Timeline("y", records[:3], wall=5.0), best=0.9, size=size)
     assert never.time_to_target is None and never.best_at_60s == 0.7 and not math.isnan(never.training_share)
+
+
+def trained(data: dict[str, Any], system: str) -> dict[tuple[str, int], float]:
+    """A system's accuracies by (configuration trained, epoch)."""
+    configs = data["rounds"][0][system]["configs"]
+    records = timeline_of(data, system).records
+    return {(json.dumps(configs[str(r.index)], sort_keys=True), r.epoch): r.accuracy for r in records}
+
+
+@pytest.mark.timeout(180)
+def test_with_tpe_every_system_asks_its_own_trials_in_the_space(searched: tuple[dict[str, Any], str]) -> None:
+    data, printed = searched
+    assert data["search"] == "tpe" and list(data["figures"]) == SYSTEMS
+    for system in SYSTEMS:
+        timeline, configs = timeline_of(data, system), data["rounds"][0][system]["configs"]
+        assert sorted(configs) == [str(index) for index in range(SIZE.trials)]  # the trial budget, no more
+        for config in configs.values():
+            assert set(config) == {*SPACE, "seed"}
+            for name, parameter in SPACE.items():
+                value = config[name]
+                if parameter["type"] == "choice":
+                    assert value in parameter["values"], (system, name, value)
+                else:
+                    assert parameter["low"] <= value <= parameter["high"], (system, name, value)
+        for index in range(SIZE.trials):
+            reported = sorted(r.epoch for r in timeline.records if r.index == index)
+            assert reported == list(range(1, len(reported) + 1)), (system, index, reported)
+            assert len(reported) == SIZE.epochs or (system in PRUNING and reported), (system, index, reported)
+        assert f"| {system} |" in printed
+    assert data["rounds"][0]["hermes"]["notes"]["suspends"] > 0
+    assert data["ratio_to"] == "hermes" and "ratios to hermes:" in printed
+    for figure in compare.FIGURES:  # Hermes need not reach the round's target with its own proposals
+        unit, other = data["figures"]["hermes"][figure], data["figures"]["optuna_median"][figure]
+        assert data["figures"]["hermes"][f"{figure}_ratio"] == (None if unit is None else 1.0)
+        assert data["figures"]["optuna_median"][f"{figure}_ratio"] == (other / unit if unit and other else None)
+
+
+@pytest.mark.timeout(180)
+def test_with_tpe_the_seeded_sampler_proposes_alike_and_the_same_values_train_alike(
+    searched: tuple[dict[str, Any], str],
+) -> None:
+    """4 trials are all TPE's random start-up proposals: one seeded stream, asked in turn by Hermes
+    (either policy) and Ray Tune, so they train the same 4 configurations, to the same accuracies;
+    Optuna's first worker, seeded alike, proposes from the same stream."""
+    data, _ = searched
+    fifo = trained(data, "fifo")
+    configs = {system: sorted(data["rounds"][0][system]["configs"].values(), key=json.dumps) for system in SYSTEMS}
+    assert configs["hermes"] == configs["fifo"] == configs["ray_asha"]
+    assert any(config in configs["fifo"] for config in configs["optuna_median"])
+    for system in SYSTEMS:
+        mine = trained(data, system)
+        shared = {key: accuracy for key, accuracy in mine.items() if key in fifo}
+        assert shared and all(fifo[key] == accuracy for key, accuracy in shared.items()), system
+        assert data["figures"][system]["epoch_time_vs_fifo"] > 0
+    finals = {system: [r for r in timeline_of(data, system).records if r.epoch == SIZE.epochs] for system in SYSTEMS}
+    best = max(r.accuracy for records in finals.values() for r in records)  # the round's best, any system's
+    for system, records in finals.items():
+        hit = [r.at for r in records if r.accuracy >= best - compare.TARGET_POINTS]
+        assert data["figures"][system]["time_to_target"] == (hit[0] if hit else None)

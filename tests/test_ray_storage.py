@@ -142,3 +142,9 @@ def test_the_storage_does_not_need_ray() -> None:
     """Ray is imported only where the Ray engine runs; checkpoint storage is fsspec alone."""
     code = "import sys, hermes.ray.storage; assert 'ray' not in sys.modules, 'ray imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
+
+
+def test_the_core_the_local_engine_and_the_simulator_never_import_ray() -> None:
+    modules = "hermes.session, hermes.cli, hermes.core.scheduler, hermes.local, hermes.sim, hermes.execution.registry"
+    code = f"import sys, {modules}; assert 'ray' not in sys.modules, 'ray imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)

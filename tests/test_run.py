@@ -313,7 +313,7 @@ def test_a_runner_killed_at_any_moment_continues_where_it_was(tmp_path: Path, ki
         )
         assert set(steps_after) <= set(range(1, budget + 1)) and steps_after == sorted(steps_after)
         repeated = [step for step in steps_after if step in steps_before]
-        assert len(repeated) <= checkpoint_every, f"trial {trial.trial_id} lost {repeated} to the crash"
+        assert not repeated, f"trial {trial.trial_id}: steps {repeated} stored twice"  # redone, but stored once
         for record in view.metrics:
             if record.trial_id == trial.trial_id:
                 assert record.values["score"] == pytest.approx(score(rate, record.step))
@@ -392,8 +392,8 @@ FAULTS = {
 def test_a_runner_that_dies_between_two_of_its_writes_leaves_a_store_its_successor_completes(
     tmp_path: Path, fault: str
 ) -> None:
-    """Each event is several transactions (metrics, the event, trial records): a fault injected
-    into the store (a trigger that aborts one write) ends the runner between two of them."""
+    """A fault injected into the store (a trigger that aborts one write) ends the runner; the
+    transaction of that event (its metrics, the event, trial records) leaves nothing behind."""
     from hermes.store import SqlStore
 
     budget = 5

@@ -6,6 +6,7 @@ import copy
 import importlib.util
 import math
 import random
+import sys
 from typing import Any
 
 import pytest
@@ -244,8 +245,8 @@ def test_a_wrong_search_names_the_field(search: dict[str, Any], message: str) ->
     assert str(raised.value).startswith(f"s.yaml: {message}")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("cmaes") is not None, reason="cmaes is installed")
-def test_a_sampler_whose_package_is_missing_fails_at_spec_check() -> None:
+def test_a_sampler_whose_package_is_missing_fails_at_spec_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cmaes", None)  # Python's mark of a module that cannot be imported
     with pytest.raises(SpecError, match=r"search.sampler: optuna.samplers.CmaEsSampler needs the Python package"):
         search_spec(sampler="cmaes", trials=4)
 

@@ -86,6 +86,16 @@ def test_minimal_spec_gets_defaults() -> None:
     assert parse_spec({**data, "policy": {"name": "rr", "period": 5}}).policy.settings == {"period": 5.0}
     assert spec.resources.gpus == "all" and spec.resources.cpu_slots == 1
     assert spec.storage.dir == "runs" and spec.engine == "local"
+    assert spec.ray.address == "auto" and spec.storage.uri is None
+
+
+def test_the_ray_engine_takes_an_address_and_a_checkpoint_uri() -> None:
+    data = {key: SPEC[key] for key in ("name", "trial", "search", "metric", "budget")}
+    data |= {"engine": "ray", "ray": {"address": "10.0.0.1:6379"}, "storage": {"uri": "s3://bucket/hermes"}}
+    spec = parse_spec(data)
+    assert (spec.engine, spec.ray.address, spec.storage.uri) == ("ray", "10.0.0.1:6379", "s3://bucket/hermes")
+    with pytest.raises(SpecError, match="ray.adress"):
+        parse_spec(data | {"ray": {"adress": "auto"}})
 
 
 def test_grid_sampler_defaults_to_one_pass_over_the_grid() -> None:

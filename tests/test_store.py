@@ -20,6 +20,7 @@ from hermes.core.events import (
     Event,
     ExperimentCancelled,
     GpuAdded,
+    GpuReclaimed,
     GpuRemoved,
     NodeAdded,
     NodeRemoved,
@@ -65,6 +66,7 @@ SAMPLES: list[Event | Decision] = [
     NodeRemoved(4.0, "n0"),
     GpuAdded(5.0, "n1", "n1/g0"),
     GpuRemoved(6.0, "n1/g0"),
+    GpuReclaimed(6.5, "n1/g1", preempt=True),
     PeriodElapsed(7.0),
     SubmissionsClosed(8.0),
     SubmissionsReopened(8.5),
@@ -131,6 +133,55 @@ def test_status(store: ExperimentStore) -> None:
     assert store.experiment(experiment).status is ExperimentStatus.FINISHED  # reopening leaves it to the runner
 
 
+def test_pool_experiments_are_queued_with_owner_and_weight(store: ExperimentStore) -> None:
+    ran = store.create_or_open_experiment("ran", SPEC)  # by hermes run: no owner
+    queued = store.submit_experiment("queued", SPEC, owner="ann", weight=2.0)
+    record = store.experiment(queued)
+    assert (record.name, record.spec, record.status, record.owner, record.weight) == (
+        "queued", SPEC, ExperimentStatus.QUEUED, "ann", 2.0
+    )
+    assert not record.cancel_requested and record.error is None
+    assert store.experiment(ran).owner is None and store.experiment(ran).weight == 1.0
+    assert [e.name for e in store.experiments(status=ExperimentStatus.QUEUED)] == ["queued"]
+    both = [ExperimentStatus.QUEUED, ExperimentStatus.RUNNING]
+    assert [e.name for e in store.experiments(status=both)] == ["ran", "queued"]
+    assert store.create_or_open_experiment("queued", SPEC) == queued  # its runner opens it as any other
+    with pytest.raises(StoreError, match="'queued' exists already"):
+        store.submit_experiment("queued", SPEC)
+    with pytest.raises(StoreError, match="'ran' exists already"):
+        store.submit_experiment("ran", SPEC)
+
+
+def test_weights_cancellations_and_errors(store: ExperimentStore) -> None:
+    experiment = store.submit_experiment("exp", SPEC, owner="ann")
+    store.set_weight(experiment, 0.5)
+    store.request_cancel(experiment)
+    store.request_cancel(experiment)
+    record = store.experiment(experiment)
+    assert (record.weight, record.cancel_requested, record.owner) == (0.5, True, "ann")
+    for weight in (0, -1.0, float("nan"), float("inf"), True):
+        with pytest.raises(StoreError, match="positive number"):
+            store.set_weight(experiment, weight)
+    store.set_status(experiment, ExperimentStatus.FAILED, error="trial.workdir: /nowhere does not exist")
+    store.set_status(experiment, ExperimentStatus.FAILED)  # keeps the reason
+    assert store.experiment(experiment).error == "trial.workdir: /nowhere does not exist"
+    plain = store.create_or_open_experiment("plain", SPEC)
+    store.set_status(plain, ExperimentStatus.FAILED, error="boom")
+    assert (store.experiment(plain).error, store.experiment(plain).owner) == ("boom", None)
+    assert (store.experiment(experiment).gpu_seconds_used, store.experiment(experiment).gpu_seconds_owed) == (0, 0)
+    store.save_accounts({experiment: (12.5, 20.0), plain: (1.0, 0.5)})
+    store.save_accounts({experiment: (13.5, 21.0)})
+    assert (store.experiment(experiment).gpu_seconds_used, store.experiment(experiment).gpu_seconds_owed) == (13.5, 21)
+    assert (store.experiment(plain).gpu_seconds_used, store.experiment(plain).weight) == (1.0, 1.0)
+    with pytest.raises(StoreError, match="no experiment with id 99"):
+        store.save_accounts({99: (1.0, 1.0)})
+    assert store.owner_weights() == {}
+    store.set_owner_weight("bob", 3.0)
+    store.set_owner_weight("ann", 1.5)
+    store.set_owner_weight("bob", 2.0)
+    assert store.owner_weights() == {"ann": 1.5, "bob": 2.0}
+
+
 @pytest.mark.parametrize(
     "call",
     [
@@ -143,6 +194,8 @@ def test_status(store: ExperimentStore) -> None:
         lambda s: s.metrics(99),
         lambda s: s.record_metrics(99, "t0", 1, 0.0, {"loss": 1.0}),
         lambda s: s.upsert_trial(99, TrialRecord("t0", {}, TrialState.PENDING, 1, 0.0)),
+        lambda s: s.set_weight(99, 2.0),
+        lambda s: s.request_cancel(99),
     ],
 )
 def test_unknown_experiments_raise(store: ExperimentStore, call: typing.Callable[[ExperimentStore], object]) -> None:
@@ -193,16 +246,63 @@ def test_trials_upsert_in_insertion_order(store: ExperimentStore) -> None:
     assert store.trials(store.create_or_open_experiment("other", SPEC)) == []
 
 
-def test_metrics_keep_every_report_in_order(store: ExperimentStore) -> None:
+def test_metrics_keep_each_step_once_in_report_order(store: ExperimentStore) -> None:
     experiment = store.create_or_open_experiment("exp", SPEC)
     reports = [("t0", 1, 1.0, 0.5), ("t1", 1, 1.5, 0.4), ("t0", 2, 2.0, 0.6), ("t0", 2, 3.0, 0.61)]  # a re-report
     for trial_id, step, at, accuracy in reports:
         store.record_metrics(experiment, trial_id, step, at, {"accuracy": accuracy, "loss": 1 - accuracy})
     everything = store.metrics(experiment)
-    assert [(m.trial_id, m.step, m.at, m.values["accuracy"]) for m in everything] == reports
+    assert [(m.trial_id, m.step, m.at, m.values["accuracy"]) for m in everything] == reports[:3]
+    store.record_event(experiment, TrialReported(4.0, "t1", 1, 0.45, metrics={"accuracy": 0.45}), [], [])
+    assert len(store.metrics(experiment, "t1")) == 1 and len(store.events(experiment)) == 1
     assert store.metrics(experiment, "t1") == [MetricRecord("t1", 1, 1.5, {"accuracy": 0.4, "loss": 0.6})]
     with pytest.raises(StoreError, match="metrics must be numbers"):
         store.record_metrics(experiment, "t0", 3, 4.0, {"phase": "train"})  # type: ignore[dict-item]
+
+
+def test_only_the_latest_claimant_of_an_experiment_writes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/hermes.db"
+    first, second, reader = SqlStore(url), SqlStore(url), SqlStore(url)
+    try:
+        experiment = first.create_or_open_experiment("exp", SPEC)
+        first.claim_writer(experiment, "pid 1 on here (`hermes run a.yaml`)")
+        first.append_event(experiment, PeriodElapsed(1.0))
+        second.claim_writer(experiment, "pid 2 on here (`hermes run b.yaml`)")
+        for write in (
+            lambda: first.append_event(experiment, PeriodElapsed(2.0)),
+            lambda: first.record_event(experiment, TrialReported(2.0, "t0", 1, 0.5), [], []),
+            lambda: first.set_status(experiment, ExperimentStatus.FAILED),
+            lambda: reader.record_metrics(experiment, "t0", 1, 2.0, {"loss": 1.0}),  # one that never claimed
+        ):
+            with pytest.raises(StoreError, match=r"has another writer now \(pid 2 on here"):
+                write()
+        second.append_event(experiment, PeriodElapsed(3.0))
+        assert [event.at for event in reader.events(experiment)] == [1.0, 3.0]
+        assert reader.experiment(experiment).status is ExperimentStatus.RUNNING and not reader.metrics(experiment)
+    finally:
+        for store in (first, second, reader):
+            store.close()
+
+
+def test_a_store_made_before_the_metrics_key_gets_it_keeping_first_reports(tmp_path: Path) -> None:
+    path = tmp_path / "hermes.db"
+    SqlStore(f"sqlite:///{path}").close()
+    with sqlite3.connect(path) as connection:  # as an older Hermes left it: no key, a step stored twice
+        connection.execute("DROP INDEX metrics_once_per_step")
+        connection.execute("INSERT INTO experiments (name, spec, created_at, status) VALUES ('exp', '{}', 0, 'running')")
+        for at, value in ((1.0, 0.5), (2.0, 0.6), (3.0, 0.7)):
+            connection.execute("INSERT INTO metrics (experiment_id, trial_id, step, at, metric_values) "
+                               f"VALUES (1, 't0', {1 if at < 3 else 2}, {at}, '{{\"loss\": {value}}}')")
+    store = SqlStore(f"sqlite:///{path}")
+    try:
+        assert [(m.step, m.at) for m in store.metrics(1)] == [(1, 1.0), (2, 3.0)]
+        store.record_metrics(1, "t0", 2, 4.0, {"loss": 0.0})
+        assert len(store.metrics(1)) == 2
+    finally:
+        store.close()
+    with sqlite3.connect(path) as connection, pytest.raises(sqlite3.IntegrityError):
+        connection.execute("INSERT INTO metrics (experiment_id, trial_id, step, at, metric_values) "
+                           "VALUES (1, 't0', 1, 5.0, '{}')")
 
 
 def test_records_read_are_copies(store: ExperimentStore) -> None:
@@ -348,6 +448,22 @@ def writer(url: str, name: str, count: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", WRITER, url, name, str(count)], stdout=subprocess.PIPE, text=True, env=env
     )
+
+
+def test_a_store_older_than_the_pool_settings_opens_read_only(tmp_path: Path) -> None:
+    path = tmp_path / "hermes.db"
+    store = SqlStore(f"sqlite:///{path}")
+    experiment = store.create_or_open_experiment("exp", SPEC)
+    store.close()
+    with sqlite3.connect(path) as connection:  # as a store written before the table existed
+        connection.execute("DROP TABLE experiment_settings")
+    reader = SqlStore.open_read_only(path)
+    try:
+        record = reader.experiment(experiment)
+        assert (record.name, record.owner, record.weight, record.cancel_requested) == ("exp", None, 1.0, False)
+        assert [e.name for e in reader.experiments(status=ExperimentStatus.RUNNING)] == ["exp"]
+    finally:
+        reader.close()
 
 
 def test_committed_events_survive_kill_9(tmp_path: Path) -> None:

@@ -23,6 +23,15 @@ from hermes import trial
 COPIES = 14  # noisy copies of the training images: ~20k samples
 WIDTHS = (16, 32, 64, 128)
 BATCH_SIZES = (16, 32, 64, 128)
+# The space ``configurations`` draws from, in a Hermes spec's terms: what a searcher explores (``--search tpe``).
+SPACE: dict[str, dict[str, Any]] = {
+    "lr": {"type": "loguniform", "low": 1e-3, "high": 1.0},
+    "width": {"type": "choice", "values": list(WIDTHS)},
+    "weight_decay": {"type": "loguniform", "low": 1e-6, "high": 1e-2},
+    "batch_size": {"type": "choice", "values": list(BATCH_SIZES)},
+    "momentum": {"type": "uniform", "low": 0.0, "high": 0.95},
+}
+SEARCH_SEED = 0  # the torch seed of every searched configuration: the same values train the same in every system
 
 
 def configurations(n: int = 48, seed: int = 0) -> list[dict[str, Any]]:
@@ -105,13 +114,19 @@ def configuration(index: int) -> dict[str, Any]:
     return configurations(index + 1)[index]
 
 
-def hermes_trial(config: dict[str, Any]) -> None:
-    """A Hermes function trial (``bench.frameworks.workload:hermes_trial``) of configuration ``config["index"]``.
+def searched(params: dict[str, Any]) -> dict[str, Any]:
+    """The configuration a searcher's proposal (values of ``SPACE``) trains: the values and the fixed seed."""
+    return {**{name: params[name] for name in SPACE}, "seed": SEARCH_SEED}
 
-    The spec lists each configuration with its index; the trial trains the one of that index, so that
-    every system trains exactly the same configuration.
+
+def hermes_trial(config: dict[str, Any]) -> None:
+    """A Hermes function trial (``bench.frameworks.workload:hermes_trial``): configuration ``config["index"]``,
+    or, without an index, the searched values in ``config``.
+
+    The grid's spec lists each configuration with its index; the trial trains the one of that index,
+    so that every system trains exactly the same configuration.
     """
-    trainer = Trainer(configuration(int(config["index"])))
+    trainer = Trainer(configuration(int(config["index"])) if "index" in config else searched(config))
     state = trial.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)
     for epoch in range(state.restore(), trial.budget()):
         accuracy, seconds = trainer.train_epoch()

@@ -83,6 +83,17 @@ class GpuRemoved:
 
 
 @dataclass(slots=True)
+class GpuReclaimed:
+    """A shared pool takes ``gpu`` back from this experiment (``hermes.core.pool``): a free GPU
+    leaves at once; a held one leaves when its trial releases it, and this experiment never
+    refills it meanwhile."""
+
+    at: float
+    gpu: str
+    preempt: bool = False  # suspend its running trial now (else the trial is leaving by itself)
+
+
+@dataclass(slots=True)
 class PeriodElapsed:
     """A scheduling period passed: running trials whose turn is over may be preempted."""
 
@@ -121,6 +132,7 @@ Event = (
     | NodeRemoved
     | GpuAdded
     | GpuRemoved
+    | GpuReclaimed
     | PeriodElapsed
     | SubmissionsClosed
     | SubmissionsReopened

@@ -20,6 +20,7 @@ from hermes.core.events import (
     Event,
     ExperimentCancelled,
     GpuAdded,
+    GpuReclaimed,
     GpuRemoved,
     NodeAdded,
     NodeRemoved,
@@ -32,7 +33,7 @@ from hermes.core.events import (
     TrialSuspended,
 )
 from hermes.core.node_scheduler import NodeScheduler
-from hermes.core.states import COMPLETED, FAILED, HOLDING_GPU, STOPPED, SUSPENDED, SUSPENDING
+from hermes.core.states import COMPLETED, FAILED, HOLDING_GPU, RUNNING, STOPPED, SUSPENDED, SUSPENDING
 from hermes.core.trial import Trial
 from hermes.errors import HermesError
 from hermes.core.policy import PAUSE, STOP, EarlyStopper, SchedulingPolicy
@@ -86,6 +87,17 @@ class Scheduler:
         self._unfinished = 0  # trials not yet terminal
         self._busy = 0  # trials holding a GPU
         self._last_time = 0.0
+        self.reclaimed: set[str] = set()  # GPUs a shared pool takes back once their trials release them
+
+    @property
+    def busy(self) -> int:
+        """Trials holding a GPU."""
+        return self._busy
+
+    @property
+    def unfinished(self) -> int:
+        """Trials not yet terminal: those holding a GPU and those waiting for one."""
+        return self._unfinished
 
     def restore_policy(self, policy: SchedulingPolicy, state: dict[str, Any]) -> None:
         """Continue with ``policy`` in the state another instance saved (``state_dict``), mid-run."""
@@ -190,6 +202,7 @@ class Scheduler:
 
     def _on_node_removed(self, event: NodeRemoved) -> list[Decision]:
         node = self.cluster.remove_node(event.node)
+        self.reclaimed.difference_update(node.occupant)
         del self.node_schedulers[node.name]
         for trial in node.members.values():
             if trial.state in HOLDING_GPU:
@@ -205,17 +218,34 @@ class Scheduler:
         return self._place_and_fill(event.at, {self.cluster.nodes[event.node]})
 
     def _on_gpu_removed(self, event: GpuRemoved) -> list[Decision]:
+        self.reclaimed.discard(event.gpu)
         node, trial = self.cluster.remove_gpu(event.gpu)
         if trial is not None:
             self.node_schedulers[node.name].release(trial)
             self._lose(trial, event.at)
-        if not node.occupant:  # a node without GPUs cannot run its trials: place them elsewhere
+        self._unplace_if_empty(node)
+        return self._place_and_fill(event.at, {node} | set(self.cluster.nodes.values()))
+
+    def _on_gpu_reclaimed(self, event: GpuReclaimed) -> list[Decision]:
+        node = self.cluster.node_of(event.gpu)
+        trial = node.occupant[event.gpu]
+        if trial is None:  # free: it leaves now, and whatever waited for it still waits elsewhere
+            self.cluster.remove_gpu(event.gpu)
+            self._unplace_if_empty(node)
+            return self._place_and_fill(event.at, set(self.cluster.nodes.values()))
+        self.reclaimed.add(event.gpu)
+        if event.preempt and trial.state is RUNNING and not trial.stop_requested:
+            return self.node_schedulers[node.name].suspend(trial)
+        return []  # it is leaving already
+
+    def _unplace_if_empty(self, node: Node) -> None:
+        """A node without GPUs cannot run its trials: they wait unplaced, to go wherever GPUs are."""
+        if not node.occupant:
             for member in node.members.values():
                 member.node = None
                 self.unplaced[member.trial_id] = member
             node.members.clear()
             self.unplaced = dict(sorted(self.unplaced.items(), key=lambda item: item[1].seq))
-        return self._place_and_fill(event.at, {node} | set(self.cluster.nodes.values()))
 
     def _on_submissions_closed(self, event: SubmissionsClosed) -> list[Decision]:
         self.submissions_open = False
@@ -244,6 +274,7 @@ class Scheduler:
         NodeRemoved: _on_node_removed,
         GpuAdded: _on_gpu_added,
         GpuRemoved: _on_gpu_removed,
+        GpuReclaimed: _on_gpu_reclaimed,
         SubmissionsClosed: _on_submissions_closed,
         SubmissionsReopened: _on_reopened,
         ExperimentCancelled: _on_cancelled,
@@ -353,11 +384,16 @@ class Scheduler:
             raise HermesError(f"unknown trial {trial_id}") from None
 
     def _release_gpu(self, trial: Trial, now: float) -> Node:
-        node = self.cluster.node_of(trial.gpu)
-        node.occupant[trial.gpu] = None
+        gpu = trial.gpu
+        node = self.cluster.node_of(gpu)
+        node.occupant[gpu] = None
         self.node_schedulers[node.name].release(trial)
         trial.end_run(now)
         self._busy -= 1
+        if self.reclaimed and gpu in self.reclaimed:  # the pool takes it back instead of this experiment refilling it
+            self.reclaimed.discard(gpu)
+            self.cluster.remove_gpu(gpu)
+            self._unplace_if_empty(node)
         return node
 
     def _lose(self, trial: Trial, now: float) -> None:

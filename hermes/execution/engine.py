@@ -18,15 +18,18 @@ from hermes.errors import HermesError
 from hermes.execution.contract import Executor
 
 DecisionListener = Callable[[Event, list[Decision]], None]
-"""Called with every event and the decisions the core made about it, before the executor acts."""
+"""Called with every event and the decisions the core made about it, before the executor acts.
+A listener may also have ``flush()``, called before the executor acts on what it was told."""
 
 
 class Engine:
     """Feeds one core from one executor and from an inbox that any thread may post to.
 
     Order: the events the executor reported together, in order; then whatever was posted, in
-    order; then the executor is asked again. A post wakes a blocked executor, so an event from
-    another thread (a submission from an HTTP request, say) is handled at once.
+    order, including what listeners post meanwhile; all of them go through the core and the
+    listeners before the executor acts on any (so that the store commits them at once); then the
+    executor is asked again. A post wakes a blocked executor, so an event from another thread (a
+    submission from an HTTP request, say) is handled at once.
     """
 
     def __init__(
@@ -42,6 +45,9 @@ class Engine:
         self.scheduler = scheduler
         self.executor = executor
         self.listeners = list(listeners)
+        # A listener with a ``flush`` method (the store recorder) may keep what it is told and write
+        # it at once when asked: before the executor acts on any of it.
+        self._flushes = [flush for flush in (getattr(listener, "flush", None) for listener in self.listeners) if flush]
         self.waits_for_posts = waits_for_posts
         self._inbox: deque[Event] = deque()
         self._posted = threading.Condition()
@@ -58,21 +64,36 @@ class Engine:
 
         ``first`` are handled before anything else, even by a finished core (a restarted runner's
         NodeRemoved for the nodes of the run that died, a reopening of submissions)."""
-        for event in first:
-            self._handle(event)
-        batch: deque[Event] = deque()
+        self._handle(list(first), everything=True)
         while not self.scheduler.finished:
-            if not batch:
-                batch.extend(self._next_batch())
-            self._handle(batch.popleft())
+            self._handle(self._next_batch())
 
-    def _handle(self, event: Event) -> None:
-        decisions = self.scheduler.handle(event)
-        for listener in self.listeners:
-            listener(event, decisions)
-        for decision in decisions:
-            self.executor.apply(decision, event.at)
-        self.executor.settled(event)
+    def _handle(self, events: list[Event], *, everything: bool = False) -> None:
+        """Events through the core and the listeners, with what the listeners post meanwhile (until
+        the core is finished, unless ``everything``); then the listeners that keep what they saw
+        flush it (the store: one commit for the lot); then the executor acts on each, in order."""
+        pending = deque(events)
+        handled: list[tuple[Event, list[Decision]]] = []
+        while pending and (everything or not self.scheduler.finished):
+            event = pending.popleft()
+            decisions = self.scheduler.handle(event)
+            for listener in self.listeners:
+                listener(event, decisions)
+            handled.append((event, decisions))
+            if not pending and not everything:
+                pending.extend(self._take_posts())
+        for flush in self._flushes:
+            flush()
+        for event, decisions in handled:
+            for decision in decisions:
+                self.executor.apply(decision, event.at)
+            self.executor.settled(event)
+
+    def _take_posts(self) -> list[Event]:
+        with self._posted:
+            posts = list(self._inbox)
+            self._inbox.clear()
+        return posts
 
     def _next_batch(self) -> list[Event]:
         while True:

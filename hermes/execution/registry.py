@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 ENGINES: dict[str, str] = {
     "local": "hermes.local.engine:LocalEngine",
+    "ray": "hermes.ray.engine:RayEngine",
 }
 
 

@@ -189,12 +189,7 @@ class SearchSpec(_Section):
     @field_validator("max_time", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", value)
-            if not match:
-                raise ValueError(f"must be seconds or a duration like '90m', '2h', '1d', got {value!r}")
-            return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
-        return value
+        return _seconds(value)
 
     @field_validator("space")
     @classmethod
@@ -306,7 +301,32 @@ class SearchSpec(_Section):
                     raise _PathError(f"configs.{index}.{param}", f"{value!r} is outside search.space.{param}")
 
 
+def _seconds(value: Any) -> Any:
+    """A duration like '90m', '2h', '1d' in seconds; anything else as it is, for the field to check."""
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", value)
+        if not match:
+            raise ValueError(f"must be seconds or a duration like '90m', '2h', '1d', got {value!r}")
+        return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
+    return value
+
+
 # ---------------------------------------------------------------------- the rest of the spec
+class StallSpec(_Section):
+    """When a running trial that stops reporting counts as hung (it is killed and fails): silent
+    for ``factor`` times its slowest step so far but at least ``min`` seconds, or ``after`` seconds
+    whatever its steps (which also covers the time before its first report)."""
+
+    factor: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 20.0  # 0: off
+    min: PositiveFloat = 60.0
+    after: PositiveFloat | None = None
+
+    @field_validator("min", "after", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return _seconds(value)
+
+
 class TrialSpec(_Section):
     """What one trial runs: a Python function, or a command line with ``{param}`` placeholders."""
 
@@ -317,6 +337,16 @@ class TrialSpec(_Section):
     # A function runs in its slot's warm worker, parked in memory when suspended; false: a process
     # per trial and per resume (slower switches, but a trial can never disturb another's process).
     warm_workers: StrictBool = True
+    # How long a trial may take: seconds (or '90m', '2h') of running time in all, suspended time
+    # not counted; and when a silent one is hung. How to run, not what the experiment is: a rerun
+    # may change them, so they stay out of the stored spec.
+    timeout: PositiveFloat | None = Field(default=None, exclude=True)
+    stall: StallSpec = Field(default_factory=StallSpec, exclude=True)
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _timeout(cls, value: Any) -> Any:
+        return _seconds(value)
 
     @field_validator("function")
     @classmethod
@@ -446,10 +476,21 @@ class ResourcesSpec(_Section):
 class StorageSpec(_Section):
     dir: str = "runs"  # holds hermes.db (all experiments, by name), checkpoints and logs
     checkpoint_every: StrictPositiveInt = 1  # steps between checkpoints (its cost: docs/trials.md)
+    # engine: ray: where durable checkpoints go so that any node can resume any trial (an fsspec URI:
+    # file:// or a path on a shared mount, s3://, gs://); default: <dir>/<name>/checkpoints on the driver.
+    # Where the checkpoints are is not what the experiment is (they may move), so it stays out of the stored spec.
+    uri: str | None = Field(default=None, exclude=True)
     # A dir outside the spec's folder, the trial's workdir and the home is refused unless this says
     # so (a stray absolute path, "/" say, is a typo far more often than a wish). Not part of what
     # the experiment is, so it stays out of the stored spec.
     allow_outside: StrictBool = Field(default=False, exclude=True)
+
+
+class RaySpec(_Section):
+    """The Ray engine's settings (docs/ray.md); used with ``engine: ray`` only."""
+
+    address: str = Field(default="auto", min_length=1)  # ray.init's: "auto" on a cluster's node, or "<ip>:<port>"
+    poll: PositiveFloat = 0.25  # seconds between reads of Ray's node table, for joining and lost nodes
 
 
 class ExperimentSpec(_Section):
@@ -463,6 +504,7 @@ class ExperimentSpec(_Section):
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     engine: Literal["local", "ray"] = "local"
+    ray: RaySpec = Field(default_factory=RaySpec, exclude=True)  # where it runs, not what it is: not stored
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

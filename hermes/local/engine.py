@@ -12,6 +12,7 @@ from hermes.experiment.command import command_argv
 from hermes.local.executor import LocalExecutor
 from hermes.local.launch import PROCESS_SWITCH_COST, SIGSTOP_SWITCH_COST, WARM_SWITCH_COST, TrialLaunch
 from hermes.local.resources import Slot, discover_gpus, local_slots
+from hermes.local.watchdog import TrialLimits
 
 if TYPE_CHECKING:
     from hermes.experiment.spec import ExperimentSpec, ResourcesSpec
@@ -26,20 +27,10 @@ class LocalEngine(ExecutionEngine):
         return len(self.slots)
 
     def profile(self) -> ExecutionProfile:
-        trial = self.spec.trial
-        if trial.function is not None:
-            cost = WARM_SWITCH_COST if trial.warm_workers else PROCESS_SWITCH_COST
-        else:
-            cost = SIGSTOP_SWITCH_COST if trial.metrics_regex else PROCESS_SWITCH_COST
-        return ExecutionProfile(switch_cost=cost)
+        return trial_profile(self.spec)
 
     def work(self, params: Mapping[str, Any]) -> TrialLaunch:
-        spec = self.spec
-        trial = spec.trial
-        common = dict(budget=spec.budget.steps, config=dict(params), cwd=str(spec.workdir))
-        if trial.function is not None:
-            return TrialLaunch(function=trial.function, warm=trial.warm_workers, **common)
-        return TrialLaunch(command=command_argv(trial.command, params), metric_pattern=trial.metrics_regex, **common)
+        return trial_launch(self.spec, params)
 
     def executor(self, directory: Path, clock_offset: float) -> LocalExecutor:
         spec = self.spec
@@ -53,7 +44,32 @@ class LocalEngine(ExecutionEngine):
             period=(spec.policy.period or 60.0) if spec.trial.metrics_regex else None,
             clock_offset=clock_offset,
             cwd=spec.workdir,
+            limits=TrialLimits(
+                timeout=spec.trial.timeout,
+                stall_factor=spec.trial.stall.factor,
+                stall_min=spec.trial.stall.min,
+                stall_after=spec.trial.stall.after,
+            ),
         )
+
+
+def trial_profile(spec: ExperimentSpec) -> ExecutionProfile:
+    """What a switch of the spec's trials costs when they run as processes (here, or on a Ray node)."""
+    trial = spec.trial
+    if trial.function is not None:
+        cost = WARM_SWITCH_COST if trial.warm_workers else PROCESS_SWITCH_COST
+    else:
+        cost = SIGSTOP_SWITCH_COST if trial.metrics_regex else PROCESS_SWITCH_COST
+    return ExecutionProfile(switch_cost=cost)
+
+
+def trial_launch(spec: ExperimentSpec, params: Mapping[str, Any]) -> TrialLaunch:
+    """What runs for a trial of the spec with these hyper-parameters."""
+    trial = spec.trial
+    common = dict(budget=spec.budget.steps, config=dict(params), cwd=str(spec.workdir))
+    if trial.function is not None:
+        return TrialLaunch(function=trial.function, warm=trial.warm_workers, **common)
+    return TrialLaunch(command=command_argv(trial.command, params), metric_pattern=trial.metrics_regex, **common)
 
 
 def slots_for(resources: ResourcesSpec) -> list[Slot]:

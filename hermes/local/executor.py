@@ -17,7 +17,16 @@ import shutil
 from pathlib import Path
 
 from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
-from hermes.core.events import Event, GpuRemoved, NodeAdded, PeriodElapsed, TrialReported, TrialSubmitted
+from hermes.core.events import (
+    Event,
+    GpuRemoved,
+    NodeAdded,
+    PeriodElapsed,
+    TrialExited,
+    TrialReported,
+    TrialSubmitted,
+    TrialSuspended,
+)
 from hermes.core.policy import ExecutionProfile
 from hermes.errors import HermesError
 from hermes.execution.contract import Executor
@@ -27,6 +36,7 @@ from hermes.local.loop import EventLoop, monotonic_clock
 from hermes.local.resources import Slot, local_slots
 from hermes.local.runs import LocalTrial, Run, SwitchTiming
 from hermes.local.system import meminfo
+from hermes.local.watchdog import TrialLimits, Watchdog
 from hermes.trial import protocol
 
 
@@ -40,7 +50,8 @@ class LocalExecutor(Executor[TrialLaunch]):
     A trial parked in a warm worker is spilled to disk at once while the host has less than
     ``memory_reserve`` bytes available (default: a tenth of its memory); a worker whose resident
     memory exceeds ``worker_memory_limit`` bytes (default: the host's memory over the slots) is
-    replaced once it runs nothing.
+    replaced once it runs nothing. ``limits``: when a trial counts as hung (``hermes.local.watchdog``);
+    it is killed and fails.
     """
 
     def __init__(
@@ -55,6 +66,7 @@ class LocalExecutor(Executor[TrialLaunch]):
         cwd: str | Path | None = None,
         memory_reserve: int | None = None,
         worker_memory_limit: int | None = None,
+        limits: TrialLimits | None = None,
     ) -> None:
         if not hasattr(os, "pidfd_open"):
             raise HermesError("the local executor needs Linux 5.3 or later (pidfd_open)")
@@ -71,6 +83,7 @@ class LocalExecutor(Executor[TrialLaunch]):
         self.profile = ExecutionProfile(switch_cost=WARM_SWITCH_COST)
         self._clock = monotonic_clock(clock_offset)
         self.loop = EventLoop(period, self._clock)
+        self.watchdog = Watchdog(limits or TrialLimits())
         total_memory = meminfo("MemTotal")
         self.launchers: dict[str, Launcher] = {
             "warm": WarmLauncher(
@@ -105,7 +118,7 @@ class LocalExecutor(Executor[TrialLaunch]):
         self._trials[trial_id] = LocalTrial(
             trial_id=trial_id,
             launch=work,
-            directory=self.directory / "trials" / trial_id,
+            directory=Path(work.directory) if work.directory else self.directory / "trials" / trial_id,
             last_step=reported_step,
             checkpoint_step=reported_step,
         )
@@ -120,8 +133,10 @@ class LocalExecutor(Executor[TrialLaunch]):
                 raise HermesError(f"trial {trial.trial_id} already runs on {trial.run.slot.name}")
             shutil.rmtree(trial.directory / protocol.CHECKPOINTS_DIR, ignore_errors=True)
             trial.last_step = trial.checkpoint_step = 0
+            self.watchdog.started(trial.trial_id, self.now())
             self._launch(trial, self._free_slot(trial, decision.gpu))
         elif isinstance(decision, Resume):
+            self.watchdog.started(trial.trial_id, self.now())
             self._resume(trial, decision)
         elif isinstance(decision, Suspend):
             self._suspend(trial)
@@ -148,7 +163,8 @@ class LocalExecutor(Executor[TrialLaunch]):
         while not self._events:
             if not self._anything_reporting():
                 return []
-            woken = self.loop.wait()
+            woken = self.loop.wait(self.watchdog.deadline())
+            self._kill_hung()
             if self.loop.tick():
                 self._events.append(PeriodElapsed(self.now()))
             if woken:
@@ -185,6 +201,7 @@ class LocalExecutor(Executor[TrialLaunch]):
             raise HermesError(f"unknown GPU {gpu}; this executor has {', '.join(self.slots)}")
         holder = self._occupied.pop(gpu, None)
         if holder is not None:
+            self.watchdog.stopped(holder.trial_id, self.now())
             holder.lost()
             if holder.destination is slot:
                 holder.destination = None
@@ -192,9 +209,39 @@ class LocalExecutor(Executor[TrialLaunch]):
             launcher.lose_slot(slot)
         self._events.append(GpuRemoved(self.now(), gpu))
 
+    def hand_over(self, trial_id: str) -> bool:
+        """Let a suspended trial go to another executor (a Ray node agent's, on another node).
+
+        True once nothing of it runs here: it is then forgotten, and its newest checkpoint in its
+        directory is the caller's to carry. False while a trial parked in a warm worker is being
+        spilled to that checkpoint: call again after ``next_events``. An unknown trial is True."""
+        trial = self._trials.get(trial_id)
+        if trial is None:
+            return True
+        run = trial.run
+        if run is not None:
+            if not (run.parked and run.worker is not None):
+                raise HermesError(f"cannot hand over trial {trial_id}: it is not suspended with a checkpoint")
+            self.launchers["warm"].spill(run)
+            return False
+        del self._trials[trial_id]
+        return True
+
     # ------------------------------------------------------------------ what launchers ask of it (launchers.Host)
+    def metric_of(self, trial: LocalTrial) -> str | None:
+        """The objective metric of ``trial``: its own setting, else the executor's."""
+        return trial.launch.metric if trial.launch.metric is not None else self.metric
+
+    def checkpoint_every_of(self, trial: LocalTrial) -> int:
+        every = trial.launch.checkpoint_every
+        return self.checkpoint_every if every is None else every
+
     def emit(self, event: Event) -> None:
         self._events.append(event)
+        if isinstance(event, TrialReported):
+            self.watchdog.reported(event.trial_id, event.at)
+        elif isinstance(event, (TrialSuspended, TrialExited)):
+            self.watchdog.stopped(event.trial_id, event.at, ended=isinstance(event, TrialExited))
 
     def occupy(self, slot: Slot, trial: LocalTrial) -> None:
         self._occupied[slot.name] = trial
@@ -213,8 +260,9 @@ class LocalExecutor(Executor[TrialLaunch]):
             self._launch(trial, destination)
 
     def report(self, run: Run, step: int, metrics: dict[str, float], checkpointed: bool) -> None:
-        answer, event = run.handshake.report(step, metrics, checkpointed, self.now(), self.metric)
+        answer, event = run.handshake.report(step, metrics, checkpointed, self.now(), self.metric_of(run.trial))
         if answer is not None:
+            self.watchdog.reported(run.trial.trial_id, self.now())  # a step caught up is a step too
             self._launcher(run.trial).answer(run, answer)
         else:
             self.emit(event)
@@ -278,6 +326,13 @@ class LocalExecutor(Executor[TrialLaunch]):
         if run is None:
             return  # suspended with its checkpoint, or never started: nothing runs
         self._launcher(trial).stop(run)
+
+    def _kill_hung(self) -> None:
+        """Kill the trials the watchdog finds past a limit: each ends as failed, saying which."""
+        for trial_id, reason in self.watchdog.overdue(self.now()):
+            run = self._trials[trial_id].run
+            if run is not None and run.reporting and run.error is None:
+                self.fail(run, reason)
 
     def _anything_reporting(self) -> bool:
         return any(run.reporting for launcher in self.launchers.values() for run in launcher.runs())

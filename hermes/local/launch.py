@@ -36,6 +36,10 @@ class TrialLaunch:
     cwd: str | None = None  # working directory; the executor's when None
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment variables
     warm: bool = True  # a function runs in a warm worker (a command never does)
+    # Per-trial settings for an executor shared by several experiments (a pool); None: the executor's own.
+    metric: str | None = None  # the objective among its metrics
+    checkpoint_every: int | None = None  # steps between its checkpoints
+    directory: str | None = None  # its config, logs and checkpoints (default: the executor's trials/<id>)
 
     def __post_init__(self) -> None:
         if self.budget < 1:

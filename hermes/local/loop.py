@@ -34,9 +34,10 @@ class EventLoop:
     def unregister(self, fd: int) -> None:
         self._selector.unregister(fd)
 
-    def wait(self) -> bool:
-        """Wait for something (or the next tick), run the handlers of what is ready; True if woken."""
-        timeout = None if self._next_tick is None else max(0.0, self._next_tick - self.now())
+    def wait(self, deadline: float | None = None) -> bool:
+        """Wait for something (or the next tick, or ``deadline``), run the handlers of what is ready; True if woken."""
+        moments = [moment for moment in (self._next_tick, deadline) if moment is not None]
+        timeout = max(0.0, min(moments) - self.now()) if moments else None
         ready = self._selector.select(timeout)
         woken = False
         for key, _ in sorted(ready, key=lambda item: item[0].data[0]):

@@ -26,6 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from hermes.errors import NO_SPACE_ERRNOS
 from hermes.trial import protocol
 from hermes.trial.session import Session, StopExit, SuspendExit, bind
 
@@ -73,9 +74,9 @@ class _ThreadStreams(io.TextIOBase):
 
     def close_for_thread(self) -> None:
         file = getattr(self._local, "file", None)
+        self._local.file = None
         if file is not None:
             file.close()
-            self._local.file = None
 
     def _target(self) -> TextIO:
         return getattr(self._local, "file", None) or self._fallback
@@ -109,12 +110,15 @@ class Worker:
         thread.start()
 
     def _run(self, channel: _TrialChannel, command: dict[str, Any]) -> None:
-        """The trial's thread: set up its session, call its function, say how it ended."""
+        """The trial's thread: set up its session, call its function, say how it ended.
+
+        The executor waits for that last message, so it goes out whatever happens, a full disk
+        that cannot take the trial's logs included."""
         directory = Path(command["directory"])
-        self.stdout.open_for_thread(directory)
-        self.stderr.open_for_thread(directory)
         outcome, error = protocol.OK, None
         try:
+            self.stdout.open_for_thread(directory)
+            self.stderr.open_for_thread(directory)
             session = Session(
                 channel.trial_id,
                 directory,
@@ -134,13 +138,23 @@ class Worker:
         except SystemExit as exit:  # sys.exit() in the trial: its code says how it went
             if exit.code not in (None, 0):
                 outcome, error = protocol.FAILED, f"exit code {exit.code}"
-        except BaseException as exception:  # its traceback goes to its stderr.log, as in a process of its own
-            outcome, error = protocol.FAILED, f"uncaught {type(exception).__name__}"
-            traceback.print_exc()
+        except BaseException as exception:
+            if isinstance(exception, OSError) and exception.errno in NO_SPACE_ERRNOS:
+                outcome, error = protocol.NO_SPACE, str(exception)
+            else:
+                outcome, error = protocol.FAILED, f"uncaught {type(exception).__name__}"
+            try:  # its traceback goes to its stderr.log, as in a process of its own
+                traceback.print_exc()
+            except OSError:
+                if outcome == protocol.FAILED:
+                    error = f"uncaught {type(exception).__name__}: {exception}"  # no log to read it from
         finally:
             bind(None)
-            self.stdout.close_for_thread()
-            self.stderr.close_for_thread()
+            for stream in (self.stdout, self.stderr):
+                try:
+                    stream.close_for_thread()
+                except OSError:
+                    pass  # a full disk: what could not be written is lost, the trial's outcome is not
             del self.channels[channel.trial_id]
         self.outbox.send({"type": protocol.ENDED, "trial": channel.trial_id, "outcome": outcome, "error": error})
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from hermes.core.decisions import Resume, Suspend
 from hermes.core.events import Event, GpuAdded, GpuRemoved, NodeAdded, NodeRemoved
 from hermes.core.states import TrialState
 from hermes.report import ExperimentView, format_duration, format_number, format_table, summarise_error
 from hermes.report.results import Standing, standings
-from hermes.store import ExperimentRecord, ExperimentStore, Run
+from hermes.store import ExperimentRecord, ExperimentStatus, ExperimentStore, Run
+from hermes.store.lock import describe, holder
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,10 +26,14 @@ class Status:
     gpus: dict[str, Run | None]  # every GPU the cluster has now -> the run on it, if any
     preemptions: int  # Suspend decisions
     migrations: int  # resumes on another GPU
+    state: str  # the stored status, with who runs it, or that nobody does although it says running
 
 
-def experiment_status(store: ExperimentStore, experiment: ExperimentRecord) -> Status:
-    """Read the experiment's records and its event log; GPUs come from the log, so idle ones are listed too."""
+def experiment_status(store: ExperimentStore, experiment: ExperimentRecord, lock: Path | None = None) -> Status:
+    """Read the experiment's records and its event log; GPUs come from the log, so idle ones are listed too.
+
+    ``lock``: the storage dir's runner lock (``hermes.store.lock``), to tell whether a "running"
+    experiment has a runner, or lost it to ``kill -9`` or a crash of the machine."""
     view = ExperimentView.load(store, experiment)
     events = store.events(experiment.experiment_id)
     decisions = [record.decision for record in store.decisions(experiment.experiment_id)]
@@ -43,7 +49,17 @@ def experiment_status(store: ExperimentStore, experiment: ExperimentRecord) -> S
         gpus={gpu: running.get(gpu) for gpu in _present_gpus(events)},
         preemptions=sum(isinstance(decision, Suspend) for decision in decisions),
         migrations=sum(isinstance(decision, Resume) and decision.migrated for decision in decisions),
+        state=_state(experiment, lock),
     )
+
+
+def _state(experiment: ExperimentRecord, lock: Path | None) -> str:
+    if experiment.status is not ExperimentStatus.RUNNING or lock is None:
+        return experiment.status.value
+    who = holder(lock)
+    if who is not None and who.get("experiment") in (experiment.name, None):
+        return f"running, by {describe(who)}"
+    return "running when its runner ended without a word (killed?): `hermes run` continues it"
 
 
 def _present_gpus(events: Sequence[Event]) -> list[str]:
@@ -69,7 +85,7 @@ def format_status(status: Status) -> str:
     experiment, target = view.experiment, view.target
     trials = ", ".join(f"{count} {state.value}" for state, count in status.by_state.items())
     lines = [
-        f"experiment  {experiment.name} (id {experiment.experiment_id}): {experiment.status.value}",
+        f"experiment  {experiment.name} (id {experiment.experiment_id}): {status.state}",
         f"metric      {target.name} ({target.objective.mode})",
         f"elapsed     {format_duration(status.elapsed)}",
         f"trials      {len(view.trials)}" + (f": {trials}" if trials else ""),

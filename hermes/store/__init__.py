@@ -10,6 +10,7 @@ from hermes.store.base import (
     MetricRecord,
     Run,
     StoreError,
+    StoreFull,
     TrialRecord,
     build_runs,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "Run",
     "SqlStore",
     "StoreError",
+    "StoreFull",
     "TrialRecord",
     "build_runs",
 ]

@@ -23,18 +23,24 @@ from hermes.core.events import (
     TrialSuspended,
 )
 from hermes.core.states import TrialState
-from hermes.errors import HermesError
+from hermes.errors import HermesError, NoSpaceError
 
 
 class StoreError(HermesError):
     """The store cannot do what was asked: unknown experiment, conflicting spec, or a backend failure."""
 
 
+class StoreFull(StoreError, NoSpaceError):
+    """The store's disk is full: nothing of the write was kept, and the store is intact."""
+
+
 class ExperimentStatus(str, Enum):
+    QUEUED = "queued"  # submitted to a pool (``submit_experiment``), not yet taken up
     RUNNING = "running"  # created, or reopened by a runner
     FINISHED = "finished"  # the core finished: every trial is terminal
     FAILED = "failed"  # the runner gave up with an error
     INTERRUPTED = "interrupted"  # the runner was stopped; reopening resumes it
+    CANCELLED = "cancelled"  # ended on request (``request_cancel``): its unfinished trials were stopped
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +50,12 @@ class ExperimentRecord:
     spec: dict[str, Any]
     created_at: float  # wall-clock seconds since the epoch
     status: ExperimentStatus
+    owner: str | None = None  # who submitted it to a pool; None: not a pool's (``hermes run`` made it)
+    weight: float = 1.0  # its weight in the pool's fair share
+    cancel_requested: bool = False
+    error: str | None = None  # why it failed, when its runner said
+    gpu_seconds_used: float = 0.0  # a pool's fair-share accounts: GPU seconds it held so far,
+    gpu_seconds_owed: float = 0.0  # and what its share came to (``save_accounts``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +77,8 @@ class TrialRecord:
 
 @dataclass(frozen=True, slots=True)
 class MetricRecord:
-    """One report. Every report is kept in order, including re-reports of a step after a rollback."""
+    """One report: the first of its step. A step reported again after a rollback to an older
+    checkpoint is in the event log twice, but here once (a unique key on experiment, trial, step)."""
 
     trial_id: str
     step: int
@@ -106,6 +119,8 @@ class ExperimentStore(ABC):
     - Ordering: ``events`` returns events in append order; event ``i`` (0-based) has sequence
       number ``i + 1``. There is one writer of events per experiment (its runner); metrics and
       trials may be written from other threads.
+    - One writer: once a store object has claimed an experiment (``claim_writer``), writes to it
+      through any other store object raise StoreError, so two runners can never interleave one log.
     - Thread safety: all methods may be called from any thread. Records returned are fresh
       copies: later writes never change a record already read.
     - Reopening: the same name and spec returns the same experiment id, so a restarted runner
@@ -124,17 +139,55 @@ class ExperimentStore(ABC):
         """The experiment with this id; StoreError if there is none."""
 
     @abstractmethod
-    def experiments(self) -> list[ExperimentRecord]:
-        """Every experiment, oldest first."""
+    def experiments(
+        self, status: ExperimentStatus | Collection[ExperimentStatus] | None = None
+    ) -> list[ExperimentRecord]:
+        """Every experiment (with ``status``: those in that status, or in one of those), oldest first."""
 
     @abstractmethod
-    def set_status(self, experiment_id: int, status: ExperimentStatus) -> None: ...
+    def set_status(self, experiment_id: int, status: ExperimentStatus, error: str | None = None) -> None:
+        """``error``: why it failed, kept on the record (None leaves the stored reason as it is)."""
+
+    # ------------------------------------------------------------------ a pool's experiments (hermes.pool)
+    @abstractmethod
+    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str = "", weight: float = 1.0) -> int:
+        """Queue a new experiment for a pool (status queued); a name in use raises StoreError.
+
+        ``spec`` as ``ExperimentSpec.model_dump(mode="json")`` gives it (what a runner stores), so
+        that the pool's session reopens it as is."""
+
+    @abstractmethod
+    def set_weight(self, experiment_id: int, weight: float) -> None:
+        """Change a pool experiment's weight (a positive number); the pool applies it while running."""
+
+    @abstractmethod
+    def request_cancel(self, experiment_id: int) -> None:
+        """Ask the pool to cancel the experiment: a queued one never starts, a running one has its
+        trials stopped. Idempotent; a finished experiment stays as it is."""
+
+    @abstractmethod
+    def save_accounts(self, accounts: Mapping[int, tuple[float, float]]) -> None:
+        """A pool's fair-share accounts, ``experiment id -> (GPU seconds used, GPU seconds owed)``,
+        in one transaction, so that a restarted pool goes on from them."""
+
+    @abstractmethod
+    def set_owner_weight(self, owner: str, weight: float) -> None:
+        """An owner's weight in the pool's fair share (default 1): the pool is split between owners
+        first, then each owner's part between their experiments."""
+
+    @abstractmethod
+    def owner_weights(self) -> dict[str, float]:
+        """The weights ``set_owner_weight`` set, by owner."""
+
+    @abstractmethod
+    def claim_writer(self, experiment_id: int, holder: str) -> None:
+        """Make this store object the experiment's only writer; ``holder`` (pid, host, command)
+        names it in the error an earlier writer gets on its next write."""
 
     @abstractmethod
     def append_event(self, experiment_id: int, event: Event, decisions: Sequence[Decision] = ()) -> int:
         """Append ``event`` and the decisions the core made about it, atomically; return its sequence number."""
 
-    @abstractmethod
     def record_event(
         self, experiment_id: int, event: Event, decisions: Sequence[Decision], trials: Sequence[TrialRecord]
     ) -> int:
@@ -142,6 +195,14 @@ class ExperimentStore(ABC):
         ``metrics`` when it is a TrialReported, and the records of the trials it touched. A crash
         leaves all of it or none, so no report is ever stored twice or lost; return the event's
         sequence number."""
+        return self.record_events(experiment_id, [(event, decisions, trials)])[0]
+
+    @abstractmethod
+    def record_events(
+        self, experiment_id: int, records: Sequence[tuple[Event, Sequence[Decision], Sequence[TrialRecord]]]
+    ) -> list[int]:
+        """``record_event`` for several events, in order, in one transaction (one commit, one
+        flush to the disk); return their sequence numbers."""
 
     @abstractmethod
     def events(self, experiment_id: int) -> list[Event]:
@@ -163,7 +224,7 @@ class ExperimentStore(ABC):
     def record_metrics(
         self, experiment_id: int, trial_id: str, step: int, at: float, metrics: Mapping[str, float]
     ) -> None:
-        """Keep one report: every metric the trial measured at ``step``."""
+        """Keep one report: every metric the trial measured at ``step``; a step kept already is left as it is."""
 
     @abstractmethod
     def metrics(self, experiment_id: int, trial_id: str | None = None) -> list[MetricRecord]:

@@ -6,24 +6,33 @@ from hermes.core.decisions import Decision
 from hermes.core.events import Event, NodeAdded, NodeRemoved
 from hermes.core.scheduler import Scheduler
 from hermes.core.trial import Trial
+from hermes.faults import crash_point
 from hermes.store.base import ExperimentStore, TrialRecord
 
 
 class StoreRecorder:
-    """An engine listener that writes each event, its decisions, its report's metrics and the
-    records of the trials it changed, in one transaction (``ExperimentStore.record_event``).
+    """An engine listener that keeps each event, its decisions, its report's metrics and the
+    records of the trials it changed, and writes what it kept in one transaction when the engine
+    flushes it, before the executor acts (``ExperimentStore.record_events``): one commit for all
+    the events the engine handled together.
 
-    It must be the first listener: the executor acts only after every listener returned, so a
-    crash at any moment leaves the log either with the event and all it caused, or without the
-    event, which the restarted trial then reports again."""
+    The executor acts only after the flush, so a crash at any moment leaves the log either with
+    an event and all it caused, or without the event, which the restarted trial then reports again."""
 
     def __init__(self, store: ExperimentStore, experiment_id: int, scheduler: Scheduler) -> None:
         self.store = store
         self.experiment_id = experiment_id
         self.scheduler = scheduler
+        self._kept: list[tuple[Event, list[Decision], list[TrialRecord]]] = []
 
     def __call__(self, event: Event, decisions: list[Decision]) -> None:
-        self.store.record_event(self.experiment_id, event, decisions, self.changed_records(event, decisions))
+        self._kept.append((event, decisions, self.changed_records(event, decisions)))
+
+    def flush(self) -> None:
+        kept, self._kept = self._kept, []
+        if kept:
+            self.store.record_events(self.experiment_id, kept)
+            crash_point("recorded")  # committed, and nothing acted on it yet
 
     def changed_records(self, event: Event, decisions: list[Decision]) -> list[TrialRecord]:
         """The records of the trials ``event`` and its decisions changed, as the core has them now."""

@@ -7,6 +7,7 @@ diverged trial reports them), so every backend stores them alike.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import StaticPool
 
 from hermes.core.decisions import Decision
@@ -29,9 +31,12 @@ from hermes.store.base import (
     ExperimentStore,
     MetricRecord,
     StoreError,
+    StoreFull,
     TrialRecord,
 )
 from hermes.store.codec import from_dict, to_dict
+from hermes.errors import NO_SPACE_ERRNOS
+from hermes.faults import crash_point
 
 METADATA = sa.MetaData()
 
@@ -93,7 +98,63 @@ METRICS = sa.Table(
     sa.Column("step", sa.Integer, nullable=False),
     sa.Column("at", sa.Float, nullable=False),
     sa.Column("metric_values", sa.Text, nullable=False),
-    sa.Index("metrics_by_trial", "experiment_id", "trial_id"),
+    sa.Index("metrics_once_per_step", "experiment_id", "trial_id", "step", unique=True),
+)
+
+WRITERS = sa.Table(
+    "writers",
+    METADATA,
+    sa.Column("experiment_id", sa.ForeignKey("experiments.id"), primary_key=True),
+    sa.Column("epoch", sa.Integer, nullable=False),  # one more at each claim: the latest claimant writes
+    sa.Column("holder", sa.Text, nullable=False),  # who claimed it, for the error its predecessor gets
+    sa.Column("since", sa.Float, nullable=False),
+)
+
+# The statements of every recorded event, built once: building one costs more than running it.
+_UPDATE_TRIAL = TRIALS.update().where(
+    TRIALS.c.experiment_id == sa.bindparam("of_experiment"), TRIALS.c.trial_id == sa.bindparam("of_trial")
+)
+_INSERT_METRICS_ONCE = sqlite_insert(METRICS).on_conflict_do_nothing()
+_WRITER = sa.select(WRITERS.c.epoch, WRITERS.c.holder).where(WRITERS.c.experiment_id == sa.bindparam("of_experiment"))
+
+# What a pool needs besides the experiment (owner, weight, a cancellation asked for) and why an
+# experiment failed: a table of its own, so that stores written before it existed open unchanged.
+EXPERIMENT_SETTINGS = sa.Table(
+    "experiment_settings",
+    METADATA,
+    sa.Column("experiment_id", sa.ForeignKey("experiments.id"), primary_key=True),
+    sa.Column("owner", sa.String(255)),  # NULL: not a pool's experiment
+    sa.Column("weight", sa.Float, nullable=False),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("gpu_seconds_used", sa.Float, nullable=False, default=0.0),
+    sa.Column("gpu_seconds_owed", sa.Float, nullable=False, default=0.0),
+)
+OWNER_WEIGHTS = sa.Table(
+    "owner_weights",
+    METADATA,
+    sa.Column("owner", sa.String(255), primary_key=True),
+    sa.Column("weight", sa.Float, nullable=False),
+)
+
+_EXPERIMENT_ROWS = sa.select(
+    EXPERIMENTS,
+    EXPERIMENT_SETTINGS.c.owner,
+    EXPERIMENT_SETTINGS.c.weight,
+    EXPERIMENT_SETTINGS.c.cancel_requested,
+    EXPERIMENT_SETTINGS.c.error,
+    EXPERIMENT_SETTINGS.c.gpu_seconds_used,
+    EXPERIMENT_SETTINGS.c.gpu_seconds_owed,
+).select_from(EXPERIMENTS.outerjoin(EXPERIMENT_SETTINGS, EXPERIMENT_SETTINGS.c.experiment_id == EXPERIMENTS.c.id))
+
+_PLAIN_EXPERIMENT_ROWS = sa.select(  # for a read-only store older than the settings table
+    EXPERIMENTS,
+    sa.null().label("owner"),
+    sa.null().label("weight"),
+    sa.null().label("cancel_requested"),
+    sa.null().label("error"),
+    sa.null().label("gpu_seconds_used"),
+    sa.null().label("gpu_seconds_owed"),
 )
 
 _MISSING = object()
@@ -107,6 +168,8 @@ class SqlStore(ExperimentStore):
     process are serialised by a lock; write transactions take SQLite's write lock up front
     (``BEGIN IMMEDIATE``) so that concurrent processes wait for each other instead of failing.
     """
+
+    _experiment_rows = _EXPERIMENT_ROWS  # experiments with their settings
 
     def __init__(self, url: str = "sqlite:///hermes.db") -> None:
         parsed = sa.make_url(url)
@@ -123,8 +186,11 @@ class SqlStore(ExperimentStore):
         if parsed.get_backend_name() == "sqlite":
             _configure_sqlite(self._engine)
         self._lock = threading.RLock()
+        self._epochs: dict[int, int] = {}  # experiment id -> the epoch this object claimed it with
+        self._last_seq: dict[int, int] = {}  # of the experiments claimed: the last event's sequence number
         with self._writing() as connection:  # one writer at a time creates the tables
             METADATA.create_all(connection)
+            _add_metrics_key(connection)
 
     @classmethod
     def open_read_only(cls, path: str | Path) -> SqlStore:
@@ -148,9 +214,12 @@ class SqlStore(ExperimentStore):
             connection.exec_driver_sql("BEGIN")
 
         store._lock = threading.RLock()
+        store._epochs, store._last_seq = {}, {}
         try:
             with store._reading() as connection:
                 found = sa.inspect(connection).has_table(EXPERIMENTS.name)
+                if not sa.inspect(connection).has_table(EXPERIMENT_SETTINGS.name):  # written before it existed
+                    store._experiment_rows = _PLAIN_EXPERIMENT_ROWS
             if not found:
                 raise StoreError(f"{path} holds no Hermes store (it has no {EXPERIMENTS.name} table)")
         except StoreError:
@@ -186,18 +255,25 @@ class SqlStore(ExperimentStore):
 
     def experiment(self, experiment_id: int) -> ExperimentRecord:
         with self._reading() as connection:
-            row = connection.execute(sa.select(EXPERIMENTS).where(EXPERIMENTS.c.id == experiment_id)).first()
+            row = connection.execute(self._experiment_rows.where(EXPERIMENTS.c.id == experiment_id)).first()
         if row is None:
             raise StoreError(f"no experiment with id {experiment_id} in {self.url}")
         return _experiment(row)
 
-    def experiments(self) -> list[ExperimentRecord]:
+    def experiments(
+        self, status: ExperimentStatus | Collection[ExperimentStatus] | None = None
+    ) -> list[ExperimentRecord]:
+        query = self._experiment_rows.order_by(EXPERIMENTS.c.id)
+        if status is not None:
+            wanted = [status] if isinstance(status, (str, ExperimentStatus)) else list(status)
+            query = query.where(EXPERIMENTS.c.status.in_([ExperimentStatus(one).value for one in wanted]))
         with self._reading() as connection:
-            rows = connection.execute(sa.select(EXPERIMENTS).order_by(EXPERIMENTS.c.id)).all()
+            rows = connection.execute(query).all()
         return [_experiment(row) for row in rows]
 
-    def set_status(self, experiment_id: int, status: ExperimentStatus) -> None:
+    def set_status(self, experiment_id: int, status: ExperimentStatus, error: str | None = None) -> None:
         with self._writing() as connection:
+            self._require_writer(connection, experiment_id)
             updated = connection.execute(
                 EXPERIMENTS.update()
                 .where(EXPERIMENTS.c.id == experiment_id)
@@ -205,53 +281,151 @@ class SqlStore(ExperimentStore):
             )
             if not updated.rowcount:
                 raise StoreError(f"no experiment with id {experiment_id} in {self.url}")
+            if error is not None:
+                self._set_settings(connection, experiment_id, error=error)
+
+    # ------------------------------------------------------------------ a pool's experiments
+    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str = "", weight: float = 1.0) -> int:
+        if not name:
+            raise StoreError("an experiment needs a non-empty name")
+        _check_weight(weight)
+        spec_json = _dumps(spec)
+        with self._writing() as connection:
+            if connection.execute(sa.select(EXPERIMENTS.c.id).where(EXPERIMENTS.c.name == name)).first() is not None:
+                raise StoreError(f"an experiment named {name!r} exists already in {self.url}")
+            inserted = connection.execute(
+                EXPERIMENTS.insert().values(
+                    name=name, spec=spec_json, created_at=time.time(), status=ExperimentStatus.QUEUED.value
+                )
+            )
+            experiment_id = int(inserted.inserted_primary_key[0])  # type: ignore[index]  # set by a one-row insert
+            self._set_settings(connection, experiment_id, owner=str(owner), weight=float(weight))
+            return experiment_id
+
+    def set_weight(self, experiment_id: int, weight: float) -> None:
+        _check_weight(weight)
+        with self._writing() as connection:
+            self._require(connection, experiment_id)
+            self._set_settings(connection, experiment_id, weight=float(weight))
+
+    def request_cancel(self, experiment_id: int) -> None:
+        with self._writing() as connection:
+            self._require(connection, experiment_id)
+            self._set_settings(connection, experiment_id, cancel_requested=True)
+
+    def save_accounts(self, accounts: Mapping[int, tuple[float, float]]) -> None:
+        with self._writing() as connection:
+            for experiment_id, (used, owed) in accounts.items():
+                self._require(connection, experiment_id)
+                self._set_settings(
+                    connection, experiment_id, gpu_seconds_used=float(used), gpu_seconds_owed=float(owed)
+                )
+
+    def set_owner_weight(self, owner: str, weight: float) -> None:
+        _check_weight(weight)
+        with self._writing() as connection:
+            updated = connection.execute(
+                OWNER_WEIGHTS.update().where(OWNER_WEIGHTS.c.owner == owner).values(weight=float(weight))
+            )
+            if not updated.rowcount:
+                connection.execute(OWNER_WEIGHTS.insert().values(owner=owner, weight=float(weight)))
+
+    def owner_weights(self) -> dict[str, float]:
+        with self._reading() as connection:
+            rows = connection.execute(sa.select(OWNER_WEIGHTS).order_by(OWNER_WEIGHTS.c.owner)).all()
+        return {row.owner: row.weight for row in rows}
+
+    @staticmethod
+    def _set_settings(connection: sa.Connection, experiment_id: int, **values: Any) -> None:
+        updated = connection.execute(
+            EXPERIMENT_SETTINGS.update().where(EXPERIMENT_SETTINGS.c.experiment_id == experiment_id).values(**values)
+        )
+        if not updated.rowcount:
+            connection.execute(
+                EXPERIMENT_SETTINGS.insert().values(
+                    **{"experiment_id": experiment_id, "weight": 1.0, "cancel_requested": False, **values}
+                )
+            )
+
+    def claim_writer(self, experiment_id: int, holder: str) -> None:
+        with self._writing() as connection:
+            self._require(connection, experiment_id)
+            epoch = connection.execute(
+                sa.select(WRITERS.c.epoch).where(WRITERS.c.experiment_id == experiment_id)
+            ).scalar_one_or_none()
+            values = {"epoch": (epoch or 0) + 1, "holder": holder, "since": time.time()}
+            if epoch is None:
+                connection.execute(WRITERS.insert().values(experiment_id=experiment_id, **values))
+            else:
+                connection.execute(WRITERS.update().where(WRITERS.c.experiment_id == experiment_id).values(**values))
+        self._epochs[experiment_id] = values["epoch"]
+        self._last_seq.pop(experiment_id, None)
 
     # ------------------------------------------------------------------ event log and decisions
     def append_event(self, experiment_id: int, event: Event, decisions: Sequence[Decision] = ()) -> int:
         data = _dumps(to_dict(event))
         rows = _decision_rows(experiment_id, decisions, event.at)
         with self._writing() as connection:
-            self._require(connection, experiment_id)
-            return self._append_event(connection, experiment_id, event, data, rows)
+            self._require_writer(connection, experiment_id)
+            seq = self._last_seq_in(connection, experiment_id) + 1
+            self._insert_event(connection, experiment_id, seq, event, data, rows)
+        self._committed(experiment_id, seq)
+        return seq
 
-    def record_event(
-        self, experiment_id: int, event: Event, decisions: Sequence[Decision], trials: Sequence[TrialRecord]
-    ) -> int:
+    def record_events(
+        self, experiment_id: int, records: Sequence[tuple[Event, Sequence[Decision], Sequence[TrialRecord]]]
+    ) -> list[int]:
+        prepared = [self._prepared(experiment_id, *record) for record in records]
+        seqs: list[int] = []
+        with self._writing() as connection:
+            self._require_writer(connection, experiment_id)
+            seq = self._last_seq_in(connection, experiment_id)
+            for event, data, rows, metrics, trial_values in prepared:
+                if metrics is not None:
+                    self._record_metrics(connection, experiment_id, event.trial_id, event.step, event.at, metrics)
+                    crash_point("report")  # between a report's metrics and its event, in one transaction
+                seq += 1
+                self._insert_event(connection, experiment_id, seq, event, data, rows)
+                for trial_id, values in trial_values:
+                    self._upsert_trial(connection, experiment_id, trial_id, values)
+                seqs.append(seq)
+        self._committed(experiment_id, seq)
+        return seqs
+
+    @staticmethod
+    def _prepared(
+        experiment_id: int, event: Event, decisions: Sequence[Decision], trials: Sequence[TrialRecord]
+    ) -> tuple[Any, str, list[dict[str, Any]], str | None, list[tuple[str, dict[str, Any]]]]:
+        """What an event's rows hold, encoded before the transaction begins."""
         encoded = to_dict(event)
         metrics = None
         if isinstance(event, TrialReported):  # its metrics go to the metrics table, not twice into the log
             metrics = _metric_values(event.trial_id, event.step, encoded.pop("metrics") or {"value": event.value})
-        data = _dumps(encoded)
         rows = _decision_rows(experiment_id, decisions, event.at)
-        trial_values = [(trial.trial_id, _trial_values(trial)) for trial in trials]
-        with self._writing() as connection:
-            self._require(connection, experiment_id)
-            if metrics is not None:
-                connection.execute(
-                    METRICS.insert().values(
-                        experiment_id=experiment_id, trial_id=event.trial_id, step=event.step, at=event.at,
-                        metric_values=metrics,
-                    )
-                )
-            seq = self._append_event(connection, experiment_id, event, data, rows)
-            for trial_id, values in trial_values:
-                self._upsert_trial(connection, experiment_id, trial_id, values)
-        return seq
+        return event, _dumps(encoded), rows, metrics, [(trial.trial_id, _trial_values(trial)) for trial in trials]
+
+    def _committed(self, experiment_id: int, seq: int) -> None:
+        if experiment_id in self._epochs:  # nobody else appends to it: the next number is known
+            self._last_seq[experiment_id] = seq
+
+    def _last_seq_in(self, connection: sa.Connection, experiment_id: int) -> int:
+        last = self._last_seq.get(experiment_id)
+        if last is None:
+            last = connection.execute(
+                sa.select(sa.func.max(EVENTS.c.seq)).where(EVENTS.c.experiment_id == experiment_id)
+            ).scalar_one()
+        return last or 0
 
     @staticmethod
-    def _append_event(
-        connection: sa.Connection, experiment_id: int, event: Event, data: str, rows: list[dict[str, Any]]
-    ) -> int:
-        last = connection.execute(
-            sa.select(sa.func.max(EVENTS.c.seq)).where(EVENTS.c.experiment_id == experiment_id)
-        ).scalar_one()
-        seq = (last or 0) + 1
+    def _insert_event(
+        connection: sa.Connection, experiment_id: int, seq: int, event: Event, data: str, rows: list[dict[str, Any]]
+    ) -> None:
         connection.execute(
-            EVENTS.insert().values(experiment_id=experiment_id, seq=seq, at=event.at, type=type(event).__name__, data=data)
+            EVENTS.insert(), {"experiment_id": experiment_id, "seq": seq, "at": event.at, "type": type(event).__name__,
+                              "data": data}
         )
         if rows:
             connection.execute(DECISIONS.insert(), [{**row, "event_seq": seq} for row in rows])
-        return seq
 
     def events(self, experiment_id: int) -> list[Event]:
         with self._reading() as connection:
@@ -275,16 +449,14 @@ class SqlStore(ExperimentStore):
     def upsert_trial(self, experiment_id: int, trial: TrialRecord) -> None:
         values = _trial_values(trial)
         with self._writing() as connection:
-            self._require(connection, experiment_id)
+            self._require_writer(connection, experiment_id)
             self._upsert_trial(connection, experiment_id, trial.trial_id, values)
 
     @staticmethod
     def _upsert_trial(connection: sa.Connection, experiment_id: int, trial_id: str, values: dict[str, Any]) -> None:
-        updated = connection.execute(
-            TRIALS.update().where(TRIALS.c.experiment_id == experiment_id, TRIALS.c.trial_id == trial_id).values(**values)
-        )
+        updated = connection.execute(_UPDATE_TRIAL, {**values, "of_experiment": experiment_id, "of_trial": trial_id})
         if not updated.rowcount:
-            connection.execute(TRIALS.insert().values(experiment_id=experiment_id, trial_id=trial_id, **values))
+            connection.execute(TRIALS.insert(), {**values, "experiment_id": experiment_id, "trial_id": trial_id})
 
     def trials(self, experiment_id: int) -> list[TrialRecord]:
         with self._reading() as connection:
@@ -314,12 +486,26 @@ class SqlStore(ExperimentStore):
     ) -> None:
         values = _metric_values(trial_id, step, metrics)
         with self._writing() as connection:
-            self._require(connection, experiment_id)
-            connection.execute(
-                METRICS.insert().values(
-                    experiment_id=experiment_id, trial_id=trial_id, step=step, at=at, metric_values=values
-                )
+            self._require_writer(connection, experiment_id)
+            self._record_metrics(connection, experiment_id, trial_id, step, at, values)
+
+    @staticmethod
+    def _record_metrics(
+        connection: sa.Connection, experiment_id: int, trial_id: str, step: int, at: float, values: str
+    ) -> None:
+        """Once per (experiment, trial, step): a step reported again, after a rollback to an older
+        checkpoint, is in the event log twice but keeps its first metrics (the unique key holds)."""
+        row = {"experiment_id": experiment_id, "trial_id": trial_id, "step": step, "at": at, "metric_values": values}
+        if connection.dialect.name == "sqlite":  # one statement: INSERT OR IGNORE, on the unique key
+            connection.execute(_INSERT_METRICS_ONCE, row)
+            return
+        known = connection.execute(
+            sa.select(METRICS.c.id).where(
+                METRICS.c.experiment_id == experiment_id, METRICS.c.trial_id == trial_id, METRICS.c.step == step
             )
+        ).first()
+        if known is None:
+            connection.execute(METRICS.insert(), row)
 
     def metrics(self, experiment_id: int, trial_id: str | None = None) -> list[MetricRecord]:
         query = sa.select(METRICS).where(METRICS.c.experiment_id == experiment_id).order_by(METRICS.c.id)
@@ -338,6 +524,18 @@ class SqlStore(ExperimentStore):
         found = connection.execute(sa.select(EXPERIMENTS.c.id).where(EXPERIMENTS.c.id == experiment_id)).first()
         if found is None:
             raise StoreError(f"no experiment with id {experiment_id} in {self.url}")
+
+    def _require_writer(self, connection: sa.Connection, experiment_id: int) -> None:
+        """The experiment exists, and this store object is its writer: the one that claimed it last
+        (``claim_writer``), or any while nobody ever did."""
+        row = connection.execute(_WRITER, {"of_experiment": experiment_id}).first()
+        if row is None:
+            self._require(connection, experiment_id)  # a writers row names an existing experiment
+        if (row.epoch if row is not None else None) != self._epochs.get(experiment_id):
+            raise StoreError(
+                f"experiment {experiment_id} in {self.url} has another writer now ({row.holder}); "
+                "this one may write no more"
+            )
 
     @contextmanager
     def _reading(self) -> Iterator[sa.Connection]:
@@ -358,7 +556,17 @@ class SqlStore(ExperimentStore):
         try:
             yield
         except sa.exc.SQLAlchemyError as error:
+            if _disk_full(error):
+                raise StoreFull(f"{self.url}: the disk is full: {error.orig}") from error
             raise StoreError(f"{self.url}: {error}") from error
+
+
+def _disk_full(error: sa.exc.SQLAlchemyError) -> bool:
+    """SQLite's SQLITE_FULL (13), or an OSError of a full disk or quota, underneath ``error``."""
+    cause = getattr(error, "orig", None)
+    if isinstance(cause, sqlite3.Error):
+        return (getattr(cause, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
+    return isinstance(cause, OSError) and cause.errno in NO_SPACE_ERRNOS
 
 
 def _configure_sqlite(engine: sa.Engine) -> None:
@@ -377,6 +585,16 @@ def _configure_sqlite(engine: sa.Engine) -> None:
     def on_begin(connection: sa.Connection) -> None:
         write = connection.get_execution_options().get("hermes_write", False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _add_metrics_key(connection: sa.Connection) -> None:
+    """A store made before metrics had their unique key gets it, keeping each step's first report."""
+    (index,) = [index for index in METRICS.indexes if index.name == "metrics_once_per_step"]
+    if index.name in {found["name"] for found in sa.inspect(connection).get_indexes(METRICS.name)}:
+        return
+    first = sa.select(sa.func.min(METRICS.c.id)).group_by(METRICS.c.experiment_id, METRICS.c.trial_id, METRICS.c.step)
+    connection.execute(METRICS.delete().where(METRICS.c.id.not_in(first)))
+    index.create(connection)
 
 
 def _decision_rows(experiment_id: int, decisions: Sequence[Decision], at: float) -> list[dict[str, Any]]:
@@ -416,8 +634,23 @@ def _metric_values(trial_id: str, step: int, metrics: Mapping[str, float]) -> st
         raise StoreError(f"trial {trial_id} step {step}: metrics must be numbers, got {dict(metrics)!r}") from None
 
 
+
+
 def _experiment(row: sa.Row[Any]) -> ExperimentRecord:
-    return ExperimentRecord(row.id, row.name, json.loads(row.spec), row.created_at, ExperimentStatus(row.status))
+    return ExperimentRecord(
+        row.id, row.name, json.loads(row.spec), row.created_at, ExperimentStatus(row.status),
+        owner=row.owner,
+        weight=1.0 if row.weight is None else row.weight,
+        cancel_requested=bool(row.cancel_requested),
+        error=row.error,
+        gpu_seconds_used=row.gpu_seconds_used or 0.0,
+        gpu_seconds_owed=row.gpu_seconds_owed or 0.0,
+    )
+
+
+def _check_weight(weight: float) -> None:
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
+        raise StoreError(f"a weight must be a positive number, got {weight!r}")
 
 
 def _dumps(data: Any) -> str:

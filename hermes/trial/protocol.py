@@ -41,6 +41,8 @@ RESUME, SPILL = "resume", "spill"  # go on from memory; or write a checkpoint an
 
 # How a warm worker's trial ended.
 OK, FAILED, STOPPED = "ok", "failed", "stopped"  # and SUSPENDED: it checkpointed and returned
+NO_SPACE = "no_space"  # its disk is full (error: the OSError): not the trial's fault, the run stops
+EXIT_NO_SPACE = 75  # the same, as the exit code of a function trial's own process (sysexits' EX_TEMPFAIL)
 
 # Executor -> warm worker commands, one JSON object per line.
 START = "start"  # {"op", "trial", "function", "directory", "budget", "metric", "checkpoint_every", "reported_step"}

@@ -11,6 +11,7 @@ import os
 import sys
 
 from hermes import trial
+from hermes.errors import NO_SPACE_ERRNOS
 from hermes.trial import protocol
 from hermes.trial.session import fast_exit
 
@@ -24,7 +25,15 @@ def main(argv: list[str]) -> None:
     # OMP_NUM_THREADS already covers a torch imported later; this covers one the module imported.
     if threads and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(threads))
-    function(trial.config())
+    try:
+        function(trial.config())
+    except OSError as error:
+        if error.errno not in NO_SPACE_ERRNOS:
+            raise
+        try:
+            print(f"hermes: {error}", file=sys.stderr)
+        finally:
+            os._exit(protocol.EXIT_NO_SPACE)  # not the trial's fault: the executor stops the run
     fast_exit()
 
 

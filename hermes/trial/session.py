@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol
@@ -208,7 +209,8 @@ class Session:
         """Commit a checkpoint of ``step``: written under a temporary name, renamed, then published
         by atomically replacing the pointer file, so a crash at any moment leaves the previous
         checkpoint intact and never a torn one. Each step reaches the disk (fsync) before the next
-        one names it, so this holds after a power loss too, not only after a process crash."""
+        one names it, so this holds after a power loss too, not only after a process crash. The
+        fsyncs that do not depend on each other run at once: the disk takes them in one flush."""
         root = self.directory / protocol.CHECKPOINTS_DIR
         root.mkdir(parents=True, exist_ok=True)
         temporary = root / f".tmp-step-{step}"
@@ -218,14 +220,13 @@ class Session:
             (temporary / name).mkdir()
             saver.save(temporary / name)
         (temporary / protocol.META_FILE).write_text(json.dumps({"step": step, "metrics": dict(metrics or {})}))
-        _sync_tree(temporary)
+        _sync_tree(temporary)  # what the savers wrote, and the names of it
         final = root / f"step-{step}"
         shutil.rmtree(final, ignore_errors=True)  # written but never published by a run that crashed
         temporary.rename(final)
         pointer = root / f"{protocol.LATEST_FILE}.tmp"
         pointer.write_text(final.name)
-        _sync(pointer)
-        _sync(root)  # the renamed checkpoint directory and the new pointer's name
+        _sync_all([pointer, root])  # the pointer's content; the renamed checkpoint and the pointer's name
         os.replace(pointer, root / protocol.LATEST_FILE)
         _sync(root)
         for entry in root.iterdir():
@@ -245,12 +246,33 @@ def _sync(path: Path) -> None:
         os.close(descriptor)
 
 
+def _tree(directory: Path) -> list[Path]:
+    """Every file and directory under ``directory``, itself included."""
+    paths = []
+    for parent, _, files in os.walk(directory):
+        paths += [Path(parent), *(Path(parent) / name for name in files)]
+    return paths
+
+
 def _sync_tree(directory: Path) -> None:
-    """Flush every file and directory under ``directory`` (what the savers wrote), deepest first."""
-    for parent, _, files in os.walk(directory, topdown=False):
-        for name in files:
-            _sync(Path(parent) / name)
-        _sync(Path(parent))
+    """Flush every file and directory under ``directory``, and it."""
+    _sync_all(_tree(directory))
+
+
+def _sync_all(paths: list[Path]) -> None:
+    """Flush them all, at once: fsyncs issued together share the disk's flushes (a journal commit),
+    so several cost about as much as one."""
+    global _syncing
+    if len(paths) == 1:
+        _sync(paths[0])
+        return
+    if _syncing is None:
+        _syncing = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hermes-fsync")
+    for done in [_syncing.submit(_sync, path) for path in paths]:
+        done.result()
+
+
+_syncing: ThreadPoolExecutor | None = None
 
 
 def fast_exit() -> None:

@@ -10,6 +10,9 @@ Config (every key optional):
 - ``leak_mb``: megabytes the trial allocates and never frees at every step, to test memory limits;
 - ``report``: ``"ok"``, ``"nan"`` (reports NaN as the objective) or ``"unnamed"`` (reports a
   metric that is not the spec's), to test bad reports;
+- ``hang_after``: the trial sleeps for good after reporting this step (0: before its first
+  report), to test hung trials;
+- ``ballast_kb``: kilobytes of filler written into every checkpoint, to fill a small disk;
 - ``hold_save``: a step whose checkpoint waits, half written, until a test lets it go: the trial
   creates ``saving-<step>`` in its directory and waits for ``go-<step>`` there.
 
@@ -45,10 +48,14 @@ def train(config: dict[str, Any]) -> None:
     report = str(config.get("report", "ok"))
     hold_save = int(config.get("hold_save", 0))
     leak_mb = int(config.get("leak_mb", 0))
+    ballast_kb = int(config.get("ballast_kb", 0))
+    hang_after = int(config.get("hang_after", -1))
     state: dict[str, Any] = {"total": 0.0, "pids": [], "step": 0}
 
     def save(directory: Path) -> None:
         (directory / "state.json").write_text(json.dumps(state))
+        if ballast_kb:
+            (directory / "ballast").write_bytes(bytes(1024 * ballast_kb))
         if state["step"] == hold_save:
             (trial.trial_dir() / f"saving-{hold_save}").touch()
             while not (trial.trial_dir() / f"go-{hold_save}").exists():
@@ -60,6 +67,8 @@ def train(config: dict[str, Any]) -> None:
     start = trial.Files(save, load).restore()
     state["pids"].append(os.getpid())
     for step in range(start + 1, trial.budget() + 1):
+        if step == hang_after + 1:
+            time.sleep(3600)
         time.sleep(sleep)
         if step == crash_step and crash == "raise":
             print(f"about to fail at step {step}", file=sys.stderr)

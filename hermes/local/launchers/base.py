@@ -29,6 +29,11 @@ class Host(Protocol):
 
     def now(self) -> float: ...
 
+    def metric_of(self, trial: LocalTrial) -> str | None:
+        """The objective metric of the trial (its own setting, else the executor's)."""
+
+    def checkpoint_every_of(self, trial: LocalTrial) -> int: ...
+
     def emit(self, event: Event) -> None:
         """Queue an event for ``next_events``."""
 

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from hermes.core.events import TrialExited, TrialSuspended
-from hermes.errors import HermesError
+from hermes.errors import HermesError, NoSpaceError
 from hermes.local.launchers.base import CHANNEL, EXIT, Launcher
 from hermes.local.resources import Slot
 from hermes.local.handshake import Handshake
@@ -195,6 +195,8 @@ class ProcessLauncher(Launcher):
             host.emit(TrialExited(now, trial.trial_id, False, run.error))
         elif code == 0:
             host.emit(TrialExited(now, trial.trial_id, True))
+        elif code == protocol.EXIT_NO_SPACE and trial.launch.function is not None:
+            raise NoSpaceError(f"trial {trial.trial_id}: {tail(trial.directory / 'stderr.log', run.stderr_offset)}")
         else:
             log = tail(trial.directory / "stderr.log", run.stderr_offset)
             host.emit(TrialExited(now, trial.trial_id, False, f"{exit_reason(code)}: {log}" if log else exit_reason(code)))
@@ -229,8 +231,8 @@ class ProcessLauncher(Launcher):
             protocol.ENV_TRIAL_ID: trial.trial_id,
             protocol.ENV_TRIAL_DIR: str(trial.directory),
             protocol.ENV_BUDGET: str(trial.launch.budget),
-            protocol.ENV_METRIC: host.metric or "",
-            protocol.ENV_CHECKPOINT_EVERY: str(host.checkpoint_every),
+            protocol.ENV_METRIC: host.metric_of(trial) or "",
+            protocol.ENV_CHECKPOINT_EVERY: str(host.checkpoint_every_of(trial)),
             protocol.ENV_REPORTED_STEP: str(trial.last_step),
         }
 

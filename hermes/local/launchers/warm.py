@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes.core.events import TrialExited, TrialSuspended
+from hermes.errors import NoSpaceError
 from hermes.local.handshake import Handshake
 from hermes.local.launchers.base import WORKER_CHANNEL, WORKER_EXIT, Launcher
 from hermes.local.resources import Slot
@@ -79,8 +80,8 @@ class WarmLauncher(Launcher):
                 "function": launch.function,
                 "directory": str(trial.directory),
                 "budget": launch.budget,
-                "metric": self.host.metric or "",
-                "checkpoint_every": self.host.checkpoint_every,
+                "metric": self.host.metric_of(trial) or "",
+                "checkpoint_every": self.host.checkpoint_every_of(trial),
                 "reported_step": trial.last_step,
             },
         )
@@ -97,7 +98,7 @@ class WarmLauncher(Launcher):
             self._say(run, protocol.RESUME)
         else:  # elsewhere: spill it to disk there, then start it here
             trial.destination = slot
-            self._spill(run)
+            self.spill(run)
 
     def stop(self, run: Run) -> None:
         if run.parked:
@@ -170,8 +171,8 @@ class WarmLauncher(Launcher):
     def _say(self, run: Run, word: str) -> None:
         self._command(run.worker, {"op": protocol.SAY, "trial": run.trial.trial_id, "word": word})
 
-    def _spill(self, run: Run) -> None:
-        """Have a parked trial write its checkpoint and end, to resume from disk."""
+    def spill(self, run: Run) -> None:
+        """Have a parked trial write its checkpoint and end, to resume from disk (here or on another node)."""
         if not run.spilling:
             run.spilling = True
             self._say(run, protocol.SPILL)
@@ -201,7 +202,7 @@ class WarmLauncher(Launcher):
         if resident_bytes(worker.process.pid) > self.worker_memory_limit:
             self._retire(worker)
         elif meminfo("MemAvailable") < self.memory_reserve:
-            self._spill(run)
+            self.spill(run)
 
     def _retire(self, worker: Worker) -> None:
         """Replace a worker that grew too big: spill its parked trials, end it once it holds none."""
@@ -212,7 +213,7 @@ class WarmLauncher(Launcher):
         self._retiring.append(worker)
         for run in worker.runs.values():
             if run.parked:
-                self._spill(run)
+                self.spill(run)
         self._end_retired(worker)
 
     def _end_retired(self, worker: Worker) -> None:
@@ -233,6 +234,8 @@ class WarmLauncher(Launcher):
             host.emit(TrialExited(now, trial.trial_id, False, "stopped"))
         elif run.error is not None:
             host.emit(TrialExited(now, trial.trial_id, False, run.error))
+        elif outcome == protocol.NO_SPACE:
+            raise NoSpaceError(f"trial {trial.trial_id}: {error}")
         elif outcome == protocol.OK:
             host.emit(TrialExited(now, trial.trial_id, True))
         else:

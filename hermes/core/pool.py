@@ -1,0 +1,403 @@
+"""One GPU pool shared by many experiments: the cluster level above each experiment's scheduler.
+
+Every experiment keeps its own ``Scheduler`` (its trials, policy, stopper and objective), and
+inside an experiment that policy alone decides which trial runs and when one yields. The pool
+decides only which experiment each GPU serves. An experiment's scheduler sees the GPUs it holds
+as its cluster: the pool grants a GPU with ``NodeAdded``/``GpuAdded`` and takes it back with
+``GpuReclaimed``. Those are ordinary events of that experiment, so its log holds everything its
+scheduler handled, and replaying the log rebuilds the experiment on its own (``hermes.pool``).
+
+Events and decisions carry the experiment: at the pool's edge (the executor) trial ids are
+qualified, ``"<experiment>.<trial>"`` (``qualify``); inside, each experiment sees its own ids.
+``routed`` lists, after each call, every event an experiment handled with the decisions it made,
+in its own terms: what a host records per experiment before it applies the pool's decisions.
+
+Fair share. GPU seconds are divided between the experiments that want GPUs by weight: the pool
+is split between owners by their weights, then each owner's part between their experiments by
+the experiments' weights, none getting more than it can use (``share.nested_shares``). Each
+experiment's *deficit* is the GPU time it was owed so far minus what it held; shares are real
+numbers, and deficits carry the fractions over time, so GPU time follows the weights even when
+the GPUs do not divide evenly.
+
+- A GPU that becomes free (a trial suspends or ends) goes to the experiment most below its
+  share: first one holding fewer GPUs than the whole part of its share, then the largest
+  deficit. Under time-sharing GPUs free up every period, so shares are met without preemption.
+- Rebalancing: when an experiment holds less than the whole part of its share, or is owed
+  ``quantum`` GPU seconds, and no GPU is on its way, the pool reclaims a GPU from the experiment
+  most above its share, preempting that experiment's running trial of the lowest priority by
+  its own policy.
+- A lone experiment gets the whole pool (as many GPUs as it can use), exactly as a plain
+  ``Scheduler`` on those GPUs would.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from hermes.core.decisions import Decision, Resume, Start
+from hermes.core.events import (
+    Event,
+    ExperimentCancelled,
+    GpuAdded,
+    GpuReclaimed,
+    GpuRemoved,
+    NodeAdded,
+    NodeRemoved,
+    PeriodElapsed,
+    SubmissionsClosed,
+    SubmissionsReopened,
+    TrialExited,
+    TrialReported,
+    TrialSubmitted,
+    TrialSuspended,
+)
+from hermes.core.scheduler import Scheduler
+from hermes.core.share import nested_shares
+from hermes.core.states import HOLDING_GPU, RUNNING
+from hermes.errors import HermesError
+
+SEPARATOR = "."
+_TRIAL_EVENTS = (TrialSubmitted, TrialReported, TrialSuspended, TrialExited)
+_EXPERIMENT_EVENTS = (TrialSubmitted, SubmissionsClosed, SubmissionsReopened, ExperimentCancelled)
+
+
+def qualify(experiment: str, trial_id: str) -> str:
+    """The pool-wide id of an experiment's trial."""
+    return f"{experiment}{SEPARATOR}{trial_id}"
+
+
+def split(qualified: str) -> tuple[str, str]:
+    """(experiment, trial id) of a pool-wide trial id."""
+    experiment, separator, trial_id = qualified.partition(SEPARATOR)
+    if not separator or not experiment or not trial_id:
+        raise HermesError(f"trial id {qualified!r} names no experiment (expected '<experiment>{SEPARATOR}<trial>')")
+    return experiment, trial_id
+
+
+@dataclass(slots=True)
+class Routed:
+    """One event as one experiment's scheduler handled it, with the decisions it made (its own ids)."""
+
+    experiment: str
+    event: Event
+    decisions: list[Decision]
+
+
+@dataclass(slots=True, eq=False)
+class Tenant:
+    """An experiment in the pool, with its fair-share accounts (GPU seconds)."""
+
+    key: str
+    scheduler: Scheduler
+    owner: str
+    weight: float
+    seq: int  # arrival order, the last tie-breaker
+    gpus: set[str] = field(default_factory=set)  # GPUs it holds (all in use, or on their way back)
+    share: float = 0.0  # GPUs it is owed now
+    owed: float = 0.0  # GPU seconds it was owed so far
+    used: float = 0.0  # GPU seconds it held so far
+
+    @property
+    def deficit(self) -> float:
+        return self.owed - self.used
+
+    @property
+    def demand(self) -> int:
+        """GPUs it could use: one per unfinished trial."""
+        return self.scheduler.unfinished
+
+
+class PoolScheduler:
+    """The cluster level for many experiments on one pool; pure like ``Scheduler``: time comes
+    only from the events' ``at`` (and the ``at`` of the calls that change the experiments)."""
+
+    def __init__(self, *, quantum: float = 60.0) -> None:
+        if not quantum > 0:
+            raise HermesError(f"quantum must be positive, got {quantum}")
+        self.quantum = quantum
+        self.tenants: dict[str, Tenant] = {}
+        self.gpu_node: dict[str, str] = {}  # every GPU of the pool -> its node
+        self.holder: dict[str, str | None] = {}  # GPU -> the experiment holding it
+        self.owner_weights: dict[str, float] = {}
+        self.routed: list[Routed] = []
+        self.finished_experiments: list[str] = []  # experiments that ended, in order; the host may forget them
+        self._clock = 0.0
+        self._arrivals = 0
+
+    # ------------------------------------------------------------------ experiments
+    def add_experiment(
+        self,
+        key: str,
+        scheduler: Scheduler,
+        *,
+        at: float,
+        weight: float = 1.0,
+        owner: str = "",
+        used: float = 0.0,
+        owed: float = 0.0,
+    ) -> list[Decision]:
+        """Let ``scheduler`` (holding no GPU) share the pool from ``at``; return what that changes.
+
+        ``used`` and ``owed``: its accounts (GPU seconds) in an earlier pool, to go on from."""
+        if not key or SEPARATOR in key:
+            raise HermesError(f"experiment key {key!r} must be non-empty and free of {SEPARATOR!r}")
+        if key in self.tenants:
+            raise HermesError(f"experiment {key} is in the pool already")
+        if scheduler.cluster.gpu_count:
+            raise HermesError(f"experiment {key} joins holding GPUs; remove its old nodes first")
+        if scheduler.finished:
+            raise HermesError(f"experiment {key} is finished")
+        _check_weight(weight)
+        self._begin(at)
+        self.tenants[key] = Tenant(key, scheduler, owner, weight, self._arrivals, owed=owed, used=used)
+        self._arrivals += 1
+        return self._share(at)
+
+    def set_weight(self, key: str, weight: float, at: float) -> list[Decision]:
+        _check_weight(weight)
+        self._begin(at)
+        self._tenant(key).weight = weight
+        return self._share(at)
+
+    def set_owner_weight(self, owner: str, weight: float, at: float) -> list[Decision]:
+        _check_weight(weight)
+        self._begin(at)
+        self.owner_weights[owner] = weight
+        return self._share(at)
+
+    def tell(self, key: str, event: Event) -> list[Decision]:
+        """An event of one experiment in its own terms: a submission (its own trial id), closed or
+        reopened submissions, a cancellation."""
+        if not isinstance(event, _EXPERIMENT_EVENTS):
+            raise HermesError(f"{type(event).__name__} is not an experiment's event; hand it to handle()")
+        self._begin(event.at)
+        decisions = self._route(self._tenant(key), event)
+        return decisions + self._share(event.at)
+
+    # ------------------------------------------------------------------ the executor's events
+    def handle(self, event: Event) -> list[Decision]:
+        """An event from the executor (qualified trial ids, the pool's nodes and GPUs)."""
+        self._begin(event.at)
+        at = event.at
+        decisions: list[Decision] = []
+        if isinstance(event, _TRIAL_EVENTS):
+            key, trial_id = split(event.trial_id)
+            tenant = self._tenant(key)
+            local = replace(event, trial_id=trial_id)
+            if isinstance(event, (TrialSuspended, TrialExited)):
+                decisions += self._before_release(tenant, trial_id, at)
+            decisions += self._route(tenant, local)
+        elif isinstance(event, PeriodElapsed):
+            for tenant in list(self.tenants.values()):
+                if tenant.gpus and tenant.key in self.tenants:
+                    decisions += self._route(tenant, event)
+        elif isinstance(event, NodeAdded):
+            for gpu in event.gpus:
+                self._add_gpu(event.node, gpu)
+        elif isinstance(event, GpuAdded):
+            self._add_gpu(event.node, event.gpu)
+        elif isinstance(event, NodeRemoved):
+            for gpu in [gpu for gpu, node in self.gpu_node.items() if node == event.node]:
+                del self.gpu_node[gpu], self.holder[gpu]
+            for tenant in list(self.tenants.values()):
+                if event.node in tenant.scheduler.cluster.nodes and tenant.key in self.tenants:
+                    decisions += self._route(tenant, event)
+        elif isinstance(event, GpuRemoved):
+            holder = self.holder.pop(event.gpu, None)
+            self.gpu_node.pop(event.gpu, None)
+            if holder is not None and holder in self.tenants:
+                decisions += self._route(self.tenants[holder], event)
+        else:
+            raise HermesError(f"{type(event).__name__} is an experiment's event; hand it to tell()")
+        return decisions + self._share(at)
+
+    # ------------------------------------------------------------------ who gets a GPU
+    def _before_release(self, tenant: Tenant, trial_id: str, at: float) -> list[Decision]:
+        """A trial is about to release its GPU: if another experiment is owed it more, mark it
+        reclaimed first, so that this experiment does not refill it."""
+        trial = tenant.scheduler.trials.get(trial_id)
+        if trial is None or trial.state not in HOLDING_GPU or trial.gpu in tenant.scheduler.reclaimed:
+            return []
+        gpu = trial.gpu
+        best = self._ranking(at, gpu, leaving=tenant)
+        if not best or best[0] is tenant:
+            return []
+        return self._route(tenant, GpuReclaimed(at, gpu))
+
+    def _ranking(self, now: float, gpu: str, leaving: Tenant | None = None) -> list[Tenant]:
+        """Experiments that want ``gpu``, the most owed first: those below the whole part of their
+        share, then by deficit, then by arrival. ``leaving``: its trial is leaving ``gpu`` (it
+        counts as holding one GPU less, and wants it back)."""
+        ranked = []
+        for tenant in self.tenants.values():
+            held = len(tenant.gpus) - (tenant is leaving)
+            if tenant is leaving or self._wants(tenant, gpu, now):
+                ranked.append((held >= math.floor(tenant.share + 1e-9), -tenant.deficit, tenant.seq, tenant))
+        ranked.sort(key=lambda entry: entry[:3])
+        return [entry[3] for entry in ranked]
+
+    def _wants(self, tenant: Tenant, gpu: str, now: float) -> bool:
+        """Whether the experiment would run something on ``gpu`` now, or needs a GPU to conclude
+        (submissions closed, nothing running: its scheduler ends what it cannot run)."""
+        scheduler = tenant.scheduler
+        if not scheduler.unfinished:
+            return False
+        if not scheduler.submissions_open and not scheduler.busy:
+            return True
+        priority = scheduler.policy.priority
+        members = [*scheduler.unplaced.values()]
+        for node in scheduler.cluster.nodes.values():
+            members.extend(node.members.values())
+        return any(
+            trial.waiting
+            and (trial.movable or trial.last_gpu is None or trial.last_gpu == gpu)
+            and priority(trial, now) is not None
+            for trial in members
+        )
+
+    def _share(self, at: float) -> list[Decision]:
+        """Give free GPUs to the most owed experiments, then reclaim GPUs for those still owed."""
+        decisions: list[Decision] = []
+        self._update_shares()
+        for gpu in sorted(gpu for gpu, holder in self.holder.items() if holder is None):
+            for tenant in self._ranking(at, gpu):
+                granted, made = self._grant(tenant, gpu, at)
+                decisions += made
+                if granted:
+                    self._update_shares()
+                    break
+        return decisions + self._rebalance(at)
+
+    def _grant(self, tenant: Tenant, gpu: str, at: float) -> tuple[bool, list[Decision]]:
+        """Give ``gpu`` to the experiment; take it back at once if it runs nothing there."""
+        node = self.gpu_node[gpu]
+        scheduler = tenant.scheduler
+        event = GpuAdded(at, node, gpu) if node in scheduler.cluster.nodes else NodeAdded(at, node, (gpu,))
+        self.holder[gpu] = tenant.key
+        tenant.gpus.add(gpu)
+        decisions = self._route(tenant, event)
+        if tenant.key not in self.tenants:  # it finished with this GPU: nothing left to run
+            return False, decisions
+        if any(isinstance(d, (Start, Resume)) and d.gpu == gpu for d in decisions):
+            return True, decisions
+        if gpu in scheduler.cluster.gpu_node and scheduler.cluster.node_of(gpu).occupant.get(gpu) is None:
+            decisions += self._route(tenant, GpuReclaimed(at, gpu))
+        return False, decisions
+
+    def _rebalance(self, at: float) -> list[Decision]:
+        """Preempt for experiments still owed GPUs when none is on its way to them."""
+        decisions: list[Decision] = []
+        while True:
+            coming = sum(len(t.scheduler.reclaimed) for t in self.tenants.values())
+            coming += sum(holder is None for holder in self.holder.values())
+            needs, by_deficit = 0, False
+            for tenant in self.tenants.values():
+                held = len(tenant.gpus)
+                short = min(tenant.demand, math.floor(tenant.share + 1e-9)) - held
+                if short > 0:
+                    needs += short
+                elif tenant.demand > held and tenant.deficit >= self.quantum:
+                    needs += 1
+                    by_deficit = True
+            if needs <= coming:
+                return decisions
+            victim = self._victim(by_deficit)
+            if victim is None:
+                return decisions
+            tenant, gpu = victim
+            decisions += self._route(tenant, GpuReclaimed(at, gpu, preempt=True))
+
+    def _victim(self, by_deficit: bool) -> tuple[Tenant, str] | None:
+        """The running trial to preempt: in the experiment most above its share (the lowest
+        deficit), the one its own policy ranks lowest (ties: the latest arrival)."""
+        candidates = []
+        for tenant in self.tenants.values():
+            keeping = len(tenant.gpus) - len(tenant.scheduler.reclaimed)
+            if keeping > tenant.share + 1e-9 and (not by_deficit or tenant.deficit <= -self.quantum):
+                candidates.append((tenant.deficit, tenant.seq, tenant))
+        for _, _, tenant in sorted(candidates, key=lambda entry: entry[:2]):
+            scheduler = tenant.scheduler
+            lowest, lowest_rank = None, None
+            for trial in scheduler.trials.values():
+                if (
+                    trial.state is not RUNNING
+                    or trial.stop_requested
+                    or trial.step >= trial.budget  # it has trained its budget and is exiting
+                    or trial.gpu in scheduler.reclaimed
+                ):
+                    continue
+                priority = scheduler.policy.priority(trial, self._clock)
+                rank = (-math.inf if priority is None else priority, -trial.seq)
+                if lowest_rank is None or rank < lowest_rank:
+                    lowest, lowest_rank = trial, rank
+            if lowest is not None:
+                return tenant, lowest.gpu
+        return None
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _begin(self, at: float) -> None:
+        """Charge every experiment's accounts up to ``at`` and start a new list of routed events."""
+        self.routed = []
+        elapsed = at - self._clock
+        if elapsed > 0:
+            for tenant in self.tenants.values():
+                tenant.used += len(tenant.gpus) * elapsed
+                tenant.owed += tenant.share * elapsed
+            self._clock = at
+
+    def _update_shares(self) -> None:
+        tenants = self.tenants
+        shares = nested_shares(
+            float(len(self.gpu_node)),
+            {key: t.owner for key, t in tenants.items()},
+            {key: t.weight for key, t in tenants.items()},
+            {key: float(t.demand) for key, t in tenants.items()},
+            self.owner_weights,
+        )
+        for key, tenant in tenants.items():
+            tenant.share = shares[key]
+
+    def _route(self, tenant: Tenant, event: Event) -> list[Decision]:
+        """Hand ``event`` to the experiment's scheduler; return its decisions with qualified ids."""
+        scheduler = tenant.scheduler
+        decisions = scheduler.handle(event)
+        self.routed.append(Routed(tenant.key, event, decisions))
+        for gpu in [gpu for gpu in tenant.gpus if gpu not in scheduler.cluster.gpu_node]:  # released to the pool
+            tenant.gpus.discard(gpu)
+            if gpu in self.holder:
+                self.holder[gpu] = None
+        qualified = [replace(d, trial_id=qualify(tenant.key, d.trial_id)) for d in decisions]
+        if scheduler.finished:
+            for gpu in tenant.gpus:
+                if gpu in self.holder:
+                    self.holder[gpu] = None
+            del self.tenants[tenant.key]
+            self.finished_experiments.append(tenant.key)
+            return qualified
+        idle = [
+            gpu
+            for gpu in sorted(tenant.gpus)
+            if gpu not in scheduler.reclaimed and scheduler.cluster.node_of(gpu).occupant[gpu] is None
+        ]
+        if idle and not isinstance(event, (NodeAdded, GpuAdded, GpuReclaimed)):  # it could not use them: back
+            for gpu in idle:
+                qualified += self._route(tenant, GpuReclaimed(event.at, gpu))
+        return qualified
+
+    def _add_gpu(self, node: str, gpu: str) -> None:
+        if gpu in self.gpu_node:
+            raise HermesError(f"GPU {gpu} is in the pool already")
+        self.gpu_node[gpu] = node
+        self.holder[gpu] = None
+
+    def _tenant(self, key: str) -> Tenant:
+        try:
+            return self.tenants[key]
+        except KeyError:
+            raise HermesError(f"no experiment {key} in the pool") from None
+
+
+def _check_weight(weight: float) -> None:
+    if not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight > 0):
+        raise HermesError(f"a weight must be a positive number, got {weight!r}")

@@ -1,0 +1,363 @@
+"""A pool session: many experiments from one store, on one engine's GPUs, shared fairly.
+
+What ``hermes server`` runs behind its API. The experiments are the store's: submit one with
+``store.submit_experiment(name, spec, owner, weight)`` (or ``PoolSession.submit``), and the
+running pool takes it up within ``poll`` seconds; ``store.set_weight``, ``store.set_owner_weight``
+and ``store.request_cancel`` act on a running pool the same way. Public API::
+
+    pool = PoolSession(store, "/srv/hermes", engine="local", resources=ResourcesSpec(cpu_slots=4))
+    threading.Thread(target=pool.run).start()   # run() blocks until stop()
+    PoolSession.submit(store, spec, owner="ann", weight=2.0)
+    pool.shares()                               # from any thread: GPUs and GPU seconds per experiment
+    pool.stop()                                 # from any thread; run() returns once trials are stopped
+
+Each experiment is an ``ExperimentSession`` hosted by this loop (its sampler, budget, policy and
+store log as under ``hermes run``); ``hermes.core.pool.PoolScheduler`` divides the GPUs between
+them. Every event an experiment's core handles, grants and reclaims of GPUs included, goes to
+that experiment's log with its decisions before any decision is carried out. After ``kill -9``,
+a new session on the same store continues every experiment: each log is replayed into a fresh
+core, the trials the dead pool ran fall back to their checkpoints, and the GPUs are shared anew.
+
+Statuses: queued (submitted) -> running -> finished, cancelled or failed (``error`` says why: a
+spec this machine cannot run, say). Relative paths in a stored spec start at ``directory``;
+trials keep their files where ``hermes run`` keeps them (``<storage.dir>/<name>/trials/<id>``).
+In a pool every trial runs as a process of its own (warm workers are per slot, and experiments
+from different workdirs share a slot). Only the local engine is supported.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hermes.core.decisions import Decision
+from hermes.core.events import Event, ExperimentCancelled, NodeRemoved, TrialSubmitted
+from hermes.core.policy import ExecutionProfile
+from hermes.core.pool import PoolScheduler, qualify
+from hermes.errors import HermesError
+from hermes.execution.contract import Executor
+from hermes.experiment import ExperimentSpec, parse_spec
+from hermes.experiment.spec import ResourcesSpec
+from hermes.local.executor import LocalExecutor
+from hermes.local.launch import PROCESS_SWITCH_COST, TrialLaunch
+from hermes.session import ExperimentSession
+from hermes.store.base import ExperimentRecord, ExperimentStatus, ExperimentStore
+from hermes.store.recorder import StoreRecorder
+
+log = logging.getLogger(__name__)
+
+_OPEN = (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING, ExperimentStatus.INTERRUPTED)
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """Where one running experiment stands in the pool's fair share (``PoolSession.shares``)."""
+
+    experiment_id: int
+    name: str
+    owner: str
+    weight: float
+    gpus: int  # GPUs it holds now
+    share: float  # GPUs it is owed now (a fraction of the pool, by the weights)
+    used_gpu_seconds: float  # GPU seconds it held in the pool (across restarts)
+    owed_gpu_seconds: float  # GPU seconds its share came to over the same time
+
+
+@dataclass(eq=False)
+class _Member:
+    """One hosted experiment: its session (core, searcher, budget) and its store recorder."""
+
+    record: ExperimentRecord
+    session: ExperimentSession
+    recorder: StoreRecorder
+    key: str
+    inbox: list[Event] = field(default_factory=list)  # submissions its session posted, for the pool core
+    cancelled: bool = False
+
+
+class _SharedExecutor:
+    """An experiment's view of the pool's executor: its trial ids qualified, its settings on each trial."""
+
+    def __init__(self, executor: LocalExecutor, key: str, spec: ExperimentSpec) -> None:
+        self._executor, self._key, self._spec = executor, key, spec
+
+    def submit(
+        self, trial_id: str, work: TrialLaunch, *, at: float | None = None, reported_step: int = 0
+    ) -> TrialSubmitted:
+        spec = self._spec
+        work = replace(
+            work,
+            warm=False,
+            metric=spec.metric.name,
+            checkpoint_every=spec.storage.checkpoint_every,
+            directory=str(spec.storage_dir / spec.name / "trials" / trial_id),
+        )
+        event = self._executor.submit(qualify(self._key, trial_id), work, at=at, reported_step=reported_step)
+        return replace(event, trial_id=trial_id)
+
+
+class PoolSession:
+    """Runs every open experiment of ``store`` on one engine until ``stop``; see the module docstring.
+
+    ``directory``: where relative paths of stored specs start, and the pool's own files (worker
+    logs). ``resources``: the pool's GPUs or CPU slots (default: this machine's GPUs, else its CPU
+    slots). ``poll``: seconds between looks at the store for submissions, cancellations and weights.
+    ``quantum``: GPU seconds an experiment may be owed before the pool preempts for it.
+    """
+
+    def __init__(
+        self,
+        store: ExperimentStore,
+        directory: str | Path,
+        *,
+        engine: str = "local",
+        resources: ResourcesSpec | None = None,
+        poll: float = 0.5,
+        quantum: float = 60.0,
+    ) -> None:
+        if engine != "local":
+            raise HermesError(f"a pool runs on the local engine only, not {engine!r}")
+        if not poll > 0:
+            raise HermesError(f"poll must be positive, got {poll}")
+        from hermes.local.engine import slots_for
+
+        self.store = store
+        self.directory = Path(directory).resolve()
+        self.slots = slots_for(resources or ResourcesSpec())
+        self.poll = poll
+        self.scheduler = PoolScheduler(quantum=quantum)
+        self.members: dict[str, _Member] = {}
+        self.executor: LocalExecutor | None = None
+        self._stopped = threading.Event()
+        self._last_sync = -float("inf")
+        self._shares: list[Share] = []  # replaced whole at each sync, so any thread may read it
+
+    @staticmethod
+    def submit(store: ExperimentStore, spec: ExperimentSpec, *, owner: str = "", weight: float = 1.0) -> int:
+        """Queue ``spec`` for a pool, stored as a runner stores it; return its experiment id."""
+        return store.submit_experiment(spec.name, spec.model_dump(mode="json"), owner=owner, weight=weight)
+
+    def shares(self) -> list[Share]:
+        """The running experiments' fair share, as of the last look at the store (``poll``); any thread."""
+        return self._shares
+
+    def stop(self) -> None:
+        """Make ``run`` return soon: its trials are stopped, its experiments stay open in the store."""
+        self._stopped.set()
+        executor = self.executor
+        if executor is not None:
+            executor.wake()
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> None:
+        """Continue every open experiment of the store, take up new ones, until ``stop``."""
+        opened = [item for item in map(self._open, self._pool_records(_OPEN)) if item is not None]
+        clock = max((now for _, now in opened), default=0.0)  # the experiments' timelines go on
+        executor = self.executor = LocalExecutor(self.directory / "pool", slots=self.slots, clock_offset=clock)
+        ticker = threading.Thread(target=self._tick, name="hermes-pool-poll", daemon=True)
+        ticker.start()
+        try:
+            for member, _ in opened:
+                self._attach(member)
+            while not self._stopped.is_set():
+                self._sync()
+                events = executor.next_events()
+                for event in events:
+                    self._apply(self._call(lambda: self.scheduler.handle(event)), event.at)
+                    executor.settled(event)
+                if not events and executor.idle():
+                    self._stopped.wait(self.poll)
+        finally:
+            self._stopped.set()
+            executor.close()
+            self._save_accounts()
+            for member in self.members.values():
+                if member.session.scheduler.finished:
+                    continue
+                try:
+                    self.store.set_status(member.record.experiment_id, ExperimentStatus.INTERRUPTED)
+                except HermesError:
+                    log.exception("could not mark experiment %s interrupted", member.record.name)
+
+    def _tick(self) -> None:
+        """Wake the executor every ``poll`` seconds, so that the store is read even while trials are quiet."""
+        while not self._stopped.wait(self.poll):
+            executor = self.executor
+            if executor is not None:
+                executor.wake()
+
+    # ------------------------------------------------------------------ experiments in and out
+    def _pool_records(self, statuses: tuple[ExperimentStatus, ...]) -> list[ExperimentRecord]:
+        return [record for record in self.store.experiments(status=statuses) if record.owner is not None]
+
+    def _open(self, record: ExperimentRecord) -> tuple[_Member, float] | None:
+        """Build the experiment's session and replay its log; None if it cannot run (marked failed)."""
+        if record.cancel_requested and record.status is ExperimentStatus.QUEUED:
+            self.store.set_status(record.experiment_id, ExperimentStatus.CANCELLED)
+            return None
+        try:
+            spec = parse_spec(record.spec, source=f"experiment {record.name}", base_dir=self.directory)
+            if spec.name != record.name:
+                raise HermesError(f"experiment {record.name}: its spec is named {spec.name!r}")
+            if spec.model_dump(mode="json") != record.spec:
+                raise HermesError(f"experiment {record.name}: its stored spec is not as a runner stores it; submit "
+                                  "ExperimentSpec.model_dump(mode='json') (PoolSession.submit does)")
+            if spec.engine != "local":
+                raise HermesError(f"experiment {record.name}: engine: {spec.engine!r}; this pool runs the local engine")
+            session = ExperimentSession(spec, store=self.store)
+            # Every pooled trial runs as a process of its own: the policy weighs switches at that cost.
+            session.scheduler.policy.configure(ExecutionProfile(switch_cost=PROCESS_SWITCH_COST))
+            recovered = session.replay()
+        except HermesError as error:
+            log.warning("experiment %s cannot run: %s", record.name, error)
+            self.store.set_status(record.experiment_id, ExperimentStatus.FAILED, error=str(error))
+            return None
+        member = _Member(record, session, StoreRecorder(self.store, record.experiment_id, session.scheduler),
+                         f"e{record.experiment_id}")
+        return member, recovered.now
+
+    def _attach(self, member: _Member) -> None:
+        """Resubmit its trials to the pool's executor, drop the old pool's nodes, and let it share the GPUs."""
+        session, scheduler = member.session, member.session.scheduler
+        experiment_id = member.record.experiment_id
+        now = self.executor.now()
+        shared: Executor = _SharedExecutor(self.executor, member.key, session.spec)  # type: ignore[assignment]
+        session.host(shared, member.inbox.append)
+        for trial in scheduler.trials.values():  # those it ran fall back to their checkpoints: the core knows that step
+            shared.submit(trial.trial_id, session.engine.work(trial.params), at=trial.submitted_at,
+                          reported_step=trial.checkpoint_step)
+        if scheduler.finished:
+            self.store.set_status(experiment_id, ExperimentStatus.FINISHED)
+            return
+        for node in list(scheduler.cluster.nodes):  # the dead pool's runs died with it
+            event = NodeRemoved(now, node)
+            decisions = scheduler.handle(event)
+            member.recorder(event, decisions)
+            session.after(event, decisions)
+        member.recorder.flush()
+        if scheduler.finished:
+            self.store.set_status(experiment_id, ExperimentStatus.FINISHED)
+            return
+        self.members[member.key] = member
+        self.store.set_status(experiment_id, ExperimentStatus.RUNNING)
+        decisions = self._call(lambda: self.scheduler.add_experiment(
+            member.key, scheduler, at=now, weight=member.record.weight, owner=member.record.owner or "",
+            used=member.record.gpu_seconds_used, owed=member.record.gpu_seconds_owed,
+        ))
+        member.inbox.extend(session.submissions(now))
+        self._apply(decisions + self._drain(), now)
+        if member.record.cancel_requested:
+            self._cancel(member, now)
+
+    def _sync(self) -> None:
+        """At most every ``poll`` seconds: take up submissions, cancellations and weight changes."""
+        now = self.executor.now()
+        if now - self._last_sync < self.poll:
+            return
+        self._last_sync = now
+        known = {member.record.experiment_id: member for member in self.members.values()}
+        for record in self._pool_records(_OPEN):
+            member = known.get(record.experiment_id)
+            if member is None:
+                if record.status is ExperimentStatus.QUEUED:
+                    opened = self._open(record)
+                    if opened is not None:
+                        self._attach(opened[0])
+                continue
+            member.record = record
+            tenant = self.scheduler.tenants.get(member.key)
+            if record.cancel_requested and not member.cancelled:
+                self._cancel(member, now)
+            elif tenant is not None and tenant.weight != record.weight:
+                self._apply(self._call(lambda: self.scheduler.set_weight(member.key, record.weight, now)), now)
+        for owner, weight in self.store.owner_weights().items():
+            if self.scheduler.owner_weights.get(owner, 1.0) != weight:
+                self._apply(self._call(lambda: self.scheduler.set_owner_weight(owner, weight, now)), now)
+        self._save_accounts()
+        self._shares = [
+            Share(member.record.experiment_id, member.record.name, tenant.owner, tenant.weight, len(tenant.gpus),
+                  tenant.share, tenant.used, tenant.owed)
+            for member in self.members.values()
+            for tenant in [self.scheduler.tenants.get(member.key)]
+            if tenant is not None
+        ]
+
+    def _save_accounts(self) -> None:
+        self.store.save_accounts({
+            member.record.experiment_id: (tenant.used, tenant.owed)
+            for member in self.members.values()
+            for tenant in [self.scheduler.tenants.get(member.key)]
+            if tenant is not None
+        })
+
+    def _cancel(self, member: _Member, now: float) -> None:
+        member.cancelled = True
+        if member.key in self.scheduler.tenants:
+            event = ExperimentCancelled(now, "cancelled on request")
+            self._apply(self._call(lambda: self.scheduler.tell(member.key, event)), now)
+
+    # ------------------------------------------------------------------ the pool core's calls
+    def _call(self, call: Any) -> list[Decision]:
+        """One call of the pool core: record what each experiment's core handled, tell its session,
+        and hand the submissions that follow to the core too; return every decision to apply."""
+        decisions: list[Decision] = call()
+        touched: dict[str, _Member] = {}
+        for routed in self.scheduler.routed:
+            member = touched[routed.experiment] = self.members[routed.experiment]
+            member.recorder(routed.event, routed.decisions)
+            member.session.after(routed.event, routed.decisions)
+        for member in touched.values():
+            member.recorder.flush()  # one commit per experiment, before any decision is applied
+            if member.session.scheduler.finished:
+                self._finished(member)
+        return decisions + self._drain()
+
+    def _drain(self) -> list[Decision]:
+        decisions: list[Decision] = []
+        for member in list(self.members.values()):
+            while member.inbox and member.key in self.scheduler.tenants:
+                event = member.inbox.pop(0)
+                decisions += self._call(lambda: self.scheduler.tell(member.key, event))
+            member.inbox.clear()
+        return decisions
+
+    def _apply(self, decisions: list[Decision], at: float) -> None:
+        for decision in decisions:
+            self.executor.apply(decision, at)
+
+    def _finished(self, member: _Member) -> None:
+        status = ExperimentStatus.CANCELLED if member.cancelled else ExperimentStatus.FINISHED
+        self.store.set_status(member.record.experiment_id, status)
+        self.members.pop(member.key, None)
+        log.info("experiment %s %s", member.record.name, status.value)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m hermes.pool --store URL --dir DIR``: a pool session until SIGTERM or Ctrl-C."""
+    import argparse
+    import signal
+
+    from hermes.store.sql import SqlStore
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--store", required=True, help="database URL, e.g. sqlite:///srv/hermes/hermes.db")
+    parser.add_argument("--dir", required=True, help="where relative paths of specs start")
+    parser.add_argument("--cpu-slots", type=int, help="run on this many CPU slots instead of the GPUs")
+    parser.add_argument("--poll", type=float, default=0.5)
+    args = parser.parse_args(argv)
+    resources = ResourcesSpec(gpus="none", cpu_slots=args.cpu_slots) if args.cpu_slots else None
+    store = SqlStore(args.store)
+    pool = PoolSession(store, args.dir, resources=resources, poll=args.poll)
+    signal.signal(signal.SIGTERM, lambda *_: pool.stop())
+    signal.signal(signal.SIGINT, lambda *_: pool.stop())
+    try:
+        pool.run()
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    main()

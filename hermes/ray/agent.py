@@ -1,0 +1,281 @@
+"""The node agent: one long-lived Ray actor per node with GPUs, running that node's slots.
+
+An actor per trial (as Ray Tune does) costs 0.6-0.8 s to create and turns every pause into a
+checkpoint plus a new actor; one agent per node, holding all of the node's GPUs, keeps the local
+engine's warm workers, parking and spilling instead: it hosts a ``LocalExecutor`` whose slots are
+the node's GPUs, each pinned by ``CUDA_VISIBLE_DEVICES`` to the index Ray gave (Ray leaves it unset
+for an actor that asks for no GPU, and such an actor's children would see every GPU).
+
+Threads: one *pump* thread owns the local executor (it is not thread-safe) and alternates between
+the driver's commands and the local executor's events. Ray runs the methods in a pool of threads
+(a threaded actor does not keep call order), so every ``call`` carries the driver's sequence
+number and the pump runs them in that order; a repeated number (a retry after
+``ActorUnavailableError``) is ignored. Events are numbered too: ``next_events(after)`` drops those
+the driver has, so a reply lost on the way is sent again.
+
+Durable checkpoints: a checkpointed report is uploaded to the storage URI before the driver sees
+it, so ``checkpointed=True`` always names a checkpoint another node can download. A migrating
+trial's state travels as the return value of ``call`` (owned by the driver, so it outlives this
+agent) straight to the destination's agent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from hermes.core.decisions import Start
+from hermes.core.events import Event, TrialReported
+from hermes.local.executor import LocalExecutor
+from hermes.local.launch import TrialLaunch
+from hermes.local.resources import local_slots
+from hermes.ray.storage import CheckpointStore
+from hermes.trial import protocol
+
+State = dict[str, Any]  # {"step": n, "files": {relative path: bytes}}: a trial's newest checkpoint
+
+
+class NodeAgent:
+    """Runs one node's trials for a ``RayExecutor``; see the module docstring. Made with
+    ``num_cpus=0``, the node's GPUs and a hard node affinity (``hermes.ray.executor``)."""
+
+    def __init__(
+        self, node: str, directory: str, metric: str | None, checkpoint_every: int, storage_uri: str
+    ) -> None:
+        import ray
+
+        gpus = [str(int(index)) for index in ray.get_gpu_ids()]
+        self.node = node
+        self.storage = CheckpointStore(storage_uri)
+        self.local = LocalExecutor(
+            Path(directory),
+            slots=local_slots(node, gpus=gpus),
+            metric=metric,
+            checkpoint_every=checkpoint_every,
+            cwd=directory,
+        )
+        self._changed = threading.Condition()
+        self._calls: dict[int, tuple[list[tuple], Future]] = {}  # seq -> commands waiting for the pump
+        self._done = 0  # the last seq the pump has run
+        self._arrived: set[int] = set()  # seqs received and not yet run
+        self._outbox: list[tuple[int, Event]] = []  # numbered events the driver may not have yet
+        self._numbered = 0
+        self._local_busy = True  # whether any run of the local executor may still report
+        self._uploads = 0  # checkpoint uploads under way, each with a report to post
+        self._uploader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hermes-upload")
+        self._replied: tuple[bool, int] | None = None  # (busy, done) of the last next_events reply
+        self._woken = False
+        self._closed = False
+        self._awaiting: dict[str, TrialReported] = {}  # trial -> its report the driver has to settle
+        self._exports: dict[str, Future] = {}  # trial -> the call waiting for its state
+        self._known: set[str] = set()  # trials the local executor has
+        self._pump_thread = threading.Thread(target=self._pump, name="hermes-agent-pump", daemon=True)
+        self._pump_thread.start()
+
+    # ------------------------------------------------------------------ what the driver calls
+    def call(self, seq: int, commands: list[tuple], carried: list[Any] | None = None) -> State | None:
+        """Run ``commands`` after every call numbered before ``seq``; return a state when one of
+        them hands a trial over (``export``). ``carried`` holds, nested so that Ray does not wait
+        for it, the object ref of a state that a ``receive`` among them takes in."""
+        with self._changed:
+            if seq <= self._done or seq in self._arrived:
+                return None  # a retry of a call that arrived
+        for command in commands:
+            if command[0] == "receive":
+                self._receive(*command[1:4], carried[0] if carried else None)
+        future: Future = Future()
+        with self._changed:
+            self._calls[seq] = (commands, future)
+            self._arrived.add(seq)
+            self._changed.notify_all()
+        self.local.wake()
+        return future.result()
+
+    def next_events(self, after: int) -> tuple[list[Event], int, bool, int]:
+        """Wait for events numbered past ``after`` (or a wake, or a change of what ``busy`` and
+        ``done`` say); return them, the number of the last, whether anything may still report, and
+        the last call run."""
+        with self._changed:
+            self._outbox = [(n, e) for n, e in self._outbox if n > after]
+            self._changed.wait_for(
+                lambda: self._outbox or self._woken or self._closed or self._replied != (self._busy, self._done)
+            )
+            self._woken = False
+            self._replied = (self._busy, self._done)
+            return [e for _, e in self._outbox], self._numbered, self._busy, self._done
+
+    @property
+    def _busy(self) -> bool:
+        """Whether an event may still come from here (read under ``_changed``)."""
+        return self._local_busy or self._uploads > 0
+
+    def wake(self) -> None:
+        with self._changed:
+            self._woken = True
+            self._changed.notify_all()
+
+    def close(self) -> None:
+        """Kill every trial process here and end the pump."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        self.local.wake()
+        self._pump_thread.join(timeout=30)
+
+    # ------------------------------------------------------------------ the pump
+    def _pump(self) -> None:
+        try:
+            while True:
+                while (ready := self._next_call()) is not None:
+                    self._run(*ready)
+                if self._closed:
+                    return
+                if self.local.idle() and not self._exports:
+                    with self._changed:
+                        self._changed.wait_for(lambda: self._done + 1 in self._calls or self._closed)
+                    continue
+                events = self.local.next_events()
+                for event in events:
+                    self._forward(event)
+                for trial_id in list(self._exports):
+                    if self.local.hand_over(trial_id):
+                        self._known.discard(trial_id)
+                        self._exports.pop(trial_id).set_result(self._state(trial_id))
+                with self._changed:
+                    self._local_busy = not self.local.idle()
+                    self._changed.notify_all()
+        finally:
+            self.local.close()
+            self._uploader.shutdown(wait=False, cancel_futures=True)
+
+    def _next_call(self) -> tuple[int, list[tuple], Future] | None:
+        with self._changed:
+            seq = self._done + 1
+            if seq not in self._calls:
+                return None
+            return (seq, *self._calls.pop(seq))
+
+    def _run(self, seq: int, commands: list[tuple], future: Future) -> None:
+        """Run a call's commands; only then does ``done`` say so (with ``busy`` as they left it)."""
+        export: Future | None = None
+        try:
+            for command in commands:
+                export = self._command(*command) or export
+        except Exception as error:  # a bug or a contract violation of the driver: it raises it
+            future.set_exception(error)
+            return
+        finally:
+            with self._changed:
+                self._done = seq
+                self._arrived.discard(seq)
+                self._local_busy = not self.local.idle()
+                self._changed.notify_all()
+        if export is None:
+            future.set_result(None)
+        else:
+            export.add_done_callback(lambda done: future.set_result(done.result()))
+
+    def _command(self, kind: str, *args: Any) -> Future | None:
+        local = self.local
+        if kind == "submit" or kind == "receive":
+            trial_id, work, reported_step = args[:3]
+            if trial_id not in self._known:
+                local.submit(trial_id, work, reported_step=reported_step)
+                self._known.add(trial_id)
+        elif kind == "apply":
+            decision = args[0]
+            if isinstance(decision, Start):
+                self.storage.delete(decision.trial_id)
+            local.apply(decision, local.now())
+        elif kind == "settle":
+            trial_id, step = args
+            event = self._awaiting.get(trial_id)
+            if event is not None and event.step == step:
+                del self._awaiting[trial_id]
+                local.settled(event)
+        elif kind == "export":
+            future: Future = Future()
+            if local.hand_over(args[0]):
+                self._known.discard(args[0])
+                future.set_result(self._state(args[0]))
+            else:
+                self._exports[args[0]] = future
+            return future
+        elif kind == "remove_gpu":
+            local.remove_gpu(args[0])
+        else:
+            raise ValueError(f"unknown command {kind!r}")
+        return None
+
+    def _forward(self, event: Event) -> None:
+        """Hand an event to the driver; a checkpointed report only once its checkpoint is durable.
+        Uploads run beside the pump, so the node's other slots go on meanwhile; the trial itself
+        waits for its answer, so none of its own events can overtake the report."""
+        if not isinstance(event, TrialReported):
+            self._post(event)
+            return
+        self._awaiting[event.trial_id] = event
+        if not event.checkpointed:
+            self._post(event)
+            return
+        with self._changed:
+            self._uploads += 1
+        upload = self._uploader.submit(self.storage.upload_latest, event.trial_id, self._trial_dir(event.trial_id))
+        upload.add_done_callback(lambda done: self._uploaded(event, done))
+
+    def _uploaded(self, event: TrialReported, upload: Future) -> None:
+        if upload.exception() is not None:  # not durable: the core must not count on it
+            event = dataclasses.replace(event, checkpointed=False)
+        with self._changed:
+            self._uploads -= 1
+        self._post(event)
+
+    def _post(self, event: Event) -> None:
+        with self._changed:
+            self._numbered += 1
+            self._outbox.append((self._numbered, event))
+            self._changed.notify_all()
+
+    # ------------------------------------------------------------------ trial state
+    def _trial_dir(self, trial_id: str) -> Path:
+        return self.local.directory / "trials" / trial_id
+
+    def _state(self, trial_id: str) -> State | None:
+        """The newest checkpoint of a trial handed over, read into memory for the object store."""
+        latest = protocol.latest_checkpoint(self._trial_dir(trial_id))
+        if latest is None:
+            return None
+        directory, step = latest
+        files = {str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+        return {"step": step, "files": files}
+
+    def _receive(self, trial_id: str, work: TrialLaunch, reported_step: int, carried: Any) -> None:
+        """Before a trial resumes here from elsewhere: put its state in its directory, from the
+        object store (a migration between live nodes) or else from the storage URI (its node died,
+        or the driver restarted). Runs in Ray's thread, not the pump: the trial is unknown here."""
+        import ray
+
+        state = None
+        if carried is not None:
+            try:
+                state = ray.get(carried)
+            except ray.exceptions.RayError:
+                state = None  # its node died on the way: the durable checkpoint it is
+        trial_dir = self._trial_dir(trial_id)
+        checkpoints = trial_dir / protocol.CHECKPOINTS_DIR
+        shutil.rmtree(checkpoints, ignore_errors=True)
+        if state is None:
+            self.storage.download(trial_id, trial_dir)
+            return
+        final = checkpoints / f"step-{state['step']}"
+        for name, data in state["files"].items():
+            (final / name).parent.mkdir(parents=True, exist_ok=True)
+            (final / name).write_bytes(data)
+        pointer = checkpoints / f"{protocol.LATEST_FILE}.tmp"
+        pointer.write_text(final.name)
+        os.replace(pointer, checkpoints / protocol.LATEST_FILE)

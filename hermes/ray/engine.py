@@ -1,0 +1,58 @@
+"""The Ray engine: a spec's trials on the GPU nodes of a Ray cluster, one node agent per node.
+
+``engine: ray`` in a spec, with ``ray.address`` (``auto``: the cluster this machine belongs to) and
+``storage.uri`` for durable checkpoints; the trials themselves run as with the local engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from hermes.core.policy import ExecutionProfile
+from hermes.errors import HermesError
+from hermes.execution.registry import ExecutionEngine
+from hermes.local.engine import trial_launch, trial_profile
+from hermes.local.launch import TrialLaunch
+from hermes.ray.executor import RayExecutor
+
+if TYPE_CHECKING:
+    from hermes.experiment.spec import ExperimentSpec
+
+
+class RayEngine(ExecutionEngine):
+    """Connects this process to the cluster as its driver (unless it is already connected)."""
+
+    def __init__(self, spec: ExperimentSpec) -> None:
+        super().__init__(spec)
+        try:
+            import ray
+        except ImportError:
+            raise HermesError('engine: ray needs Ray: pip install "hermes-hpo[ray]"') from None
+        if not ray.is_initialized():
+            try:
+                ray.init(address=spec.ray.address, log_to_driver=False)
+            except ConnectionError as error:
+                raise HermesError(f"ray.address: cannot connect to {spec.ray.address!r}: {error}") from None
+        self._gpus = int(ray.cluster_resources().get("GPU", 0))
+
+    def capacity(self) -> int:
+        return max(1, self._gpus)
+
+    def profile(self) -> ExecutionProfile:
+        return trial_profile(self.spec)
+
+    def work(self, params: Mapping[str, Any]) -> TrialLaunch:
+        return trial_launch(self.spec, params)
+
+    def executor(self, directory: Path, clock_offset: float) -> RayExecutor:
+        spec = self.spec
+        return RayExecutor(
+            directory,
+            storage_uri=spec.storage.uri or (Path(directory) / "checkpoints").resolve().as_uri(),
+            metric=spec.metric.name,
+            checkpoint_every=spec.storage.checkpoint_every,
+            period=(spec.policy.period or 60.0) if spec.trial.metrics_regex else None,
+            clock_offset=clock_offset,
+            poll=spec.ray.poll,
+        )

@@ -1,0 +1,393 @@
+"""The Ray executor: the execution contract over one node agent per Ray node with GPUs.
+
+The driver (``hermes run``: the engine loop, the core, the store) keeps no trial process; each
+node's agent (``hermes.ray.agent``) runs that node's slots. Decisions and settled reports are
+buffered per agent and sent in one call when the driver next waits. The driver waits with
+``ray.wait`` on every agent's pending ``next_events`` call, so an event reaches the core as soon as
+an agent has it; ``wake`` makes those calls return. Its clock stamps every event as it arrives.
+
+Membership comes from Ray's node table, read every ``poll`` seconds: a new alive node with GPUs
+gets an agent, whose first events are its ``NodeAdded``; a dead node, or a dead agent (its pending
+call fails with ``ActorDiedError``), becomes ``NodeRemoved``, and its trials fall back to their
+last durable checkpoint. ``ActorUnavailableError`` is transient: the call is sent again (the agent
+ignores a call it has, by its sequence number).
+
+Where a suspended trial resumes decides how its state travels: on its own node, from memory (or
+local disk), as on one machine; on another live node, as the return value of the source agent's
+``export`` (owned by the driver) handed to the destination's ``receive``; when its node is gone
+(or the driver restarted), from the storage URI, catching up silently to the step the core knows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
+from hermes.core.events import (
+    Event,
+    GpuRemoved,
+    NodeAdded,
+    NodeRemoved,
+    PeriodElapsed,
+    TrialReported,
+    TrialSubmitted,
+    TrialSuspended,
+)
+from hermes.core.policy import ExecutionProfile
+from hermes.errors import HermesError
+from hermes.execution.contract import Executor
+from hermes.local.handshake import TrialProgress
+from hermes.local.launch import WARM_SWITCH_COST, TrialLaunch
+from hermes.local.loop import monotonic_clock
+
+
+def node_name(node_id: str) -> str:
+    """The Hermes name of a Ray node: the start of its NodeID (GPUs are ``<name>/gpu<i>``)."""
+    return node_id[:12]
+
+
+@dataclass(eq=False)
+class _Agent:
+    """The driver's view of one node agent."""
+
+    node: str
+    node_id: str
+    handle: Any
+    ready: bool = False  # its NodeAdded has come
+    seq: int = 0  # the last call sent
+    done: int = 0  # the last call it has run, as it last said
+    busy: bool = True  # whether a run of it may still report, as it last said
+    after: int = 0  # the number of the last event received
+    buffer: list[tuple] = field(default_factory=list)  # commands not sent yet
+    listening: Any = None  # its pending next_events call
+    trials: set[str] = field(default_factory=set)  # trials it knows (submitted there, not handed over)
+
+
+class RayExecutor(Executor[TrialLaunch]):
+    """Runs trials on a Ray cluster this process is connected to (``ray.init``); see the module docstring.
+
+    ``directory``: each agent keeps its trials under ``<directory>/nodes/<node>/`` on its own node.
+    ``storage_uri``: the durable checkpoints (``hermes.ray.storage``). ``agent_timeout``: how long
+    the first ``next_events`` waits for the agents of the nodes there are at the start.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        storage_uri: str,
+        metric: str | None = None,
+        checkpoint_every: int = 0,
+        period: float | None = None,
+        clock_offset: float = 0.0,
+        poll: float = 0.25,
+        agent_timeout: float = 120.0,
+    ) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            raise HermesError("the Ray executor needs a connected driver: call ray.init first")
+        self.directory = Path(directory).resolve()
+        self.storage_uri = storage_uri
+        self.metric = metric
+        self.checkpoint_every = checkpoint_every
+        self.period = period
+        self.poll = poll
+        self.profile = ExecutionProfile(switch_cost=WARM_SWITCH_COST)
+        self._clock = monotonic_clock(clock_offset)
+        self._next_tick = self.now() + period if period is not None else None
+        self._agents: dict[str, _Agent] = {}  # node name -> agent, created and not lost
+        self._retired: set[str] = set()  # node ids whose agent was lost: never another
+        self._gpus: dict[str, str] = {}  # GPU -> node name
+        self._work: dict[str, TrialLaunch] = {}
+        self._progress: dict[str, TrialProgress] = {}
+        self._where: dict[str, str] = {}  # trial -> node of the agent that holds it
+        self._gpu_of: dict[str, str] = {}  # trial -> GPU of its latest run
+        self._calls: dict[Any, tuple[_Agent, tuple]] = {}  # pending call ref -> (agent, its arguments)
+        self._events: list[Event] = []
+        self._woken = False
+        self._closed = False
+        self._next_poll = 0.0
+        self._poll_membership()
+        deadline = time.monotonic() + agent_timeout
+        while any(not a.ready for a in self._agents.values()) and time.monotonic() < deadline:
+            self._wait(min(1.0, deadline - time.monotonic()))
+
+    # ------------------------------------------------------------------ the contract
+    def now(self) -> float:
+        return self._clock()
+
+    def submit(
+        self, trial_id: str, work: TrialLaunch, *, at: float | None = None, reported_step: int = 0
+    ) -> TrialSubmitted:
+        if trial_id in self._work:
+            raise HermesError(f"trial {trial_id} submitted twice")
+        if not self._work or work.switch_cost > self.profile.switch_cost:
+            self.profile = ExecutionProfile(switch_cost=work.switch_cost)
+        self._work[trial_id] = work
+        self._progress[trial_id] = TrialProgress(
+            trial_id=trial_id, last_step=reported_step, checkpoint_step=reported_step
+        )
+        return TrialSubmitted(self.now() if at is None else at, trial_id, work.budget, dict(work.config), work.movable)
+
+    def apply(self, decision: Decision, at: float) -> None:
+        trial_id = decision.trial_id
+        if trial_id not in self._work:
+            raise HermesError(f"unknown trial {trial_id}: submit it to the executor first")
+        if isinstance(decision, (Start, Resume)):
+            target = self._agent_of_gpu(decision.gpu)
+            if isinstance(decision, Start):
+                progress = self._progress[trial_id]
+                progress.last_step = progress.checkpoint_step = 0
+                self._place(target, trial_id, "submit")
+                target.buffer.append(("apply", decision))
+            else:
+                self._resume(target, decision)
+            self._where[trial_id] = target.node
+            self._gpu_of[trial_id] = decision.gpu
+        elif isinstance(decision, (Suspend, Stop)):
+            agent = self._agents.get(self._where.get(trial_id, ""))
+            if agent is not None and trial_id in agent.trials:
+                agent.buffer.append(("apply", decision))
+
+    def settled(self, event: Event) -> None:
+        if isinstance(event, TrialReported):
+            agent = self._agents.get(self._where.get(event.trial_id, ""))
+            if agent is not None:
+                agent.buffer.append(("settle", event.trial_id, event.step))
+
+    def next_events(self) -> list[Event]:
+        self._flush()
+        while not self._events:  # an agent's word (a call run, say) returns too: idle() may have changed
+            if self._woken or self.idle() or self._wait(self._timeout()):
+                break
+        self._woken = False
+        events, self._events = self._events, []
+        return events
+
+    def idle(self) -> bool:
+        if self._events:
+            return False
+        agents = self._agents.values()
+        if not any(a.ready for a in agents):
+            return False  # no GPU yet: one may join
+        return all(a.ready and not a.busy and not a.buffer and a.done >= a.seq for a in agents)
+
+    def wake(self) -> None:
+        """From any thread: make the agents' pending ``next_events`` return, and with them ``ray.wait``."""
+        self._woken = True
+        for agent in list(self._agents.values()):
+            if agent.listening is not None:
+                agent.handle.wake.remote()
+                return
+
+    def close(self) -> None:
+        """End every agent (and so every trial process); pending events are dropped."""
+        if self._closed:
+            return
+        self._closed = True
+        import ray
+
+        agents = list(self._agents.values())
+        closing = [agent.handle.close.remote() for agent in agents]
+        try:
+            ray.wait(closing, num_returns=len(closing), timeout=30)
+        finally:
+            for agent in agents:
+                ray.kill(agent.handle, no_restart=True)
+            self._agents.clear()
+            self._events.clear()
+
+    def remove_gpu(self, gpu: str) -> None:
+        """Take ``gpu`` out of service at once; its agent reports ``GpuRemoved``."""
+        agent = self._agent_of_gpu(gpu)
+        agent.buffer.append(("remove_gpu", gpu))
+
+    # ------------------------------------------------------------------ decisions
+    def _agent_of_gpu(self, gpu: str) -> _Agent:
+        agent = self._agents.get(self._gpus.get(gpu, ""))
+        if agent is None:
+            raise HermesError(f"unknown GPU {gpu}; this executor has {', '.join(self._gpus) or 'none'}")
+        return agent
+
+    def _place(self, agent: _Agent, trial_id: str, kind: str, *extra: Any) -> None:
+        """Make the trial known to ``agent`` (a ``submit``, or a ``receive`` of its state)."""
+        agent.buffer.append((kind, trial_id, self._work[trial_id], self._progress[trial_id].last_step, *extra))
+        agent.trials.add(trial_id)
+
+    def _resume(self, target: _Agent, decision: Resume) -> None:
+        trial_id = decision.trial_id
+        if trial_id in target.trials:  # on its own node: from memory or local disk
+            target.buffer.append(("apply", decision))
+            return
+        source = self._agents.get(self._where.get(trial_id, ""))
+        carried = None
+        if source is not None and trial_id in source.trials:  # another live node: through the object store
+            source.trials.discard(trial_id)
+            source.buffer.append(("export", trial_id))
+            carried = self._send(source, watch=False)  # never fetched here: it goes to the target
+        self._place(target, trial_id, "receive")
+        target.buffer.append(("apply", decision))
+        self._send(target, [carried] if carried is not None else None)
+
+    # ------------------------------------------------------------------ calls and events
+    def _flush(self) -> None:
+        for agent in list(self._agents.values()):
+            if agent.buffer:
+                self._send(agent)
+
+    def _send(self, agent: _Agent, carried: list[Any] | None = None, *, watch: bool = True) -> Any:
+        """Send the agent's buffered commands as one call and return its ref (an ``export``'s state).
+        A watched call's failure is seen in ``_wait``."""
+        agent.seq += 1
+        arguments = (agent.seq, agent.buffer, carried)
+        agent.buffer = []
+        ref = agent.handle.call.remote(*arguments)
+        if watch:
+            self._calls[ref] = (agent, arguments)
+        return ref
+
+    def _listen(self, agent: _Agent) -> None:
+        agent.listening = agent.handle.next_events.remote(agent.after)
+
+    def _timeout(self) -> float:
+        deadline = self._next_poll if self._next_tick is None else min(self._next_poll, self._next_tick)
+        return max(0.0, deadline - self.now())
+
+    def _wait(self, timeout: float) -> bool:
+        """Wait for an agent's events or the end of a call, at most ``timeout`` seconds; take what
+        came, and say whether an agent's events or state changed."""
+        import ray
+
+        for agent in self._agents.values():
+            if agent.listening is None:
+                self._listen(agent)
+        listening = {agent.listening: agent for agent in self._agents.values()}
+        refs = [*listening, *self._calls]
+        if refs:
+            ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=False)
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+        else:
+            time.sleep(timeout)
+            ready = []
+        changed = False
+        for ref in ready:  # one may belong to an agent an earlier one showed lost
+            if ref in listening:
+                changed = self._heard(listening[ref], ref) or changed
+            else:
+                self._answered(ref)
+        if self.now() >= self._next_poll:
+            self._poll_membership()
+        if self._next_tick is not None and self.now() >= self._next_tick:
+            while self._next_tick <= self.now():
+                self._next_tick += self.period
+            self._events.append(PeriodElapsed(self.now()))
+        return changed
+
+    def _heard(self, agent: _Agent, ref: Any) -> bool:
+        """Take an agent's reply; whether it brought events or changed what the agent last said."""
+        import ray
+
+        agent.listening = None
+        if agent.node not in self._agents:
+            return False
+        try:
+            events, numbered, busy, done = ray.get(ref)
+        except ray.exceptions.ActorUnavailableError:
+            return False  # transient: listen again
+        except ray.exceptions.RayActorError:
+            self._lose(agent)
+            return True
+        changed = bool(events) or (busy, done) != (agent.busy, agent.done)
+        agent.after, agent.busy, agent.done = numbered, busy, done
+        for event in events:
+            self._take(agent, dataclasses.replace(event, at=self.now()))
+        return changed
+
+    def _answered(self, ref: Any) -> None:
+        import ray
+
+        agent, arguments = self._calls.pop(ref, (None, None))
+        if agent is None or agent.node not in self._agents:
+            return  # its agent was lost meanwhile
+        try:
+            ray.get(ref)
+        except ray.exceptions.ActorUnavailableError:
+            retry = agent.handle.call.remote(*arguments)  # the agent ignores it if the first one arrived
+            self._calls[retry] = (agent, arguments)
+        except ray.exceptions.RayActorError:
+            self._lose(agent)
+        except ray.exceptions.RayTaskError as error:
+            raise error.as_instanceof_cause() from None
+
+    def _take(self, agent: _Agent, event: Event) -> None:
+        """Keep the driver's view of the trials in step with an agent's event, and queue it."""
+        if isinstance(event, NodeAdded):
+            agent.ready = True
+            self._gpus.update(dict.fromkeys(event.gpus, agent.node))
+        elif isinstance(event, GpuRemoved):
+            self._gpus.pop(event.gpu, None)
+            for trial_id, gpu in self._gpu_of.items():
+                if gpu == event.gpu and self._where.get(trial_id) == agent.node:
+                    self._progress[trial_id].lost()
+        elif isinstance(event, TrialReported):
+            progress = self._progress[event.trial_id]
+            progress.last_step = event.step
+            if event.checkpointed:
+                progress.checkpoint_step = event.step
+        elif isinstance(event, TrialSuspended):
+            progress = self._progress[event.trial_id]
+            progress.last_step = progress.checkpoint_step = event.step
+        self._events.append(event)
+
+    def _lose(self, agent: _Agent) -> None:
+        """The agent or its node died: its trials fall back to their durable checkpoints."""
+        import ray
+
+        del self._agents[agent.node]
+        self._retired.add(agent.node_id)
+        ray.kill(agent.handle, no_restart=True)  # a live node's stray agent must not run on
+        for ref in [ref for ref, (owner, _) in self._calls.items() if owner is agent]:
+            del self._calls[ref]
+        if not agent.ready:
+            return
+        for gpu in [gpu for gpu, node in self._gpus.items() if node == agent.node]:
+            del self._gpus[gpu]
+        for trial_id in [t for t, node in self._where.items() if node == agent.node]:
+            self._progress[trial_id].lost()
+            del self._where[trial_id]
+        self._events.append(NodeRemoved(self.now(), agent.node))
+
+    def _poll_membership(self) -> None:
+        """Agents for new alive nodes with GPUs; NodeRemoved for the dead ones."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from hermes.ray.agent import NodeAgent
+
+        self._next_poll = self.now() + self.poll
+        alive = {}
+        for node in ray.nodes():
+            if node["Alive"]:
+                alive[node["NodeID"]] = int(node["Resources"].get("GPU", 0))
+        for agent in list(self._agents.values()):
+            if agent.node_id not in alive:
+                self._lose(agent)
+        known = {agent.node_id for agent in self._agents.values()} | self._retired
+        remote = ray.remote(NodeAgent)
+        for node_id, gpus in alive.items():
+            if gpus < 1 or node_id in known:
+                continue
+            name = node_name(node_id)
+            handle = remote.options(
+                num_cpus=0,
+                num_gpus=gpus,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                max_concurrency=16,
+                max_restarts=0,
+            ).remote(name, str(self.directory / "nodes" / name), self.metric, self.checkpoint_every, self.storage_uri)
+            self._agents[name] = _Agent(name, node_id, handle)

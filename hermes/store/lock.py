@@ -1,0 +1,146 @@
+"""What a runner holds in its storage directory: the lock that makes it the only runner there,
+and a little disk space kept in reserve.
+
+One runner per storage directory: an exclusive lock on ``hermes.lock`` next to ``hermes.db``.
+
+The lock is ``flock(2)`` on an open file: the kernel releases it when its holder ends, however it
+ends (``kill -9`` included), so a stale lock file never blocks the next run. The file holds the
+holder's pid and command line, so that a refused runner can say who holds the directory, and
+readers (``hermes status``) can tell a running experiment from one whose runner died.
+
+The reserve, ``hermes.reserve``, is a file of RESERVE_BYTES that the runner deletes when the disk
+is full, to make room for recording how the run ended.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from hermes.store.base import StoreError
+
+LOCK_FILE = "hermes.lock"
+RESERVE_FILE = "hermes.reserve"
+RESERVE_BYTES = 1 << 20  # a few SQLite pages and a WAL frame are what the last status needs
+READER_RETRIES = 20  # tries 10 ms apart before a held lock counts as a runner's
+
+
+class StorageInUse(StoreError):
+    """Another runner holds the storage directory."""
+
+
+class RunnerLock:
+    """Held from ``acquire`` until ``release`` (or the end of the process)."""
+
+    def __init__(self, directory: str | Path, experiment: str = "") -> None:
+        self.path = Path(directory) / LOCK_FILE
+        self.who = {
+            "pid": os.getpid(), "host": socket.gethostname(), "command": _command(), "experiment": experiment,
+            "since": time.time(),
+        }
+        self._file: BinaryIO | None = None  # closed when collected, too: the lock never outlives its holder
+
+    def acquire(self) -> RunnerLock:
+        """Take the lock at once, or raise StorageInUse naming the process that holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        file = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644), "r+b", buffering=0)
+        try:
+            _lock(file.fileno())
+        except BlockingIOError:
+            file.close()
+            raise StorageInUse(
+                f"{self.path.parent} is in use by another runner, {describe(holder(self.path))}; "
+                "one runner per storage directory: wait for it to end, stop it, or use another storage.dir"
+            ) from None
+        except BaseException:
+            file.close()
+            raise
+        file.truncate(0)
+        file.write(json.dumps(self.who).encode())
+        self._file = file
+        return self
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.truncate(0)  # no holder any more; the file stays, so that no racer locks a deleted one
+            self._file.close()  # which releases the lock
+            self._file = None
+
+    def __enter__(self) -> RunnerLock:
+        return self.acquire()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
+
+
+class SpaceReserve:
+    """Disk space set aside while a runner runs, given back when the disk is full (``release``)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.path = Path(directory) / RESERVE_FILE
+
+    def acquire(self) -> None:
+        """Take the space; on a disk that has not even that much left, go without."""
+        try:
+            with open(self.path, "wb") as file:
+                os.posix_fallocate(file.fileno(), 0, RESERVE_BYTES)
+        except OSError:
+            self.release()
+
+    def release(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def holder(path: str | Path) -> dict[str, Any] | None:
+    """Who holds the lock file at ``path`` now, or None when nobody does (never taken, or its holder
+    ended). Opens the file read-only and writes nothing, so a report may ask."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # held: by a runner
+            data = os.pread(fd, 1 << 16, 0)
+            try:
+                return dict(json.loads(data))
+            except (ValueError, TypeError):  # it is between taking the lock and writing its name
+                return {}
+        return None
+    finally:
+        os.close(fd)  # releases the shared lock, if taken
+
+
+def _lock(fd: int) -> None:
+    """LOCK_EX, or BlockingIOError; a reader (``holder``) holds the lock for microseconds, so wait that out."""
+    for _ in range(READER_RETRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(0.01)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def describe(who: dict[str, Any] | None) -> str:
+    if not who:
+        return "a process that is starting"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(who.get("since", 0)))
+    experiment = f" running experiment {who['experiment']!r}" if who.get("experiment") else ""
+    return f"pid {who.get('pid')} on {who.get('host')}{experiment} (`{who.get('command')}`, since {since})"
+
+
+def _command() -> str:
+    """This process's command line as typed, e.g. ``hermes run spec.yaml``."""
+    try:
+        words = Path("/proc/self/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        return " ".join(word.decode(errors="replace") for word in words)
+    except OSError:
+        return " ".join([sys.executable, *sys.argv])

@@ -1,0 +1,192 @@
+"""The pool session: many experiments from one store on one local engine, with real trial processes.
+
+As in tests/test_run.py, nothing of ours is mocked: the trials are tests/trials/curve.py run as
+processes on CPU slots, the store is a SQLite file, and the kill is a real SIGKILL of a real pool
+process (``python -m hermes.pool``), whose trials die with it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes.core.decisions import Start
+from hermes.core.events import GpuReclaimed, NodeAdded
+from hermes.core.scheduler import Scheduler
+from hermes.core.states import TrialState
+from hermes.experiment import parse_spec
+from hermes.experiment.spec import ResourcesSpec
+from hermes.policies import make_policy
+from hermes.pool import PoolSession
+from hermes.recovery import replay
+from hermes.store import ExperimentStatus, SqlStore
+from tests.test_run import count_reports, environment, score, search, spec_of, trial_processes, wait_for
+
+TIMEOUT = 90
+
+
+def pool_spec(
+    name: str, trials: int, sleep: float, budget: int = 5, max_time: float | None = None, **sections: Any
+) -> dict[str, Any]:
+    searching = search(trials, 1, sleep) | ({"max_time": max_time} if max_time is not None else {})
+    spec = spec_of(name, search=searching, budget={"steps": budget}, **sections)
+    return parse_spec(spec).model_dump(mode="json")  # as a runner stores it
+
+
+def submit(store: SqlStore, spec: dict[str, Any], owner: str = "ann", weight: float = 1.0) -> int:
+    return store.submit_experiment(spec["name"], spec, owner=owner, weight=weight)
+
+
+def status(store: SqlStore, experiment_id: int) -> ExperimentStatus:
+    return store.experiment(experiment_id).status
+
+
+def check_completed(store: SqlStore, tmp_path: Path, experiment_id: int, trials: int, budget: int) -> None:
+    """Every trial completed with every step reported, its state carried across every suspension."""
+    record = store.experiment(experiment_id)
+    assert record.status is ExperimentStatus.FINISHED
+    stored = store.trials(experiment_id)
+    assert len(stored) == trials
+    steps: dict[str, set[int]] = {}
+    for metric in store.metrics(experiment_id):
+        steps.setdefault(metric.trial_id, set()).add(metric.step)
+    for trial in stored:
+        assert trial.state is TrialState.COMPLETED, f"{record.name} trial {trial.trial_id}: {trial.error}"
+        assert steps[trial.trial_id] == set(range(1, budget + 1))
+        result = json.loads((tmp_path / "runs" / record.name / "trials" / trial.trial_id / "result.json").read_text())
+        assert result["total"] == pytest.approx(sum(score(trial.params["rate"], s) for s in range(1, budget + 1)))
+
+
+def replays_to_the_same_decisions(store: SqlStore, experiment_id: int) -> None:
+    """The experiment's log alone rebuilds its core: grants and reclaims are events of its own log."""
+    stored = [record.decision for record in store.decisions(experiment_id)]
+    replayed = []
+    replay(store, experiment_id, Scheduler(make_policy("rr", period=0.5)), lambda e, ds: replayed.extend(ds))
+    assert replayed == stored
+
+
+# ---------------------------------------------------------------------- in-process: submissions, weights, cancels
+def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(tmp_path: Path) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
+    first = submit(store, pool_spec("first", 4, 0.05), weight=1.0)
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        wait_for(lambda: status(store, first) is ExperimentStatus.RUNNING, TIMEOUT, "the pool to take up the first")
+        second = submit(store, pool_spec("second", 4, 0.05), owner="bob", weight=3.0)
+        doomed = submit(store, pool_spec("doomed", 6, 0.2, budget=50))
+        wait_for(lambda: store.metrics(doomed), TIMEOUT, "the doomed experiment to report")
+        store.set_weight(second, 2.0)
+        store.set_owner_weight("bob", 2.0)
+        wait_for(lambda: pool.scheduler.owner_weights.get("bob") == 2.0, TIMEOUT, "the owner's weight to apply")
+        shares = {share.name: share for share in pool.shares()}
+        assert shares["doomed"].owner == "ann" and 0 < shares["doomed"].share <= 2
+        assert sum(share.gpus for share in shares.values()) <= 2
+        store.request_cancel(doomed)
+        wait_for(lambda: status(store, doomed) is ExperimentStatus.CANCELLED, TIMEOUT, "the cancellation")
+        wait_for(lambda: {status(store, first), status(store, second)} == {ExperimentStatus.FINISHED}, TIMEOUT,
+                 "both experiments to finish")
+        # The pool's clock ran for seconds already: a time budget counts from the experiment's start.
+        assert pool.executor.now() > 2.0
+        late = submit(store, pool_spec("late", 20, 0.2, budget=50, max_time=2.0))
+        wait_for(lambda: status(store, late) is ExperimentStatus.FINISHED, TIMEOUT, "the time budget to end it")
+        never = submit(store, pool_spec("never", 2, 0.05))
+        store.request_cancel(never)
+        broken = store.submit_experiment("broken", {**pool_spec("broken", 2, 0.05), "trial": {"function": "x:y",
+                                                                                               "workdir": "/nowhere"}})
+        raw = store.submit_experiment("raw", spec_of("raw"))  # defaults left out: not as a runner stores it
+        wait_for(lambda: status(store, never) is ExperimentStatus.CANCELLED, TIMEOUT, "a queued cancellation")
+        wait_for(lambda: status(store, raw) is ExperimentStatus.FAILED, TIMEOUT, "the raw spec to fail")
+        wait_for(lambda: status(store, broken) is ExperimentStatus.FAILED, TIMEOUT, "the broken spec to fail")
+    finally:
+        pool.stop()
+        runner.join(TIMEOUT)
+    assert not runner.is_alive()
+    for experiment_id in (first, second):
+        check_completed(store, tmp_path, experiment_id, 4, 5)
+        replays_to_the_same_decisions(store, experiment_id)
+        events = store.events(experiment_id)
+        assert any(isinstance(event, NodeAdded) for event in events)  # GPUs came as grants of the pool
+    assert "trial.workdir" in (store.experiment(broken).error or "")
+    assert "PoolSession.submit" in (store.experiment(raw).error or "")
+    late_trials = store.trials(late)
+    assert len(store.metrics(late)) >= 4 and any(trial.state is TrialState.STOPPED for trial in late_trials)
+    assert all(trial.state.is_terminal for trial in late_trials)
+    assert store.metrics(never) == [] and store.events(never) == []
+    cancelled = store.trials(doomed)
+    assert cancelled and all(trial.state in (TrialState.STOPPED, TrialState.COMPLETED) for trial in cancelled)
+    assert any(trial.state is TrialState.STOPPED for trial in cancelled)
+    # The experiments shared the slots: the pool took GPUs back from one for another.
+    reclaims = sum(isinstance(e, GpuReclaimed) for x in (first, second, doomed) for e in store.events(x))
+    assert reclaims > 0
+    store.close()
+
+
+# ---------------------------------------------------------------------- kill -9 of the pool process
+def test_a_pool_killed_with_sigkill_continues_every_experiment(tmp_path: Path) -> None:
+    database = tmp_path / "pool.db"
+    store = SqlStore(f"sqlite:///{database}")
+    budget, checkpoint_every = 6, 2
+    specs = [
+        pool_spec(name, 4, 0.08, budget=budget, storage={"dir": "runs", "checkpoint_every": checkpoint_every})
+        for name in ("left", "right")
+    ]
+    ids = [submit(store, specs[0], owner="ann"), submit(store, specs[1], owner="bob", weight=2.0)]
+    command = [sys.executable, "-m", "hermes.pool", "--store", f"sqlite:///{database}", "--dir", str(tmp_path),
+               "--cpu-slots", "2", "--poll", "0.1"]
+    storage = (tmp_path / "runs").resolve()
+    pool = subprocess.Popen(command, cwd=tmp_path, env=environment(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: count_reports(database) >= 10 and trial_processes(storage), TIMEOUT, "the moment")
+        pool.send_signal(signal.SIGKILL)
+        pool.wait(timeout=10)
+    finally:
+        if pool.poll() is None:
+            pool.kill()
+            pool.wait()
+    wait_for(lambda: not trial_processes(storage), 5, "the trials of the killed pool to die")
+    assert [status(store, experiment_id) for experiment_id in ids] == [ExperimentStatus.RUNNING] * 2
+    before = {experiment_id: store.metrics(experiment_id) for experiment_id in ids}
+    used_before = {experiment_id: store.experiment(experiment_id).gpu_seconds_used for experiment_id in ids}
+    assert all(used > 0 for used in used_before.values())  # the fair-share accounts were saved as it ran
+    completed_before = {
+        (experiment_id, trial.trial_id)
+        for experiment_id in ids
+        for trial in store.trials(experiment_id)
+        if trial.state is TrialState.COMPLETED
+    }
+
+    restarted = subprocess.Popen(command, cwd=tmp_path, env=environment(), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: all(status(store, i) is ExperimentStatus.FINISHED for i in ids), TIMEOUT,
+                 "every experiment to finish after the restart")
+        restarted.send_signal(signal.SIGTERM)
+        _, stderr = restarted.communicate(timeout=30)
+    finally:
+        if restarted.poll() is None:
+            restarted.kill()
+            restarted.wait()
+    assert restarted.returncode == 0, stderr
+    for experiment_id in ids:
+        check_completed(store, tmp_path, experiment_id, 4, budget)
+        metrics = store.metrics(experiment_id)
+        assert metrics[: len(before[experiment_id])] == before[experiment_id]  # the log is append-only
+        after = Counter(record.trial_id for record in metrics[len(before[experiment_id]):])
+        assert not {(experiment_id, trial_id) for trial_id in after} & completed_before, "a finished trial ran again"
+        starts = Counter(r.decision.trial_id for r in store.decisions(experiment_id) if isinstance(r.decision, Start))
+        assert set(starts.values()) == {1}  # resumed from checkpoints, never started from scratch again
+        replays_to_the_same_decisions(store, experiment_id)
+        assert store.experiment(experiment_id).gpu_seconds_used > used_before[experiment_id]  # went on from them
+    store.close()

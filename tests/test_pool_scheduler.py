@@ -1,0 +1,265 @@
+"""The pool scheduler: many experiments on one GPU pool, fair share by weights, and its simulation.
+
+Pure tests of the core (events in, decisions out) and simulations with the real simulated executor.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hermes.core.decisions import Resume, Start, Suspend
+from hermes.core.events import (
+    GpuReclaimed,
+    NodeAdded,
+    SubmissionsClosed,
+    TrialExited,
+    TrialReported,
+    TrialSubmitted,
+    TrialSuspended,
+)
+from hermes.core.pool import PoolScheduler, qualify, split
+from hermes.core.scheduler import Scheduler
+from hermes.core.share import nested_shares, water_fill
+from hermes.errors import HermesError
+from hermes.policies import make_policy
+from hermes.sim.pool import PoolExperiment, simulate_pool
+from hermes.sim.simulate import simulate
+from hermes.sim.synthetic import synthetic_trace
+
+
+# ---------------------------------------------------------------------- shares
+def test_water_fill_divides_by_weight_and_passes_on_what_a_capped_member_cannot_use() -> None:
+    assert water_fill(4.0, {"a": 1.0, "b": 3.0}, {"a": 10, "b": 10}) == pytest.approx({"a": 1.0, "b": 3.0})
+    assert water_fill(4.0, {"a": 1.0, "b": 3.0}, {"a": 10, "b": 2}) == pytest.approx({"a": 2.0, "b": 2.0})
+    assert water_fill(4.0, {"a": 1.0, "b": 1.0}, {"a": 1, "b": 1}) == pytest.approx({"a": 1.0, "b": 1.0})
+    assert water_fill(4.0, {"a": 1.0, "b": 1.0}, {"a": 0, "b": 9}) == pytest.approx({"a": 0.0, "b": 4.0})
+
+
+def test_nested_shares_split_the_pool_by_owner_then_by_experiment() -> None:
+    owners = {"a1": "ann", "a2": "ann", "b1": "bob"}
+    demands = {"a1": 50.0, "a2": 50.0, "b1": 50.0}
+    even = nested_shares(8.0, owners, {"a1": 1.0, "a2": 3.0, "b1": 1.0}, demands, {})
+    assert even == pytest.approx({"a1": 1.0, "a2": 3.0, "b1": 4.0})
+    heavier_bob = nested_shares(8.0, owners, {"a1": 1.0, "a2": 1.0, "b1": 1.0}, demands, {"bob": 3.0})
+    assert heavier_bob == pytest.approx({"a1": 1.0, "a2": 1.0, "b1": 6.0})
+
+
+def test_qualified_ids_name_the_experiment() -> None:
+    assert split(qualify("e3", "007")) == ("e3", "007")
+    assert split("e3.a.b") == ("e3", "a.b")
+    with pytest.raises(HermesError, match="names no experiment"):
+        split("007")
+
+
+# ---------------------------------------------------------------------- the core, event by event
+def experiment(trials: int) -> tuple[Scheduler, list[TrialSubmitted]]:
+    return Scheduler(make_policy("rr", period=10.0)), [TrialSubmitted(0.0, f"t{i}", 100) for i in range(trials)]
+
+
+def test_a_newcomer_gets_its_share_by_preemption_and_events_carry_the_experiment() -> None:
+    pool = PoolScheduler()
+    pool.handle(NodeAdded(0.0, "n0", ("g0", "g1", "g2", "g3")))
+    first, submissions = experiment(6)
+    pool.add_experiment("a", first, at=0.0)
+    started = []
+    for submission in submissions:
+        started += pool.tell("a", submission)
+    assert sorted((d.trial_id, d.gpu) for d in started) == [(f"a.t{i}", f"g{i}") for i in range(4)]
+    assert all(isinstance(d, Start) for d in started)
+    # Each experiment's scheduler saw its grants as its own cluster events, and its own trial ids.
+    assert [type(r.event).__name__ for r in pool.routed] == ["TrialSubmitted"]
+    assert pool.routed[0].experiment == "a" and pool.routed[0].event.trial_id == "t5"
+
+    second, submissions = experiment(3)
+    decisions = pool.add_experiment("b", second, at=1.0)  # weights 1:1: b is owed two GPUs now
+    assert decisions == []  # it has no trials yet
+    decisions, routed = [], []
+    for submission in submissions:
+        decisions += pool.tell("b", submission)
+        routed += pool.routed
+    suspended = [d for d in decisions if isinstance(d, Suspend)]
+    assert len(suspended) == 2 and all(d.trial_id.startswith("a.") for d in suspended)
+    # a's log says why: the pool reclaimed two of its GPUs, preempting the trials its policy ranks lowest.
+    reclaims = [r for r in routed if isinstance(r.event, GpuReclaimed)]
+    assert [(r.experiment, r.event.preempt) for r in reclaims] == [("a", True), ("a", True)]
+    assert [r.decisions for r in reclaims] == [[Suspend(d.trial_id.split(".")[1])] for d in suspended]
+
+    # a's preempted trials release their GPUs, which go to b, not back to a.
+    gpus = {f"a.t{i}": f"g{i}" for i in range(4)}
+    granted = []
+    for decision in suspended:
+        granted += pool.handle(TrialSuspended(2.0, decision.trial_id, 0))
+    assert sorted(d.trial_id for d in granted) == ["b.t0", "b.t1"]
+    assert sorted(d.gpu for d in granted) == sorted(gpus[d.trial_id] for d in suspended)
+    assert {len(t.gpus) for t in pool.tenants.values()} == {2}
+
+
+def test_a_freed_gpu_goes_to_the_experiment_most_owed() -> None:
+    """Shares 4/3 and 2/3 GPU: nobody is below a whole GPU, so nothing is preempted (quantum is
+    huge), but when a's trial yields its turn, its GPU goes to b, which is owed GPU time."""
+    pool = PoolScheduler(quantum=1e9)
+    pool.handle(NodeAdded(0.0, "n0", ("g0", "g1")))
+    first, submissions = experiment(3)
+    pool.add_experiment("a", first, at=0.0, weight=2.0)
+    for submission in submissions:
+        pool.tell("a", submission)
+    second, submissions = experiment(2)
+    pool.add_experiment("b", second, at=0.0, weight=1.0)
+    assert [d for s in submissions for d in pool.tell("b", s)] == []
+    assert pool.handle(TrialReported(11.0, "a.t0", 1, 0.5)) == [Suspend("a.t0")]  # rr: its turn is over, t2 waits
+    decisions = pool.handle(TrialSuspended(11.5, "a.t0", 1))
+    assert decisions == [Start("b.t0", "g0")]
+    assert [(r.experiment, type(r.event).__name__) for r in pool.routed] == [
+        ("a", "GpuReclaimed"), ("a", "TrialSuspended"), ("b", "NodeAdded")
+    ]
+    assert pool.tenants["a"].gpus == {"g1"} and pool.tenants["b"].gpus == {"g0"}
+
+
+def settle(pool: PoolScheduler, decisions: list, at: float) -> list:
+    """Answer every Suspend with its TrialSuspended, as an executor would; return all decisions made."""
+    made = list(decisions)
+    pending = [d for d in decisions if isinstance(d, Suspend)]
+    while pending:
+        more = pool.handle(TrialSuspended(at, pending.pop(0).trial_id, 0))
+        made += more
+        pending += [d for d in more if isinstance(d, Suspend)]
+    return made
+
+
+def held(pool: PoolScheduler) -> dict[str, int]:
+    return {key: len(tenant.gpus) for key, tenant in pool.tenants.items()}
+
+
+def two_experiments(owners: tuple[str, str]) -> PoolScheduler:
+    """Experiments a and b of six trials each on four GPUs, two GPUs each."""
+    pool = PoolScheduler()
+    pool.handle(NodeAdded(0.0, "n0", ("g0", "g1", "g2", "g3")))
+    for key, owner in zip(("a", "b"), owners):
+        scheduler, submissions = experiment(6)
+        pool.add_experiment(key, scheduler, at=0.0, owner=owner)
+        settle(pool, [d for submission in submissions for d in pool.tell(key, submission)], 0.5)
+    assert held(pool) == {"a": 2, "b": 2}
+    return pool
+
+
+def test_a_weight_change_moves_gpus_at_once() -> None:
+    pool = two_experiments(("ann", "ann"))
+    made = settle(pool, pool.set_weight("b", 3.0, at=1.0), 1.5)  # b is owed three GPUs: one of a's trials yields
+    assert [type(d).__name__ for d in made] == ["Suspend", "Start"]
+    assert made[0].trial_id.startswith("a.") and made[1].trial_id.startswith("b.")
+    assert held(pool) == {"a": 1, "b": 3}
+
+
+def test_owners_share_first_then_their_experiments() -> None:
+    pool = two_experiments(("ann", "bob"))
+    assert settle(pool, pool.set_weight("b", 3.0, at=1.0), 1.5) == []  # b is bob's only experiment: no change
+    made = settle(pool, pool.set_owner_weight("ann", 3.0, at=2.0), 2.5)  # ann is owed 3 of the 4 GPUs
+    assert held(pool) == {"a": 3, "b": 1}
+    assert [d.trial_id[:2] for d in made if isinstance(d, Suspend)] == ["b."]
+
+
+@pytest.mark.parametrize("carried", [False, True])
+def test_accounts_carried_from_an_earlier_pool_decide_who_is_owed(carried: bool) -> None:
+    """1.5 GPUs each on 3: when a's trial yields its turn, its GPU goes to b, which is owed GPU
+    time, unless b comes from an earlier pool where it had used 500 GPU seconds more than its share."""
+    pool = PoolScheduler(quantum=1e9)
+    pool.handle(NodeAdded(0.0, "n0", ("g0", "g1", "g2")))
+    for key, used, owed in (("a", 0.0, 0.0), ("b", 1500.0 if carried else 0.0, 1000.0 if carried else 0.0)):
+        scheduler, submissions = experiment(4)
+        pool.add_experiment(key, scheduler, at=0.0, used=used, owed=owed)
+        settle(pool, [d for submission in submissions for d in pool.tell(key, submission)], 0.0)
+    assert held(pool) == {"a": 2, "b": 1}  # b took its whole GPU from a at once
+    assert pool.handle(TrialReported(11.0, "a.t0", 1, 0.5)) == [Suspend("a.t0")]  # rr: its turn is over
+    freed = pool.handle(TrialSuspended(11.5, "a.t0", 1))
+    assert len(freed) == 1 and freed[0].gpu == "g0"
+    assert freed[0].trial_id.startswith("a." if carried else "b.")
+
+
+def test_an_experiment_that_ends_returns_its_gpus() -> None:
+    pool = PoolScheduler()
+    pool.handle(NodeAdded(0.0, "n0", ("g0",)))
+    scheduler = Scheduler(make_policy("fifo"))
+    pool.add_experiment("a", scheduler, at=0.0)
+    assert [type(d).__name__ for d in pool.tell("a", TrialSubmitted(0.0, "t0", 1))] == ["Start"]
+    pool.tell("a", SubmissionsClosed(0.0))
+    pool.handle(TrialReported(1.0, "a.t0", 1, 0.5))
+    pool.handle(TrialExited(1.0, "a.t0", True))
+    assert pool.tenants == {} and pool.finished_experiments == ["a"] and pool.holder == {"g0": None}
+
+
+def test_weights_and_keys_are_checked() -> None:
+    pool = PoolScheduler()
+    with pytest.raises(HermesError, match="positive"):
+        pool.add_experiment("a", Scheduler(make_policy("rr")), at=0.0, weight=0.0)
+    with pytest.raises(HermesError, match="free of"):
+        pool.add_experiment("a.b", Scheduler(make_policy("rr")), at=0.0)
+
+
+# ---------------------------------------------------------------------- simulations
+@pytest.mark.parametrize("policy", ["hermes", "rr", "fifo"])
+@pytest.mark.parametrize("weights", [(1.0, 3.0), (1.0, 2.0)])
+def test_gpu_time_follows_the_weights(policy: str, weights: tuple[float, float]) -> None:
+    """4 GPUs do not split 1:2 evenly: the deficits carry the fractions, so GPU time still follows."""
+    result = simulate_pool(
+        [
+            PoolExperiment("a", synthetic_trace(60, 20, seed=1), policy, weights[0]),
+            PoolExperiment("b", synthetic_trace(60, 20, seed=2, mode="min"), policy, weights[1]),
+        ],
+        gpus=4,
+    )
+    assert result.contested_s > 0.5 * result.makespan_s  # most of the run was contested
+    shares = result.contested_shares()
+    assert shares["a"] == pytest.approx(weights[0] / sum(weights), abs=0.02)
+    assert shares["b"] == pytest.approx(weights[1] / sum(weights), abs=0.02)
+    assert set(result.finished_at) == {"a", "b"}
+
+
+def test_gpu_time_follows_the_weights_across_nodes() -> None:
+    result = simulate_pool(
+        [
+            PoolExperiment("a", synthetic_trace(50, 15, seed=4), "hermes", 1.0),
+            PoolExperiment("b", synthetic_trace(50, 15, seed=5), "hermes", 2.0),
+        ],
+        gpus=6,
+        nodes=3,
+    )
+    assert result.contested_shares() == pytest.approx({"a": 1 / 3, "b": 2 / 3}, abs=0.02)
+
+
+def test_gpu_time_follows_owner_weights() -> None:
+    result = simulate_pool(
+        [
+            PoolExperiment("ann1", synthetic_trace(40, 15, seed=1), "rr", owner="ann"),
+            PoolExperiment("ann2", synthetic_trace(40, 15, seed=2), "rr", owner="ann"),
+            PoolExperiment("bob", synthetic_trace(40, 15, seed=3), "rr", owner="bob"),
+        ],
+        gpus=4,
+    )
+    shares = result.contested_shares()
+    assert shares == pytest.approx({"ann1": 0.25, "ann2": 0.25, "bob": 0.5}, abs=0.02)
+
+
+@pytest.mark.parametrize("policy", ["hermes", "rr", "fifo", "slaq"])
+def test_a_lone_experiment_gets_the_whole_pool_and_decides_as_a_plain_scheduler(policy: str) -> None:
+    trace = synthetic_trace(30, 10, seed=1)
+    alone = simulate_pool([PoolExperiment("a", trace, policy, seed=3)], gpus=4, record=True)
+    assert alone.contested_gpu_seconds["a"] == pytest.approx(4 * alone.contested_s)
+    plain = simulate(trace, make_policy(policy), gpus=4, seed=3, record=True)
+    assert [(at, verb, split(trial)[1], gpu) for at, verb, trial, gpu in alone.decisions] == plain.decisions
+    assert alone.makespan_s == plain.makespan_s
+
+
+def test_resumes_in_a_pool_never_double_book_a_gpu() -> None:
+    """Every Start or Resume lands on a GPU nobody else holds (the executor would refuse it)."""
+    result = simulate_pool(
+        [
+            PoolExperiment("a", synthetic_trace(30, 10, seed=1), "hermes", 1.0),
+            PoolExperiment("b", synthetic_trace(30, 10, seed=2), "rr", 2.0),
+            PoolExperiment("c", synthetic_trace(30, 10, seed=3), "fifo", 1.0),
+        ],
+        gpus=3,
+        record=True,
+    )
+    assert set(result.finished_at) == {"a", "b", "c"}
+    assert any(verb == "Suspend" for _, verb, _, _ in result.decisions)
+    assert {verb for _, verb, _, _ in result.decisions} >= {Start.__name__, Resume.__name__, Suspend.__name__}

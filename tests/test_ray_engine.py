@@ -1,0 +1,254 @@
+"""The Ray engine end to end on a real three-node Ray cluster (a head and two worker nodes with two
+fake GPUs each, shared by the module): ``engine: ray`` runs a whole experiment, trials spread over
+the nodes, a cross-node migration resumes bitwise, a node joins and another dies mid-run with no
+trial lost or duplicated, and a driver killed with SIGKILL is continued by a rerun.
+
+The trials are tests/trials/curve.py in warm workers; its ``total`` metric is the running sum of its
+scores, which only an exact resumption (from memory, the object store or a durable checkpoint)
+gets right. The test that kills a node runs last: the cluster is not the same after it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ray")
+
+from hermes.core.decisions import Resume, Start, Suspend  # noqa: E402
+from hermes.core.events import NodeAdded, NodeRemoved, TrialExited, TrialReported, TrialSuspended  # noqa: E402
+from hermes.core.states import TrialState  # noqa: E402
+from hermes.execution.contract import ContractMonitor  # noqa: E402
+from hermes.experiment import load_spec  # noqa: E402
+from hermes.local.launch import TrialLaunch  # noqa: E402
+from hermes.ray.executor import RayExecutor, node_name  # noqa: E402
+from hermes.session import ExperimentSession  # noqa: E402
+from hermes.testing.executor_conformance import Driver, ExecutorHarness  # noqa: E402
+from hermes.testing.ray_cluster import RayCluster  # noqa: E402
+from tests.test_run import (  # noqa: E402
+    count_reports,
+    hermes_command,
+    load_view,
+    score,
+    search,
+    spec_of,
+    trial_processes,
+    wait_for,
+    write_spec,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+DETECTION_BOUND_S = 10.0  # a killed node's NodeRemoved; measured 1.1-1.6 s with the cluster's health checks
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RayCluster]:
+    pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    cluster = RayCluster(workers=2, gpus_per_node=2, env_overrides={"PYTHONPATH": pythonpath})
+    with cluster:
+        cluster.connect()
+        yield cluster
+    assert not cluster.pids()
+
+
+def ray_spec(cluster: RayCluster, name: str, trials: int, budget: int, sleep: float, **sections: Any) -> dict:
+    return spec_of(
+        name,
+        search=search(trials, 3, sleep),
+        budget={"steps": budget},
+        engine="ray",
+        ray={"address": cluster.address},
+        storage={"dir": "runs", "checkpoint_every": 2},
+        **sections,
+    )
+
+
+def assert_exact(session: ExperimentSession, budget: int) -> None:
+    """Every trial completed once, with every step's value and the running sum of an uninterrupted run."""
+    for trial in session.scheduler.trials.values():
+        assert trial.state is TrialState.COMPLETED, f"trial {trial.trial_id}: {trial.state}"
+        rate = trial.params["rate"]
+        assert sorted(set(trial.steps)) == list(range(1, budget + 1))
+        assert trial.values[-1] == score(rate, budget)
+    store = session.store
+    metrics = store.metrics(session.experiment_id)
+    for trial in session.scheduler.trials.values():
+        rate = trial.params["rate"]
+        last = [m for m in metrics if m.trial_id == trial.trial_id and m.step == budget]
+        assert len(last) == 1, f"trial {trial.trial_id} reported its last step {len(last)} times"
+        expected = 0.0
+        for step in range(1, budget + 1):
+            expected += score(rate, step)
+        assert last[0].values["total"] == expected  # bitwise: the same additions in the same order
+    ends = Counter(e.trial_id for e in store.events(session.experiment_id) if isinstance(e, TrialExited))
+    assert set(ends.values()) == {1}, f"trials ended more than once: {ends}"
+
+
+def nodes_of(decisions: list) -> Counter:
+    """Node -> how many distinct trials were started or resumed there."""
+    placed = {(d.gpu.partition("/")[0], d.trial_id) for d in decisions if isinstance(d, (Start, Resume))}
+    return Counter(node for node, _ in placed)
+
+
+def test_a_whole_experiment_on_ray_spreads_its_trials_and_resumes_exactly(cluster: RayCluster, tmp_path: Path) -> None:
+    budget = 6
+    path = write_spec(tmp_path, ray_spec(cluster, "ray-e2e", 8, budget, 0.05, policy={"name": "rr", "period": 0.3}))
+    monitor = ContractMonitor()
+    session = ExperimentSession(load_spec(path), listeners=[monitor])
+    started = time.monotonic()
+    session.run()
+    print(f"\n8 trials x {budget} steps on 2 nodes x 2 GPUs: {time.monotonic() - started:.1f} s")
+    assert_exact(session, budget)
+    decisions = [record.decision for record in session.store.decisions(session.experiment_id)]
+    starts = Counter(d.gpu.partition("/")[0] for d in decisions if isinstance(d, Start))
+    workers = {node_name(node.node_id) for node in cluster.nodes[1:]}
+    assert set(starts) == workers and set(starts.values()) == {4}  # 8 trials evenly over 2 nodes
+    assert any(isinstance(d, Suspend) for d in decisions)
+    session.store.close()
+    assert not trial_processes((tmp_path / "runs").resolve())
+
+    # The local engine on as many slots, from the same seeds: the same trials, reports and results.
+    local_spec = spec_of("ray-e2e", search=search(8, 3, 0.05), budget={"steps": budget},
+                         policy={"name": "rr", "period": 0.3}, resources={"gpus": "none", "cpu_slots": 4},
+                         storage={"dir": "local", "checkpoint_every": 2})
+    local = ExperimentSession(load_spec(write_spec(tmp_path, local_spec)))
+    local.run()
+    ray_trials, local_trials = session.scheduler.trials, local.scheduler.trials
+    assert sorted(ray_trials) == sorted(local_trials)
+    for trial_id, trial in ray_trials.items():
+        other = local_trials[trial_id]
+        assert trial.params == other.params and trial.state is other.state
+        assert list(zip(trial.steps, trial.values)) == list(zip(other.steps, other.values))
+    local_decisions = [record.decision for record in local.store.decisions(local.experiment_id)]
+    assert sorted(d.trial_id for d in decisions if isinstance(d, Start)) == sorted(
+        d.trial_id for d in local_decisions if isinstance(d, Start)
+    )
+    local.store.close()
+
+
+class _Harness(ExecutorHarness):
+    gpus = ()
+
+    def executor(self, directory: Path) -> RayExecutor:
+        raise NotImplementedError
+
+    def work(self, steps: int, **_: Any) -> TrialLaunch:
+        raise NotImplementedError
+
+    def remove_gpu(self, executor: Any, gpu: str) -> None:
+        raise NotImplementedError
+
+
+def test_a_migration_across_nodes_resumes_bitwise(cluster: RayCluster, tmp_path: Path) -> None:
+    first, second = (node_name(node.node_id) for node in cluster.nodes[1:3])
+    executor = RayExecutor(tmp_path, storage_uri=(tmp_path / "durable").as_uri(), metric="score")
+    driver = Driver(executor, _Harness())
+    with executor:
+        driver.start_membership()
+        rate, steps = 0.4, 6
+        driver.submit("a", TrialLaunch(steps, function="tests.trials.curve:train", config={"rate": rate, "sleep": 0.05},
+                                       cwd=str(ROOT)))
+        driver.apply(Start("a", f"{first}/gpu0"))
+        events = driver.until(lambda e: isinstance(e, TrialSuspended), lambda e: [Suspend("a")] if e.step == 3 else [])
+        moved = time.monotonic()
+        driver.apply(Resume("a", f"{second}/gpu1", migrated=True))
+        events += driver.until(lambda e: isinstance(e, TrialExited))
+        reports = [e for e in events if isinstance(e, TrialReported)]
+        suspended = next(e for e in events if isinstance(e, TrialSuspended))
+        resumed = next(e for e in reports if e.step == 4)
+        print(f"\ncross-node resume to its first report: {resumed.at - suspended.at:.3f} s "
+              f"({time.monotonic() - moved:.2f} s wall)")
+    assert events[-1].succeeded
+    assert [e.step for e in reports] == list(range(1, steps + 1))
+    total = 0.0
+    for event in reports:
+        total += score(rate, event.step)
+        assert event.value == score(rate, event.step) and event.metrics["total"] == total
+    import json
+
+    result = json.loads((tmp_path / "nodes" / second / "trials" / "a" / "result.json").read_text())
+    assert len(result["pids"]) == 2  # two processes, on two nodes, one uninterrupted sum
+    assert not (tmp_path / "nodes" / first / "trials" / "a" / "result.json").exists()
+
+
+def test_a_driver_killed_is_continued_by_a_rerun(cluster: RayCluster, tmp_path: Path) -> None:
+    budget, trials = 6, 6
+    policy = {"name": "rr", "period": 0.3}
+    path = write_spec(tmp_path, ray_spec(cluster, "ray-crash", trials, budget, 0.08, policy=policy))
+    storage = (tmp_path / "runs").resolve()
+    env = {**os.environ, **cluster.env}
+    runner = subprocess.Popen(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: count_reports(storage / "hermes.db") >= 14, 120, "reports of the first runner")
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(timeout=10)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert runner.returncode == -signal.SIGKILL, runner.stderr.read().decode()[-2000:]
+    wait_for(lambda: not trial_processes(storage), 30, "the trial processes of the killed driver to die")
+    before, _ = load_view(storage)
+    completed_before = {t.trial_id for t in before.trials if t.state is TrialState.COMPLETED}
+    rerun = subprocess.run(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=180)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "(continued)" in rerun.stdout
+    view, _ = load_view(storage)
+    assert len(view.trials) == trials and all(t.state is TrialState.COMPLETED for t in view.trials)
+    after = view.metrics[len(before.metrics):]
+    assert not completed_before & {m.trial_id for m in after}, "a trial finished before the kill ran again"
+    for trial in view.trials:
+        steps = {m.step for m in view.metrics if m.trial_id == trial.trial_id}
+        assert steps == set(range(1, budget + 1))
+        last = [m for m in view.metrics if m.trial_id == trial.trial_id and m.step == budget][-1]
+        expected = 0.0
+        for step in range(1, budget + 1):
+            expected += score(trial.params["rate"], step)
+        assert last.values["total"] == expected
+
+
+def test_a_node_joins_and_another_dies_mid_run(cluster: RayCluster, tmp_path: Path) -> None:
+    """Runs last: it kills a worker node of the module's cluster."""
+    budget = 10
+    path = write_spec(tmp_path, ray_spec(cluster, "ray-churn", 8, budget, 0.5, policy={"name": "rr", "period": 0.6}))
+    victim = cluster.nodes[1]
+    seen: dict[str, Any] = {}
+    joining = threading.Thread(target=cluster.add_node, kwargs={"num_gpus": 2}, daemon=True)
+
+    def churn(event: Any, decisions: list) -> None:
+        if isinstance(event, NodeAdded) and len(cluster.nodes) == 4 and "new" not in seen:
+            seen["joined"], seen["new"] = time.monotonic(), event.node
+        elif "new" in seen and "killed" not in seen and isinstance(event, TrialReported):
+            if any(isinstance(d, (Start, Resume)) and d.gpu.startswith(seen["new"]) for d in decisions) or (
+                time.monotonic() - seen["joined"] > 2
+            ):
+                seen["killed"] = cluster.kill_raylet(victim)
+        elif isinstance(event, NodeRemoved):
+            seen["removed"] = time.monotonic()
+
+    monitor = ContractMonitor()
+    session = ExperimentSession(load_spec(path), listeners=[monitor, churn])
+    joining.start()  # it joins a few seconds into the run
+    session.run()
+    joining.join(timeout=60)
+    assert {"joined", "killed", "removed"} <= set(seen), seen
+    detection = seen["removed"] - seen["killed"]
+    print(f"\nnode loss: SIGKILL of its raylet to NodeRemoved in the core: {detection:.2f} s")
+    assert 0 < detection < DETECTION_BOUND_S
+    decisions = [record.decision for record in session.store.decisions(session.experiment_id)]
+    placed = nodes_of(decisions)
+    assert placed[seen["new"]] >= 1, f"the node that joined got no work: {placed}"
+    assert_exact(session, budget)
+    session.store.close()
+    wait_for(lambda: not trial_processes((tmp_path / "runs").resolve()), 30, "every trial process to end")

@@ -1,0 +1,258 @@
+"""Reliability of ``hermes run`` (issue 15): one runner per storage dir, no report stored twice
+whatever the moment of a crash, and a full disk that leaves the experiment interrupted, not running.
+
+Real runners, real trial processes, the real store, as in test_run.py (whose helpers these are).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hermes.core.events import TrialReported
+from hermes.core.states import TrialState
+from hermes.report import open_store, pick_experiment
+from hermes.store import ExperimentStatus
+from test_run import (
+    count_reports,
+    environment,
+    hermes,
+    hermes_command,
+    load_view,
+    run_ok,
+    search,
+    spec_of,
+    trial_processes,
+    wait_for,
+    write_spec,
+)
+
+
+def duplicates(database: Path) -> list[tuple[str, int, int]]:
+    """(trial, step, count) of every step the metrics table holds more than once."""
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+        return connection.execute(
+            "SELECT trial_id, step, count(*) FROM metrics GROUP BY experiment_id, trial_id, step HAVING count(*) > 1"
+        ).fetchall()
+
+
+def test_a_second_runner_on_the_same_storage_dir_is_refused_naming_the_first(tmp_path: Path) -> None:
+    budget = 10
+    spec = spec_of("two-runners", search=search(8, 0, 0.03), budget={"steps": budget})
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    first = subprocess.Popen(
+        hermes_command("run", str(path), "--no-live"),
+        cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        time.sleep(0.5)
+        second = hermes("run", str(path), "--no-live", cwd=tmp_path)
+        assert second.returncode == 2, second.stderr
+        assert f"{storage} is in use by another runner, pid {first.pid} on " in second.stderr, second.stderr
+        assert "running experiment 'two-runners'" in second.stderr and f"hermes.cli run {path}" in second.stderr
+        wait_for(lambda: count_reports(storage / "hermes.db") >= 3, 60, "3 reports")
+        status = hermes("status", str(storage), cwd=tmp_path)
+        assert f"two-runners (id 1): running, by pid {first.pid} on " in status.stdout, status.stdout
+        first.send_signal(signal.SIGKILL)  # the kernel releases its lock
+        first.wait(timeout=10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        first.communicate()
+    wait_for(lambda: not trial_processes(storage), 5, "the killed runner's trials to die")
+    status = hermes("status", str(storage), cwd=tmp_path)
+    assert "two-runners (id 1): running when its runner ended without a word (killed?)" in status.stdout, status.stdout
+
+    assert "(continued)" in run_ok(path).stdout
+    view, _ = load_view(storage)
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED] * 8
+    assert len(view.metrics) == 8 * budget and not duplicates(storage / "hermes.db")
+
+
+# Where the runner dies, the n-th time it passes there: inside the transaction that records a report
+# (between its metrics and its event), or after an event is committed, before anything acted on it.
+@pytest.mark.parametrize("crash_at", ["report:4", "report:13", "recorded:9", "recorded:20"])
+def test_a_runner_dying_between_writes_never_stores_a_report_twice(tmp_path: Path, crash_at: str) -> None:
+    budget, trials = 6, 4
+    spec = spec_of(
+        f"crash-{crash_at.replace(':', '-')}",
+        search=search(trials, 1, 0.01),
+        budget={"steps": budget},
+        storage={"dir": "runs", "checkpoint_every": 4},  # rollbacks: steps past a checkpoint are reported again
+    )
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    crashed = subprocess.run(
+        hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env={**environment(), "HERMES_CRASH_AT": crash_at},
+        capture_output=True, text=True, timeout=90,
+    )
+    assert crashed.returncode == 137, crashed.stderr
+    wait_for(lambda: not trial_processes(storage), 5, "the trials of the dead runner to die")
+    before = count_reports(storage / "hermes.db")
+
+    # A second crash while catching up, then the run that completes.
+    again = subprocess.run(
+        hermes_command("run", str(path), "--no-live"), cwd=tmp_path,
+        env={**environment(), "HERMES_CRASH_AT": "report:3"}, capture_output=True, text=True, timeout=90,
+    )
+    assert again.returncode == 137, again.stderr
+    wait_for(lambda: not trial_processes(storage), 5, "the trials of the dead runner to die")
+    run_ok(path)
+
+    store = open_store(storage)
+    try:
+        experiment = pick_experiment(store, None)
+        events = store.events(experiment.experiment_id)
+        metrics = store.metrics(experiment.experiment_id)
+        trial_records = store.trials(experiment.experiment_id)
+    finally:
+        store.close()
+    assert experiment.status is ExperimentStatus.FINISHED and before > 0
+    assert all(trial.state is TrialState.COMPLETED for trial in trial_records) and len(trial_records) == trials
+    assert not duplicates(storage / "hermes.db")
+    steps = Counter((m.trial_id, m.step) for m in metrics)
+    assert set(steps) == {(t.trial_id, step) for t in trial_records for step in range(1, budget + 1)}
+    reported = Counter((e.trial_id, e.step) for e in events if isinstance(e, TrialReported))
+    assert set(reported) == set(steps)  # each report in the log has its metrics, once
+
+
+def in_small_filesystem(tmp_path: Path, script: str, size: str) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` (Python) in a mount namespace where ``tmp_path/disk`` is a tmpfs of ``size``."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to mount a small filesystem")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (tmp_path / "scenario.py").write_text(script)
+    command = f"mount -t tmpfs -o size={size} tmpfs {disk} && exec {sys.executable} {tmp_path / 'scenario.py'}"
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare -rm is not allowed here: {probe.stderr.decode().strip()}")
+    return subprocess.run(
+        ["unshare", "-rm", "sh", "-c", command], cwd=tmp_path, env=environment(), capture_output=True, text=True,
+        timeout=180,
+    )
+
+
+FULL_DISK = """
+import json, subprocess, sys, time
+from pathlib import Path
+from hermes.report import open_store, pick_experiment
+
+disk, spec = Path({disk!r}), {spec!r}
+run = {command!r}
+runner = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+deadline = time.monotonic() + 60
+def reports():
+    import sqlite3
+    try:
+        with sqlite3.connect(f"file:{{disk / 'runs' / 'hermes.db'}}?mode=ro", uri=True) as connection:
+            return connection.execute("SELECT count(*) FROM metrics").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+while reports() < 4 and time.monotonic() < deadline:
+    time.sleep(0.01)
+filler = disk / "filler"
+with open(filler, "wb") as file:  # the disk is full from here on
+    try:
+        while True:
+            file.write(bytes(1 << 16))
+            file.flush()
+    except OSError:
+        pass
+out, err = runner.communicate(timeout=60)
+store = open_store(disk / "runs")
+first = pick_experiment(store, None).status.value
+store.close()
+filler.unlink()
+rerun = subprocess.run(run, capture_output=True, text=True, timeout=90)
+store = open_store(disk / "runs")
+experiment = pick_experiment(store, None)
+trials = store.trials(experiment.experiment_id)
+metrics = store.metrics(experiment.experiment_id)
+store.close()
+print(json.dumps({{
+    "code": runner.returncode, "stderr": err, "status": first, "rerun": rerun.returncode, "rerun_err": rerun.stderr,
+    "final": experiment.status.value, "states": [t.state.value for t in trials],
+    "steps": sorted([m.trial_id, m.step] for m in metrics),
+}}))
+"""
+
+
+@pytest.mark.parametrize("writer", ["store", "checkpoint"])
+def test_a_full_disk_interrupts_the_run_and_a_rerun_with_room_completes_it(tmp_path: Path, writer: str) -> None:
+    """The disk fills while the runner writes its store (the store and the trials' checkpoints on
+    one small filesystem), or while a trial writes its checkpoint (big ballast in each)."""
+    budget = 6
+    disk = tmp_path / "disk"
+    space = search(3, 0, 0.05, ballast_kb={"type": "choice", "values": [64 if writer == "checkpoint" else 0]})
+    spec = spec_of(f"full-{writer}", search=space, budget={"steps": budget},
+                   storage={"dir": str(disk / "runs"), "checkpoint_every": 1, "allow_outside": True})
+    path = write_spec(tmp_path, spec)
+    command = [*hermes_command("run", str(path), "--no-live")]
+    result = in_small_filesystem(tmp_path, FULL_DISK.format(disk=str(disk), spec=str(path), command=command), "4m")
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout.splitlines()[-1])
+    assert outcome["code"] == 2, outcome["stderr"]
+    assert "no space left" in outcome["stderr"] and "Traceback" not in outcome["stderr"], outcome["stderr"]
+    assert outcome["status"] == "interrupted"
+    assert outcome["rerun"] == 0, outcome["rerun_err"]
+    assert outcome["final"] == "finished" and outcome["states"] == ["completed"] * 3
+    assert outcome["steps"] == sorted([str(t), s] for t in range(3) for s in range(1, budget + 1))
+
+
+# ---------------------------------------------------------------------- hung trials
+# hang_after: the step after whose report a trial sleeps for good (0: before its first report).
+HANGS = {  # limits, seconds a step, hang_after, the error's pattern
+    "silent-for-its-steps": ({"stall": {"factor": 5, "min": 0.1}}, 0.15, 2,
+                             r"hung: no report for (\S+)s, while its slowest step took (\S+)s \(trial.stall: factor 5, "
+                             r"min 0.1s\)"),
+    "silent-at-least-min": ({"stall": {"factor": 5, "min": 0.8}}, 0.02, 2,
+                            r"hung: no report for 0.8s, while its slowest step took 0.0\d+s \(trial.stall: .*\)"),
+    "silent-from-the-start": ({"stall": {"after": 1.5}}, 0.02, 0, r"hung: no report for 1.5s \(trial.stall.after\)"),
+    "over-its-time": ({"timeout": 4.0, "stall": {"factor": 0}}, 0.02, 2,
+                      r"timed out: it ran 4s in all \(trial.timeout\)"),
+}
+
+
+@pytest.mark.parametrize(
+    ("case", "warm"), [(case, True) for case in sorted(HANGS)] + [("silent-for-its-steps", False)],
+    ids=[f"{case}-warm-worker" for case in sorted(HANGS)] + ["silent-for-its-steps-own-process"],
+)
+def test_a_hung_trial_fails_saying_why_and_the_experiment_goes_on(tmp_path: Path, case: str, warm: bool) -> None:
+    limits, sleep, hang_after, reason = HANGS[case]
+    budget = 5
+    spec = spec_of(
+        f"hung-{case}",
+        trial={"function": "trials.curve:train", "workdir": str(Path(__file__).parent), "warm_workers": warm, **limits},
+        search=search(4, 0, sleep, hang_after={"type": "grid", "values": [-1, hang_after]}),
+        budget={"steps": budget},
+        policy={"name": "fifo", "period": 1.0},
+    )
+    started = time.monotonic()
+    result = run_ok(write_spec(tmp_path, spec))
+    assert time.monotonic() - started < 60
+    view, _ = load_view(tmp_path / "runs")
+    assert view.experiment.status is ExperimentStatus.FINISHED
+    steps = Counter(record.trial_id for record in view.metrics)
+    for trial in view.trials:
+        if trial.params["hang_after"] < 0:
+            assert trial.state is TrialState.COMPLETED and steps[trial.trial_id] == budget
+        else:
+            assert trial.state is TrialState.FAILED and steps[trial.trial_id] == hang_after
+            match = re.fullmatch(reason, trial.error or "")
+            assert match, trial.error
+            if match.groups():  # silent for 5 times its slowest step, to the 3 digits shown
+                assert float(match[1]) == pytest.approx(5 * float(match[2]), rel=0.01)
+            assert f"trial {trial.trial_id} failed at step {hang_after}" in result.stdout
+    assert not trial_processes((tmp_path / "runs").resolve())
