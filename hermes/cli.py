@@ -140,6 +140,7 @@ def _progress_printer(session: ExperimentSession) -> Listener:
 
 def _add_simulate(commands: argparse._SubParsersAction) -> None:
     from hermes.policies import POLICIES, STOPPERS
+    from hermes.sim.costs import PROFILES
 
     sim = commands.add_parser(
         "simulate",
@@ -154,6 +155,9 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--stopper", choices=sorted(STOPPERS), help="optional early stopping")
     sim.add_argument("--period", type=float, help="scheduling period in seconds (default: the policy's)")
     sim.add_argument("--seed", type=int, default=0, help="seed of the random arrival order")
+    sim.add_argument("--costs", default="warm", choices=PROFILES,
+                     help="switch-cost profile: warm workers (default) or a process per run (hermes/sim/calibration.json)")
+    sim.add_argument("--state-mb", type=float, help="state size of trials whose trace gives none (default 100)")
     sim.add_argument("--target-tolerance", default="1%", help="time to target: absolute (0.5) or relative (1%%)")
     sim.add_argument("--json", action="store_true", help="print one JSON object")
     sim.add_argument("--compare", help="comma-separated policies to compare, e.g. fifo,rr,slaq,hermes")
@@ -164,15 +168,16 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
 
 def _simulate(args: argparse.Namespace) -> int:
     from hermes.sim.compare import Setting, compare, format_table, run_one
+    from hermes.sim.costs import SwitchCosts
     from hermes.sim.simulate import Tolerance
     from hermes.sim.trace import load_trace
 
-    trace = load_trace(args.trace, args.mode)
+    trace = load_trace(args.trace, args.mode, state_mb=args.state_mb)
     nodes = args.nodes or math.ceil(args.gpus / GPUS_PER_NODE)
     try:
         setting = Setting(
             gpus=args.gpus, nodes=nodes, period=args.period, stopper=args.stopper,
-            target=Tolerance.parse(args.target_tolerance),
+            costs=SwitchCosts.profile(args.costs), target=Tolerance.parse(args.target_tolerance),
         )
     except ValueError as error:
         raise HermesError(str(error)) from None

@@ -68,7 +68,7 @@ class ExperimentSession:
         # Before the store: a spec this machine cannot run (a GPU it lacks) must leave no experiment
         # behind, or the corrected spec would clash with it under the same name.
         self.engine = make_engine(spec)
-        policy = make_policy(spec.policy.name, period=spec.policy.period, **spec.policy.params)
+        policy = make_policy(spec.policy.name, **spec.policy.settings)
         policy.configure(self.engine.profile())
         stopper = spec.policy.stopper
         self.objective = Objective(spec.metric.mode)

@@ -73,7 +73,8 @@ def _measured_costs(log: Log, events: list[Event]) -> SwitchCosts:
         for suspended in [next(e for e in events if isinstance(e, TrialSuspended) and e.trial_id == decision.trial_id and e.at >= at)]
     ]
     return SwitchCosts(
-        start=statistics.fmean(start), suspend=statistics.fmean(suspend), resume=statistics.fmean(resume), migration=0.0
+        start=statistics.fmean(start), suspend=statistics.fmean(suspend), resume=statistics.fmean(resume), migration=0.0,
+        spill=0.0, state_mb=0.0,  # the measured latencies hold everything: nothing more per MB or per move
     )
 
 

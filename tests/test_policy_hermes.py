@@ -19,6 +19,7 @@ from hermes.core.trial import Trial
 from hermes.policies import make_policy
 from hermes.policies.hermes import UNMEASURED, HermesPolicy
 from hermes.policies.stats import normal_scores, probit
+from hermes.sim.costs import SwitchCosts
 from hermes.sim.simulate import simulate
 from hermes.sim.synthetic import synthetic_trace
 from hermes.sim.trace import Trace, TraceTrial
@@ -61,7 +62,7 @@ def population(policy: HermesPolicy, clock: Clock, finals: np.ndarray, first: np
 
 def test_registered_by_name_and_validates_settings() -> None:
     assert isinstance(make_policy("hermes", period=30.0), HermesPolicy)
-    for bad in ({"optimism": -1.0}, {"ageing": -1.0}, {"overhead_budget": 0.0}, {"min_trials": 2},
+    for bad in ({"optimism": -1.0}, {"ageing": -1.0}, {"min_trials": 2},
                 {"rung_factor": 1.0}, {"switch_cost": -1.0}, {"period": 0.0}):
         with pytest.raises(ValueError):
             HermesPolicy(**bad)
@@ -231,6 +232,32 @@ def test_turns_end_at_rungs_and_after_the_period() -> None:
     assert policy.turn_over(trial, trial.running_since + turn)
 
 
+def test_without_a_period_a_turn_lasts_one_of_the_trials_own_reports() -> None:
+    policy, clock = HermesPolicy(switch_cost=0.1), Clock()  # a switch is cheap: price / budget is 5 s
+    for i in range(3):
+        trained(policy, clock, f"other{i}", i, [1.0])
+    trial = Trial("t", 9, 100, submitted_at=0.0)
+    trial.begin_run("g0", clock.now)
+    for step in (1, 2, 3):
+        clock.now += STEP_SECONDS
+        trial.record(step, float(step), float(step), clock.now)
+        policy.observe(trial, clock.now)
+        suspend_and_resume(trial, clock.now)
+    assert not policy.turn_over(trial, trial.running_since + STEP_SECONDS - 1.0)  # step 4 is no rung
+    assert policy.turn_over(trial, trial.running_since + STEP_SECONDS)
+
+
+def test_the_switch_price_is_learned_from_observed_switches() -> None:
+    """Told that switches are free, the policy prices them at what a process per run was seen to cost."""
+    costs = SwitchCosts.profile("process")
+    policy = HermesPolicy(switch_cost=0.0)
+    simulate(synthetic_trace(40, 12, seed=3, kind="mixed", epoch_seconds=(5.0, 20.0)), policy, gpus=2, costs=costs)
+    state = policy.state_dict()
+    total, count = state["switch_seen"]
+    assert count > 0 and total / count == pytest.approx(costs.switch_cost(), rel=0.15)  # epochs vary a little
+    assert state["switch_price"] == pytest.approx(total / (count + 1))  # the prior of 0 counts as one switch
+
+
 def suspend_and_resume(trial: Trial, now: float) -> None:
     trial.move_to(TrialState.SUSPENDING)
     trial.end_run(now)
@@ -297,11 +324,22 @@ def test_beats_fifo_and_round_robin_where_early_ranks_mislead() -> None:
     assert sum(hermes) < sum(rr) / 2
 
 
-def test_no_thrash_when_epochs_are_shorter_than_a_switch() -> None:
-    trace = synthetic_trace(40, 30, seed=8, kind="mixed", epoch_seconds=(0.05, 0.3))
-    result = check_run(trace)
-    assert result.preemptions == 0  # a whole trial costs less than 50 switches: each runs to its end
+def test_no_switch_when_a_whole_trial_costs_less_than_a_switch() -> None:
+    """A process per run: a switch costs more than training the rest of any trial, so none is preempted."""
+    trace = synthetic_trace(40, 30, seed=8, kind="mixed", epoch_seconds=(0.01, 0.05))
+    result = simulate(trace, HermesPolicy(), gpus=4, seed=0, costs=SwitchCosts.profile("process"))
+    assert result.preemptions == 0
     assert result.overhead_fraction == 0.0
+
+
+def test_first_reports_time_shared_when_the_rest_of_a_trial_costs_more_than_a_switch() -> None:
+    """Epochs about as long as a process-per-run switch: the sweep of first reports still pays off."""
+    trace = synthetic_trace(60, 30, seed=8, kind="mixed", epoch_seconds=(1.0, 3.0))
+    costs = SwitchCosts.profile("process")
+    hermes = simulate(trace, HermesPolicy(), gpus=4, seed=0, costs=costs)
+    fifo = simulate(trace, make_policy("fifo"), gpus=4, seed=0, costs=costs)
+    assert hermes.preemptions > 0
+    assert hermes.mean_first_feedback_s < fifo.mean_first_feedback_s / 5
 
 
 def test_very_long_epochs_share_the_gpus() -> None:

@@ -30,6 +30,7 @@ from hermes.policies import make_policy
 from hermes.report import STORE_FILE, ExperimentView, open_store, pick_experiment
 from hermes.report.results import format_results, standings
 from hermes.report.status import experiment_status, format_status
+from hermes.sim.costs import SwitchCosts
 from hermes.sim.executor import SimulatedExecutor
 from hermes.sim.synthetic import synthetic_trace
 from hermes.store import ExperimentStatus, ExperimentStore, SqlStore, TrialRecord
@@ -77,7 +78,7 @@ def record_simulation(
     trace = synthetic_trace(trials, 6, seed=seed, mode=mode, epoch_seconds=(5.0, 20.0), diverge_fraction=0.2)
     experiment_id = store.create_or_open_experiment(name, spec(name, "score", mode))
     scheduler = Scheduler(make_policy("rr", period=20), objective=Objective(mode))
-    executor = SimulatedExecutor(LAYOUT)
+    executor = SimulatedExecutor(LAYOUT, SwitchCosts.profile("process"))  # as before warm costs became the default
     recording = Recording(experiment_id, scheduler)
     started_at: dict[str, float] = {}
 

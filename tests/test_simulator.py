@@ -286,9 +286,10 @@ def test_resumed_trials_keep_their_progress_on_the_resumed_gpu(run: Run) -> None
             if not after:
                 continue  # stopped or lost before training again: nothing to check
             assert after[0].epoch == before[-1].epoch + 1, f"{decision.trial_id} lost or repeated progress"
-            cost = COSTS.resume
-            if run.gpu_node[decision.gpu] != run.gpu_node[before[-1].gpu]:
-                cost += COSTS.migration
+            cost = COSTS.resume_cost(
+                other_gpu=decision.gpu != before[-1].gpu,
+                other_node=run.gpu_node[decision.gpu] != run.gpu_node[before[-1].gpu],
+            )
             assert decision.migrated == (decision.gpu != before[-1].gpu)
         assert after[0].gpu == decision.gpu
         assert after[0].start == pytest.approx(at + cost, abs=TOLERANCE)
@@ -323,14 +324,26 @@ def _node_crossings(run: Run) -> int:
     return crossings
 
 
+def _resume_costs(run: Run) -> float:
+    """What the cost model charges for the run's resumes, from where each trial ran before."""
+    total = 0.0
+    last_gpu: dict[str, str] = {}
+    for _, decision in run.decisions:
+        if isinstance(decision, (Start, Resume)):
+            gpu = decision.gpu
+            if isinstance(decision, Resume):
+                before = last_gpu[decision.trial_id]
+                total += COSTS.resume_cost(other_gpu=gpu != before, other_node=run.gpu_node[gpu] != run.gpu_node[before])
+            last_gpu[decision.trial_id] = gpu
+    return total
+
+
 def test_every_gpu_second_is_accounted_for(run: Run) -> None:
     """Busy time is training plus switching: start, suspend, resume and migration costs, nothing else."""
     accounts = run.executor.accounts
     starts = sum(isinstance(d, Start) for _, d in run.decisions)
-    resumes = [d for _, d in run.decisions if isinstance(d, Resume)]
     suspensions = sum(isinstance(e, TrialSuspended) for e in run.events)
-    crossings = _node_crossings(run)
-    overhead = suspensions * COSTS.suspend + len(resumes) * COSTS.resume + crossings * COSTS.migration
+    overhead = suspensions * COSTS.suspend_cost() + _resume_costs(run)
     assert accounts.overhead == pytest.approx(overhead, abs=TOLERANCE)
     assert accounts.busy == pytest.approx(accounts.useful + accounts.overhead + starts * COSTS.start, rel=1e-9)
     assert starts == len(run.curves)
@@ -387,7 +400,7 @@ def test_without_record_no_logs_are_kept() -> None:
 
 
 # ---------------------------------------------------------------------------------------- figures
-HAND_COSTS = SwitchCosts(start=1.5, suspend=0.5, resume=1.5, migration=1.0)  # the hand-traced figures use these
+HAND_COSTS = SwitchCosts(start=1.5, suspend=0.5, resume=1.5, migration=1.0, spill=0.0, state_mb=0.0)  # hand-traced: fixed costs only
 
 
 def _curve(name: str, metrics: list[float], seconds: list[float]) -> TraceTrial:

@@ -81,7 +81,9 @@ def test_minimal_spec_gets_defaults() -> None:
     data = {key: SPEC[key] for key in ("name", "trial", "search", "metric", "budget")}
     data["policy"] = {"name": "fifo"}
     spec = parse_spec(data)
-    assert spec.policy.period == 60.0 and spec.policy.stopper is None
+    assert spec.policy.period is None and spec.policy.stopper is None  # the policy's own period
+    assert "period" not in spec.model_dump(mode="json")["policy"]  # as specs stored with a 60 s default compare
+    assert parse_spec({**data, "policy": {"name": "rr", "period": 5}}).policy.settings == {"period": 5.0}
     assert spec.resources.gpus == "all" and spec.resources.cpu_slots == 1
     assert spec.storage.dir == "runs" and spec.engine == "local"
     assert spec.ray.address == "auto" and spec.storage.uri is None

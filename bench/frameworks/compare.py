@@ -60,10 +60,8 @@ from hermes.policies import make_policy  # noqa: E402
 
 TARGET_POINTS = 0.005  # accuracy is in [0, 1]: 0.5 points
 MILESTONES = (30.0, 60.0)  # seconds at which the best accuracy so far is read
-# Seconds: a turn of several epochs of 0.1-0.6 s (the policy's default, 60 s, suits epochs of minutes).
-# The other parameters keep Hermes's defaults; the runner sets switch_cost to what a switch of a warm
-# worker costs.
-HERMES_PERIOD = 2.0
+# Hermes runs with its defaults: its turns follow the observed epoch lengths and its switch price the
+# observed switches (the runner's prior is what a switch of a warm worker costs).
 FIGURES = ("time_to_target", "first_feedback", "best_at_30s", "best_at_60s", "training_share", "final_quality")
 
 
@@ -135,7 +133,7 @@ def run_rounds(
     systems: list[str],
     rounds: int,
     size: Size,
-    period: float = HERMES_PERIOD,
+    period: float | None = None,
     params: dict[str, Any] | None = None,
     search: str = "grid",
 ) -> list[dict[str, Timeline]]:
@@ -167,7 +165,8 @@ def arrival_order(trials: int, round_index: int) -> list[int]:
 
 
 def check(
-    systems: list[str], rounds: int, period: float, params: dict[str, Any], search: str = "grid", unit: str = "fifo"
+    systems: list[str], rounds: int, period: float | None, params: dict[str, Any], search: str = "grid",
+    unit: str = "fifo",
 ) -> None:
     """Refuse a comparison that could not finish, before minutes of runs: ValueError says why."""
     if search not in SEARCHES:
@@ -182,7 +181,7 @@ def check(
     if unknown:
         raise ValueError(f"unknown system {unknown[0]!r}; choose from {', '.join(SYSTEMS)}")
     try:
-        make_policy("hermes", period=period, **params)
+        make_policy("hermes", **({} if period is None else {"period": period}), **params)
     except (TypeError, ValueError) as error:
         raise ValueError(f"hermes policy: {error}") from None
 
@@ -255,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--trials", type=int, default=48)
     parser.add_argument("--json", type=Path, help="also write the figures and every timeline here")
-    parser.add_argument("--hermes-period", type=float, default=HERMES_PERIOD, help="hermes policy's period, seconds")
+    parser.add_argument("--hermes-period", type=float, help="hermes policy's period, seconds (default: its own, learned)")
     parser.add_argument(
         "--hermes-param", type=_param, action="append", default=[], metavar="NAME=VALUE",
         help="a hermes policy parameter (hermes/policies/hermes.py), repeatable; default: Hermes's defaults",
@@ -270,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(error))
     proposed = "the same configurations" if args.search == "grid" else "proposals of Optuna's TPE"
     print(f"{size.trials} trials x {size.epochs} epochs on {SLOTS} slots, {proposed}; hermes period "
-          f"{args.hermes_period} s, params {params or 'as Hermes sets them'}", flush=True)
+          f"{args.hermes_period or 'learned'}, params {params or 'as Hermes sets them'}", flush=True)
     results = run_rounds(systems, args.rounds, size, args.hermes_period, params, args.search)
     table = summarise(results, size, args.ratio_to)
     print(f"\nratios to {args.ratio_to}:")

@@ -4,9 +4,9 @@ same timeline, so that ``compare.py`` computes every figure the same way.
 A round's ``Setting`` says what every system searches:
 
 - ``grid``: the same configurations by index (``workload.configuration``), in the same arrival
-  order (``order``, drawn per round by compare.py). Hermes's samplers cannot take a list of
-  configurations, so its spec searches a grid over ``index`` whose values come in that order; Ray
-  Tune searches the same grid; Optuna has the indices enqueued in that order.
+  order (``order``, drawn per round by compare.py). Hermes's spec lists them in that order
+  (``sampler: list``, each with its index and hyper-parameters, which the policy sees); Ray Tune
+  searches a grid over the index; Optuna has the indices enqueued in that order.
 - ``tpe``: Optuna's ``TPESampler`` (its defaults, seeded with the round's seed) over
   ``workload.SPACE``, ``size.trials`` trials each: Hermes through its spec (``search.sampler:
   tpe``), Optuna in its own ``study.optimize`` (each worker process seeded seed + its rank, so
@@ -73,7 +73,7 @@ class Setting:
     search: str = "grid"  # one of SEARCHES
     order: tuple[int, ...] = ()  # the grid's arrival order
     seed: int = 0  # the TPE sampler's
-    period: float = 60.0  # the hermes policy's
+    period: float | None = None  # the hermes policy's (None: its own, learned)
     params: dict[str, Any] = field(default_factory=dict)  # the hermes policy's (fifo keeps its defaults)
 
     def configuration(self, index: int, params: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +88,7 @@ SEARCHES = ("grid", "tpe")
 
 # ---------------------------------------------------------------------- Hermes (fifo and hermes policies)
 def run_hermes(
-    policy: str, setting: Setting, period: float = 60.0, params: dict[str, Any] | None = None
+    policy: str, setting: Setting, period: float | None = None, params: dict[str, Any] | None = None
 ) -> Timeline:
     """Hermes's own runner with ``policy`` (its ``period`` and ``params``), storage in a temporary
     directory; the timeline is read back from its store (each report's metrics and the executor's
@@ -100,7 +100,8 @@ def run_hermes(
 
     size, grid = setting.size, setting.search == "grid"
     if grid:
-        search = {"sampler": "grid", "space": {"index": {"type": "grid", "values": list(setting.order)}}}
+        # the configurations as a list, each with its index and its hyper-parameters, which the policy sees
+        search = {"sampler": "list", "configs": [{"index": i, **setting.configuration(i, {})} for i in setting.order]}
     else:
         import optuna
 
@@ -114,7 +115,7 @@ def run_hermes(
                 "search": search,
                 "metric": {"name": "accuracy", "mode": "max"},
                 "budget": {"steps": size.epochs},
-                "policy": {"name": policy, "period": period, "params": params or {}},
+                "policy": {"name": policy, **({} if period is None else {"period": period}), "params": params or {}},
                 "resources": {"gpus": "none", "cpu_slots": SLOTS, "threads_per_slot": 1},
                 # Checkpoints only when suspended and at the end: the other systems write none either.
                 "storage": {"dir": scratch, "checkpoint_every": size.epochs},

@@ -123,8 +123,8 @@ def hermes_trial(config: dict[str, Any]) -> None:
     """A Hermes function trial (``bench.frameworks.workload:hermes_trial``): configuration ``config["index"]``,
     or, without an index, the searched values in ``config``.
 
-    Hermes's samplers cannot take a list of configurations, so the grid's spec searches a grid over the
-    index and the trial looks its configuration up here.
+    The grid's spec lists each configuration with its index; the trial trains the one of that index,
+    so that every system trains exactly the same configuration.
     """
     trainer = Trainer(configuration(int(config["index"])) if "index" in config else searched(config))
     state = trial.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)

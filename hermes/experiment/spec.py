@@ -411,9 +411,22 @@ class StopperSpec(_Section):
 
 class PolicySpec(_Section):
     name: str = "hermes"
-    period: PositiveFloat = 60.0  # seconds of GPU time a trial runs before a better one may preempt it
+    # seconds of GPU time a trial runs before a better one may preempt it; None: the policy's own (60 s, and hermes
+    # lets a turn last one of the trial's own reports)
+    period: PositiveFloat | None = None
     params: dict[str, Any] = {}
     stopper: StopperSpec | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An unset period is left out of the dump, as fields added later are."""
+        data = handler(self)
+        return {key: value for key, value in data.items() if key != "period" or value is not None}
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The policy's constructor arguments: its params, and the period where one is set."""
+        return {**({} if self.period is None else {"period": self.period}), **self.params}
 
     @model_validator(mode="after")
     def _registered(self) -> PolicySpec:
@@ -424,7 +437,7 @@ class PolicySpec(_Section):
         if self.name not in policies.POLICIES:
             raise _PathError("name", f"unknown policy {self.name!r}; choose one of {_names(policies.POLICIES)}")
         try:
-            policies.make_policy(self.name, period=self.period, **self.params)
+            policies.make_policy(self.name, **self.settings)
         except (TypeError, ValueError) as error:
             raise _PathError("params", f"policy {self.name}: {error}") from None
         if self.stopper is not None:
@@ -462,7 +475,7 @@ class ResourcesSpec(_Section):
 
 class StorageSpec(_Section):
     dir: str = "runs"  # holds hermes.db (all experiments, by name), checkpoints and logs
-    checkpoint_every: StrictPositiveInt = 1  # steps between checkpoints
+    checkpoint_every: StrictPositiveInt = 1  # steps between checkpoints (its cost: docs/trials.md)
     # engine: ray: where durable checkpoints go so that any node can resume any trial (an fsspec URI:
     # file:// or a path on a shared mount, s3://, gs://); default: <dir>/<name>/checkpoints on the driver.
     # Where the checkpoints are is not what the experiment is (they may move), so it stays out of the stored spec.

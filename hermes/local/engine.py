@@ -41,7 +41,7 @@ class LocalEngine(ExecutionEngine):
             checkpoint_every=spec.storage.checkpoint_every,
             # Unmodified scripts may print rarely: period ticks let the core preempt them between
             # reports. Cooperative trials yield at reports anyway, as in the simulator.
-            period=spec.policy.period if spec.trial.metrics_regex else None,
+            period=(spec.policy.period or 60.0) if spec.trial.metrics_regex else None,
             clock_offset=clock_offset,
             cwd=spec.workdir,
             limits=TrialLimits(

@@ -52,7 +52,7 @@ class RayEngine(ExecutionEngine):
             storage_uri=spec.storage.uri or (Path(directory) / "checkpoints").resolve().as_uri(),
             metric=spec.metric.name,
             checkpoint_every=spec.storage.checkpoint_every,
-            period=spec.policy.period if spec.trial.metrics_regex else None,
+            period=(spec.policy.period or 60.0) if spec.trial.metrics_regex else None,
             clock_offset=clock_offset,
             poll=spec.ray.poll,
         )

@@ -52,6 +52,7 @@ class _SimTrial:
     curve: TraceTrial
     gpu: str | None = None
     last_node: str | None = None
+    last_gpu: str | None = None
     epoch: int = 0  # epochs completed
     checkpoint: int = 0  # epochs its last suspension saved
     token: int = 0  # bumped to cancel what is scheduled for this trial
@@ -89,7 +90,7 @@ class SimulatedExecutor(Executor[TraceTrial]):
         self.trials: dict[str, _SimTrial] = {}
         self.gpu_node = {gpu: node for node, gpus in layout.items() for gpu in gpus}
         self.costs = costs
-        self.profile = ExecutionProfile(switch_cost=costs.suspend + costs.resume)
+        self.profile = ExecutionProfile(switch_cost=costs.switch_cost())  # until a trial says its state size
         self.clock = 0.0
         self.accounts = Accounts()
         self.epochs: list[EpochRecord] | None = [] if record_epochs else None
@@ -102,6 +103,9 @@ class SimulatedExecutor(Executor[TraceTrial]):
     def submit(self, trial_id: str, work: TraceTrial, *, at: float | None = None, reported_step: int = 0) -> TrialSubmitted:
         if trial_id in self.trials:
             raise HermesError(f"trial {trial_id} submitted twice")
+        switch = self.costs.switch_cost(work.state_mb)
+        if not self.trials or switch > self.profile.switch_cost:
+            self.profile = ExecutionProfile(switch_cost=switch)  # the dearest of its trials, as the local executor
         trial = self.trials[trial_id] = _SimTrial(trial_id, work)
         trial.epoch = trial.checkpoint = reported_step
         return TrialSubmitted(self.clock if at is None else at, trial_id, work.epochs, work.params)
@@ -122,9 +126,9 @@ class SimulatedExecutor(Executor[TraceTrial]):
             self._run(trial, decision.gpu, at, self.costs.start, overhead=False)
         elif isinstance(decision, Resume):
             self.accounts.migrations += decision.migrated
-            cost = self.costs.resume
-            if trial.last_node is not None and self.gpu_node[decision.gpu] != trial.last_node:
-                cost += self.costs.migration
+            other_node = trial.last_node is not None and self.gpu_node[decision.gpu] != trial.last_node
+            other_gpu = trial.last_gpu is not None and decision.gpu != trial.last_gpu
+            cost = self.costs.resume_cost(trial.curve.state_mb, other_gpu=other_gpu, other_node=other_node)
             self._run(trial, decision.gpu, at, cost, overhead=True)
         elif isinstance(decision, Suspend):
             self.accounts.preemptions += 1
@@ -155,8 +159,9 @@ class SimulatedExecutor(Executor[TraceTrial]):
         self._push(at + trial.curve.seconds[trial.epoch], trial, _EPOCH_END)
 
     def _suspend(self, trial: _SimTrial, at: float) -> None:
-        self.accounts.overhead += self.costs.suspend
-        self._push(at + self.costs.suspend, trial, _SUSPENDED)
+        cost = self.costs.suspend_cost(trial.curve.state_mb)
+        self.accounts.overhead += cost
+        self._push(at + cost, trial, _SUSPENDED)
 
     def _push(self, at: float, trial: _SimTrial, kind: int) -> None:
         self._sequence += 1
@@ -239,5 +244,6 @@ class SimulatedExecutor(Executor[TraceTrial]):
     def _release(self, trial: _SimTrial, at: float) -> None:
         self.accounts.busy += at - trial.run_started
         trial.last_node = self.gpu_node[trial.gpu]
+        trial.last_gpu = trial.gpu
         trial.gpu = None
         trial.token += 1

@@ -96,7 +96,6 @@ def simulate(
     arrivals = trace.shuffled(seed)
     curves = {curve.name: curve for curve in arrivals}
     executor = SimulatedExecutor(layout, costs, changes=changes, record_epochs=record)
-    policy.configure(executor.profile)
     objective = Objective(trace.mode)
     scheduler = Scheduler(policy, objective=objective, stopper=stopper, max_trials_per_gpu=max_trials_per_gpu)
     log: list[tuple[float, str, str, str]] = []
@@ -109,6 +108,7 @@ def simulate(
     for curve in arrivals:
         engine.post(executor.submit(curve.name, curve, at=0.0))
     engine.post(SubmissionsClosed(0.0))
+    policy.configure(executor.profile)  # as a session does: the engine's costs, once its trials are known
     engine.run()
 
     accounts = executor.accounts

@@ -1,7 +1,8 @@
 """Learning-curve traces: the recorded epochs that the simulator replays instead of training.
 
 A trace is a CSV file with the header ``trial,epoch,metric,seconds`` and optional
-``param_<name>`` columns, one row per trial per epoch. The rows of a trial are
+``param_<name>`` columns and an optional ``state_mb`` column (the size of the trial's state, which
+sets what a switch costs in the simulator; its first row counts), one row per trial per epoch. The rows of a trial are
 contiguous and number its epochs 1, 2, ... in order. ``seconds`` is the time the
 epoch took on one GPU. An empty ``metric`` means the trial diverged in that epoch
 and produced no value, so it must be the trial's last row.
@@ -24,6 +25,7 @@ import numpy as np
 from hermes.errors import TraceError
 
 REQUIRED_COLUMNS = ("trial", "epoch", "metric", "seconds")
+STATE_COLUMN = "state_mb"
 PARAM_PREFIX = "param_"
 MODES = ("max", "min")
 
@@ -41,6 +43,8 @@ class TraceTrial:
     """True if the last epoch failed, so a scheduler pays for it and gets no value."""
     params: Mapping[str, float | str] = field(hash=False)
     """Hyper-parameters from the ``param_<name>`` columns, floats where they parse."""
+    state_mb: float | None = None
+    """MB of state a switch moves (model, optimizer, data position); None: the cost model's default."""
 
     @property
     def epochs(self) -> int:
@@ -77,8 +81,12 @@ class Trace:
         return tuple(self.trials[i] for i in order)
 
 
-def load_trace(path: str | os.PathLike[str], mode: str) -> Trace:
-    """Read and validate a trace file; ``mode`` is "max" or "min" (the file does not say)."""
+def load_trace(path: str | os.PathLike[str], mode: str, *, state_mb: float | None = None) -> Trace:
+    """Read and validate a trace file; ``mode`` is "max" or "min" (the file does not say).
+
+    ``state_mb`` is the state size of the trials that the file gives none (no ``state_mb`` column)."""
+    if state_mb is not None and not (math.isfinite(state_mb) and state_mb >= 0):
+        raise TraceError(f"{os.fspath(path)}: state_mb must be finite and >= 0, got {state_mb!r}")
     path = os.fspath(path)
     try:
         file = open(path, newline="", encoding="utf-8-sig")
@@ -87,7 +95,7 @@ def load_trace(path: str | os.PathLike[str], mode: str) -> Trace:
     with file:
         reader = csv.reader(file)
         try:
-            trials = _read_trials(path, reader)
+            trials = _read_trials(path, reader, state_mb)
         except csv.Error as error:
             raise TraceError(f"{path}:{reader.line_num}: {error}") from error
     return Trace(path, mode, trials)
@@ -103,9 +111,10 @@ class _Columns:
     metric: int
     seconds: int
     params: tuple[tuple[int, str], ...]
+    state_mb: int | None
 
 
-def _read_trials(path: str, reader: Iterator[list[str]]) -> tuple[TraceTrial, ...]:
+def _read_trials(path: str, reader: Iterator[list[str]], state_mb: float | None) -> tuple[TraceTrial, ...]:
     header = next(reader, None)
     if header is None:
         raise TraceError(f"{path}:1: empty file, expected the header {','.join(REQUIRED_COLUMNS)}")
@@ -121,11 +130,12 @@ def _read_trials(path: str, reader: Iterator[list[str]]) -> tuple[TraceTrial, ..
             for i, name in enumerate(header)
             if name.startswith(PARAM_PREFIX)
         ),
+        state_mb=header.index(STATE_COLUMN) if STATE_COLUMN in header else None,
     )
     rows = _numbered_rows(path, reader, columns.width)
     ended: dict[str, int] = {}
     trials = tuple(
-        _read_trial(path, name, group, columns, ended)
+        _read_trial(path, name, group, columns, ended, state_mb)
         for name, group in groupby(rows, key=lambda numbered: numbered[1][columns.trial])
     )
     if not trials:
@@ -144,7 +154,12 @@ def _numbered_rows(path: str, reader: Iterator[list[str]], width: int) -> Iterat
 
 
 def _read_trial(
-    path: str, name: str, rows: Iterable[tuple[int, list[str]]], columns: _Columns, ended: dict[str, int]
+    path: str,
+    name: str,
+    rows: Iterable[tuple[int, list[str]]],
+    columns: _Columns,
+    ended: dict[str, int],
+    state_mb: float | None,
 ) -> TraceTrial:
     """Build one trial from its contiguous rows; ``ended`` maps earlier trials to their last line."""
     metrics: list[float] = []
@@ -174,8 +189,12 @@ def _read_trial(
             diverged = True
         if epoch == 1:
             params = {key: _param(row[i]) for i, key in columns.params}
+            if columns.state_mb is not None and row[columns.state_mb].strip():
+                state_mb = _number(where, STATE_COLUMN, row[columns.state_mb], float)
+                if not (math.isfinite(state_mb) and state_mb >= 0):
+                    raise TraceError(f"{where}: state_mb must be finite and >= 0, got {row[columns.state_mb]!r}")
     ended[name] = line
-    return TraceTrial(name, tuple(metrics), tuple(seconds), diverged, params)
+    return TraceTrial(name, tuple(metrics), tuple(seconds), diverged, params, state_mb)
 
 
 def _number(where: str, column: str, text: str, kind: type[int] | type[float]) -> int | float:

@@ -1,0 +1,205 @@
+"""The policy panel: fifo, asha, hyperband and hermes on every shipped trace, both switch-cost profiles.
+
+    python bench/policy_panel.py            # 4 and 16 GPUs, 10 seeds, warm and process costs (a few minutes)
+    python bench/policy_panel.py --quick    # 4 GPUs, 3 seeds, warm costs: for iterating on a policy
+
+Every policy replays the same random arrival orders (seeds 0..K-1) of every trace in ``data/``.
+Per trace, cluster and cost profile the table gives, for each policy: in how many seeds the
+trace's final-best trial was fully trained; time to best and time to target as speed-ups over
+FIFO, the mean (FIFO's mean over the policy's, over the seeds where both got there) and the worst
+seed (FIFO's time over the policy's in the same seed; 0 where the policy never got there); the
+mean time to first feedback (hours, and its speed-up over FIFO); and the switching overhead.
+The last lines check hermes against the targets of issue 14 (warm costs, 4 GPUs). ``--json PATH``
+also writes every per-seed figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+
+from hermes.sim.compare import Setting, run_one  # noqa: E402
+from hermes.sim.costs import SwitchCosts  # noqa: E402
+from hermes.sim.trace import Trace, load_trace  # noqa: E402
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "data")
+TRACES = (  # every trace in data/ and the direction of its metric (data/README.md)
+    ("nasbench_nlp_wt2", "min"),
+    ("lcbench_189908", "max"),
+    ("lcbench_34539", "max"),
+    ("lcbench_146212", "max"),
+    ("lcbench_167104", "max"),
+    ("lcbench_168330", "max"),
+    ("lcbench_189866", "max"),
+    ("lcbench_189873", "max"),
+    ("nb301_cifar10_panel", "max"),
+)
+POLICIES = ("fifo", "asha", "hyperband", "hermes")
+GPUS_PER_NODE = 8  # as `hermes simulate`: 16 GPUs are two nodes, so migrations may cross nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """The figures of one simulated run."""
+
+    best: float | None
+    target: float | None
+    first_feedback: float
+    overhead: float
+
+
+_traces: dict[str, Trace] = {}  # per worker process: each trace is read once
+
+
+def _trace(name: str, mode: str) -> Trace:
+    if name not in _traces:
+        _traces[name] = load_trace(os.path.join(DATA, f"{name}.csv"), mode)
+    return _traces[name]
+
+
+def _run(job: tuple[str, str, str, int, int, str]) -> Run:
+    name, mode, policy, seed, gpus, profile = job
+    setting = Setting(gpus=gpus, nodes=math.ceil(gpus / GPUS_PER_NODE), costs=SwitchCosts.profile(profile))
+    result = run_one(_trace(name, mode), policy, seed, setting)
+    return Run(result.time_to_best_s, result.time_to_target_s, result.mean_first_feedback_s, result.overhead_fraction)
+
+
+def _mean_ratio(base: list[float | None], mine: list[float | None]) -> float:
+    """FIFO's mean over the policy's, over the seeds where both got there (nan: none)."""
+    pairs = [(b, m) for b, m in zip(base, mine) if b is not None and m is not None]
+    return statistics.fmean(b for b, _ in pairs) / statistics.fmean(m for _, m in pairs) if pairs else math.nan
+
+
+def _worst_ratio(base: list[float | None], mine: list[float | None]) -> float:
+    """The worst seed's FIFO time over the policy's (0: the policy never got there in some seed)."""
+    return min((b / m if m else 0.0) if b is not None else math.inf for b, m in zip(base, mine))
+
+
+def row(policy: str, runs: list[Run], fifo: list[Run]) -> dict[str, Any]:
+    best, target = [r.best for r in runs], [r.target for r in runs]
+    base_best, base_target = [r.best for r in fifo], [r.target for r in fifo]
+    feedback = statistics.fmean(r.first_feedback for r in runs)
+    return {
+        "policy": policy,
+        "best_trained": sum(b is not None for b in best),
+        "seeds": len(runs),
+        "best_mean_x": _mean_ratio(base_best, best),
+        "best_worst_x": _worst_ratio(base_best, best),
+        "target_mean_x": _mean_ratio(base_target, target),
+        "target_worst_x": _worst_ratio(base_target, target),
+        "first_feedback_h": feedback / 3600,
+        "first_feedback_x": statistics.fmean(r.first_feedback for r in fifo) / feedback,
+        "overhead": statistics.fmean(r.overhead for r in runs),
+    }
+
+
+def format_rows(rows: list[dict[str, Any]]) -> str:
+    header = (f"{'policy':<10}{'best':>6}{'to best x':>10}{'worst':>7}{'to target x':>12}{'worst':>7}"
+              f"{'1st fb h':>10}{'x':>7}{'overhead':>10}")
+    lines = [header]
+    for r in rows:
+        lines.append(
+            f"{r['policy']:<10}{'%d/%d' % (r['best_trained'], r['seeds']):>6}{r['best_mean_x']:>10.2f}{r['best_worst_x']:>7.2f}"
+            f"{r['target_mean_x']:>12.2f}{r['target_worst_x']:>7.2f}{r['first_feedback_h']:>10.3f}"
+            f"{r['first_feedback_x']:>7.1f}{r['overhead']:>10.2%}"
+        )
+    return "\n".join(lines)
+
+
+def targets(panel: dict[str, list[dict[str, Any]]], gpus: int, profile: str) -> list[str]:
+    """Issue 14's targets for hermes, per trace: the unmet ones, or "met"."""
+    out = []
+    for key, rows in panel.items():
+        name, key_gpus, key_profile = key.split("|")
+        if int(key_gpus) != gpus or key_profile != profile:
+            continue
+        by = {r["policy"]: r for r in rows}
+        mine, asha = by.get("hermes"), by.get("asha")
+        if mine is None:
+            continue
+        misses = []
+        if mine["best_trained"] < mine["seeds"]:
+            misses.append(f"best trained {mine['best_trained']}/{mine['seeds']}")
+        for figure, label in (("best", "to best"), ("target", "to target")):
+            if not mine[f"{figure}_mean_x"] >= 4:
+                misses.append(f"{label} {mine[f'{figure}_mean_x']:.2f}x < 4x")
+            if not mine[f"{figure}_worst_x"] >= 1:
+                misses.append(f"{label} worst seed {mine[f'{figure}_worst_x']:.2f}x < 1x")
+        if not mine["first_feedback_x"] >= 10:
+            misses.append(f"first feedback {mine['first_feedback_x']:.1f}x < 10x")
+        if asha and not mine["first_feedback_h"] < asha["first_feedback_h"]:
+            misses.append("first feedback not sooner than asha")
+        out.append(f"  {name:<22} " + ("met" if not misses else "; ".join(misses)))
+    return out
+
+
+def _value(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="4 GPUs, 3 seeds, warm costs")
+    parser.add_argument("--seeds", type=int, help="seeds 0..K-1 (default 10; 3 with --quick)")
+    parser.add_argument("--gpus", help="comma-separated cluster sizes (default 4,16; 4 with --quick)")
+    parser.add_argument("--costs", help="comma-separated profiles (default warm,process; warm with --quick)")
+    parser.add_argument("--traces", help="comma-separated trace names (default: every shipped trace)")
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
+    parser.add_argument("--json", help="also write the panel, with per-seed figures, to this file")
+    args = parser.parse_args()
+    seeds = args.seeds or (3 if args.quick else 10)
+    gpu_counts = [int(g) for g in (args.gpus or ("4" if args.quick else "4,16")).split(",")]
+    profiles = (args.costs or ("warm" if args.quick else "warm,process")).split(",")
+    chosen = args.traces.split(",") if args.traces else [name for name, _ in TRACES]
+    traces = [(name, mode) for name, mode in TRACES if name in chosen]
+    policies = args.policies.split(",")
+    if "fifo" not in policies:
+        policies.insert(0, "fifo")
+    started = time.perf_counter()
+    jobs = [(name, mode, policy, seed, gpus, profile)
+            for name, mode in traces for profile in profiles for gpus in gpu_counts
+            for policy in policies for seed in range(seeds)]  # the order in which the loop below reads them
+    results: dict[tuple, Run] = {}
+    panel: dict[str, list[dict[str, Any]]] = {}
+    with ProcessPoolExecutor(args.workers) as pool:
+        runs = pool.map(_run, jobs, chunksize=max(1, seeds // 2))  # in job order: print each block when done
+        for name, mode in traces:
+            for profile in profiles:
+                for gpus in gpu_counts:
+                    per = {p: [] for p in policies}
+                    for policy in policies:
+                        for seed in range(seeds):
+                            run = results[(name, mode, policy, seed, gpus, profile)] = next(runs)
+                            per[policy].append(run)
+                    rows = [row(p, per[p], per["fifo"]) for p in policies]
+                    panel[f"{name}|{gpus}|{profile}"] = rows
+                    print(f"\n== {name}, {gpus} GPUs, {profile} costs, {seeds} seeds")
+                    print(format_rows(rows), flush=True)
+    if 4 in gpu_counts and "warm" in profiles:
+        print("\nissue 14 targets for hermes (warm costs, 4 GPUs):")
+        print("\n".join(targets(panel, 4, "warm")))
+    print(f"\n(wall time {time.perf_counter() - started:.0f} s)")
+    if args.json:
+        per_seed = {"|".join(map(str, (job[0], *job[2:]))): asdict(run) for job, run in results.items()}
+        with open(args.json, "w", encoding="utf-8") as file:
+            json.dump({"panel": panel, "runs": per_seed}, file, indent=1)
+
+
+if __name__ == "__main__":
+    main()
