@@ -48,7 +48,7 @@ def duplicates(database: Path) -> list[tuple[str, int, int]]:
 
 def test_a_second_runner_on_the_same_storage_dir_is_refused_naming_the_first(tmp_path: Path) -> None:
     budget = 10
-    spec = spec_of("two-runners", search=search(8, 0, 0.03), budget={"steps": budget})
+    spec = spec_of("two-runners", search=search(8, 0, 0.1), budget={"steps": budget})
     path = write_spec(tmp_path, spec)
     storage = (tmp_path / "runs").resolve()
     first = subprocess.Popen(
@@ -82,7 +82,7 @@ def test_a_second_runner_on_the_same_storage_dir_is_refused_naming_the_first(tmp
 
 # Where the runner dies, the n-th time it passes there: inside the transaction that records a report
 # (between its metrics and its event), or after an event is committed, before anything acted on it.
-@pytest.mark.parametrize("crash_at", ["report:4", "report:13", "recorded:9", "recorded:20"])
+@pytest.mark.parametrize("crash_at", ["report:4", "report:13", "recorded:6", "recorded:16"])
 def test_a_runner_dying_between_writes_never_stores_a_report_twice(tmp_path: Path, crash_at: str) -> None:
     budget, trials = 6, 4
     spec = spec_of(
