@@ -163,11 +163,10 @@ def reports():
 while reports() < 4 and time.monotonic() < deadline:
     time.sleep(0.01)
 filler = disk / "filler"
-with open(filler, "wb") as file:  # the disk is full from here on
+with open(filler, "wb", buffering=0) as file:  # the disk is full from here on; unbuffered: closing writes nothing
     try:
-        while True:
-            file.write(bytes(1 << 16))
-            file.flush()
+        while file.write(bytes(1 << 16)):
+            pass
     except OSError:
         pass
 out, err = runner.communicate(timeout=60)
