@@ -311,6 +311,8 @@ def _add_server(commands: argparse._SubParsersAction) -> None:
     _add_server_places(server, quiet=False)
     server.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     server.add_argument("--port", type=int, default=8600)
+    server.add_argument("--cpu-slots", type=int, metavar="N",
+                        help="run trials on N CPU slots instead of the GPUs (default: the GPUs, else one slot)")
     actions = server.add_subparsers(dest="action", metavar="{add-user,add-token}")
     add_user = actions.add_parser("add-user", help="create a user and print their first token")
     _add_server_places(add_user, quiet=True)
@@ -341,6 +343,10 @@ def _server(args: argparse.Namespace) -> int:
 
     config = ServerConfig(root=Path(args.root), database=args.database)
     if args.action is None:
+        if args.cpu_slots:
+            from hermes.experiment.spec import ResourcesSpec
+
+            config = dataclasses.replace(config, resources=ResourcesSpec(gpus="none", cpu_slots=args.cpu_slots))
         serve(config, args.host, args.port)
         return 0
     accounts = Accounts(config.database_url)

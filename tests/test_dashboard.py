@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """A real server on a free port with one user; yields its URL and the user's token."""
+    """A real server on a free port (a pool of two CPU slots) with one user; yields its URL and the user's token."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     root = tmp_path / "srv"
     made = subprocess.run([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "add-user", "dana"],
@@ -41,8 +41,8 @@ def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
     token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
     port = _free_port()
     log = open(tmp_path / "server.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "--port", str(port)],
-                               stdout=log, stderr=subprocess.STDOUT, env=env)
+    process = subprocess.Popen([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "--port", str(port),
+                                "--cpu-slots", "2"], stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_for(url)

@@ -2,7 +2,7 @@
 
 Reads are checked on experiments recorded by the real core and StoreRecorder in simulated time
 (``hermes.testing.recorded``) against what the store itself says; submissions, cancelling and
-trial logs on real experiments that the server's runner runs (tests/trials/curve.py).
+trial logs on real experiments that the server's fair-share pool runs (tests/trials/curve.py).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the server needs the server extra: pip install -e '.[server]'")
 from fastapi.testclient import TestClient  # noqa: E402
 
+from hermes.experiment.spec import ResourcesSpec  # noqa: E402
 from hermes.server.app import ServerConfig, create_app  # noqa: E402
 from hermes.store import ExperimentStatus, SqlStore, build_runs  # noqa: E402
 from hermes.testing.recorded import experiment_spec, record_simulated  # noqa: E402
@@ -92,8 +93,9 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 @pytest.fixture
 def running_server(tmp_path: Path) -> Iterator[Server]:
-    """A server that runs what is submitted."""
-    with TestClient(create_app(ServerConfig(root=tmp_path / "server"))) as client:
+    """A server that runs what is submitted, on a pool of two CPU slots."""
+    config = ServerConfig(root=tmp_path / "server", resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.2)
+    with TestClient(create_app(config)) as client:
         yield Server(client)
 
 
@@ -264,6 +266,8 @@ def test_submitted_experiments_run_and_can_be_cancelled(running_server: Server) 
     queued = server.client.post("/api/experiments", json={"spec": real_spec("queued")}, headers=server.as_("alice"))
     first_id, second_id, queued_id = (r.json()["id"] for r in (first, second, queued))
     assert second.json()["weight"] == 2.0
+    response = server.client.post(f"/api/experiments/{queued_id}/cancel", headers=server.as_("alice"))
+    assert response.status_code == 202 and response.json()["cancel_requested"]
 
     done = server.wait(first_id)
     assert done["status"] == "finished" and done["by_state"] == {"completed": 3, "failed": 1}
@@ -271,9 +275,8 @@ def test_submitted_experiments_run_and_can_be_cancelled(running_server: Server) 
     assert "about to fail at step 2" in log["text"] and log["offset"] == log["size"] > 0
     assert server.get(f"/api/experiments/{first_id}/trials/1/log", stream="stderr", offset=log["offset"])["text"] == ""
 
-    response = server.client.post(f"/api/experiments/{queued_id}/cancel", headers=server.as_("alice"))
-    assert response.status_code == 202
-    assert server.get(f"/api/experiments/{queued_id}")["status"] == "cancelled"  # never ran
+    cancelled = server.wait(queued_id)  # the pool never starts it, or stops it at its next look at the store
+    assert cancelled["status"] == "cancelled" and set(cancelled["by_state"]) <= {"stopped", "completed", "failed"}
 
     deadline = time.monotonic() + 30
     while not server.get(f"/api/experiments/{second_id}/curves")["trial"] and time.monotonic() < deadline:
@@ -283,9 +286,46 @@ def test_submitted_experiments_run_and_can_be_cancelled(running_server: Server) 
     assert response.json()["weight"] == 3.0
     assert server.client.post(f"/api/experiments/{second_id}/cancel", headers=server.as_("alice")).status_code == 202
     cancelled = server.wait(second_id)
-    assert cancelled["status"] == "cancelled" and set(cancelled["by_state"]) <= {"stopped", "completed"}
+    assert cancelled["status"] == "cancelled" and set(cancelled["by_state"]) <= {"stopped", "completed", "failed"}
     assert server.client.post(f"/api/experiments/{second_id}/cancel", headers=server.as_("alice")).status_code == 409
     assert server.get("/api/experiments/" + str(second_id) + "/trials")["trials"][0]["step"] < 200
+
+
+def test_two_users_experiments_share_the_pool_at_once(running_server: Server) -> None:
+    server = running_server
+    ids = {}
+    for user, name in (("alice", "alices-run"), ("bob", "bobs-run")):
+        response = server.client.post("/api/experiments", json={"spec": real_spec(name, trials=2, steps=30)},
+                                      headers=server.as_(user))
+        assert response.status_code == 201, response.text
+        ids[user] = response.json()["id"]
+    # both run at once, one slot each: their statuses, and the pool's shares as the cluster view reports them
+    deadline = time.monotonic() + 30
+    while True:
+        statuses = {user: server.get(f"/api/experiments/{ids[user]}", user)["status"] for user in ids}
+        cluster = server.get("/api/cluster", "root")
+        held = {row["user"]: row["gpus_now"] for row in cluster["users"]}
+        if statuses == {"alice": "running", "bob": "running"} and held == {"alice": 1, "bob": 1}:
+            break
+        assert time.monotonic() < deadline, (statuses, cluster)
+        time.sleep(0.05)
+    assert cluster["gpus"] == 2
+    for row in cluster["users"]:
+        assert row["experiments"] == 1 and row["weight"] == 1.0 and row["share"] == pytest.approx(1.0), row
+    mine = server.get("/api/cluster", "alice")["users"]  # alice sees bob's use as another user's
+    assert [(row["user"], row["gpus_now"], row["weight"]) for row in mine] == [("(other users)", 1, None),
+                                                                              ("alice", 1, 1.0)]
+    for user, experiment_id in ids.items():
+        done = server.wait(experiment_id, user)
+        assert done["status"] == "finished" and done["by_state"] == {"completed": 1, "failed": 1}, done
+    runs = {user: server.get(f"/api/experiments/{ids[user]}/timeline", user)["runs"] for user in ids}
+    (a_start, a_end), (b_start, b_end) = ((min(r["started_at"] for r in rs), max(r["ended_at"] for r in rs))
+                                          for rs in runs.values())
+    assert a_start < b_end and b_start < a_end  # their runs overlapped in time
+    deadline = time.monotonic() + 5  # the pool's shares are as of its last look at the store (poll)
+    while server.get("/api/cluster", "root")["users"]:
+        assert time.monotonic() < deadline, "finished experiments still hold a share"
+        time.sleep(0.05)
 
 
 def test_a_restarted_server_continues_its_experiments(tmp_path: Path) -> None:

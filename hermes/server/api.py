@@ -17,7 +17,7 @@ from hermes.errors import SpecError
 from hermes.server.app import Hermes
 from hermes.server.auth import User
 from hermes.server.digest import ExperimentDigest, describe, explain
-from hermes.store import ExperimentRecord, ExperimentStatus, StoreError
+from hermes.store import ExperimentRecord, StoreError
 from hermes.store.codec import to_dict
 
 router = APIRouter()
@@ -122,12 +122,11 @@ def submit(body: SubmitRequest, hermes: HermesDep, user: UserDep) -> Experiment:
                   for path, message in error.problems] or [{"loc": ["body", "spec"], "msg": str(error), "type": "spec"}]
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail) from None
     try:
-        experiment_id = hermes.store.submit_experiment(spec.name, spec.model_dump(mode="json"), user.name, body.weight)
+        experiment_id = hermes.store.submit_experiment(spec.name, hermes.stored(spec), user.name, body.weight)
     except StoreError:  # its message names the database, which is not the caller's business
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"an experiment named {spec.name!r} exists already; give yours another name"
         ) from None
-    hermes.runner.submitted(experiment_id)
     return _summary(hermes.store.experiment(experiment_id), None, spec=True)
 
 
@@ -152,8 +151,7 @@ def cancel(experiment_id: int, hermes: HermesDep, user: UserDep) -> Experiment:
     record = _experiment(hermes, user, experiment_id)
     if record.status.is_final:
         raise HTTPException(status.HTTP_409_CONFLICT, f"experiment {experiment_id} is {record.status.value} already")
-    hermes.store.request_cancel(experiment_id)
-    hermes.runner.cancel(experiment_id, user.name)
+    hermes.store.request_cancel(experiment_id)  # the pool stops its trials, or never starts it
     return _summary(hermes.store.experiment(experiment_id), None)
 
 
@@ -286,29 +284,21 @@ def trial_log(
 
 
 # ---------------------------------------------------------------------- the cluster
-@router.get("/cluster", summary="GPU use per user against their share, over the experiments running now")
+@router.get("/cluster", summary="GPU use per user against their fair share, over the experiments running now")
 def cluster(hermes: HermesDep, user: UserDep) -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = {}
-    gpus: set[str] = set()
-    for experiment in hermes.store.experiments():
-        if experiment.owner is None or experiment.status not in (ExperimentStatus.RUNNING, ExperimentStatus.QUEUED):
-            continue
-        digest = hermes.digest(experiment)
-        gpus.update(digest.gpus)
-        owner = experiment.owner if user.admin or experiment.owner == user.name else "(other users)"
-        row = rows.setdefault(owner, {"user": owner, "experiments": 0, "weight": 0.0, "gpus_now": 0,
-                                      "gpu_seconds": 0.0})
-        seconds, held = digest.gpu_use()
+    owner_weights = hermes.store.owner_weights()
+    for share in hermes.pool.shares():
+        owner = share.owner if user.admin or share.owner == user.name else "(other users)"
+        weight = owner_weights.get(owner, 1.0) if owner == share.owner else None  # others' are not summed
+        row = rows.setdefault(owner, {"user": owner, "weight": weight, "experiments": 0, "gpus_now": 0, "share": 0.0,
+                                      "gpu_seconds": 0.0, "owed_gpu_seconds": 0.0})
         row["experiments"] += 1
-        row["weight"] += experiment.weight
-        row["gpu_seconds"] += seconds
-        row["gpus_now"] += held
-    total_weight = sum(row["weight"] for row in rows.values()) or 1.0
-    busy = sum(row["gpus_now"] for row in rows.values()) or 1
-    for row in rows.values():
-        row["share"] = row["weight"] / total_weight
-        row["use"] = row["gpus_now"] / busy
-    return {"gpus": len(gpus), "users": sorted(rows.values(), key=lambda row: row["user"])}
+        row["gpus_now"] += share.gpus
+        row["share"] += share.share
+        row["gpu_seconds"] += share.used_gpu_seconds
+        row["owed_gpu_seconds"] += share.owed_gpu_seconds
+    return {"gpus": len(hermes.pool.slots), "users": sorted(rows.values(), key=lambda row: row["user"])}
 
 
 def _json_safe(data: dict[str, Any]) -> dict[str, Any]:

@@ -1,14 +1,16 @@
-"""The server's application: the store, the accounts, the runner, the REST API and the dashboard.
+"""The server's application: the store, the accounts, the fair-share pool, the REST API and the dashboard.
 
 Layout of the server's root directory: ``hermes.db`` (SQLite, unless a database URL is given) and
 ``users/<name>/``, each user's area. A submitted spec is read as if its file lay in its owner's
 area: relative paths start there, and its storage dir (checkpoints and logs) must stay inside it.
+It is stored with those paths resolved, because the pool reads every spec from one directory.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,10 +24,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hermes.errors import SpecError
 from hermes.experiment import ExperimentSpec, parse_spec
+from hermes.experiment.spec import ResourcesSpec
+from hermes.pool import PoolSession
 from hermes.server.auth import Accounts
 from hermes.server.digest import ExperimentDigest
-from hermes.server.runner import SessionRunner
 from hermes.store import ExperimentRecord, SqlStore
+
+log = logging.getLogger("hermes.server")
 
 STATIC = Path(__file__).parent / "static"
 MAX_BODY = 1 << 20  # bytes of a request body: a spec with a thousand listed configs fits many times over
@@ -37,6 +42,8 @@ class ServerConfig:
     database: str | None = None  # an SQLAlchemy URL; default: SQLite in root
     max_body: int = MAX_BODY
     run_experiments: bool = True  # False: an API over the store only (nothing is started)
+    resources: ResourcesSpec | None = None  # the pool's GPUs or CPU slots; default: this machine's GPUs, else 1 slot
+    poll: float = 0.5  # seconds between the pool's looks at the store (submissions, cancellations, weights)
 
     @property
     def database_url(self) -> str:
@@ -50,7 +57,8 @@ class Hermes:
         self.config = config
         self.store = SqlStore(config.database_url)
         self.accounts = Accounts(config.database_url)
-        self.runner = SessionRunner(self.store, self.spec_of)
+        self.pool = PoolSession(self.store, config.root.resolve(), resources=config.resources, poll=config.poll)
+        self._pool_thread = threading.Thread(target=self._run_pool, name="hermes-pool", daemon=True)
         self._digests: dict[int, ExperimentDigest] = {}
 
     def area(self, user: str) -> Path:
@@ -67,8 +75,15 @@ class Hermes:
             raise SpecError(f"spec: storage.dir: {problem}", [("storage.dir", problem)])
         return spec
 
+    def stored(self, spec: ExperimentSpec) -> dict[str, Any]:
+        """The spec as the store keeps it: its paths resolved in its owner's area, so that the pool reads it alike."""
+        data = spec.model_dump(mode="json")
+        data["trial"]["workdir"] = str(spec.workdir)
+        data["storage"]["dir"] = str(spec.storage_dir)
+        return data
+
     def spec_of(self, experiment: ExperimentRecord) -> ExperimentSpec:
-        assert experiment.owner is not None  # the runner takes only the server's experiments
+        assert experiment.owner is not None  # only the server's experiments have an area
         return self.parse(experiment.spec, experiment.owner)
 
     def digest(self, experiment: ExperimentRecord) -> ExperimentDigest:
@@ -78,8 +93,21 @@ class Hermes:
         digest.refresh(experiment.status)
         return digest
 
+    def start(self) -> None:
+        """Run the submitted experiments: the pool, in a thread of its own, until ``close``."""
+        self._pool_thread.start()
+
+    def _run_pool(self) -> None:
+        try:
+            self.pool.run()
+        except Exception:
+            log.exception("the pool stopped; submitted experiments wait for the next start")
+
     def close(self) -> None:
-        self.runner.close()
+        """Stop the pool (its trials stop; running experiments are continued by the next start)."""
+        if self._pool_thread.is_alive():
+            self.pool.stop()
+            self._pool_thread.join()
         self.accounts.close()
 
 
@@ -151,7 +179,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if config.run_experiments:
-            hermes.runner.start()
+            hermes.start()
         yield
         hermes.close()
 

@@ -123,13 +123,6 @@ class ExperimentDigest:
             return {"trials": len(self.trials), "by_state": by_state,
                     "best": best and best["best"], "best_trial": best and best["trial"]}
 
-    def gpu_use(self) -> tuple[float, int]:
-        """GPU seconds of all runs so far (a run still going counts up to now), and the GPUs held now."""
-        with self._lock:
-            runs = self.timeline.runs
-            seconds = sum((run.ended_at if run.ended_at is not None else self.now) - run.started_at for run in runs)
-            return seconds, sum(run.ended_at is None for run in runs)
-
     # ------------------------------------------------------------------ following the store
     def _read_metrics(self) -> list[tuple[int, Any]]:
         reports = self.store.metrics_after(self.experiment_id, self._metric_cursor)

@@ -421,21 +421,23 @@ function clusterView(root) {
   const table = el("table", { id: "cluster" });
   const chartBox = el("div", { class: "chart", id: "cluster-chart" });
   root.append(el("h2", {}, "Cluster"), el("p", { class: "muted" },
-    "GPUs each user holds now against their share (the weights of their running experiments)."), table,
-    el("div", { class: "panel" }, chartBox));
+    "GPUs each user holds now against their fair share of the pool (by their weight, then their experiments')."),
+    table, el("div", { class: "panel" }, chartBox));
   const chart = echarts.init(chartBox);
   const stop = every(POLL_MS, async () => {
     const c = await api("/cluster");
-    table.replaceChildren(el("tr", {}, ...["user", "experiments", "weight", "share", "GPUs now", "use", "GPU hours"]
-      .map((h) => el("th", {}, h))), ...c.users.map((u) => el("tr", {}, ...[u.user, u.experiments, fmt(u.weight),
-      (100 * u.share).toFixed(0) + "%", u.gpus_now, (100 * u.use).toFixed(0) + "%", (u.gpu_seconds / 3600).toFixed(2)]
-      .map((v) => el("td", {}, v)))),
+    const hours = (seconds) => (seconds / 3600).toFixed(2);
+    table.replaceChildren(el("tr", {}, ...["user", "weight", "experiments", "GPUs now", "share (GPUs)",
+      "GPU hours used", "GPU hours owed"].map((h) => el("th", {}, h))),
+      ...c.users.map((u) => el("tr", {}, ...[u.user, u.weight === null ? "" : fmt(u.weight), u.experiments,
+        u.gpus_now, u.share.toFixed(2), hours(u.gpu_seconds), hours(u.owed_gpu_seconds)]
+        .map((v) => el("td", {}, v)))),
       ...(c.users.length ? [] : [el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No experiment is running."))]));
     chart.setOption({
       tooltip: {}, legend: {}, grid: { left: 60, right: 20, top: 40, bottom: 30 },
       xAxis: { type: "category", data: c.users.map((u) => u.user) },
-      yAxis: { type: "value", max: 1, axisLabel: { formatter: (v) => (100 * v) + "%" } },
-      series: [{ name: "use (GPUs held now)", type: "bar", data: c.users.map((u) => u.use) },
+      yAxis: { type: "value", max: c.gpus, name: `GPUs (of ${c.gpus})` },
+      series: [{ name: "GPUs held now", type: "bar", data: c.users.map((u) => u.gpus_now) },
                { name: "share", type: "bar", data: c.users.map((u) => u.share) }],
     });
   });
