@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,10 +38,18 @@ EXPERIMENT_ROUTES = [
 ]
 
 
+def give_code(root: Path, user: str) -> Path:
+    """Put the test trials (``trials.curve``) in ``user``'s area of the server at ``root``: a spec names only
+    files there, and ``real_spec``'s workdir is the area itself."""
+    area = root / "users" / user
+    shutil.copytree(TESTS / "trials", area / "trials", ignore=shutil.ignore_patterns("__pycache__"))
+    return area
+
+
 def real_spec(name: str, trials: int = 4, steps: int = 4, sleep: float = 0.05, **extra: Any) -> dict[str, Any]:
     return {
         "name": name,
-        "trial": {"function": "trials.curve:train", "workdir": str(TESTS)},
+        "trial": {"function": "trials.curve:train"},
         "search": {"sampler": "list", "configs": [
             {"rate": 0.2 + 0.2 * i, "sleep": sleep, "crash": "raise" if i == 1 else "none"} for i in range(trials)
         ]},
@@ -58,6 +67,8 @@ class Server:
         self.hermes = client.app.state.hermes  # type: ignore[attr-defined]
         self.tokens = {name: self.hermes.accounts.add_user(name, admin=name == "root") for name in
                        ("alice", "bob", "root")}
+        for name in self.tokens:
+            give_code(self.hermes.config.root, name)
 
     def as_(self, user: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[user]}"}
@@ -332,6 +343,7 @@ def test_a_restarted_server_continues_its_experiments(tmp_path: Path) -> None:
     config = ServerConfig(root=tmp_path / "server", run_experiments=False)
     with TestClient(create_app(config)) as client:
         token = client.app.state.hermes.accounts.add_user("alice")  # type: ignore[attr-defined]
+        give_code(tmp_path / "server", "alice")
         headers = {"Authorization": f"Bearer {token}"}
         response = client.post("/api/experiments", json={"spec": real_spec("later")}, headers=headers)
         assert response.json()["status"] == "queued"
@@ -430,6 +442,7 @@ def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None
     made = subprocess.run([*hermes, "server", "--root", str(root), "add-user", "erin"],
                           capture_output=True, text=True, env=env, check=True)
     env["HERMES_TOKEN"] = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
+    give_code(root, "erin")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     process = subprocess.Popen([*hermes, "server", "--root", str(root), "--port", str(port)],
@@ -475,6 +488,7 @@ def test_a_server_killed_mid_experiment_continues_it_when_restarted(tmp_path: Pa
     hermes = [sys.executable, "-m", "hermes.cli", "server", "--root", str(root)]
     made = subprocess.run([*hermes, "add-user", "fay"], capture_output=True, text=True, env=env, check=True)
     token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
+    give_code(root, "fay")
     headers = {"Authorization": f"Bearer {token}"}
 
     def start() -> tuple[subprocess.Popen[bytes], str]:

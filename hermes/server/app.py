@@ -2,8 +2,9 @@
 
 Layout of the server's root directory: ``hermes.db`` (SQLite, unless a database URL is given) and
 ``users/<name>/``, each user's area. A submitted spec is read as if its file lay in its owner's
-area: relative paths start there, and its storage dir (checkpoints and logs) must stay inside it.
-It is stored with those paths resolved, because the pool reads every spec from one directory.
+area: relative paths start there, and every file it names (its workdir, storage dir, a function's
+module, a command's paths) must lie inside it (``hermes.server.area``); an admin's too. It is
+stored with those paths resolved, and checked again when the pool takes it up.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from hermes.errors import SpecError
 from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.spec import ResourcesSpec
 from hermes.pool import PoolSession
+from hermes.server.area import document_problems, spec_problems
 from hermes.server.auth import Accounts
 from hermes.server.digest import ExperimentDigest
 from hermes.store import ExperimentRecord, SqlStore
@@ -57,7 +59,8 @@ class Hermes:
         self.config = config
         self.store = SqlStore(config.database_url)
         self.accounts = Accounts(config.database_url)
-        self.pool = PoolSession(self.store, config.root.resolve(), resources=config.resources, poll=config.poll)
+        self.pool = PoolSession(self.store, config.root.resolve(), resources=config.resources, poll=config.poll,
+                                read_spec=self.read_spec)
         self._pool_thread = threading.Thread(target=self._run_pool, name="hermes-pool", daemon=True)
         self._digests: dict[int, ExperimentDigest] = {}
 
@@ -67,13 +70,34 @@ class Hermes:
         return path
 
     def parse(self, data: dict[str, Any], owner: str) -> ExperimentSpec:
-        """The spec as its owner's area reads it; SpecError names the fields that are wrong."""
+        """The spec as its owner's area reads it; SpecError names the fields that are wrong.
+
+        Every file it names must lie in the area (``hermes.server.area``), and that is checked on
+        the document first, so that validation never looks at a file outside the area (it would
+        say whether the file exists, or which functions a module outside defines).
+        """
         area = self.area(owner)
-        spec = parse_spec(data, source="spec", base_dir=area)
-        if not spec.storage_dir.is_relative_to(area):
-            problem = f"{spec.storage_dir} is outside your area {area} on the server"
-            raise SpecError(f"spec: storage.dir: {problem}", [("storage.dir", problem)])
-        return spec
+        _refuse(document_problems(data))
+        _refuse(spec_problems(parse_spec(data, source="spec"), area, self.config.root))
+        return parse_spec(data, source="spec", base_dir=area)
+
+    def read_spec(self, experiment: ExperimentRecord) -> ExperimentSpec:
+        """A stored spec as the pool runs it: checked again when the pool takes it up (it may have
+        waited, queued, while links in the area changed; or been stored before a check was added)."""
+        if experiment.owner is None:
+            raise SpecError(f"experiment {experiment.name} was not submitted to the server")
+        return self.parse(experiment.spec, experiment.owner)
+
+    def experiment_dir(self, experiment: ExperimentRecord) -> Path | None:
+        """Where the experiment's trials keep their files (``<storage.dir>/<name>``), read from the
+        stored spec; None where that is outside its owner's area. An experiment that ``hermes run``
+        wrote into the server's database (no owner) keeps them beside it, in the root. Resolved."""
+        if experiment.owner is None:
+            return (self.config.root / experiment.name).resolve()
+        area = self.area(experiment.owner)
+        storage = experiment.spec.get("storage", {}).get("dir", "runs")
+        directory = (area / str(storage) / experiment.name).resolve()
+        return directory if directory.is_relative_to(area) else None
 
     def stored(self, spec: ExperimentSpec) -> dict[str, Any]:
         """The spec as the store keeps it: its paths resolved in its owner's area, so that the pool reads it alike."""
@@ -81,10 +105,6 @@ class Hermes:
         data["trial"]["workdir"] = str(spec.workdir)
         data["storage"]["dir"] = str(spec.storage_dir)
         return data
-
-    def spec_of(self, experiment: ExperimentRecord) -> ExperimentSpec:
-        assert experiment.owner is not None  # only the server's experiments have an area
-        return self.parse(experiment.spec, experiment.owner)
 
     def digest(self, experiment: ExperimentRecord) -> ExperimentDigest:
         digest = self._digests.get(experiment.experiment_id)
@@ -109,6 +129,11 @@ class Hermes:
             self.pool.stop()
             self._pool_thread.join()
         self.accounts.close()
+
+
+def _refuse(problems: list[tuple[str, str]]) -> None:
+    if problems:
+        raise SpecError("spec: " + "; ".join(f"{field}: {problem}" for field, problem in problems), problems)
 
 
 class BodyLimit:
