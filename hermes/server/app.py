@@ -10,6 +10,7 @@ stored with those paths resolved, and checked again when the pool takes it up.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 from collections.abc import AsyncIterator
@@ -18,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -223,8 +226,25 @@ def create_app(config: ServerConfig) -> FastAPI:
     def dashboard() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, error: RequestValidationError) -> JSONResponse:
+        """FastAPI's 422, but one that echoes ``Infinity`` or ``NaN`` still is JSON (its own fails: a 500)."""
+        detail = _finite(jsonable_encoder(error.errors()))
+        return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
     app.add_middleware(BodyLimit, limit=config.max_body)
     return app
+
+
+def _finite(data: Any) -> Any:
+    """``data`` with each non-finite float as the string Python's float() reads back ("inf", "nan")."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return str(data)
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_finite(value) for value in data]
+    return data
 
 
 def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8600) -> None:

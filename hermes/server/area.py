@@ -16,6 +16,7 @@ member, containers).
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,24 @@ def document_problems(data: dict[str, Any]) -> list[Problem]:
 
     Validation builds the Optuna sampler a spec names by class path, which imports its module in
     the server's own process: only Optuna's samplers may be named, never a module found elsewhere.
+    Non-finite numbers (the JSON parser reads ``Infinity`` and ``NaN``) are refused wherever they
+    are: in free-form parameters they would be stored as null, and the pool would read another spec.
     """
+    problems = [(path, "must be a finite number") for path in _non_finite(data, "")]
     search = data.get("search")
     sampler = search.get("sampler") if isinstance(search, dict) else None
     class_path = sampler.get("optuna") if isinstance(sampler, dict) else None
     if class_path is not None and not (isinstance(class_path, str) and class_path.startswith("optuna.")):
-        return [("search.sampler.optuna", f"{class_path!r}: the server builds only Optuna's own samplers "
-                                          "(a class of the optuna package, like optuna.samplers.NSGAIISampler)")]
-    return []
+        problems.append(("search.sampler.optuna", f"{class_path!r}: the server builds only Optuna's own samplers "
+                                                  "(a class of the optuna package, like optuna.samplers.NSGAIISampler)"))
+    return problems
+
+
+def _non_finite(data: Any, path: str) -> list[str]:
+    if isinstance(data, float):
+        return [] if math.isfinite(data) else [path]
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    return [found for key, value in items for found in _non_finite(value, f"{path}.{key}" if path else str(key))]
 
 
 def spec_problems(spec: ExperimentSpec, area: Path, root: Path) -> list[Problem]:
@@ -53,9 +64,11 @@ def spec_problems(spec: ExperimentSpec, area: Path, root: Path) -> list[Problem]
     area, root = area.resolve(), root.resolve()
     problems: list[Problem] = []
 
-    def confine(field: str, resolved: Path, what: str = "") -> None:
-        if not resolved.is_relative_to(area):
-            problems.append((field, f"{what}{resolved}, outside your area {area} on the server"))
+    def confine(field: str, resolved: Path, what: str = "") -> bool:
+        if resolved.is_relative_to(area):
+            return True
+        problems.append((field, f"{what}{resolved}, outside your area {area} on the server"))
+        return False
 
     if spec.engine != "local":
         problems.append(("engine", f"{spec.engine!r}: the server runs every experiment in its own pool (local)"))
@@ -68,8 +81,7 @@ def spec_problems(spec: ExperimentSpec, area: Path, root: Path) -> list[Problem]
         return problems  # whatever the trial names from there is outside too
     if spec.trial.function is not None:
         found = workdir_files(spec.trial.function, workdir)
-        for path in found:
-            confine("trial.function", path.resolve(), f"{path} (imported from the workdir) is ")
+        all(confine("trial.function", path.resolve(), f"{path} (imported from the workdir) is ") for path in found)
         if not found and any(path.resolve().is_relative_to(root) for path in installed_files(spec.trial.function)):
             problems.append(("trial.function", "its module is found on the server's Python path inside the "
                                                f"server's root {root}; put it in your area and name it from there"))
