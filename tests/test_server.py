@@ -551,6 +551,7 @@ def test_server_command_adds_users_binds_locally_and_keeps_tokens_out_of_logs(tm
         assert httpx.get(f"{url}/api/me", headers={"Authorization": f"Bearer {token}"}).json()["name"] == "carol"
         assert httpx.get(f"{url}/api/me", params={"token": token}).status_code == 401
         assert httpx.get(f"{url}/api/me", headers={"Authorization": f"Bearer {token}x"}).status_code == 401
+        assert httpx.get(f"{url}/api/experiments/{token}").status_code == 401  # a token pasted into a path
         assert _listening_addresses(port) == ["127.0.0.1"]
     finally:
         process.send_signal(signal.SIGINT)
@@ -559,6 +560,7 @@ def test_server_command_adds_users_binds_locally_and_keeps_tokens_out_of_logs(tm
     output = log.read()
     assert "GET /api/me" in output  # the access log is on ...
     assert token not in output and token.removeprefix("hermes_") not in output  # ... and holds no token
+    assert "GET /api/experiments/hermes_<redacted>" in output
 
 
 def _listening_addresses(port: int) -> list[str]:

@@ -185,18 +185,18 @@ async def _no_body() -> Message:
     return {"type": "http.request", "body": b"", "more_body": False}
 
 
-class RedactTokens(logging.Filter):
-    """Belt and braces: tokens are never accepted in URLs, but one pasted into a URL still stays out of the log."""
+class RedactTokens(logging.Formatter):
+    """Belt and braces: tokens are never accepted in URLs, but one pasted into a URL, or into any
+    message or traceback, is still blanked in the line a handler writes."""
 
     PATTERN = re.compile(r"hermes_[A-Za-z0-9_-]+")
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
-            record.args = tuple(
-                self.PATTERN.sub("hermes_<redacted>", arg) if isinstance(arg, str) else arg for arg in record.args
-            )
-        record.msg = self.PATTERN.sub("hermes_<redacted>", str(record.msg))
-        return True
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self.PATTERN.sub("hermes_<redacted>", self.inner.format(record))
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -251,9 +251,11 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8600) -> No
     """Run the server until Ctrl-C or SIGTERM (uvicorn handles both)."""
     import uvicorn
 
-    server_config = uvicorn.Config(create_app(config), host=host, port=port)  # configures logging
-    for name in ("uvicorn.access", "uvicorn.error", "hermes.server"):
-        logging.getLogger(name).addFilter(RedactTokens())
-    logging.getLogger("hermes.server").setLevel(logging.INFO)
-    logging.getLogger("hermes.server").addHandler(logging.StreamHandler())
+    server_config = uvicorn.Config(create_app(config), host=host, port=port)  # configures uvicorn's loggers
+    hermes_log = logging.getLogger("hermes")  # the server's and the pool's messages
+    hermes_log.setLevel(logging.INFO)
+    hermes_log.addHandler(logging.StreamHandler())
+    for name in ("uvicorn", "uvicorn.access", "uvicorn.error", "hermes"):
+        for handler in logging.getLogger(name).handlers:
+            handler.setFormatter(RedactTokens(handler.formatter))
     uvicorn.Server(server_config).run()
