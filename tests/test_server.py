@@ -258,10 +258,12 @@ def test_a_spec_names_no_file_outside_its_users_area(server: Server, tmp_path: P
     refused(command("python linked.py --lr {lr}"), "trial.command")
     refused(command("python train.py --config=/etc/passwd --lr {lr}"), "trial.command")
     refused(command("pkg/tool --lr {lr}"), "trial.command")  # a program in a linked folder
+    refused(command("../.. --lr {lr}"), "trial.command")
     data = {"type": "choice", "values": ["train.py", "../../../../outside/secret.py"]}
     assert "argument 1" in refused(command("python {data}", data=data), "trial.command")
-    refused(real_spec("w", search={"sampler": {"optuna": "trials.curve.Sampler"}, "trials": 2,
-                                   "space": {"rate": {"type": "uniform", "low": 0, "high": 1}}}), "search.sampler.optuna")
+    foreign = {"sampler": {"optuna": "trials.curve.Sampler"}, "trials": 2,
+               "space": {"rate": {"type": "uniform", "low": 0, "high": 1}}}
+    refused(real_spec("w", search=foreign), "search.sampler.optuna")
     refused(real_spec("w", engine="ray"), "engine")
     assert server.hermes.store.experiments() == []
 
@@ -300,8 +302,10 @@ def test_the_pool_checks_a_spec_again_when_it_takes_it_up(tmp_path: Path) -> Non
         server = Server.__new__(Server)
         server.client, server.tokens = client, {"alice": token}
         failed = server.wait(response.json()["id"])
-        assert client.app.state.hermes.store.metrics(failed["id"]) == []  # type: ignore[attr-defined]  # nothing ran
-    assert failed["status"] == "failed" and "trial.workdir" in failed["error"] and "outside your area" in failed["error"]
+        store = client.app.state.hermes.store  # type: ignore[attr-defined]
+        assert store.metrics(failed["id"]) == []  # nothing ran
+    assert failed["status"] == "failed"
+    assert "trial.workdir" in failed["error"] and "outside your area" in failed["error"]
 
 
 def test_a_trial_log_is_read_only_inside_its_experiments_directory(server: Server, tmp_path: Path) -> None:

@@ -42,8 +42,9 @@ def document_problems(data: dict[str, Any]) -> list[Problem]:
     sampler = search.get("sampler") if isinstance(search, dict) else None
     class_path = sampler.get("optuna") if isinstance(sampler, dict) else None
     if class_path is not None and not (isinstance(class_path, str) and class_path.startswith("optuna.")):
-        problems.append(("search.sampler.optuna", f"{class_path!r}: the server builds only Optuna's own samplers "
-                                                  "(a class of the optuna package, like optuna.samplers.NSGAIISampler)"))
+        problems.append(("search.sampler.optuna", f"{class_path!r}: the server builds only Optuna's own "
+                                                  "samplers (a class of the optuna package, like "
+                                                  "optuna.samplers.NSGAIISampler)"))
     return problems
 
 
@@ -81,7 +82,9 @@ def spec_problems(spec: ExperimentSpec, area: Path, root: Path) -> list[Problem]
         return problems  # whatever the trial names from there is outside too
     if spec.trial.function is not None:
         found = workdir_files(spec.trial.function, workdir)
-        all(confine("trial.function", path.resolve(), f"{path} (imported from the workdir) is ") for path in found)
+        for path in found:
+            if not confine("trial.function", path.resolve(), f"{path} (imported from the workdir) is "):
+                break  # one is enough: the rest lie below it
         if not found and any(path.resolve().is_relative_to(root) for path in installed_files(spec.trial.function)):
             problems.append(("trial.function", "its module is found on the server's Python path inside the "
                                                f"server's root {root}; put it in your area and name it from there"))
@@ -92,9 +95,10 @@ def spec_problems(spec: ExperimentSpec, area: Path, root: Path) -> list[Problem]
                 problems.append(("trial.command", f"argument {index} can be filled in more than {MAX_FILLINGS} "
                                                   "ways, too many to check that none names a file outside your area"))
                 continue
-            for text in fillings:
-                for path in _paths(text, index, workdir):
-                    confine("trial.command", path, f"argument {index} ({text!r}) names ")
+            named = ((text, path) for text in fillings for path in _paths(text, index, workdir))
+            for text, path in named:
+                if not confine("trial.command", path, f"argument {index} ({text!r}) names "):
+                    break  # one per argument
     return problems
 
 
@@ -108,10 +112,7 @@ def _fillings(word: tuple[str | Placeholder, ...], spec: ExperimentSpec) -> list
         parameter = spec.search.space[part.name]
         # a number holds no path separator: one stands for all
         choices.append([str(v) for v in parameter.values] if isinstance(parameter, Choice) else [str(parameter.low)])
-        count = 1
-        for options in choices:
-            count *= len(options)
-        if count > MAX_FILLINGS:
+        if math.prod(map(len, choices)) > MAX_FILLINGS:
             return None
     return ["".join(parts) for parts in itertools.product(*choices)]
 
@@ -122,7 +123,7 @@ def _paths(text: str, index: int, workdir: Path) -> list[Path]:
         if "/" not in text:
             return []
         path = workdir / text
-        return [path] if path.name in ("", ".", "..") else [path.parent.resolve() / path.name]
+        return [path.resolve()] if path.name in ("", "..") else [path.parent.resolve() / path.name]
     texts = [text]
     if text.startswith("-") and "=" in text:
         texts.append(text.partition("=")[2])
