@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,9 @@ class PoolSession:
     logs). ``resources``: the pool's GPUs or CPU slots (default: this machine's GPUs, else its CPU
     slots). ``poll``: seconds between looks at the store for submissions, cancellations and weights.
     ``quantum``: GPU seconds an experiment may be owed before the pool preempts for it.
+    ``read_spec``: how a stored spec is read when the pool takes its experiment up (default: with
+    relative paths from ``directory``); its SpecError fails the experiment (the server checks there
+    that the spec still names only files in its owner's area).
     """
 
     def __init__(
@@ -117,6 +121,7 @@ class PoolSession:
         resources: ResourcesSpec | None = None,
         poll: float = 0.5,
         quantum: float = 60.0,
+        read_spec: Callable[[ExperimentRecord], ExperimentSpec] | None = None,
     ) -> None:
         if engine != "local":
             raise HermesError(f"a pool runs on the local engine only, not {engine!r}")
@@ -128,6 +133,7 @@ class PoolSession:
         self.directory = Path(directory).resolve()
         self.slots = slots_for(resources or ResourcesSpec())
         self.poll = poll
+        self.read_spec = read_spec or self._read_spec
         self.scheduler = PoolScheduler(quantum=quantum)
         self.members: dict[str, _Member] = {}
         self.executor: LocalExecutor | None = None
@@ -193,13 +199,16 @@ class PoolSession:
     def _pool_records(self, statuses: tuple[ExperimentStatus, ...]) -> list[ExperimentRecord]:
         return [record for record in self.store.experiments(status=statuses) if record.owner is not None]
 
+    def _read_spec(self, record: ExperimentRecord) -> ExperimentSpec:
+        return parse_spec(record.spec, source=f"experiment {record.name}", base_dir=self.directory)
+
     def _open(self, record: ExperimentRecord) -> tuple[_Member, float] | None:
         """Build the experiment's session and replay its log; None if it cannot run (marked failed)."""
         if record.cancel_requested and record.status is ExperimentStatus.QUEUED:
             self.store.set_status(record.experiment_id, ExperimentStatus.CANCELLED)
             return None
         try:
-            spec = parse_spec(record.spec, source=f"experiment {record.name}", base_dir=self.directory)
+            spec = self.read_spec(record)
             if spec.name != record.name:
                 raise HermesError(f"experiment {record.name}: its spec is named {spec.name!r}")
             if spec.model_dump(mode="json") != record.spec:

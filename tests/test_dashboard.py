@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the server needs the server extra")
 playwright = pytest.importorskip("playwright.sync_api", reason="the browser test needs playwright (test extra)")
 
-from test_server import ROOT, _free_port, _wait_for, real_spec  # noqa: E402
+from test_server import ROOT, _free_port, _wait_for, give_code, real_spec  # noqa: E402
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 ARTIFACTS = Path(os.environ.get("HERMES_TEST_ARTIFACTS", ROOT / "test-artifacts"))
@@ -39,6 +39,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
     made = subprocess.run([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "add-user", "dana"],
                           capture_output=True, text=True, env=env, check=True)
     token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
+    give_code(root, "dana")
     port = _free_port()
     log = open(tmp_path / "server.log", "w")
     process = subprocess.Popen([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "--port", str(port),

@@ -7,8 +7,10 @@ trial logs on real experiments that the server's fair-share pool runs (tests/tri
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,10 +39,18 @@ EXPERIMENT_ROUTES = [
 ]
 
 
+def give_code(root: Path, user: str) -> Path:
+    """Put the test trials (``trials.curve``) in ``user``'s area of the server at ``root``: a spec names only
+    files there, and ``real_spec``'s workdir is the area itself."""
+    area = root / "users" / user
+    shutil.copytree(TESTS / "trials", area / "trials", ignore=shutil.ignore_patterns("__pycache__"))
+    return area
+
+
 def real_spec(name: str, trials: int = 4, steps: int = 4, sleep: float = 0.05, **extra: Any) -> dict[str, Any]:
     return {
         "name": name,
-        "trial": {"function": "trials.curve:train", "workdir": str(TESTS)},
+        "trial": {"function": "trials.curve:train"},
         "search": {"sampler": "list", "configs": [
             {"rate": 0.2 + 0.2 * i, "sleep": sleep, "crash": "raise" if i == 1 else "none"} for i in range(trials)
         ]},
@@ -58,6 +68,8 @@ class Server:
         self.hermes = client.app.state.hermes  # type: ignore[attr-defined]
         self.tokens = {name: self.hermes.accounts.add_user(name, admin=name == "root") for name in
                        ("alice", "bob", "root")}
+        for name in self.tokens:
+            give_code(self.hermes.config.root, name)
 
     def as_(self, user: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[user]}"}
@@ -102,14 +114,15 @@ def running_server(tmp_path: Path) -> Iterator[Server]:
 # ---------------------------------------------------------------------- authentication and ownership
 def test_every_api_route_needs_a_valid_token(server: Server) -> None:
     experiment_id = server.simulated("alice", "mine")
-    paths = ["/api/me", "/api/experiments", "/api/cluster", *(p.format(id=experiment_id) for p in EXPERIMENT_ROUTES)]
+    paths = ["/api/me", "/api/experiments", "/api/cluster", "/api/users",
+             *(p.format(id=experiment_id) for p in EXPERIMENT_ROUTES)]
     for path in paths:
         for headers in ({}, {"Authorization": "Bearer hermes_not-a-token"}, {"Authorization": "Basic YWxpY2U6eA=="}):
             response = server.client.get(path, headers=headers)
             assert response.status_code == 401, (path, headers, response.text)
             assert response.headers["www-authenticate"] == "Bearer"
     for method, path in [("post", "/api/experiments"), ("post", f"/api/experiments/{experiment_id}/cancel"),
-                         ("put", f"/api/experiments/{experiment_id}/weight")]:
+                         ("put", f"/api/experiments/{experiment_id}/weight"), ("put", "/api/users/alice/weight")]:
         assert server.client.request(method, path, json={"weight": 2}).status_code == 401
     # a token in the URL is never taken: it would end up in access logs
     assert server.client.get("/api/me", params={"token": server.tokens["alice"]}).status_code == 401
@@ -168,6 +181,13 @@ def test_malformed_requests_are_refused_naming_the_field(server: Server) -> None
     assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "spec", "storage", "dir"]
     response = server.client.put("/api/experiments/1/weight", json={"weight": "heavy"}, headers=server.as_("alice"))
     assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "weight"]
+    for body in (b'{"weight": Infinity}', b'{"weight": NaN}'):  # Python's JSON reads them; a 422 still is JSON
+        response = server.client.put("/api/experiments/1/weight", content=body, headers=json_headers)
+        assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "weight"], body
+    endless = real_spec("endless", policy={"name": "hermes", "params": {"ageing": float("inf")}})
+    response = server.client.post("/api/experiments", content=json.dumps({"spec": endless}), headers=json_headers)
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "spec", "policy", "params", "ageing"]
     assert server.hermes.store.experiments() == []
 
 
@@ -187,6 +207,178 @@ def test_a_taken_name_is_a_conflict(server: Server) -> None:
     server.simulated("bob", "taken")
     response = server.client.post("/api/experiments", json={"spec": real_spec("taken")}, headers=server.as_("alice"))
     assert response.status_code == 409 and "another name" in response.json()["detail"]
+
+
+# ---------------------------------------------------------------------- the user's area
+def test_a_spec_names_no_file_outside_its_users_area(server: Server, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    root = server.hermes.config.root
+    area = root / "users" / "alice"
+    outside = tmp_path / "outside"
+    (outside / "pkg").mkdir(parents=True)
+    (outside / "secret.py").write_text("def train(config, reporter):\n    pass\n")
+    (outside / "pkg" / "__init__.py").write_text("")
+    (outside / "pkg" / "mod.py").write_text("def train(config, reporter):\n    pass\n")
+    code = area / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('hi')\n")
+    (code / "linked.py").symlink_to(outside / "secret.py")  # links inside the area that point out of it
+    (code / "pkg").symlink_to(outside / "pkg")
+    (area / "out").symlink_to(outside)
+    (root / "shared.py").write_text("def train(config, reporter):\n    pass\n")  # in the root, not in an area
+    monkeypatch.syspath_prepend(str(root))
+
+    def command(line: str, **space: Any) -> dict[str, Any]:
+        spec = real_spec("c", trial={"command": line, "workdir": "code"})
+        spec["search"] = {"trials": 2, "space": space or {"lr": {"type": "uniform", "low": 0.1, "high": 1}}}
+        return spec
+
+    def refused(spec: dict[str, Any], field: str, user: str = "alice") -> str:
+        response = server.client.post("/api/experiments", json={"spec": spec}, headers=server.as_(user))
+        assert response.status_code == 422, (field, response.text)
+        [problem] = response.json()["detail"]
+        assert problem["loc"] == ["body", "spec", *field.split(".")], (field, problem)
+        return problem["msg"]
+
+    message = refused(real_spec("w", trial={"function": "secret:train", "workdir": str(outside)}), "trial.workdir")
+    assert "outside your area" in message
+    # nothing outside is looked at: a missing folder there is refused alike, without saying it is missing
+    assert "outside your area" in refused(real_spec("w", trial={"function": "x:f", "workdir": "/no/such"}),
+                                          "trial.workdir")
+    refused(real_spec("w", trial={"function": "trials.curve:train", "workdir": "../bob"}), "trial.workdir")
+    refused(real_spec("w", trial={"function": "trials.curve:train", "workdir": "out"}), "trial.workdir")
+    refused(real_spec("w", trial={"function": "trials.curve:train", "workdir": "../bob"}), "trial.workdir", "root")
+    refused(real_spec("w", storage={"dir": "out/runs"}), "storage.dir")
+    assert str(outside / "secret.py") in refused(real_spec("w", trial={"function": "linked:train", "workdir": "code"}),
+                                                  "trial.function")
+    refused(real_spec("w", trial={"function": "pkg.mod:train", "workdir": "code"}), "trial.function")
+    assert "server's root" in refused(real_spec("w", trial={"function": "shared:train"}), "trial.function")
+    refused(command(f"python {outside}/secret.py --lr {{lr}}"), "trial.command")
+    refused(command("python ../../../../outside/secret.py --lr {lr}"), "trial.command")
+    refused(command("python linked.py --lr {lr}"), "trial.command")
+    refused(command("python train.py --config=/etc/passwd --lr {lr}"), "trial.command")
+    refused(command("pkg/tool --lr {lr}"), "trial.command")  # a program in a linked folder
+    refused(command("../.. --lr {lr}"), "trial.command")
+    data = {"type": "choice", "values": ["train.py", "../../../../outside/secret.py"]}
+    assert "argument 1" in refused(command("python {data}", data=data), "trial.command")
+    foreign = {"sampler": {"optuna": "trials.curve.Sampler"}, "trials": 2,
+               "space": {"rate": {"type": "uniform", "low": 0, "high": 1}}}
+    refused(real_spec("w", search=foreign), "search.sampler.optuna")
+    refused(real_spec("w", engine="ray"), "engine")
+    assert server.hermes.store.experiments() == []
+
+    # inside the area, links included; a program on the server's PATH, or a venv's python that links out of it
+    (code / "inside.py").symlink_to(code / "train.py")
+    (area / "venv" / "bin").mkdir(parents=True)
+    (area / "venv" / "bin" / "python").symlink_to(sys.executable)
+    accepted = [
+        real_spec("f1"),
+        real_spec("f2", trial={"function": "trials.curve:train", "workdir": str(area)}, storage={"dir": "code/runs"}),
+        command("python inside.py --lr={lr} --out=runs/x"),
+        command("../venv/bin/python train.py {data}", data={"type": "choice", "values": ["a", "b/c"]}),
+    ]
+    for index, spec in enumerate(accepted):
+        spec["name"] = f"ok{index}"
+        response = server.client.post("/api/experiments", json={"spec": spec}, headers=server.as_("alice"))
+        assert response.status_code == 201, response.text
+        assert Path(response.json()["spec"]["trial"]["workdir"]).is_relative_to(area.resolve())
+
+
+def test_the_pool_checks_a_spec_again_when_it_takes_it_up(tmp_path: Path) -> None:
+    root = tmp_path / "server"
+    with TestClient(create_app(ServerConfig(root=root, run_experiments=False))) as client:
+        token = client.app.state.hermes.accounts.add_user("alice")  # type: ignore[attr-defined]
+        area = give_code(root, "alice")
+        (area / "code").mkdir()
+        shutil.copytree(area / "trials", area / "code" / "trials")
+        spec = real_spec("moved", trial={"function": "trials.curve:train", "workdir": "code"})
+        response = client.post("/api/experiments", json={"spec": spec}, headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 201, response.text
+    shutil.rmtree(area / "code")  # while it waits, queued, its workdir becomes a link out of the area
+    shutil.copytree(area / "trials", tmp_path / "elsewhere" / "trials")
+    (area / "code").symlink_to(tmp_path / "elsewhere")
+    config = ServerConfig(root=root, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
+    with TestClient(create_app(config)) as client:
+        server = Server.__new__(Server)
+        server.client, server.tokens = client, {"alice": token}
+        failed = server.wait(response.json()["id"])
+        store = client.app.state.hermes.store  # type: ignore[attr-defined]
+        assert store.metrics(failed["id"]) == []  # nothing ran
+    assert failed["status"] == "failed"
+    assert "trial.workdir" in failed["error"] and "outside your area" in failed["error"]
+
+
+def test_a_trial_log_is_read_only_inside_its_experiments_directory(server: Server, tmp_path: Path) -> None:
+    experiment_id = server.simulated("alice", "logged")
+    trial_dir = server.hermes.config.root / "users" / "alice" / "runs" / "logged" / "trials" / "0"
+    trial_dir.mkdir(parents=True)
+    (trial_dir / "stdout.log").write_text("epoch 1\n")
+    path = f"/api/experiments/{experiment_id}/trials/0/log"
+    assert server.get(path)["text"] == "epoch 1\n"
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the admin's notes")
+    (trial_dir / "stderr.log").symlink_to(secret)  # a trial's code may leave a link where its log goes
+    response = server.client.get(path, params={"stream": "stderr"}, headers=server.as_("alice"))
+    assert response.status_code == 404 and "notes" not in response.text
+    for trial in ("..", "..%2F..%2F..", "0%2F..%2F.."):
+        assert server.client.get(f"/api/experiments/{experiment_id}/trials/{trial}/log",
+                                 headers=server.as_("alice")).status_code == 404, trial
+    # an experiment that `hermes run` wrote into the server's database: no owner, its files beside the database
+    store = server.hermes.store
+    local = store.create_or_open_experiment("local", experiment_spec("local", 2, 2))
+    record_simulated(store, local, 2, 2, policy="rr")
+    assert server.get(f"/api/experiments/{local}/trials/0/log", "root") == {"offset": 0, "size": 0, "text": ""}
+
+
+# ---------------------------------------------------------------------- users' weights
+def test_an_admin_sets_a_users_weight(server: Server) -> None:
+    def put(name: str, body: Any, user: str = "root", **kwargs: Any) -> Any:
+        return server.client.put(f"/api/users/{name}/weight", json=body, headers=server.as_(user), **kwargs)
+
+    response = put("bob", {"weight": 3})
+    assert response.status_code == 200 and response.json() == {"user": "bob", "admin": False, "weight": 3.0}
+    assert server.hermes.store.owner_weights() == {"bob": 3.0}
+    assert [(u["user"], u["weight"]) for u in server.get("/api/users", "root")] == [
+        ("alice", 1.0), ("bob", 3.0), ("root", 1.0)]
+    assert server.get("/api/users", "bob") == [{"user": "bob", "admin": False, "weight": 3.0}]
+    for name in ("bob", "alice", "nobody"):  # a user may not change weights, not even their own
+        response = put(name, {"weight": 5}, user="alice")
+        assert response.status_code == 403 and "admin" in response.json()["detail"]
+    assert put("nobody", {"weight": 2}).status_code == 404
+    for bad in ({"weight": 0}, {"weight": -1}, {"weight": "heavy"}, {}, {"weight": 2, "extra": 1}):
+        response = put("bob", bad)
+        assert response.status_code == 422, bad
+        assert response.json()["detail"][0]["loc"][:2] == ["body", "weight" if "extra" not in bad else "extra"]
+    response = server.client.put("/api/users/bob/weight", content=b'{"weight": Infinity}',
+                                 headers={**server.as_("root"), "content-type": "application/json"})
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "weight"]
+    assert server.hermes.store.owner_weights() == {"bob": 3.0}
+
+
+def test_a_users_weight_moves_their_share_in_the_running_pool(running_server: Server) -> None:
+    server = running_server
+    ids = {}
+    for user in ("alice", "bob"):
+        response = server.client.post("/api/experiments", json={"spec": real_spec(f"{user}-w", trials=6, steps=60)},
+                                      headers=server.as_(user))
+        ids[user] = response.json()["id"]
+
+    def shares() -> dict[str, tuple[float | None, float]]:
+        return {row["user"]: (row["weight"], row["share"]) for row in server.get("/api/cluster", "root")["users"]}
+
+    deadline = time.monotonic() + 30
+    while shares() != {"alice": (1.0, 1.0), "bob": (1.0, 1.0)}:
+        assert time.monotonic() < deadline, shares()
+        time.sleep(0.05)
+    response = server.client.put("/api/users/alice/weight", json={"weight": 3}, headers=server.as_("root"))
+    assert response.status_code == 200
+    while (found := shares()) != {"alice": (3.0, pytest.approx(1.5)), "bob": (1.0, pytest.approx(0.5))}:
+        assert time.monotonic() < deadline, found  # the pool takes it up at its next look at the store
+        time.sleep(0.05)
+    assert [row["weight"] for row in server.get("/api/cluster", "alice")["users"]] == [None, 3.0]
+    for user, experiment_id in ids.items():
+        server.client.post(f"/api/experiments/{experiment_id}/cancel", headers=server.as_(user))
+        assert server.wait(experiment_id, user)["status"] == "cancelled"
 
 
 # ---------------------------------------------------------------------- reads
@@ -251,7 +443,7 @@ def test_openapi_documents_every_route(server: Server) -> None:
                  "/api/experiments/{experiment_id}/weight", "/api/experiments/{experiment_id}/trials",
                  "/api/experiments/{experiment_id}/metrics", "/api/experiments/{experiment_id}/decisions",
                  "/api/experiments/{experiment_id}/timeline", "/api/experiments/{experiment_id}/trials/{trial_id}/log",
-                 "/api/cluster"]:
+                 "/api/cluster", "/api/users", "/api/users/{name}/weight"]:
         assert path in paths, path
     assert server.client.get("/").status_code == 200  # the dashboard's page needs no token: it holds no data
 
@@ -332,6 +524,7 @@ def test_a_restarted_server_continues_its_experiments(tmp_path: Path) -> None:
     config = ServerConfig(root=tmp_path / "server", run_experiments=False)
     with TestClient(create_app(config)) as client:
         token = client.app.state.hermes.accounts.add_user("alice")  # type: ignore[attr-defined]
+        give_code(tmp_path / "server", "alice")
         headers = {"Authorization": f"Bearer {token}"}
         response = client.post("/api/experiments", json={"spec": real_spec("later")}, headers=headers)
         assert response.json()["status"] == "queued"
@@ -362,6 +555,7 @@ def test_server_command_adds_users_binds_locally_and_keeps_tokens_out_of_logs(tm
         assert httpx.get(f"{url}/api/me", headers={"Authorization": f"Bearer {token}"}).json()["name"] == "carol"
         assert httpx.get(f"{url}/api/me", params={"token": token}).status_code == 401
         assert httpx.get(f"{url}/api/me", headers={"Authorization": f"Bearer {token}x"}).status_code == 401
+        assert httpx.get(f"{url}/api/experiments/{token}").status_code == 401  # a token pasted into a path
         assert _listening_addresses(port) == ["127.0.0.1"]
     finally:
         process.send_signal(signal.SIGINT)
@@ -370,6 +564,7 @@ def test_server_command_adds_users_binds_locally_and_keeps_tokens_out_of_logs(tm
     output = log.read()
     assert "GET /api/me" in output  # the access log is on ...
     assert token not in output and token.removeprefix("hermes_") not in output  # ... and holds no token
+    assert "GET /api/experiments/hermes_<redacted>" in output
 
 
 def _listening_addresses(port: int) -> list[str]:
@@ -430,6 +625,7 @@ def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None
     made = subprocess.run([*hermes, "server", "--root", str(root), "add-user", "erin"],
                           capture_output=True, text=True, env=env, check=True)
     env["HERMES_TOKEN"] = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
+    give_code(root, "erin")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     process = subprocess.Popen([*hermes, "server", "--root", str(root), "--port", str(port)],
@@ -475,6 +671,7 @@ def test_a_server_killed_mid_experiment_continues_it_when_restarted(tmp_path: Pa
     hermes = [sys.executable, "-m", "hermes.cli", "server", "--root", str(root)]
     made = subprocess.run([*hermes, "add-user", "fay"], capture_output=True, text=True, env=env, check=True)
     token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
+    give_code(root, "fay")
     headers = {"Authorization": f"Bearer {token}"}
 
     def start() -> tuple[subprocess.Popen[bytes], str]:

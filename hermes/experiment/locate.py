@@ -57,6 +57,38 @@ def missing_function(target: str, workdir: Path) -> str | None:
     return f"module {module_name} ({origin}) defines no {name!r}{hint}"
 
 
+def workdir_files(target: str, workdir: Path) -> list[Path]:
+    """The package folders and module file that ``package.module:function`` is imported from when
+    the trial's workdir holds its top-level package (the worker puts the workdir first on its path),
+    as found there, links unresolved; empty when it comes from elsewhere (an installed package)."""
+    parts = target.partition(":")[0].split(".")
+    spec = importlib.machinery.PathFinder.find_spec(parts[0], [str(workdir)])
+    found: list[Path] = []
+    for depth in range(1, len(parts) + 1):
+        if spec is None:
+            break
+        locations = list(spec.submodule_search_locations or [])
+        found += [Path(location) for location in locations]
+        if spec.origin is not None and spec.has_location:
+            found.append(Path(spec.origin))
+        if depth < len(parts):
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: depth + 1]), locations)
+    return found
+
+
+def installed_files(target: str) -> list[Path]:
+    """The file or package folders of the top-level package of ``package.module:function`` as
+    found on Python's path, where the workdir does not hold it (nothing is imported)."""
+    try:
+        spec = importlib.util.find_spec(target.partition(":")[0].split(".")[0])
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    found = [Path(location) for location in spec.submodule_search_locations or []]
+    return found + ([Path(spec.origin)] if spec.origin is not None and spec.has_location else [])
+
+
 def _top_level_names(tree: ast.Module) -> tuple[set[str], bool]:
     """The names a module's top level binds, and whether that list is certain to be complete."""
     bound: set[str] = set()

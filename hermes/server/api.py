@@ -271,7 +271,10 @@ def trial_log(
     record, digest = _digest(hermes, user, experiment_id)
     if digest.trial(trial_id) is None:  # only known ids make a path: no ../ can reach outside the experiment
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial {trial_id!r} in experiment {experiment_id}")
-    path = hermes.spec_of(record).storage_dir / record.name / "trials" / trial_id / f"{stream}.log"
+    directory = hermes.experiment_dir(record)
+    path = None if directory is None else (directory / "trials" / trial_id / f"{stream}.log").resolve()
+    if directory is None or path is None or not path.is_relative_to(directory):  # a link out of its files
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"trial {trial_id!r} has no {stream} log to show")
     size = path.stat().st_size if path.is_file() else 0
     start = max(size - LOG_TAIL, 0) if offset is None else min(offset, size)
     end = min(size, start + LOG_TAIL)
@@ -281,6 +284,35 @@ def trial_log(
             file.seek(start)
             text = file.read(end - start).decode("utf-8", errors="replace")
     return {"offset": end, "size": size, "text": text}
+
+
+# ---------------------------------------------------------------------- users
+class UserWeight(BaseModel):
+    user: str
+    admin: bool
+    weight: float  # the user's weight in the pool's fair share: the pool is split between users first
+
+
+def _user_weights(hermes: Hermes, caller: User) -> list[UserWeight]:
+    weights = hermes.store.owner_weights()
+    return [UserWeight(user=one.name, admin=one.admin, weight=weights.get(one.name, 1.0))
+            for one in hermes.accounts.users() if caller.admin or one.name == caller.name]
+
+
+@router.get("/users", summary="users and their weights in the fair share (yourself only, unless you are an admin)")
+def users(hermes: HermesDep, user: UserDep) -> list[UserWeight]:
+    return _user_weights(hermes, user)
+
+
+@router.put("/users/{name}/weight", summary="change a user's weight in the fair share (admins only)",
+            responses={403: {"description": "the caller is no admin"}, 404: {"description": "no such user"}})
+def set_user_weight(name: str, body: WeightRequest, hermes: HermesDep, user: UserDep) -> UserWeight:
+    if not user.admin:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "only an admin may change a user's weight")
+    if name not in {one.name for one in hermes.accounts.users()}:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {name!r}")
+    hermes.store.set_owner_weight(name, body.weight)  # the pool takes it up at its next look at the store
+    return next(one for one in _user_weights(hermes, user) if one.user == name)
 
 
 # ---------------------------------------------------------------------- the cluster

@@ -2,13 +2,15 @@
 
 Layout of the server's root directory: ``hermes.db`` (SQLite, unless a database URL is given) and
 ``users/<name>/``, each user's area. A submitted spec is read as if its file lay in its owner's
-area: relative paths start there, and its storage dir (checkpoints and logs) must stay inside it.
-It is stored with those paths resolved, because the pool reads every spec from one directory.
+area: relative paths start there, and every file it names (its workdir, storage dir, a function's
+module, a command's paths) must lie inside it (``hermes.server.area``); an admin's too. It is
+stored with those paths resolved, and checked again when the pool takes it up.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 from collections.abc import AsyncIterator
@@ -17,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -26,6 +30,7 @@ from hermes.errors import SpecError
 from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.spec import ResourcesSpec
 from hermes.pool import PoolSession
+from hermes.server.area import document_problems, spec_problems
 from hermes.server.auth import Accounts
 from hermes.server.digest import ExperimentDigest
 from hermes.store import ExperimentRecord, SqlStore
@@ -57,7 +62,8 @@ class Hermes:
         self.config = config
         self.store = SqlStore(config.database_url)
         self.accounts = Accounts(config.database_url)
-        self.pool = PoolSession(self.store, config.root.resolve(), resources=config.resources, poll=config.poll)
+        self.pool = PoolSession(self.store, config.root.resolve(), resources=config.resources, poll=config.poll,
+                                read_spec=self.read_spec)
         self._pool_thread = threading.Thread(target=self._run_pool, name="hermes-pool", daemon=True)
         self._digests: dict[int, ExperimentDigest] = {}
 
@@ -67,13 +73,34 @@ class Hermes:
         return path
 
     def parse(self, data: dict[str, Any], owner: str) -> ExperimentSpec:
-        """The spec as its owner's area reads it; SpecError names the fields that are wrong."""
+        """The spec as its owner's area reads it; SpecError names the fields that are wrong.
+
+        Every file it names must lie in the area (``hermes.server.area``), and that is checked on
+        the document first, so that validation never looks at a file outside the area (it would
+        say whether the file exists, or which functions a module outside defines).
+        """
         area = self.area(owner)
-        spec = parse_spec(data, source="spec", base_dir=area)
-        if not spec.storage_dir.is_relative_to(area):
-            problem = f"{spec.storage_dir} is outside your area {area} on the server"
-            raise SpecError(f"spec: storage.dir: {problem}", [("storage.dir", problem)])
-        return spec
+        _refuse(document_problems(data))
+        _refuse(spec_problems(parse_spec(data, source="spec"), area, self.config.root))
+        return parse_spec(data, source="spec", base_dir=area)
+
+    def read_spec(self, experiment: ExperimentRecord) -> ExperimentSpec:
+        """A stored spec as the pool runs it: checked again when the pool takes it up (it may have
+        waited, queued, while links in the area changed; or been stored before a check was added)."""
+        if experiment.owner is None:
+            raise SpecError(f"experiment {experiment.name} was not submitted to the server")
+        return self.parse(experiment.spec, experiment.owner)
+
+    def experiment_dir(self, experiment: ExperimentRecord) -> Path | None:
+        """Where the experiment's trials keep their files (``<storage.dir>/<name>``), read from the
+        stored spec; None where that is outside its owner's area. An experiment that ``hermes run``
+        wrote into the server's database (no owner) keeps them beside it, in the root. Resolved."""
+        if experiment.owner is None:
+            return (self.config.root / experiment.name).resolve()
+        area = self.area(experiment.owner)
+        storage = experiment.spec.get("storage", {}).get("dir", "runs")
+        directory = (area / str(storage) / experiment.name).resolve()
+        return directory if directory.is_relative_to(area) else None
 
     def stored(self, spec: ExperimentSpec) -> dict[str, Any]:
         """The spec as the store keeps it: its paths resolved in its owner's area, so that the pool reads it alike."""
@@ -81,10 +108,6 @@ class Hermes:
         data["trial"]["workdir"] = str(spec.workdir)
         data["storage"]["dir"] = str(spec.storage_dir)
         return data
-
-    def spec_of(self, experiment: ExperimentRecord) -> ExperimentSpec:
-        assert experiment.owner is not None  # only the server's experiments have an area
-        return self.parse(experiment.spec, experiment.owner)
 
     def digest(self, experiment: ExperimentRecord) -> ExperimentDigest:
         digest = self._digests.get(experiment.experiment_id)
@@ -109,6 +132,11 @@ class Hermes:
             self.pool.stop()
             self._pool_thread.join()
         self.accounts.close()
+
+
+def _refuse(problems: list[tuple[str, str]]) -> None:
+    if problems:
+        raise SpecError("spec: " + "; ".join(f"{field}: {problem}" for field, problem in problems), problems)
 
 
 class BodyLimit:
@@ -157,18 +185,18 @@ async def _no_body() -> Message:
     return {"type": "http.request", "body": b"", "more_body": False}
 
 
-class RedactTokens(logging.Filter):
-    """Belt and braces: tokens are never accepted in URLs, but one pasted into a URL still stays out of the log."""
+class RedactTokens(logging.Formatter):
+    """Belt and braces: tokens are never accepted in URLs, but one pasted into a URL, or into any
+    message or traceback, is still blanked in the line a handler writes."""
 
     PATTERN = re.compile(r"hermes_[A-Za-z0-9_-]+")
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
-            record.args = tuple(
-                self.PATTERN.sub("hermes_<redacted>", arg) if isinstance(arg, str) else arg for arg in record.args
-            )
-        record.msg = self.PATTERN.sub("hermes_<redacted>", str(record.msg))
-        return True
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self.PATTERN.sub("hermes_<redacted>", self.inner.format(record))
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -198,17 +226,36 @@ def create_app(config: ServerConfig) -> FastAPI:
     def dashboard() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, error: RequestValidationError) -> JSONResponse:
+        """FastAPI's 422, but one that echoes ``Infinity`` or ``NaN`` still is JSON (its own fails: a 500)."""
+        detail = _finite(jsonable_encoder(error.errors()))
+        return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
     app.add_middleware(BodyLimit, limit=config.max_body)
     return app
+
+
+def _finite(data: Any) -> Any:
+    """``data`` with each non-finite float as the string Python's float() reads back ("inf", "nan")."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return str(data)
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_finite(value) for value in data]
+    return data
 
 
 def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8600) -> None:
     """Run the server until Ctrl-C or SIGTERM (uvicorn handles both)."""
     import uvicorn
 
-    server_config = uvicorn.Config(create_app(config), host=host, port=port)  # configures logging
-    for name in ("uvicorn.access", "uvicorn.error", "hermes.server"):
-        logging.getLogger(name).addFilter(RedactTokens())
-    logging.getLogger("hermes.server").setLevel(logging.INFO)
-    logging.getLogger("hermes.server").addHandler(logging.StreamHandler())
+    server_config = uvicorn.Config(create_app(config), host=host, port=port)  # configures uvicorn's loggers
+    hermes_log = logging.getLogger("hermes")  # the server's and the pool's messages
+    hermes_log.setLevel(logging.INFO)
+    hermes_log.addHandler(logging.StreamHandler())
+    for name in ("uvicorn", "uvicorn.access", "uvicorn.error", "hermes"):
+        for handler in logging.getLogger(name).handlers:
+            handler.setFormatter(RedactTokens(handler.formatter))
     uvicorn.Server(server_config).run()

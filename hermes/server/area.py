@@ -1,0 +1,130 @@
+"""A user's area on the server: every file a submitted spec names must lie inside it.
+
+What a spec names: the trial's workdir; the storage dir (checkpoints, logs); the package folders
+and module file its trial function is imported from, where the workdir holds them; and the paths
+of a command line: its program when given with a folder (``./train.sh``), and every other argument,
+alone or after ``--option=``, read as a path from the workdir, filled with each string value its
+placeholders can take. Paths are resolved (links followed, ``..`` applied), so a link in the area
+that points outside is refused like the outside path itself. A program named without a folder
+(``python``) is the server's, found on its PATH, as a function's module may be an installed package.
+
+What this cannot do: confine what a trial's code opens once it runs, since trials run as the
+server's OS user. Where members' code is not trusted, isolate them below Hermes (an OS user per
+member, containers).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+from typing import Any
+
+from hermes.experiment import ExperimentSpec
+from hermes.experiment.command import Placeholder, parse_template
+from hermes.experiment.locate import installed_files, workdir_files
+from hermes.experiment.spec import Choice
+
+Problem = tuple[str, str]  # (dotted field path, what is wrong), as SpecError.problems
+MAX_FILLINGS = 10_000  # ways to fill one argument of a command line that are checked; more is refused
+
+
+def document_problems(data: dict[str, Any]) -> list[Problem]:
+    """What must be refused before the spec is even validated, since validating it would act on it.
+
+    Validation builds the Optuna sampler a spec names by class path, which imports its module in
+    the server's own process: only Optuna's samplers may be named, never a module found elsewhere.
+    Non-finite numbers (the JSON parser reads ``Infinity`` and ``NaN``) are refused wherever they
+    are: in free-form parameters they would be stored as null, and the pool would read another spec.
+    """
+    problems = [(path, "must be a finite number") for path in _non_finite(data, "")]
+    search = data.get("search")
+    sampler = search.get("sampler") if isinstance(search, dict) else None
+    class_path = sampler.get("optuna") if isinstance(sampler, dict) else None
+    if class_path is not None and not (isinstance(class_path, str) and class_path.startswith("optuna.")):
+        problems.append(("search.sampler.optuna", f"{class_path!r}: the server builds only Optuna's own "
+                                                  "samplers (a class of the optuna package, like "
+                                                  "optuna.samplers.NSGAIISampler)"))
+    return problems
+
+
+def _non_finite(data: Any, path: str) -> list[str]:
+    if isinstance(data, float):
+        return [] if math.isfinite(data) else [path]
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    return [found for key, value in items for found in _non_finite(value, f"{path}.{key}" if path else str(key))]
+
+
+def spec_problems(spec: ExperimentSpec, area: Path, root: Path) -> list[Problem]:
+    """The fields of ``spec`` that name a file outside ``area`` (resolved), or that the server cannot honour.
+
+    ``spec`` may be the document alone (``parse_spec`` without a base dir): its paths are read
+    from ``area`` here, so that they are confined before validation looks at any file they name.
+    ``root``: the server's root, holding every user's area; no installed module may come from it.
+    """
+    area, root = area.resolve(), root.resolve()
+    problems: list[Problem] = []
+
+    def confine(field: str, resolved: Path, what: str = "") -> bool:
+        if resolved.is_relative_to(area):
+            return True
+        problems.append((field, f"{what}{resolved}, outside your area {area} on the server"))
+        return False
+
+    if spec.engine != "local":
+        problems.append(("engine", f"{spec.engine!r}: the server runs every experiment in its own pool (local)"))
+    if spec.storage.uri is not None:
+        problems.append(("storage.uri", "the server keeps checkpoints in storage.dir, inside your area"))
+    confine("storage.dir", (area / spec.storage.dir).resolve(), "is ")
+    workdir = (area / spec.trial.workdir).resolve()
+    confine("trial.workdir", workdir, "is ")
+    if not workdir.is_relative_to(area):
+        return problems  # whatever the trial names from there is outside too
+    if spec.trial.function is not None:
+        found = workdir_files(spec.trial.function, workdir)
+        for path in found:
+            if not confine("trial.function", path.resolve(), f"{path} (imported from the workdir) is "):
+                break  # one is enough: the rest lie below it
+        if not found and any(path.resolve().is_relative_to(root) for path in installed_files(spec.trial.function)):
+            problems.append(("trial.function", "its module is found on the server's Python path inside the "
+                                               f"server's root {root}; put it in your area and name it from there"))
+    if spec.trial.command is not None:
+        for index, word in enumerate(parse_template(spec.trial.command).words):
+            fillings = _fillings(word, spec)
+            if fillings is None:
+                problems.append(("trial.command", f"argument {index} can be filled in more than {MAX_FILLINGS} "
+                                                  "ways, too many to check that none names a file outside your area"))
+                continue
+            named = ((text, path) for text in fillings for path in _paths(text, index, workdir))
+            for text, path in named:
+                if not confine("trial.command", path, f"argument {index} ({text!r}) names "):
+                    break  # one per argument
+    return problems
+
+
+def _fillings(word: tuple[str | Placeholder, ...], spec: ExperimentSpec) -> list[str] | None:
+    """Every text ``word`` can become for the spec's search space; None when there are too many."""
+    choices: list[list[str]] = []
+    for part in word:
+        if isinstance(part, str):
+            choices.append([part])
+            continue
+        parameter = spec.search.space[part.name]
+        # a number holds no path separator: one stands for all
+        choices.append([str(v) for v in parameter.values] if isinstance(parameter, Choice) else [str(parameter.low)])
+        if math.prod(map(len, choices)) > MAX_FILLINGS:
+            return None
+    return ["".join(parts) for parts in itertools.product(*choices)]
+
+
+def _paths(text: str, index: int, workdir: Path) -> list[Path]:
+    """The paths one argument names, read from the workdir (where the trial runs), resolved."""
+    if index == 0:  # the program: found on PATH unless given with a folder; it may be a link (a venv's python)
+        if "/" not in text:
+            return []
+        path = workdir / text
+        return [path.resolve()] if path.name in ("", "..") else [path.parent.resolve() / path.name]
+    texts = [text]
+    if text.startswith("-") and "=" in text:
+        texts.append(text.partition("=")[2])
+    return [(workdir / one).resolve() for one in texts if one]
