@@ -137,7 +137,8 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     lines = [header]
     for r in rows:
         lines.append(
-            f"{r['policy']:<14}{'%d/%d' % (r['best_trained'], r['seeds']):>6}{r['best_mean_x']:>10.2f}{r['best_worst_x']:>7.2f}"
+            f"{r['policy']:<14}{'%d/%d' % (r['best_trained'], r['seeds']):>6}"
+            f"{r['best_mean_x']:>10.2f}{r['best_worst_x']:>7.2f}"
             f"{r['target_mean_x']:>12.2f}{r['target_worst_x']:>7.2f}{r['first_feedback_h']:>10.3f}"
             f"{r['first_feedback_x']:>7.1f}{r['overhead']:>10.2%}"
         )
