@@ -1,4 +1,4 @@
-"""The policy panel: fifo, asha, hyperband and hermes on every shipped trace, both switch-cost profiles.
+"""The policy panel: fifo, asha, hyperband, hermes (alone and with a stopper) on every shipped trace, both cost profiles.
 
     python bench/policy_panel.py            # 4 and 16 GPUs, 10 seeds, warm and process costs (a few minutes)
     python bench/policy_panel.py --quick    # 4 GPUs, 3 seeds, warm costs: for iterating on a policy
@@ -47,7 +47,7 @@ TRACES = (  # every trace in data/ and the direction of its metric (data/README.
     ("lcbench_189873", "max"),
     ("nb301_cifar10_panel", "max"),
 )
-POLICIES = ("fifo", "asha", "hyperband", "hermes")
+POLICIES = ("fifo", "asha", "hyperband", "hermes", "hermes+median")
 GPUS_PER_NODE = 8  # as `hermes simulate`: 16 GPUs are two nodes, so migrations may cross nodes
 
 
