@@ -1,4 +1,4 @@
-"""The policy panel: fifo, asha, hyperband, hermes (alone and with a stopper) on every shipped trace, both cost profiles.
+"""The policy panel: fifo, asha, hyperband and hermes (alone and with a stopper) on every shipped trace.
 
     python bench/policy_panel.py            # 4 and 16 GPUs, 10 seeds, warm and process costs (a few minutes)
     python bench/policy_panel.py --quick    # 4 GPUs, 3 seeds, warm costs: for iterating on a policy
