@@ -80,12 +80,12 @@ def _run(job: tuple[str, str, str, int, int, str]) -> Run:
     return Run(result.time_to_best_s, result.time_to_target_s, result.mean_first_feedback_s, result.overhead_fraction)
 
 
-def clairvoyant(name: str, mode: str) -> tuple[float, float]:
+def clairvoyant(trace: Trace) -> tuple[float, float]:
     """GPU seconds in which an oracle has the final best, and a trial on target, fully trained.
 
     It trains the one trial first, alone on a GPU, so no policy that schedules this trace can do
     better: FIFO's time over these seconds is the most any policy can gain over FIFO here."""
-    trace, tolerance = _trace(name, mode), Setting(gpus=1).target
+    tolerance = Setting(gpus=1).target
     best = trace.best_final()
     on_target = [t for t in trace.trials if not t.diverged and tolerance.within(t.metrics[-1], best.metrics[-1])]
     return sum(best.seconds), min(sum(t.seconds) for t in on_target)
@@ -93,7 +93,7 @@ def clairvoyant(name: str, mode: str) -> tuple[float, float]:
 
 def caps(name: str, mode: str, fifo: list[Run]) -> dict[str, float]:
     """The clairvoyant oracle's speed-ups over FIFO: in the mean and in FIFO's luckiest seed."""
-    best_s, target_s = clairvoyant(name, mode)
+    best_s, target_s = clairvoyant(_trace(name, mode))
     out = {}
     for figure, oracle in (("best", best_s), ("target", target_s)):
         times = [getattr(run, figure) for run in fifo if getattr(run, figure) is not None]
