@@ -1,6 +1,6 @@
 """Hermes against FIFO, Ray Tune's ASHA and Optuna's pruners on one real workload, side by side.
 
-    python bench/frameworks/compare.py [--rounds R] [--systems fifo,hermes,ray_asha,optuna_median,optuna_hyperband]
+    python bench/frameworks/compare.py [--rounds R] [--systems fifo,hermes,hermes_median,ray_asha,optuna_median,...]
                                        [--search grid|tpe] [--ratio-to fifo] [--epochs 30] [--trials 48]
                                        [--json PATH]
                                        [--hermes-period S] [--hermes-param NAME=VALUE ...]

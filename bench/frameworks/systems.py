@@ -88,11 +88,15 @@ SEARCHES = ("grid", "tpe")
 
 # ---------------------------------------------------------------------- Hermes (fifo and hermes policies)
 def run_hermes(
-    policy: str, setting: Setting, period: float | None = None, params: dict[str, Any] | None = None
+    policy: str,
+    setting: Setting,
+    period: float | None = None,
+    params: dict[str, Any] | None = None,
+    stopper: str | None = None,
 ) -> Timeline:
-    """Hermes's own runner with ``policy`` (its ``period`` and ``params``), storage in a temporary
-    directory; the timeline is read back from its store (each report's metrics and the executor's
-    time of the report)."""
+    """Hermes's own runner with ``policy`` (its ``period`` and ``params``, and an early ``stopper``
+    composed), storage in a temporary directory; the timeline is read back from its store (each
+    report's metrics and the executor's time of the report)."""
     from bench.frameworks.workload import SPACE
     from hermes.core.decisions import Suspend
     from hermes.experiment import parse_spec
@@ -115,7 +119,12 @@ def run_hermes(
                 "search": search,
                 "metric": {"name": "accuracy", "mode": "max"},
                 "budget": {"steps": size.epochs},
-                "policy": {"name": policy, **({} if period is None else {"period": period}), "params": params or {}},
+                "policy": {
+                    "name": policy,
+                    **({} if period is None else {"period": period}),
+                    "params": params or {},
+                    **({} if stopper is None else {"stopper": {"name": stopper}}),
+                },
                 "resources": {"gpus": "none", "cpu_slots": SLOTS, "threads_per_slot": 1},
                 # Checkpoints only when suspended and at the end: the other systems write none either.
                 "storage": {"dir": scratch, "checkpoint_every": size.epochs},
@@ -140,7 +149,8 @@ def run_hermes(
             suspends = sum(isinstance(d.decision, Suspend) for d in store.decisions(experiment))
         finally:
             store.close()
-    return Timeline(policy, records, wall, setup=start - setup_start, notes={"suspends": suspends}, configs=configs)
+    name = policy if stopper is None else f"{policy}_{stopper}"
+    return Timeline(name, records, wall, setup=start - setup_start, notes={"suspends": suspends}, configs=configs)
 
 
 # ---------------------------------------------------------------------- Ray Tune with ASHA
@@ -333,6 +343,7 @@ def run_optuna(pruner: str, setting: Setting) -> Timeline:
 SYSTEMS: dict[str, Callable[[Setting], Timeline]] = {
     "fifo": lambda setting: run_hermes("fifo", setting),
     "hermes": lambda setting: run_hermes("hermes", setting, setting.period, setting.params),
+    "hermes_median": lambda setting: run_hermes("hermes", setting, setting.period, setting.params, "median"),
     "ray_asha": run_ray_asha,
     "optuna_median": lambda setting: run_optuna("median", setting),
     "optuna_hyperband": lambda setting: run_optuna("hyperband", setting),
