@@ -46,6 +46,7 @@ TRACES = (  # every trace in data/ and the direction of its metric (data/README.
     ("lcbench_189866", "max"),
     ("lcbench_189873", "max"),
     ("nb301_cifar10_panel", "max"),
+    ("digits_mlp", "max"),
 )
 POLICIES = ("fifo", "asha", "hyperband", "hermes", "hermes+median")
 GPUS_PER_NODE = 8  # as `hermes simulate`: 16 GPUs are two nodes, so migrations may cross nodes

@@ -195,3 +195,29 @@ def test_with_tpe_the_seeded_sampler_proposes_alike_and_the_same_values_train_al
     for system, records in finals.items():
         hit = [r.at for r in records if r.accuracy >= best - compare.TARGET_POINTS]
         assert data["figures"][system]["time_to_target"] == (hit[0] if hit else None)
+
+
+def test_the_recorded_trace_is_what_the_workload_trains(tmp_path: Path) -> None:
+    """``record_trace.py`` writes a trace the simulator loads, and the shipped ``data/digits_mlp.csv`` is
+    its output: the first configurations, retrained here, reach the very accuracies recorded there."""
+    import subprocess
+    import sys
+
+    from bench.frameworks.workload import configurations
+    from hermes.sim.trace import load_trace
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "digits.csv"
+    subprocess.run(
+        [sys.executable, str(root / "bench/frameworks/record_trace.py"), "--trials", "3", "--epochs", "2",
+         "--out", str(out)],
+        check=True, cwd=root, capture_output=True, timeout=300,
+    )
+    fresh = load_trace(out, "max")
+    shipped = {trial.name: trial for trial in load_trace(root / "data/digits_mlp.csv", "max").trials}
+    assert [trial.name for trial in fresh.trials] == ["0", "1", "2"]
+    for trial, config in zip(fresh.trials, configurations(3)):
+        assert trial.metrics == shipped[trial.name].metrics[:2]
+        assert all(seconds > 0 for seconds in trial.seconds)
+        assert 0 < trial.state_mb < 5  # a small MLP, its optimizer and the RNG state: well under a megabyte or two
+        assert trial.params["lr"] == pytest.approx(config["lr"]) and trial.params["batch_size"] == config["batch_size"]
