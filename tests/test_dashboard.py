@@ -32,13 +32,16 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """A real server on a free port (a pool of two CPU slots) with one user; yields its URL and the user's token."""
+def server(tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    """A real server on a free port (a pool of two CPU slots) with a user and an admin; yields its URL and their tokens."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     root = tmp_path / "srv"
     made = subprocess.run([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "add-user", "dana"],
                           capture_output=True, text=True, env=env, check=True)
     token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
+    made = subprocess.run([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "add-user", "ada",
+                           "--admin"], capture_output=True, text=True, env=env, check=True)
+    admin_token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
     give_code(root, "dana")
     port = _free_port()
     log = open(tmp_path / "server.log", "w")
@@ -47,7 +50,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_for(url)
-        yield url, token
+        yield url, token, admin_token
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -64,8 +67,8 @@ def submit(url: str, token: str, spec: dict[str, object]) -> int:
     return response.json()["id"]
 
 
-def test_dashboard_of_a_running_experiment(server: tuple[str, str]) -> None:
-    url, token = server
+def test_dashboard_of_a_running_experiment(server: tuple[str, str, str]) -> None:
+    url, token, _ = server
     experiment_id = submit(url, token, real_spec("watched", trials=6, steps=400, sleep=0.1))  # cancelled below
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
@@ -133,6 +136,49 @@ def test_dashboard_of_a_running_experiment(server: tuple[str, str]) -> None:
         assert "arrives-later" in page.locator(f'#experiments tr[data-id="{second}"]').inner_text()
         page.wait_for_selector(f'#experiments tr[data-id="{second}"] .status.finished', timeout=60_000)  # runs, live
         page.screenshot(path=str(ARTIFACTS / "dashboard-list.png"))
+        browser.close()
+    assert errors == []
+
+
+def test_an_admin_sets_a_users_weight_from_the_cluster_view(server: tuple[str, str, str]) -> None:
+    """The admin's cluster view has a weight field per user that changes the fair share through the API; a bad
+    value is refused with the API's message; a user who is no admin sees their own weight, with no control."""
+    import httpx
+
+    url, token, admin_token = server
+    errors: list[str] = []
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(url)
+        page.fill("#token", admin_token)
+        page.click("#login button")
+        page.goto(f"{url}/#/cluster")
+        row = page.locator('#users tr[data-user="dana"]')
+        row.locator("input").fill("2.5")
+        row.locator("button").click()
+        page.wait_for_function("""() => document.querySelector('#users tr[data-user="dana"] input')?.value === '2.5'
+                                  && !document.querySelector('#users-error').textContent""")
+        listed = httpx.get(f"{url}/api/users", headers={"Authorization": f"Bearer {admin_token}"}).json()
+        assert {one["user"]: one["weight"] for one in listed} == {"dana": 2.5, "ada": 1.0}
+
+        page.locator('#users tr[data-user="dana"] input').fill("0")
+        page.locator('#users tr[data-user="dana"] button').click()
+        page.wait_for_selector("#users-error:has-text('dana: 422')")
+        listed = httpx.get(f"{url}/api/users", headers={"Authorization": f"Bearer {token}"}).json()
+        assert listed == [{"user": "dana", "admin": False, "weight": 2.5}]  # unchanged, and only herself
+
+        other = browser.new_page()
+        other.on("pageerror", lambda error: errors.append(str(error)))
+        other.goto(url)
+        other.fill("#token", token)
+        other.click("#login button")
+        other.goto(f"{url}/#/cluster")
+        other.wait_for_selector('#users tr[data-user="dana"] td:has-text("2.5")')
+        assert other.locator("#users input, #users button").count() == 0
+        assert other.locator('#users tr[data-user="ada"]').count() == 0
         browser.close()
     assert errors == []
 

@@ -423,6 +423,28 @@ function clusterView(root) {
   root.append(el("h2", {}, "Cluster"), el("p", { class: "muted" },
     "GPUs each user holds now against their fair share of the pool (by their weight, then their experiments')."),
     table, el("div", { class: "panel" }, chartBox));
+  const users = el("table", { id: "users" });
+  const usersError = el("p", { class: "error", id: "users-error" });
+  root.append(el("h3", {}, "Users"), el("p", { class: "muted" },
+    "Each user's weight in the fair share of the pool; an admin may change it."), users, usersError);
+  const showUsers = async () => {
+    const [me, list] = await Promise.all([api("/me"), api("/users")]);
+    users.replaceChildren(el("tr", {}, ...["user", "admin", "weight", ""].map((h) => el("th", {}, h))),
+      ...list.map((u) => {
+        const input = el("input", { type: "number", min: "0.01", step: "0.5", value: u.weight, size: 4 });
+        const set = el("button", { onclick: async () => {
+          usersError.textContent = "";
+          try {
+            await api(`/users/${encodeURIComponent(u.user)}/weight`,
+                      { method: "PUT", body: JSON.stringify({ weight: +input.value }) });
+          } catch (error) { usersError.textContent = `${u.user}: ${error.message}`; }
+          await showUsers();
+        } }, "Set weight");
+        return el("tr", { "data-user": u.user }, el("td", {}, u.user), el("td", {}, u.admin ? "yes" : ""),
+          el("td", {}, me.admin ? input : fmt(u.weight)), el("td", {}, me.admin ? set : ""));
+      }));
+  };
+  showUsers().catch((error) => { usersError.textContent = error.message; });
   const chart = echarts.init(chartBox);
   const stop = every(POLL_MS, async () => {
     const c = await api("/cluster");
@@ -445,7 +467,10 @@ function clusterView(root) {
 }
 
 // ------------------------------------------------------------------ routing
+let routing = 0;  // bumped by every navigation, so that only the latest one builds its view
+
 async function route() {
+  const generation = ++routing;
   const root = document.getElementById("view");
   const match = location.hash.match(/^#\/experiments\/(\d+)(?:\/trials\/(.+))?$/);
   if (match && state.view?.experiment === match[1]) {  // another trial of the same experiment: keep the page
@@ -458,6 +483,7 @@ async function route() {
   document.getElementById("login").hidden = true;
   try {
     const me = await api("/me");
+    if (generation !== routing) return;  // a later navigation came while this one waited: it builds the view
     document.getElementById("who").textContent = me.name + (me.admin ? " (admin)" : "");
     document.getElementById("logout").hidden = false;
   } catch { return; }
