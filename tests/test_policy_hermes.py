@@ -18,7 +18,7 @@ from hermes.core.states import TrialState
 from hermes.core.trial import Trial
 from hermes.policies import make_policy
 from hermes.policies.hermes import UNMEASURED, HermesPolicy
-from hermes.policies.stats import normal_scores, probit
+from hermes.policies.stats import expected_excess, normal_scores, probit, reservation_offset
 from hermes.sim.costs import SwitchCosts
 from hermes.sim.simulate import simulate
 from hermes.sim.synthetic import synthetic_trace
@@ -34,12 +34,13 @@ class Clock:
         self.now = 0.0
 
 
-def trained(policy: HermesPolicy, clock: Clock, trial_id: str, seq: int, scores: list[float], budget: int = 50) -> Trial:
-    """A trial that ran once from the start, reported ``scores`` at steps 1, 2, ... and was suspended."""
+def trained(policy: HermesPolicy, clock: Clock, trial_id: str, seq: int, scores: list[float], budget: int = 50,
+            seconds: float = STEP_SECONDS) -> Trial:
+    """A trial that ran once from the start, reported ``scores`` at steps 1, 2, ... (``seconds`` each) and was suspended."""
     trial = Trial(trial_id, seq, budget, submitted_at=0.0)
     trial.begin_run("g0", clock.now)
     for step, score in enumerate(scores, 1):
-        clock.now += STEP_SECONDS
+        clock.now += seconds
         trial.record(step, score, score, clock.now)
         policy.observe(trial, clock.now)
     trial.move_to(TrialState.SUSPENDING)
@@ -176,10 +177,38 @@ def test_trust_in_early_ranks_is_learned_from_trials_that_went_further() -> None
 
 
 def test_without_evidence_all_measured_trials_tie() -> None:
-    """Before enough trials went deeper, nothing says step-1 ranks matter: ageing alone orders them."""
+    """Before enough trials went deeper, nothing says step-1 ranks matter: ageing alone orders them, whatever
+    their steps cost (so the first trials to go deeper, which fit the links, are not the cheap ones)."""
     policy, clock = HermesPolicy(ageing=0.0), Clock()
-    trials = [trained(policy, clock, f"t{i}", i, [float(i)]) for i in range(30)]
+    trials = [trained(policy, clock, f"t{i}", i, [float(i)], seconds=STEP_SECONDS * (1 + i % 7)) for i in range(30)]
     assert len({policy.priority(t, clock.now) for t in trials}) == 1
+
+
+def test_a_dearer_trial_gets_less_optimism_once_ranks_carry_information() -> None:
+    """Two trials with the same curve: the one whose steps cost five times as much ranks lower, since time to the
+    best is GPU seconds; the cheap twin gets no more than the plain optimism; without ``cost_aware`` they tie."""
+    rng = np.random.default_rng(0)
+    finals = rng.uniform(50, 90, 40)
+    priority = {}
+    for cost_aware in (True, False):
+        for seconds in (STEP_SECONDS / 5, STEP_SECONDS * 5):  # each twin in a search of its own, alike but for it
+            policy, clock = HermesPolicy(ageing=0.0, cost_aware=cost_aware), Clock()
+            population(policy, clock, finals, finals / 2, steps=8)
+            twin = trained(policy, clock, "twin", 40, [45.0, 80.0], seconds=seconds)
+            priority[cost_aware, seconds < STEP_SECONDS] = policy.priority(twin, clock.now)
+    cheap_aware, dear_aware = priority[True, True], priority[True, False]
+    cheap_blind, dear_blind = priority[False, True], priority[False, False]
+    assert dear_aware < cheap_aware - 0.1
+    assert cheap_aware <= cheap_blind  # never more optimism than ``optimism`` (a known trial pays its small price)
+    assert dear_blind == pytest.approx(cheap_blind)
+
+
+def test_reservation_offset_inverts_the_expected_excess() -> None:
+    """The offset whose expected excess is ``e`` is found again, and a dearer opening lowers it."""
+    offsets = np.array([-20.0, -3.0, -1.0, 0.0, 1.0, 2.5, 6.0])
+    excesses = np.array([expected_excess(float(t)) for t in offsets])
+    assert reservation_offset(excesses) == pytest.approx(offsets, abs=1e-3)
+    assert np.all(np.diff(reservation_offset(np.linspace(1e-6, 30.0, 200))) < 0)
 
 
 def test_ageing_lifts_a_starved_trial_eventually() -> None:

@@ -64,6 +64,30 @@ The priority: an optimistic prediction whose width is learned online
     standing there, trusted as much as the last fitted link (nothing says yet that deeper ranks
     change more).
 
+What a trial costs
+    Time to the best is measured in GPU seconds, not epochs, and trials differ in what an epoch
+    costs (a small batch size, a wide layer): on the real workload of ``bench/frameworks``, the
+    batch-16 trials lead per epoch, but one of their epochs costs five of a batch-128 trial's, and
+    the final best is a cheap trial that waited behind dear leaders trained to their end. So the
+    optimism is priced. ``mean + optimism * width`` is Weitzman's reservation value of a normal
+    prize (the trial's standing at the horizon) whose price to open is ``E[max(Z - optimism, 0)]``
+    widths; Hermes sets that price in proportion to the trial's remaining GPU seconds over the
+    mean known trial's whole budget, and takes the reservation value for it
+    (``stats.reservation_offset``): a trial twice as dear as the mean, at the same prediction, gets
+    less optimism; a known one (narrow width) pays nearly its price in full. Two limits, each
+    measured (docs/policy.md):
+    - never more optimism than ``optimism``: a turn does not open the prize, it shows one more
+      rung, so a cheap trial would keep a larger bonus turn after turn; lifting cheap trials had
+      dozens of them trained to their end before the best on LCBench, whose costs span two orders
+      of magnitude (lcbench_189873: time to best 11.5x FIFO down to 6.8x);
+    - only where the prediction carries information: before the first links, cost would order the
+      second look, and the first trials to go deeper, which fit the links, would be the cheap ones
+      instead of a random sample; and "cheap first" with no information is a bet that quality does
+      not depend on cost, which holds on some searches and not on others (the rank correlation of
+      cost with the final metric runs from -0.60 to +0.53 across the shipped traces).
+    On the real workload's trace this takes time to best from 3.0x to 4.4x FIFO (4 GPUs, warm
+    costs); lcbench_189866 goes from 4.3x to 6.8x, and six traces lose 0-10%.
+
 Ageing
     A waiting trial's priority grows by one population standard deviation for every
     ``ageing`` round-robin cycles it waits (a cycle is trials per GPU times the mean run: the
@@ -105,20 +129,21 @@ Stopping
     the core (``asha``, ``median``) composes with this policy.
 
 Where it stands (bench/policy_panel.py, docs/policy.md; warm-worker costs, 4 GPUs, 10 seeds)
-    On the nine shipped traces it gives first feedback 11-160x sooner than FIFO, sooner than
+    On the ten shipped traces it gives first feedback 11-160x sooner than FIFO, sooner than
     ASHA on every one, and trains the final-best trial in every seed. Time to best is 4-13x
     sooner than FIFO in the mean where early ranks carry the ranking (nasbench, lcbench 189908,
-    34539, 189866, 189873), but 1.1-2.3x where the final best rises late (lcbench 146212,
-    167104, 168330; NAS-Bench-301), and slower than FIFO in some seed on six traces: a late
-    riser waits at a low priority until ageing or its deeper rungs lift it.
+    34539, 189866, 189873, the real workload), but 1-2.7x where the final best rises late
+    (lcbench 146212, 167104, 168330; NAS-Bench-301), and slower than FIFO in some seed on most
+    traces: a late riser waits at a low priority until ageing or its deeper rungs lift it.
 
 Cost
     ``observe`` costs a few list operations; a trial that reaches a rung is ranked with two
     binary searches (its last two standings); every 5% growth of the rung records the model is
     refitted with numpy in O(records), and the budgets are recounted in one pass over the known
     trials; while trials wait for their first report, the duration model is refitted at the same
-    moments (a ridge regression over the reported trials, O(trials)); ``priority``, which the
-    core calls most, is a dictionary lookup and one multiply-add.
+    moments (a ridge regression over the reported trials, O(trials)); pricing a trial's optimism
+    is one table interpolation; ``priority``, which the core calls most, is a dictionary lookup
+    and one multiply-add.
 """
 
 from __future__ import annotations
@@ -136,7 +161,7 @@ from hermes.core.states import RUNNING, SUSPENDING
 from hermes.core.trial import Trial
 from hermes.core.policy import CONTINUE, ExecutionProfile, SchedulingPolicy, Verdict
 from hermes.policies.duration import DurationModel
-from hermes.policies.stats import normal_scores, shrink
+from hermes.policies.stats import expected_excess, normal_scores, reservation_offset, shrink
 
 # GPU seconds of a suspend and resume until the engine's profile says (ExecutionProfile); that of a
 # process per run, the dearest, so an unconfigured policy never under-prices a switch.
@@ -245,6 +270,7 @@ class HermesPolicy(SchedulingPolicy):
         rung_factor: float = 2.0,
         momentum: bool = True,
         shortest_first: bool = True,
+        cost_aware: bool = True,
     ) -> None:
         """``period``: a fixed time-sharing turn in GPU seconds (None: learned; the module docstring gives the rest).
 
@@ -254,7 +280,8 @@ class HermesPolicy(SchedulingPolicy):
         ``overhead_budget``: the share of training time switching after the first reports may take;
         ``min_trials``: trials a link or the horizon needs; ``rung_factor``: growth of the
         steps between rungs; ``momentum``: predict from the last two standings, not the last only;
-        ``shortest_first``: order unmeasured trials by predicted first-report time (else by arrival).
+        ``shortest_first``: order unmeasured trials by predicted first-report time (else by arrival);
+        ``cost_aware``: less optimism for trials dearer than most (see "What a trial costs").
         """
         super().__init__(60.0 if period is None else period)
         self._period_given = period is not None  # else a turn lasts one of the trial's own reports
@@ -279,6 +306,8 @@ class HermesPolicy(SchedulingPolicy):
         self.rung_factor = rung_factor
         self.momentum = bool(momentum)
         self.shortest_first = bool(shortest_first)
+        self.cost_aware = bool(cost_aware)
+        self._excess = expected_excess(self.optimism)  # the price, in widths, that buys exactly ``optimism``
         # What the policy has seen; state_dict saves it.
         self._first_step: int | None = None  # the first reported step, the unit of the rungs
         self._index: dict[str, int] = {}  # trial -> row of the per-trial lists below
@@ -295,6 +324,7 @@ class HermesPolicy(SchedulingPolicy):
         self._switch_seen = [0.0, 0]  # GPU seconds that observed switches cost, and how many
         self._switch_price = self.switch_cost  # what a switch costs, as of the last refresh (the prior until then)
         self._suspensions = 0  # switches so far, counting suspended trials' pending resumes
+        self._cost_reference = 0.0  # GPU seconds of the mean known trial's whole budget, as of the last refresh
         # Derived from the above by _rebuild and _refit.
         self._live: dict[int, Trial] = {}  # row -> live record, read for the budgets; refilled after a restart
         self._rung_rows: list[list[int]] = []  # rung -> rows that reached it, in order
@@ -431,7 +461,7 @@ class HermesPolicy(SchedulingPolicy):
         w_before = np.array([p.before for p in table])[pick]
         width = np.array([p.width for p in table])[pick]
         before = np.where(k > 0, standing[np.maximum(k - 1, 0), rows], 0.0)
-        optimistic = w_now * standing[k, rows] + w_before * before + self.optimism * width
+        optimistic = w_now * standing[k, rows] + w_before * before + width * self._offsets(rows.tolist(), width)
         names = list(self._index)
         self._priority = dict(zip(map(names.__getitem__, rows.tolist()), optimistic.tolist()))
         measured = self._rung_rows[0]
@@ -467,9 +497,26 @@ class HermesPolicy(SchedulingPolicy):
         k = len(values) - 1
         predictor = self._predictors[k] if k < len(self._predictors) else self._frontier
         before = self._standing(values, k - 1) if k else 0.0
-        self._priority[trial_id] = (
-            predictor.now * self._standing(values, k) + predictor.before * before + self.optimism * predictor.width
-        )
+        width = predictor.width
+        offset = float(self._offsets([row], np.array([width]))[0])
+        mean = predictor.now * self._standing(values, k) + predictor.before * before
+        self._priority[trial_id] = mean + width * offset
+
+    def _offsets(self, rows: list[int], width: np.ndarray) -> np.ndarray:
+        """Widths of optimism added to each row's prediction: ``optimism``, less for a trial dearer than most.
+
+        See "What a trial costs": the reservation value of the trial as a prize whose price is its
+        remaining GPU seconds, where the prediction carries information, and never above ``optimism``."""
+        plain = np.full(len(rows), self.optimism)
+        reference, live = self._cost_reference, self._live
+        if not self.cost_aware or reference <= 0:
+            return plain
+        step_seconds = self._step_seconds
+        remaining = np.array([(live[r].budget - live[r].step) * step_seconds[r] if r in live and step_seconds[r] > 0
+                              else reference for r in rows])
+        informed = width < 1.0 - 1e-9
+        price = self._excess * remaining / reference / np.maximum(width, 1e-9)
+        return np.where(informed, np.minimum(plain, reservation_offset(price)), plain)
 
     def _standing(self, values: list[float], k: int) -> float:
         """Population standing at rung ``k`` of a trial whose rung values are ``values``.
@@ -513,6 +560,7 @@ class HermesPolicy(SchedulingPolicy):
                 ended += 1
                 not_suspended += starts > 0
         self._work = work
+        self._cost_reference = work / len(self._live) if self._live else 0.0
         self._suspensions = runs - not_suspended
         total, count = self._switch_seen
         self._switch_price = (self.switch_cost + total) / (1 + count)  # the prior counts as one switch
@@ -581,6 +629,7 @@ class HermesPolicy(SchedulingPolicy):
             "suspensions": self._suspensions,
             "switch_seen": list(self._switch_seen),
             "switch_price": self._switch_price,
+            "cost_reference": self._cost_reference,
             # the last fit and the ranks made with it, so that a restart decides exactly as before
             "records_at_refit": self._records_at_refit,
             "links": [None if link is None else [link.intercept, link.spread, link.correlation, link.trials]
@@ -611,6 +660,7 @@ class HermesPolicy(SchedulingPolicy):
         self._suspensions = int(state["suspensions"])
         self._switch_seen = [float(state["switch_seen"][0]), int(state["switch_seen"][1])]
         self._switch_price = float(state["switch_price"])
+        self._cost_reference = float(state.get("cost_reference", 0.0))  # absent from states saved before it existed
         self._live = {}
         self._rung_rows = [[int(row) for row in rows] for rows in state["rungs"]]
         self._rung_values = [[self._values[row][rung] for row in rows] for rung, rows in enumerate(self._rung_rows)]

@@ -49,3 +49,22 @@ def shrink(correlation: float, trials: int, predictors: int) -> float:
         return 0.0
     z = math.atanh(min(abs(correlation), 0.999999)) - 1.0 / math.sqrt(spare)
     return math.copysign(math.tanh(max(0.0, z)), correlation)
+
+
+def expected_excess(t: float) -> float:
+    """E[max(Z - t, 0)] for a standard normal Z: phi(t) - t * (1 - Phi(t))."""
+    return math.exp(-0.5 * t * t) / math.sqrt(2.0 * math.pi) - t * 0.5 * math.erfc(t / math.sqrt(2.0))
+
+
+_OFFSETS = np.linspace(12.0, -12.0, 4801)  # ascending in their expected excess
+_EXCESSES = np.array([expected_excess(float(t)) for t in _OFFSETS])
+
+
+def reservation_offset(excess: np.ndarray) -> np.ndarray:
+    """Weitzman's reservation value of a normal prize, in widths above its mean (the inverse of ``expected_excess``).
+
+    A prize N(mean, width**2) that costs ``excess * width`` to open is worth opening before any
+    other prize whose value is below ``mean + width * offset``, where
+    E[max(Z - offset, 0)] = ``excess``: the dearer the opening, the lower the offset."""
+    excess = np.asarray(excess, dtype=float)
+    return np.where(excess >= _EXCESSES[-1], -excess, np.interp(excess, _EXCESSES, _OFFSETS))
