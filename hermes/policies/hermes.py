@@ -47,7 +47,8 @@ The priority: an optimistic prediction whose width is learned online
     population correlation R says how much early standings tell; it is shrunk by one standard
     error on Fisher's z scale, so a handful of lucky trials cannot create trust. The priority is
     the optimistic prediction ``mean + optimism * sqrt(1 - R**2)`` (``optimism`` 1: one
-    standard deviation; less for a trial dearer than most, see "What a trial costs"): a trial whose future is uncertain gets turns until it is known; a trial
+    standard deviation; less for a trial dearer than most, see "What a trial costs"): a trial
+    whose future is uncertain gets turns until it is known; a trial
     known to be behind waits; a trial known to lead runs to the end. With R near 0 (lcbench's
     first epoch) every trial gets a second stretch before any is trained deep; with R near 1
     (nasbench) the leaders go on at once. When early ranks turn out to anti-predict (curves that
