@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,12 +151,7 @@ def test_an_admin_sets_a_users_weight_from_the_cluster_view(server: tuple[str, s
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                     args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page()
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto(url)
-        page.fill("#token", admin_token)
-        page.click("#login button")
-        page.goto(f"{url}/#/cluster")
+        page = cluster_view(browser, url, admin_token, errors)
         row = page.locator('#users tr[data-user="dana"]')
         row.locator("input").fill("2.5")
         row.locator("button").click()
@@ -170,17 +166,23 @@ def test_an_admin_sets_a_users_weight_from_the_cluster_view(server: tuple[str, s
         listed = httpx.get(f"{url}/api/users", headers={"Authorization": f"Bearer {token}"}).json()
         assert listed == [{"user": "dana", "admin": False, "weight": 2.5}]  # unchanged, and only herself
 
-        other = browser.new_page()
-        other.on("pageerror", lambda error: errors.append(str(error)))
-        other.goto(url)
-        other.fill("#token", token)
-        other.click("#login button")
-        other.goto(f"{url}/#/cluster")
+        other = cluster_view(browser, url, token, errors)
         other.wait_for_selector('#users tr[data-user="dana"] td:has-text("2.5")')
         assert other.locator("#users input, #users button").count() == 0
         assert other.locator('#users tr[data-user="ada"]').count() == 0
         browser.close()
     assert errors == []
+
+
+def cluster_view(browser: Any, url: str, token: str, errors: list[str]) -> Any:
+    """A new page logged in with ``token`` on the cluster view; page errors go to ``errors``."""
+    page = browser.new_page()
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(url)
+    page.fill("#token", token)
+    page.click("#login button")
+    page.goto(f"{url}/#/cluster")
+    return page
 
 
 def painted(page: object, selector: str) -> int:
