@@ -13,7 +13,9 @@ A policy named ``hermes+median`` is hermes with the median early stopper compose
 line is the most any policy can gain over FIFO: a clairvoyant oracle that trains the final-best
 trial (or the quickest trial on target) first, alone on a GPU. The last lines check hermes
 against the targets of issue 14 (warm costs, 4 GPUs), and say which no policy can meet.
-``--json PATH`` also writes every per-seed figure.
+``--trials N`` judges small searches instead: in each seed, N trials drawn from the trace (seeded
+by the seed), the oracle's figures over the same draws. ``--json PATH`` also writes every
+per-seed figure.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import random
 import statistics
 import sys
 import time
@@ -65,19 +68,23 @@ class Run:
 _traces: dict[str, Trace] = {}  # per worker process: each trace is read once
 
 
-def _trace(name: str, mode: str) -> Trace:
+def _trace(name: str, mode: str, trials: int | None = None, seed: int = 0) -> Trace:
+    """The shipped trace, or (``trials``) the search of that many of its trials that ``seed`` draws."""
     if name not in _traces:
         _traces[name] = load_trace(os.path.join(DATA, f"{name}.csv"), mode)
-    return _traces[name]
+    full = _traces[name]
+    if trials is None or trials >= len(full.trials):
+        return full
+    return Trace(full.path, mode, tuple(random.Random(seed).sample(full.trials, trials)))
 
 
-def _run(job: tuple[str, str, str, int, int, str]) -> Run:
-    name, mode, entry, seed, gpus, profile = job
+def _run(job: tuple[str, str, str, int, int, str, int | None]) -> Run:
+    name, mode, entry, seed, gpus, profile, trials = job
     policy, _, stopper = entry.partition("+")  # "hermes+median": the policy with an early stopper composed
     setting = Setting(
         gpus=gpus, nodes=math.ceil(gpus / GPUS_PER_NODE), stopper=stopper or None, costs=SwitchCosts.profile(profile)
     )
-    result = run_one(_trace(name, mode), policy, seed, setting)
+    result = run_one(_trace(name, mode, trials, seed), policy, seed, setting)
     return Run(result.time_to_best_s, result.time_to_target_s, result.mean_first_feedback_s, result.overhead_fraction)
 
 
@@ -92,14 +99,16 @@ def clairvoyant(trace: Trace) -> tuple[float, float]:
     return sum(best.seconds), min(sum(t.seconds) for t in on_target)
 
 
-def caps(name: str, mode: str, fifo: list[Run]) -> dict[str, float]:
-    """The clairvoyant oracle's speed-ups over FIFO: in the mean and in FIFO's luckiest seed."""
-    best_s, target_s = clairvoyant(_trace(name, mode))
+def caps(name: str, mode: str, fifo: list[Run], trials: int | None = None) -> dict[str, float]:
+    """The clairvoyant oracle's speed-ups over FIFO, seed by seed on the seed's trials: in the mean
+    and in FIFO's luckiest seed."""
+    oracle = [clairvoyant(_trace(name, mode, trials, seed)) for seed in range(len(fifo))]
     out = {}
-    for figure, oracle in (("best", best_s), ("target", target_s)):
-        times = [getattr(run, figure) for run in fifo if getattr(run, figure) is not None]
-        out[f"{figure}_mean_x"] = statistics.fmean(times) / oracle
-        out[f"{figure}_worst_x"] = min(times) / oracle
+    for index, figure in enumerate(("best", "target")):
+        pairs = [(getattr(run, figure), seconds[index]) for run, seconds in zip(fifo, oracle)
+                 if getattr(run, figure) is not None]
+        out[f"{figure}_mean_x"] = statistics.fmean(t for t, _ in pairs) / statistics.fmean(o for _, o in pairs)
+        out[f"{figure}_worst_x"] = min(t / o for t, o in pairs)
     return out
 
 
@@ -185,6 +194,7 @@ def main() -> None:
     parser.add_argument("--gpus", help="comma-separated cluster sizes (default 4,16; 4 with --quick)")
     parser.add_argument("--costs", help="comma-separated profiles (default warm,process; warm with --quick)")
     parser.add_argument("--traces", help="comma-separated trace names (default: every shipped trace)")
+    parser.add_argument("--trials", type=int, help="small searches: N trials of each trace per seed (default: all)")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--json", help="also write the panel, with per-seed figures, to this file")
@@ -198,7 +208,8 @@ def main() -> None:
     if "fifo" not in policies:
         policies.insert(0, "fifo")
     started = time.perf_counter()
-    jobs = [(name, mode, policy, seed, gpus, profile)
+    trials = args.trials
+    jobs = [(name, mode, policy, seed, gpus, profile, trials)
             for name, mode in traces for profile in profiles for gpus in gpu_counts
             for policy in policies for seed in range(seeds)]  # the order in which the loop below reads them
     results: dict[tuple, Run] = {}
@@ -212,12 +223,13 @@ def main() -> None:
                     per = {p: [] for p in policies}
                     for policy in policies:
                         for seed in range(seeds):
-                            run = results[(name, mode, policy, seed, gpus, profile)] = next(runs)
+                            run = results[(name, mode, policy, seed, gpus, profile, trials)] = next(runs)
                             per[policy].append(run)
                     rows = [row(p, per[p], per["fifo"]) for p in policies]
                     key = f"{name}|{gpus}|{profile}"
-                    panel[key], cap = rows, limits.setdefault(key, caps(name, mode, per["fifo"]))
-                    print(f"\n== {name}, {gpus} GPUs, {profile} costs, {seeds} seeds")
+                    panel[key], cap = rows, limits.setdefault(key, caps(name, mode, per["fifo"], trials))
+                    size = "" if trials is None else f", {trials} of its trials"
+                    print(f"\n== {name}{size}, {gpus} GPUs, {profile} costs, {seeds} seeds")
                     print(format_rows(rows))
                     print(f"{'oracle':<14}{'':>6}{cap['best_mean_x']:>10.2f}{cap['best_worst_x']:>7.2f}"
                           f"{cap['target_mean_x']:>12.2f}{cap['target_worst_x']:>7.2f}", flush=True)
@@ -226,7 +238,7 @@ def main() -> None:
         print("\n".join(targets(panel, limits, 4, "warm")))
     print(f"\n(wall time {time.perf_counter() - started:.0f} s)")
     if args.json:
-        per_seed = {"|".join(map(str, (job[0], *job[2:]))): asdict(run) for job, run in results.items()}
+        per_seed = {"|".join(map(str, (job[0], *job[2:6]))): asdict(run) for job, run in results.items()}
         with open(args.json, "w", encoding="utf-8") as file:
             json.dump({"panel": panel, "oracle": limits, "runs": per_seed}, file, indent=1)
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,9 +24,10 @@ from hermes.policies.stats import expected_excess, normal_scores, probit, reserv
 from hermes.sim.costs import SwitchCosts
 from hermes.sim.simulate import simulate
 from hermes.sim.synthetic import synthetic_trace
-from hermes.sim.trace import Trace, TraceTrial
+from hermes.sim.trace import Trace, TraceTrial, load_trace
 
 STEP_SECONDS = 30.0
+DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 class Clock:
@@ -174,6 +177,23 @@ def test_trust_in_early_ranks_is_learned_from_trials_that_went_further() -> None
         spreads[label] = max(waiting_at_step_1) - min(waiting_at_step_1)
     assert spreads["informative"] > 1.5
     assert spreads["misleading"] < 0.5 * spreads["informative"]
+
+
+def test_a_search_smaller_than_twice_min_trials_still_learns_whom_to_trust() -> None:
+    """16 trials, 8 of them trained deeper: too few for ``min_trials`` (20), enough for a link on half the search."""
+    rng = np.random.default_rng(2)
+    finals = rng.uniform(50, 90, 16)
+    spreads = {}
+    for label, first in (("informative", finals / 2), ("misleading", rng.uniform(5, 45, 16))):
+        policy, clock = HermesPolicy(ageing=0.0), Clock()
+        trials = []
+        for i, (low, high) in enumerate(zip(first, finals)):
+            curve = [low] + [high - (high - low) * 0.5**k for k in range(1, 8)]
+            trials.append(trained(policy, clock, f"t{i}", i, curve if i < 8 else curve[:1]))
+        waiting_at_step_1 = [policy.priority(t, clock.now) for t in trials[8:]]
+        spreads[label] = max(waiting_at_step_1) - min(waiting_at_step_1)
+    assert spreads["informative"] > 1.0
+    assert spreads["misleading"] < 0.1
 
 
 def test_without_evidence_all_measured_trials_tie() -> None:
@@ -351,6 +371,21 @@ def test_beats_fifo_and_round_robin_where_early_ranks_mislead() -> None:
     rr = [simulate(trace, make_policy("rr"), gpus=4, seed=seed).time_to_best_s for seed in range(3)]
     assert sum(hermes) < sum(fifo) / 1.5
     assert sum(hermes) < sum(rr) / 2
+
+
+def test_a_small_search_finds_the_best_sooner_than_fifo_and_round_robin() -> None:
+    """16 trials drawn from shipped traces, 4 GPUs: with links on half the search Hermes learns enough to
+    beat FIFO and round robin (with links that needed 20 trials it was round robin, slower than FIFO)."""
+    for name, mode in (("nasbench_nlp_wt2", "min"), ("lcbench_189908", "max")):
+        full = load_trace(DATA / f"{name}.csv", mode)
+        totals = Counter()
+        for seed in range(6):
+            trace = Trace(full.path, mode, tuple(random.Random(seed).sample(full.trials, 16)))
+            for policy in ("hermes", "fifo", "rr"):
+                result = simulate(trace, make_policy(policy), gpus=4, seed=seed, costs=SwitchCosts.profile("warm"))
+                totals[policy] += result.time_to_best_s
+        assert totals["hermes"] < totals["fifo"] / 1.4, (name, totals)
+        assert totals["hermes"] < totals["rr"] / 1.8, (name, totals)
 
 
 def test_no_switch_when_a_whole_trial_costs_less_than_a_switch() -> None:

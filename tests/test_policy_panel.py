@@ -1,10 +1,13 @@
-"""The policy panel's oracle: the most any policy can gain over FIFO on a trace (bench/policy_panel.py)."""
+"""The policy panel (bench/policy_panel.py): its oracle, the most any policy can gain over FIFO, and its small searches."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
-from bench.policy_panel import clairvoyant
+from bench.policy_panel import _trace, clairvoyant
 from hermes.policies import make_policy
 from hermes.sim.simulate import simulate
 from hermes.sim.trace import load_trace
@@ -40,3 +43,27 @@ def test_no_policy_beats_the_oracle(tmp_path: Path) -> None:
             if result.time_to_best_s is not None:
                 assert result.time_to_best_s >= best
             assert result.time_to_target_s is not None and result.time_to_target_s >= target
+
+
+def test_a_small_search_draws_its_trials_by_the_seed() -> None:
+    full = _trace("lcbench_34539", "max")
+    draws = [_trace("lcbench_34539", "max", 16, seed) for seed in (0, 0, 1)]
+    assert [len(d.trials) for d in draws] == [16, 16, 16]
+    assert draws[0].trials == draws[1].trials != draws[2].trials
+    assert set(draws[2].trials) <= set(full.trials)
+    assert _trace("lcbench_34539", "max", 10_000, 3) is full
+
+
+def test_the_panel_judges_small_searches(tmp_path: Path) -> None:
+    """``--trials 16``: every seed's 16 trials, FIFO and hermes on them, and the oracle over the same draws."""
+    out = tmp_path / "panel.json"
+    run = subprocess.run(
+        [sys.executable, "bench/policy_panel.py", "--quick", "--seeds", "2", "--traces", "lcbench_34539",
+         "--trials", "16", "--policies", "fifo,hermes", "--workers", "1", "--json", str(out)],
+        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=300, check=True,
+    )
+    assert "== lcbench_34539, 16 of its trials, 4 GPUs, warm costs, 2 seeds" in run.stdout
+    panel = json.loads(out.read_text())
+    rows = {r["policy"]: r for r in panel["panel"]["lcbench_34539|4|warm"]}
+    assert rows["fifo"]["best_mean_x"] == 1.0 and rows["hermes"]["best_trained"] == 2
+    assert panel["oracle"]["lcbench_34539|4|warm"]["best_mean_x"] >= rows["hermes"]["best_mean_x"]
