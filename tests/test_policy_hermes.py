@@ -52,12 +52,13 @@ def trained(policy: HermesPolicy, clock: Clock, trial_id: str, seq: int, scores:
     return trial
 
 
-def population(policy: HermesPolicy, clock: Clock, finals: np.ndarray, first: np.ndarray, steps: int) -> list[Trial]:
-    """Trials whose curves rise from ``first`` towards ``finals``; the first 25 train ``steps`` steps, the rest 1."""
+def population(policy: HermesPolicy, clock: Clock, finals: np.ndarray, first: np.ndarray, steps: int,
+               deep: int = 25) -> list[Trial]:
+    """Trials whose curves rise from ``first`` towards ``finals``; the first ``deep`` train ``steps`` steps, the rest 1."""
     trials = []
     for i, (low, high) in enumerate(zip(first, finals)):
         curve = [low] + [high - (high - low) * 0.5**k for k in range(1, steps)]
-        trials.append(trained(policy, clock, f"t{i}", i, curve if i < 25 else curve[:1]))
+        trials.append(trained(policy, clock, f"t{i}", i, curve if i < deep else curve[:1]))
     return trials
 
 
@@ -186,10 +187,7 @@ def test_a_search_smaller_than_twice_min_trials_still_learns_whom_to_trust() -> 
     spreads = {}
     for label, first in (("informative", finals / 2), ("misleading", rng.uniform(5, 45, 16))):
         policy, clock = HermesPolicy(ageing=0.0), Clock()
-        trials = []
-        for i, (low, high) in enumerate(zip(first, finals)):
-            curve = [low] + [high - (high - low) * 0.5**k for k in range(1, 8)]
-            trials.append(trained(policy, clock, f"t{i}", i, curve if i < 8 else curve[:1]))
+        trials = population(policy, clock, finals, first, steps=8, deep=8)
         waiting_at_step_1 = [policy.priority(t, clock.now) for t in trials[8:]]
         spreads[label] = max(waiting_at_step_1) - min(waiting_at_step_1)
     assert spreads["informative"] > 1.0
