@@ -38,9 +38,9 @@ class Clock:
 
 
 def trained(policy: HermesPolicy, clock: Clock, trial_id: str, seq: int, scores: list[float], budget: int = 50,
-            seconds: float = STEP_SECONDS) -> Trial:
+            seconds: float = STEP_SECONDS, params: dict[str, float] | None = None) -> Trial:
     """A trial that ran once from the start, reported ``scores`` at steps 1, 2, ... (``seconds`` each) and was suspended."""
-    trial = Trial(trial_id, seq, budget, submitted_at=0.0)
+    trial = Trial(trial_id, seq, budget, submitted_at=0.0, params=params or {})
     trial.begin_run("g0", clock.now)
     for step, score in enumerate(scores, 1):
         clock.now += seconds
@@ -178,6 +178,27 @@ def test_trust_in_early_ranks_is_learned_from_trials_that_went_further() -> None
         spreads[label] = max(waiting_at_step_1) - min(waiting_at_step_1)
     assert spreads["informative"] > 1.5
     assert spreads["misleading"] < 0.5 * spreads["informative"]
+
+
+def test_where_a_first_report_tells_nothing_the_hyper_parameters_order_the_waiting_trials() -> None:
+    """The final rank follows a learning rate, the first report is noise: once 25 trials went deeper, the waiting
+    ones are ranked by what their learning rate predicts; without the prior (``prior=False``) they tie."""
+    rng = np.random.default_rng(3)
+    rates = rng.uniform(0.0, 1.0, 40)
+    finals = 50 + 40 * rates + rng.normal(0, 2, 40)
+    first = rng.uniform(5, 45, 40)
+    spearman = {}
+    for prior in (True, False):
+        policy, clock = HermesPolicy(ageing=0.0, prior=prior), Clock()
+        trials = []
+        for i, (low, high) in enumerate(zip(first, finals)):
+            curve = [low] + [high - (high - low) * 0.5**k for k in range(1, 8)]
+            trials.append(trained(policy, clock, f"t{i}", i, curve if i < 25 else curve[:1], params={"lr": rates[i]}))
+        waiting = np.array([policy.priority(t, clock.now) for t in trials[25:]])
+        spearman[prior] = (np.corrcoef(np.argsort(np.argsort(waiting)), np.argsort(np.argsort(finals[25:])))[0, 1]
+                           if waiting.std() > 0 else 0.0)
+    assert spearman[True] > 0.8
+    assert abs(spearman[False]) < 0.5
 
 
 def test_a_search_smaller_than_twice_min_trials_still_learns_whom_to_trust() -> None:

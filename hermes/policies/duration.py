@@ -101,22 +101,37 @@ class DurationModel:
 
     def fit(self, items: Sequence[int], seconds: Sequence[float]) -> bool:
         """Fit on the measured ``items`` (their first-report ``seconds``); returns whether it is trusted."""
-        self._fit = None
         times = np.asarray(seconds, dtype=float)
         keep = times > 0
-        rows = np.asarray(items, dtype=int)[keep]
+        fitted = self._regress(np.asarray(items, dtype=int)[keep], np.log(times[keep]))
+        self._fit = fitted[0] if fitted else None
+        return self._fit is not None
+
+    def regress(self, items: Sequence[int], target: Sequence[float]) -> tuple[np.ndarray, np.ndarray] | None:
+        """Any ``target`` of the ``items`` as a ridge regression on their hyper-parameters, as it is (no log).
+
+        Returns the leave-one-out predictions of the ``items`` and the predictions of every item
+        registered so far; None when the regression does not predict held-out items better than
+        chance (by one standard error), or with fewer than ``least`` items. The duration fit is untouched."""
+        fitted = self._regress(np.asarray(items, dtype=int), np.asarray(target, dtype=float))
+        if fitted is None:
+            return None
+        fit, held_out = fitted
+        raw = self._raw[: self._items]
+        return held_out, np.column_stack([f.of(raw) for f in fit.features]) @ fit.weights + fit.intercept
+
+    def _regress(self, rows: np.ndarray, target: np.ndarray) -> tuple[_Fit, np.ndarray] | None:
+        """The trusted ridge fit of ``target`` on the rows' hyper-parameters, and its held-out predictions."""
         if len(rows) < self.least:
-            return False
-        target = np.log(times[keep])
+            return None
         raw = self._raw[rows]
         features = [feature for column in range(len(self._numeric)) for feature in self._features_of(raw, column)]
         if not features:
-            return False
-        weights, intercept, correlation = _ridge(np.column_stack([f.of(raw) for f in features]), target)
+            return None
+        weights, intercept, correlation, held_out = _ridge(np.column_stack([f.of(raw) for f in features]), target)
         if shrink(correlation, len(rows), 1) <= 0:
-            return False
-        self._fit = _Fit(tuple(features), weights, intercept)
-        return True
+            return None
+        return _Fit(tuple(features), weights, intercept), held_out
 
     def _features_of(self, raw: np.ndarray, column: int) -> list[_Feature]:
         """The features a column gives on the measured rows ``raw`` (none when it does not vary)."""
@@ -155,8 +170,8 @@ class DurationModel:
             self._raw[item, column] = self._code(column, float(values[item]))
 
 
-def _ridge(features: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """Ridge fit with the penalty of least leave-one-out error: (weights, intercept, LOO correlation)."""
+def _ridge(features: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, float, float, np.ndarray]:
+    """Ridge fit with the penalty of least leave-one-out error: (weights, intercept, LOO correlation, LOO predictions)."""
     n = len(target)
     mean = float(target.mean())
     centred = target - mean
@@ -175,9 +190,9 @@ def _ridge(features: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, float,
             best = (error, weights, centred - held_out)
     _, weights, predicted = best
     intercept = mean - float(centre @ weights)
-    if predicted.std() == 0:
-        return weights, intercept, 0.0
-    return weights, intercept, float(np.corrcoef(predicted, centred)[0, 1])
+    if predicted.std() == 0 or centred.std() == 0:  # no variation to predict
+        return weights, intercept, 0.0, predicted + mean
+    return weights, intercept, float(np.corrcoef(predicted, centred)[0, 1]), predicted + mean
 
 
 def _number(value: Any) -> float | None:

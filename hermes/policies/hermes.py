@@ -70,6 +70,29 @@ The priority: an optimistic prediction whose width is learned online
     standing there, trusted as much as the last fitted link (nothing says yet that deeper ranks
     change more).
 
+What the hyper-parameters say
+    A trial's first report has no standing before it, so momentum has nothing to add there, and
+    on some searches the first report ranks trials no better than chance (lcbench_189866 and
+    189873: R squared 0.0-0.03 from rung 0 to the horizon). There every trial at rung 0 tied and
+    second looks went in arrival order: the final best of a 400-trial search waited behind 346
+    others. But the hyper-parameters are known for every trial, and the trials at the horizon
+    say what they are worth. So at every refit the standings at the horizon are regressed on the
+    hyper-parameters, with the duration model's ridge regression (hermes.policies.duration: the
+    same features, penalty and leave-one-out trust check). Where it predicts held-out trials
+    better than chance by one standard error, its prediction is the rung-0 predictor's second
+    regressor, the slot momentum fills at deeper rungs: the horizon is regressed on a trial's
+    first standing and its prior, with
+    the horizon trials' leave-one-out priors so that the weight does not credit the prior with
+    its own overfit, and the width shrinks by what the prior adds. Where the hyper-parameters
+    tell nothing, the fit is not trusted and nothing changes; searches without hyper-parameters
+    (a bare list of commands) keep the arrival order. It is learned per search, like the
+    links: nothing in it is set for a trace. With 4 GPUs and warm costs over 40 seeds, time to
+    best over FIFO goes from 10.7x to 30.2x on lcbench_189873, 2.1-2.4x to 2.0-2.9x on the late
+    risers (146212, 167104, 168330) and 4.7x to 7.8x to the target on 189908, but from 6.9x to
+    4.8x on lcbench_189866, whose final ranks its hyper-parameters predict least well of the
+    LCBench traces (correlation 0.6 from 40 trials, against 0.7-0.9), and whose best they place
+    23rd to 82nd of 400 (squares of the features, for an interior optimum, did not help: docs/policy.md).
+
 What a trial costs
     Time to the best is measured in GPU seconds, not epochs, and trials differ in what an epoch
     costs (a small batch size, a wide layer): on the real workload of ``bench/frameworks``, the
@@ -136,11 +159,12 @@ Stopping
 
 Where it stands (bench/policy_panel.py, docs/policy.md; warm-worker costs, 4 GPUs, 10 seeds)
     On the ten shipped traces it gives first feedback 11-160x sooner than FIFO, sooner than
-    ASHA on every one, and trains the final-best trial in every seed. Time to best is 4-13x
-    sooner than FIFO in the mean where early ranks carry the ranking (nasbench, lcbench 189908,
-    34539, 189866, 189873, the real workload), but 1-2.7x where the final best rises late
-    (lcbench 146212, 167104, 168330; NAS-Bench-301), and slower than FIFO in some seed on most
-    traces: a late riser waits at a low priority until ageing or its deeper rungs lift it. In
+    ASHA on every one, and trains the final-best trial in every seed. Time to best is 4-26x
+    sooner than FIFO in the mean where early ranks or the hyper-parameters carry the ranking
+    (nasbench, lcbench 189908, 34539, 189866, 189873, the real workload), but 1-3.2x where the
+    final best rises late (lcbench 146212, 167104, 168330; NAS-Bench-301), and slower than FIFO
+    in some seed on most traces: a late riser waits at a low priority until ageing, its deeper
+    rungs or its hyper-parameters lift it. In
     searches of 16 of their trials (``--trials 16``) it is 1.1-3.4x sooner to the best than
     FIFO, where a clairvoyant oracle gets 1.5-4.2x.
 
@@ -283,6 +307,7 @@ class HermesPolicy(SchedulingPolicy):
         momentum: bool = True,
         shortest_first: bool = True,
         cost_aware: bool = True,
+        prior: bool = True,
     ) -> None:
         """``period``: a fixed time-sharing turn in GPU seconds (None: learned; the module docstring gives the rest).
 
@@ -294,7 +319,8 @@ class HermesPolicy(SchedulingPolicy):
         ``rung_factor``: growth of the steps between rungs; ``momentum``: predict from the last two
         standings, not the last only; ``shortest_first``: order unmeasured trials by predicted
         first-report time (else by arrival); ``cost_aware``: less optimism for trials dearer than
-        most (see "What a trial costs").
+        most (see "What a trial costs"); ``prior``: predict from the hyper-parameters too where a
+        first report tells little (see "What the hyper-parameters say").
         """
         super().__init__(60.0 if period is None else period)
         self._period_given = period is not None  # else a turn lasts one of the trial's own reports
@@ -320,6 +346,7 @@ class HermesPolicy(SchedulingPolicy):
         self.momentum = bool(momentum)
         self.shortest_first = bool(shortest_first)
         self.cost_aware = bool(cost_aware)
+        self.prior = bool(prior)
         self._excess = expected_excess(self.optimism)  # the price, in widths, that buys exactly ``optimism``
         # What the policy has seen; state_dict saves it.
         self._first_step: int | None = None  # the first reported step, the unit of the rungs
@@ -346,6 +373,7 @@ class HermesPolicy(SchedulingPolicy):
         self._links: list[Link | None] = []  # rung k -> link from rung k - 1 (None: too few trials)
         self._predictors: list[Predictor] = []  # rung k < horizon -> prediction of the standing at the horizon
         self._frontier = NO_INFORMATION  # prediction for trials at or beyond the horizon
+        self._prior: list[float] = []  # row -> score at the horizon predicted from its hyper-parameters ([]: none)
         self._priority: dict[str, float] = {}  # measured trial -> optimistic standing
         self._durations = DurationModel()  # first-report seconds from the hyper-parameters
         self._predicted: list[float] = []  # row -> predicted first-report seconds (0: no trusted prediction)
@@ -455,14 +483,17 @@ class HermesPolicy(SchedulingPolicy):
                 horizon = k
         self._predictors = []
         self._frontier = NO_INFORMATION
+        self._prior = []
         if horizon:
             members, scores = groups[horizon]
+            prior = self._fit_prior(members, scores, standing[0])
             for k in range(horizon):
                 link = self._links[k] if k else None
                 before = standing[k - 1, members] if k and self.momentum else None
-                predictor = fit_predictor(
-                    standing[k, members], before, scores, link.correlation if link else 0.0, least
-                )
+                correlation = link.correlation if link else 0.0
+                if k == 0 and prior is not None:  # at the first report, the prior takes the place of momentum
+                    before, correlation = prior
+                predictor = fit_predictor(standing[k, members], before, scores, correlation, least)
                 self._predictors.append(predictor or NO_INFORMATION)
             link = self._links[horizon]
             trusted = max(0.0, shrink(link.correlation, link.trials, 1))
@@ -474,13 +505,36 @@ class HermesPolicy(SchedulingPolicy):
         w_now = np.array([p.now for p in table])[pick]
         w_before = np.array([p.before for p in table])[pick]
         width = np.array([p.width for p in table])[pick]
-        before = np.where(k > 0, standing[np.maximum(k - 1, 0), rows], 0.0)
+        before = np.where(k > 0, standing[np.maximum(k - 1, 0), rows], self._prior_of(rows))
         optimistic = w_now * standing[k, rows] + w_before * before + width * self._offsets(rows.tolist(), width)
         names = list(self._index)
         self._priority = dict(zip(map(names.__getitem__, rows.tolist()), optimistic.tolist()))
         measured = self._rung_rows[0]
         if self.shortest_first and len(measured) not in (len(self._index), self._durations_fitted_on):
             self._fit_durations(measured)  # some trials still wait for their first report
+
+    def _fit_prior(self, members: np.ndarray, scores: np.ndarray,
+                   first: np.ndarray) -> tuple[np.ndarray, float] | None:
+        """The horizon's ``scores`` of its ``members`` regressed on their hyper-parameters (see "What the
+        hyper-parameters say"): their held-out predictions and the population correlation of the prediction
+        with the standing at the first report (``first``, by row); None, and no prior, unless it predicts
+        held-out trials better than chance."""
+        self._prior = []
+        fitted = self._durations.regress(members.tolist(), scores) if self.prior else None
+        if fitted is None:
+            return None
+        held_out, everyone = fitted
+        self._prior = everyone.tolist()
+        measured = self._rung_rows[0]
+        x, y = first[measured], everyone[measured]
+        spread = float(x.std() * y.std())
+        correlation = float(np.mean((x - x.mean()) * (y - y.mean()))) / spread if spread > 0 else 0.0
+        return held_out, correlation
+
+    def _prior_of(self, rows: np.ndarray) -> np.ndarray:
+        """The rows' prior predictions, 0 (the population mean) where there is none (rows newer than the fit)."""
+        prior = self._prior
+        return np.array([prior[r] if r < len(prior) else 0.0 for r in rows.tolist()])
 
     def _predict_first_report(self, row: int) -> None:
         """A new trial's predicted first-report seconds.
@@ -510,7 +564,7 @@ class HermesPolicy(SchedulingPolicy):
         values = self._values[row]
         k = len(values) - 1
         predictor = self._predictors[k] if k < len(self._predictors) else self._frontier
-        before = self._standing(values, k - 1) if k else 0.0
+        before = self._standing(values, k - 1) if k else float(self._prior_of(np.array([row]))[0])
         width = predictor.width
         offset = float(self._offsets([row], np.array([width]))[0])
         mean = predictor.now * self._standing(values, k) + predictor.before * before
@@ -650,6 +704,7 @@ class HermesPolicy(SchedulingPolicy):
                       for link in self._links],
             "predictors": [[p.now, p.before, p.width] for p in self._predictors],
             "frontier": [self._frontier.now, self._frontier.before, self._frontier.width],
+            "prior": list(self._prior),
             "priority": dict(self._priority),
         }
 
@@ -685,6 +740,7 @@ class HermesPolicy(SchedulingPolicy):
                        for link in state["links"]]
         self._predictors = [Predictor(*map(float, p)) for p in state["predictors"]]
         self._frontier = Predictor(*map(float, state["frontier"]))
+        self._prior = [float(p) for p in state.get("prior", [])]  # absent from states saved before it existed
         self._priority = {trial_id: float(value) for trial_id, value in state["priority"].items()}
         self._durations = DurationModel()
         for params in self._params:
