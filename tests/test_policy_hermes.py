@@ -201,6 +201,24 @@ def test_where_a_first_report_tells_nothing_the_hyper_parameters_order_the_waiti
     assert abs(spearman[False]) < 0.5
 
 
+def test_a_weak_prior_is_trusted_only_as_far_as_it_predicts() -> None:
+    """The learning rate explains a quarter of the final rank's variance (correlation 0.52), the first report
+    nothing: the prior is used, but the rung-0 prediction is no narrower than the learning rate allows."""
+    rng = np.random.default_rng(5)
+    rates = rng.uniform(0.0, 1.0, 60)
+    finals = 50 + 10 * rates + rng.normal(0, 6, 60)
+    first = rng.uniform(5, 45, 60)
+    policy, clock = HermesPolicy(ageing=0.0), Clock()
+    for i, (low, high) in enumerate(zip(first, finals)):
+        curve = [low] + [high - (high - low) * 0.5**k for k in range(1, 8)]
+        trained(policy, clock, f"t{i}", i, curve if i < 40 else curve[:1], params={"lr": rates[i]})
+    state = policy.state_dict()
+    assert state["prior"], "the prior predicts held-out trials here, so it must be fitted"
+    population_r = np.corrcoef(rates, finals)[0, 1]
+    width = state["predictors"][0][2]
+    assert width > 0.95 * math.sqrt(1 - population_r**2)  # a prior on the wrong scale claimed 0.76 for 0.85
+
+
 def test_a_search_smaller_than_twice_min_trials_still_learns_whom_to_trust() -> None:
     """16 trials, 8 of them trained deeper: too few for ``min_trials`` (20), enough for a link on half the search."""
     rng = np.random.default_rng(2)

@@ -83,13 +83,14 @@ What the hyper-parameters say
     regressor, the slot momentum fills at deeper rungs: the horizon is regressed on a trial's
     first standing and its prior, with
     the horizon trials' leave-one-out priors so that the weight does not credit the prior with
-    its own overfit, and the width shrinks by what the prior adds. Where the hyper-parameters
+    its own overfit, and the width shrinks by what the prior adds (the prior is first put on the
+    standings' scale, variance 1, as the predictor counts it). Where the hyper-parameters
     tell nothing, the fit is not trusted and nothing changes; searches without hyper-parameters
     (a bare list of commands) keep the arrival order. It is learned per search, like the
     links: nothing in it is set for a trace. With 4 GPUs and warm costs over 40 seeds, time to
-    best over FIFO goes from 10.7x to 30.2x on lcbench_189873, 2.1-2.4x to 2.0-2.9x on the late
-    risers (146212, 167104, 168330) and 4.7x to 7.8x to the target on 189908, but from 6.9x to
-    4.8x on lcbench_189866, whose final ranks its hyper-parameters predict least well of the
+    best over FIFO goes from 10.7x to 25.3x on lcbench_189873, 1.7-2.4x to 1.8-2.5x on the late
+    risers (146212, 167104, 168330) and 4.7x to 6.8x to the target on 189908, but from 6.9x to
+    4.4x on lcbench_189866, whose final ranks its hyper-parameters predict least well of the
     LCBench traces (correlation 0.6 from 40 trials, against 0.7-0.9), and whose best they place
     23rd to 82nd of 400 (squares of the features, for an interior optimum, did not help: docs/policy.md).
 
@@ -159,9 +160,9 @@ Stopping
 
 Where it stands (bench/policy_panel.py, docs/policy.md; warm-worker costs, 4 GPUs, 10 seeds)
     On the ten shipped traces it gives first feedback 11-160x sooner than FIFO, sooner than
-    ASHA on every one, and trains the final-best trial in every seed. Time to best is 4-26x
+    ASHA on every one, and trains the final-best trial in every seed. Time to best is 3.9-21x
     sooner than FIFO in the mean where early ranks or the hyper-parameters carry the ranking
-    (nasbench, lcbench 189908, 34539, 189866, 189873, the real workload), but 1-3.2x where the
+    (nasbench, lcbench 189908, 34539, 189866, 189873, the real workload), but 1-2.8x where the
     final best rises late (lcbench 146212, 167104, 168330; NAS-Bench-301), and slower than FIFO
     in some seed on most traces: a late riser waits at a low priority until ageing, its deeper
     rungs or its hyper-parameters lift it. In
@@ -518,18 +519,25 @@ class HermesPolicy(SchedulingPolicy):
         """The horizon's ``scores`` of its ``members`` regressed on their hyper-parameters (see "What the
         hyper-parameters say"): their held-out predictions and the population correlation of the prediction
         with the standing at the first report (``first``, by row); None, and no prior, unless it predicts
-        held-out trials better than chance."""
+        held-out trials better than chance.
+
+        The prior is put on the standings' scale (population mean 0, variance 1 over the measured trials):
+        ``fit_predictor`` counts its regressors' variance as 1, and a prediction's variance is only the share
+        of the outcome it explains, so on its own scale a weak but calibrated prior (weight near 1) would
+        claim nearly full trust."""
         self._prior = []
         fitted = self._durations.regress(members.tolist(), scores) if self.prior else None
         if fitted is None:
             return None
         held_out, everyone = fitted
-        self._prior = everyone.tolist()
         measured = self._rung_rows[0]
         x, y = first[measured], everyone[measured]
-        spread = float(x.std() * y.std())
-        correlation = float(np.mean((x - x.mean()) * (y - y.mean()))) / spread if spread > 0 else 0.0
-        return held_out, correlation
+        if y.std() == 0 or x.std() == 0:
+            return None
+        centre, scale = float(y.mean()), float(y.std())
+        self._prior = ((everyone - centre) / scale).tolist()
+        correlation = float(np.mean((x - x.mean()) * (y - centre))) / float(x.std() * scale)
+        return (held_out - centre) / scale, correlation
 
     def _prior_of(self, rows: np.ndarray) -> np.ndarray:
         """The rows' prior predictions, 0 (the population mean) where there is none (rows newer than the fit)."""
