@@ -81,18 +81,18 @@ What the hyper-parameters say
     same features, penalty and leave-one-out trust check). Where it predicts held-out trials
     better than chance by one standard error, its prediction is the rung-0 predictor's second
     regressor, the slot momentum fills at deeper rungs: the horizon is regressed on a trial's
-    first standing and its prior, with
-    the horizon trials' leave-one-out priors so that the weight does not credit the prior with
-    its own overfit, and the width shrinks by what the prior adds (the prior is first put on the
-    standings' scale, variance 1, as the predictor counts it). Where the hyper-parameters
-    tell nothing, the fit is not trusted and nothing changes; searches without hyper-parameters
-    (a bare list of commands) keep the arrival order. It is learned per search, like the
-    links: nothing in it is set for a trace. With 4 GPUs and warm costs over 40 seeds, time to
-    best over FIFO goes from 10.7x to 25.3x on lcbench_189873, 1.7-2.4x to 1.8-2.5x on the late
-    risers (146212, 167104, 168330) and 4.7x to 6.8x to the target on 189908, but from 6.9x to
-    4.4x on lcbench_189866, whose final ranks its hyper-parameters predict least well of the
-    LCBench traces (correlation 0.6 from 40 trials, against 0.7-0.9), and whose best they place
-    23rd to 82nd of 400 (squares of the features, for an interior optimum, did not help: docs/policy.md).
+    first standing and its prior, with the horizon trials' leave-one-out priors so that the
+    weight does not credit the prior with its own overfit, and the width shrinks by what the
+    prior adds (the prior is first put on the standings' scale, variance 1, as the predictor
+    counts it). Where the hyper-parameters tell nothing, the fit is not trusted and nothing
+    changes; searches without hyper-parameters (a bare list of commands) keep the arrival order.
+    It is learned per search, like the links: nothing in it is set for a trace. With 4 GPUs and
+    warm costs over 40 seeds, time to best over FIFO goes from 10.7x to 25.3x on lcbench_189873,
+    1.7-2.4x to 1.8-2.5x on the late risers (146212, 167104, 168330) and 4.7x to 6.8x to the
+    target on 189908, but from 6.9x to 4.4x on lcbench_189866, whose final ranks its hyper-
+    parameters predict least well of the LCBench traces (correlation 0.6 from 40 trials, against
+    0.7-0.9), and whose best they place 23rd to 82nd of 400 (squares of the features, for an
+    interior optimum, did not help: docs/policy.md).
 
 What a trial costs
     Time to the best is measured in GPU seconds, not epochs, and trials differ in what an epoch
@@ -492,7 +492,7 @@ class HermesPolicy(SchedulingPolicy):
                 link = self._links[k] if k else None
                 before = standing[k - 1, members] if k and self.momentum else None
                 correlation = link.correlation if link else 0.0
-                if k == 0 and prior is not None:  # at the first report, the prior takes the place of momentum
+                if k == 0 and prior is not None:  # the slot momentum fills at deeper rungs
                     before, correlation = prior
                 predictor = fit_predictor(standing[k, members], before, scores, correlation, least)
                 self._predictors.append(predictor or NO_INFORMATION)
@@ -525,7 +525,6 @@ class HermesPolicy(SchedulingPolicy):
         ``fit_predictor`` counts its regressors' variance as 1, and a prediction's variance is only the share
         of the outcome it explains, so on its own scale a weak but calibrated prior (weight near 1) would
         claim nearly full trust."""
-        self._prior = []
         fitted = self._durations.regress(members.tolist(), scores) if self.prior else None
         if fitted is None:
             return None
@@ -536,7 +535,7 @@ class HermesPolicy(SchedulingPolicy):
             return None
         centre, scale = float(y.mean()), float(y.std())
         self._prior = ((everyone - centre) / scale).tolist()
-        correlation = float(np.mean((x - x.mean()) * (y - centre))) / float(x.std() * scale)
+        correlation = float(np.corrcoef(x, y)[0, 1])
         return (held_out - centre) / scale, correlation
 
     def _prior_of(self, rows: np.ndarray) -> np.ndarray:
