@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from fractions import Fraction
+from pathlib import Path
 from collections import Counter
 
 import pytest
@@ -10,10 +12,13 @@ import pytest
 from hermes.core.trial import Trial
 from hermes.policies import make_stopper
 from hermes.core.policy import EarlyStopper
+from hermes.policies.hermes import HermesPolicy
 from hermes.policies.rr import RoundRobinPolicy
 from hermes.policies.stopping import AshaStopper, MedianStopper
+from hermes.sim.costs import SwitchCosts
 from hermes.sim.simulate import simulate
 from hermes.sim.synthetic import synthetic_trace
+from hermes.sim.trace import load_trace
 
 
 def report(stopper: EarlyStopper, trial: Trial, step: int, score: float) -> bool:
@@ -74,18 +79,18 @@ def test_asha_state_round_trips_through_json() -> None:
 
 
 def test_median_stops_a_clearly_bad_trial_and_not_a_good_one() -> None:
-    stopper = MedianStopper()  # grace 1 step, at least 3 others
-    for i, offset in enumerate([0.0, 2.0, 4.0, 6.0]):
+    stopper = MedianStopper()  # grace 1 step; 5 others at least, for a bar with 95% confidence
+    for i, offset in enumerate([0.0, 2.0, 4.0, 6.0, 8.0]):
         peer = trial(f"peer{i}", i)
         assert not any(report(stopper, peer, step, 50.0 + offset + 5 * step) for step in range(1, 6))
-    good, bad = trial("good", 4), trial("bad", 5)
+    good, bad = trial("good", 5), trial("bad", 6)
     assert not report(stopper, bad, 1, 10.0)  # within the grace period
     assert report(stopper, bad, 2, 12.0)
     assert not any(report(stopper, good, step, 55.0 + 5 * step) for step in range(1, 6))
 
 
 def test_median_needs_enough_other_trials_at_the_step() -> None:
-    stopper = MedianStopper(grace_steps=0, min_trials=3)
+    stopper = MedianStopper(grace_steps=0, min_trials=3, confidence=0.5)
     for i in range(2):
         report(stopper, trial(f"peer{i}", i), 1, 90.0)
     assert not report(stopper, trial("bad", 2), 1, 10.0)  # only two others at step 1
@@ -104,13 +109,46 @@ def test_median_judges_its_best_against_running_averages() -> None:
     assert not report(stopper, spiky, 2, 20.0)
 
 
+def test_median_bar_is_a_lower_confidence_bound_of_the_others_median() -> None:
+    """The bar's rank k among n others is the largest with P(Binomial(n, 1/2) < k) <= 1 - confidence."""
+
+    def by_definition(n: int, confidence: float) -> int:  # in exact integers: sum of C(n, j), j < k, over 2**n
+        level = Fraction(str(round(1 - confidence, 9)))
+        k, term, below = 0, 1, 0  # term = C(n, k)
+        while k < n and (below + term) <= level * 2**n:
+            below += term
+            term = term * (n - k) // (k + 1)
+            k += 1
+        return k
+
+    for confidence in (0.5, 0.9, 0.95, 0.99):
+        stopper = MedianStopper(confidence=confidence)
+        assert [stopper._rank_of_bar(n) for n in range(300)] == [by_definition(n, confidence) for n in range(300)]
+    assert [MedianStopper(confidence=0.5)._rank_of_bar(n) for n in (1, 4, 5, 6)] == [1, 2, 3, 3]  # the lower median
+    assert MedianStopper()._rank_of_bar(20_000) == by_definition(20_000, 0.95)  # no power of 2 underflows
+
+
+def test_median_with_confidence_does_not_stop_a_trial_behind_a_handful_of_leaders() -> None:
+    """Five leaders reached a step first: a trial below their median, but not below what five draws allow
+    the population's median to be, goes on; one below all five stops. The plain median stops both."""
+    outcomes = {}
+    for confidence in (0.5, 0.95):
+        stopper = MedianStopper(grace_steps=0, confidence=confidence)
+        for i in range(5):
+            report(stopper, trial(f"leader{i}", i), 1, 60.0 + i)  # the bar: lowest 60, median 62
+        outcomes[confidence] = (report(stopper, trial("behind", 5), 1, 61.0), report(stopper, trial("last", 6), 1, 50.0))
+    assert outcomes == {0.5: (True, True), 0.95: (False, True)}
+    with pytest.raises(ValueError):
+        MedianStopper(confidence=0.4)
+
+
 def test_median_state_round_trips_through_json() -> None:
-    stopper = MedianStopper()
+    stopper = MedianStopper(confidence=0.5)
     peers = [trial(f"peer{i}", i) for i in range(4)]  # each worse than the one before
     for i, peer in enumerate(peers):
         for step in (1, 2):
             report(stopper, peer, step, 10.0 * (3 - i) + step)
-    restored = MedianStopper()
+    restored = MedianStopper(confidence=0.5)
     restored.load_state_dict(json.loads(json.dumps(stopper.state_dict())))
     assert restored.state_dict() == stopper.state_dict()
     decisions = []
@@ -135,3 +173,20 @@ def test_simulation_with_a_stopper_ends_every_trial(stopper: EarlyStopper) -> No
     assert stopped
     for t in trace.trials:  # each trial either ran its whole budget or was stopped short of it
         assert (trained[t.name] == t.epochs) != (t.name in stopped), t.name
+
+
+def test_under_hermes_the_median_bar_keeps_a_final_best_that_five_leaders_would_stop() -> None:
+    """lcbench_189866, arrival order 2: hermes sends five leaders to step 3 first, and the final best's
+    best so far (64.25) is below their median there. The plain median stops it; the bar with 95%
+    confidence does not, and it is trained to its end."""
+    trace = load_trace(Path(__file__).resolve().parent.parent / "data" / "lcbench_189866.csv", "max")
+    best = trace.best_final().name
+    outcomes = {}
+    for confidence in (0.5, 0.95):
+        result = simulate(trace, HermesPolicy(), gpus=4, seed=2, costs=SwitchCosts.profile("warm"),
+                          stopper=MedianStopper(confidence=confidence), record=True)
+        stopped = {d[2] for d in result.decisions if d[1] == "Stop"}
+        outcomes[confidence] = (best in stopped, result.time_to_best_s is not None, len(stopped))
+    assert outcomes[0.5][:2] == (True, False)
+    assert outcomes[0.95][:2] == (False, True)
+    assert outcomes[0.95][2] > 100  # still a stopper: most of the 400 trials are stopped short
