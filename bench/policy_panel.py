@@ -159,7 +159,8 @@ def targets(
     panel: dict[str, list[dict[str, Any]]], limits: dict[str, dict[str, float]], gpus: int, profile: str
 ) -> list[str]:
     """Issue 14's targets for hermes, per trace: the unmet ones, or "met"; a target no policy can
-    meet (the clairvoyant oracle's speed-up is below it, see ``caps``) says so."""
+    meet (the clairvoyant oracle's speed-up is below it, see ``caps``) says so. Hermes with a stopper
+    composed (``hermes+median``) must still train the final best in every seed."""
     out = []
     for key, rows in panel.items():
         name, key_gpus, key_profile = key.split("|")
@@ -183,6 +184,9 @@ def targets(
             misses.append(f"first feedback {mine['first_feedback_x']:.1f}x < 10x")
         if asha and not mine["first_feedback_h"] < asha["first_feedback_h"]:
             misses.append("first feedback not sooner than asha")
+        for stopped in (r for policy, r in by.items() if policy.startswith("hermes+")):
+            if stopped["best_trained"] < stopped["seeds"]:
+                misses.append(f"{stopped['policy']} best trained {stopped['best_trained']}/{stopped['seeds']}")
         out.append(f"  {name:<22} " + ("met" if not misses else "; ".join(misses)))
     return out
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.policy_panel import _trace, clairvoyant
+from bench.policy_panel import _trace, clairvoyant, targets
 from hermes.policies import make_policy
 from hermes.sim.simulate import simulate
 from hermes.sim.trace import load_trace
@@ -67,3 +67,25 @@ def test_the_panel_judges_small_searches(tmp_path: Path) -> None:
     rows = {r["policy"]: r for r in panel["panel"]["lcbench_34539|4|warm"]}
     assert rows["fifo"]["best_mean_x"] == 1.0 and rows["hermes"]["best_trained"] == 2
     assert panel["oracle"]["lcbench_34539|4|warm"]["best_mean_x"] >= rows["hermes"]["best_mean_x"]
+
+
+def test_the_targets_name_what_hermes_misses_and_what_no_policy_can_reach() -> None:
+    def figures(policy: str, best: float, target: float, feedback_h: float, trained: int = 10) -> dict:
+        return {"policy": policy, "best_trained": trained, "seeds": 10, "best_mean_x": best, "best_worst_x": 1.0,
+                "target_mean_x": target, "target_worst_x": 1.0, "first_feedback_h": feedback_h,
+                "first_feedback_x": 1.0 / feedback_h}
+
+    oracle = {"best_mean_x": 50.0, "best_worst_x": 2.0, "target_mean_x": 2.0, "target_worst_x": 1.5}
+    panel = {
+        "good|4|warm": [figures("asha", 1.0, 1.0, 0.5), figures("hermes", 5.0, 4.5, 0.05),
+                        figures("hermes+median", 6.0, 5.0, 0.05)],
+        "late|4|warm": [figures("asha", 1.0, 1.0, 0.04), figures("hermes", 2.0, 1.5, 0.05),
+                        figures("hermes+median", 3.0, 2.0, 0.05, trained=9)],
+        "late|16|warm": [figures("hermes", 0.5, 0.5, 1.0)],  # another cluster size: not judged
+    }
+    lines = targets(panel, {key: oracle for key in panel}, 4, "warm")
+    assert lines[0].split() == ["good", "met"]
+    assert lines[1].split(None, 1)[1] == (
+        "to best 2.00x < 4x; to target 1.50x < 4x (out of reach: an oracle gets 2.00x); first feedback not sooner "
+        "than asha; hermes+median best trained 9/10")
+    assert len(lines) == 2
