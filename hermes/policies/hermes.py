@@ -494,7 +494,7 @@ class HermesPolicy(SchedulingPolicy):
                 link = self._links[k] if k else None
                 before = standing[k - 1, members] if k and self.momentum else None
                 correlation = link.correlation if link else 0.0
-                if k == 0 and prior is not None:  # the slot momentum fills at deeper rungs
+                if k == 0 and prior is not None:  # at the first report, the prior takes the place of momentum
                     before, correlation = prior
                 predictor = fit_predictor(standing[k, members], before, scores, correlation, least)
                 self._predictors.append(predictor or NO_INFORMATION)
