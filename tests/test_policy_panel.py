@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.policy_panel import _trace, clairvoyant, targets
+from bench.policy_panel import _trace, clairvoyant, sweep_first, targets
 from hermes.policies import make_policy
 from hermes.sim.simulate import simulate
 from hermes.sim.trace import load_trace
@@ -89,3 +89,27 @@ def test_the_targets_name_what_hermes_misses_and_what_no_policy_can_reach() -> N
         "to best 2.00x < 4x; to target 1.50x < 4x (out of reach: an oracle gets 2.00x); first feedback not sooner "
         "than asha; hermes+median best trained 9/10")
     assert len(lines) == 2
+
+
+def test_a_policy_that_sweeps_first_never_beats_the_sweep_first_bound(tmp_path: Path) -> None:
+    """Hermes gives every trial its first report before any goes deeper."""
+    trace = load_trace(write(tmp_path / "tiny.csv"), "max")
+    # first reports 5 + 4 + 2 + 0.5 = 11.5 s on 2 GPUs, less the longest (5 s), then the best's last epoch (6 s),
+    # or the last epoch of "near", the trial on target (2 s)
+    assert sweep_first(trace, 2) == (11.5 / 2 - 5.0 + 6.0, 11.5 / 2 - 5.0 + 2.0)
+    assert sweep_first(trace, 1) == (11.5 - 5.0 + 6.0, 11.5 - 5.0 + 2.0)
+    for gpus in (1, 2):
+        for seed in range(6):
+            result = simulate(trace, make_policy("hermes"), gpus=gpus, seed=seed)
+            best, target = sweep_first(trace, gpus)
+            assert result.time_to_best_s is not None and result.time_to_best_s >= best
+            assert result.time_to_target_s is not None and result.time_to_target_s >= target
+
+
+def test_a_target_out_of_reach_when_sweeping_first_says_so() -> None:
+    hermes = {"policy": "hermes", "best_trained": 10, "seeds": 10, "best_mean_x": 3.0, "best_worst_x": 1.0,
+              "target_mean_x": 5.0, "target_worst_x": 1.0, "first_feedback_h": 0.1, "first_feedback_x": 12.0}
+    oracle = {"best_mean_x": 26.0, "best_worst_x": 1.5, "target_mean_x": 20.0, "target_worst_x": 1.5,
+              "sweep_best_mean_x": 3.7}
+    line = targets({"swept|4|warm": [hermes]}, {"swept|4|warm": oracle}, 4, "warm")[0]
+    assert line.split(None, 1)[1] == "to best 3.00x < 4x (out of reach when sweeping first: at most 3.70x)"
