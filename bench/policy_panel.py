@@ -120,8 +120,8 @@ def sweep_first(trace: Trace, gpus: int) -> tuple[float, float]:
 
 def caps(name: str, mode: str, fifo: list[Run], gpus: int, trials: int | None = None) -> dict[str, float]:
     """The clairvoyant oracle's speed-ups over FIFO, seed by seed on the seed's trials: in the mean
-    and in FIFO's luckiest seed; and (``sweep_best_mean_x``, ``sweep_target_mean_x``) the mean
-    speed-ups of the clairvoyant policy that sweeps first (``sweep_first``)."""
+    and in FIFO's luckiest seed; and (``sweep_`` before those names) the same of the clairvoyant
+    policy that sweeps first (``sweep_first``)."""
     draws = [_trace(name, mode, trials, seed) for seed in range(len(fifo))]
     oracle = [clairvoyant(trace) for trace in draws]
     swept = [sweep_first(trace, gpus) for trace in draws]
@@ -131,8 +131,7 @@ def caps(name: str, mode: str, fifo: list[Run], gpus: int, trials: int | None = 
             pairs = [(getattr(run, figure), seconds[index]) for run, seconds in zip(fifo, bound)
                      if getattr(run, figure) is not None]
             out[f"{prefix}{figure}_mean_x"] = statistics.fmean(t for t, _ in pairs) / statistics.fmean(o for _, o in pairs)
-            if not prefix:
-                out[f"{figure}_worst_x"] = min(t / o for t, o in pairs)
+            out[f"{prefix}{figure}_worst_x"] = min(t / o for t, o in pairs)
     return out
 
 
@@ -264,8 +263,8 @@ def main() -> None:
                     print(format_rows(rows))
                     print(f"{'oracle':<14}{'':>6}{cap['best_mean_x']:>10.2f}{cap['best_worst_x']:>7.2f}"
                           f"{cap['target_mean_x']:>12.2f}{cap['target_worst_x']:>7.2f}")
-                    print(f"{'sweep first':<14}{'':>6}{cap['sweep_best_mean_x']:>10.2f}{'':>7}"
-                          f"{cap['sweep_target_mean_x']:>12.2f}", flush=True)
+                    print(f"{'sweep first':<14}{'':>6}{cap['sweep_best_mean_x']:>10.2f}{cap['sweep_best_worst_x']:>7.2f}"
+                          f"{cap['sweep_target_mean_x']:>12.2f}{cap['sweep_target_worst_x']:>7.2f}", flush=True)
     if 4 in gpu_counts and "warm" in profiles:
         print("\nissue 14 targets for hermes (warm costs, 4 GPUs):")
         print("\n".join(targets(panel, limits, 4, "warm")))
