@@ -262,10 +262,9 @@ def main() -> None:
                     size = "" if trials is None else f", {trials} of its trials"
                     print(f"\n== {name}{size}, {gpus} GPUs, {profile} costs, {seeds} seeds")
                     print(format_rows(rows))
-                    print(f"{'oracle':<14}{'':>6}{cap['best_mean_x']:>10.2f}{cap['best_worst_x']:>7.2f}"
-                          f"{cap['target_mean_x']:>12.2f}{cap['target_worst_x']:>7.2f}")
-                    print(f"{'sweep first':<14}{'':>6}{cap['sweep_best_mean_x']:>10.2f}{cap['sweep_best_worst_x']:>7.2f}"
-                          f"{cap['sweep_target_mean_x']:>12.2f}{cap['sweep_target_worst_x']:>7.2f}", flush=True)
+                    for label, prefix in (("oracle", ""), ("sweep first", "sweep_")):
+                        print(f"{label:<14}{'':>6}{cap[prefix + 'best_mean_x']:>10.2f}{cap[prefix + 'best_worst_x']:>7.2f}"
+                              f"{cap[prefix + 'target_mean_x']:>12.2f}{cap[prefix + 'target_worst_x']:>7.2f}", flush=True)
     if 4 in gpu_counts and "warm" in profiles:
         print("\nissue 14 targets for hermes (warm costs, 4 GPUs):")
         print("\n".join(targets(panel, limits, 4, "warm")))
