@@ -13,7 +13,10 @@ A policy named ``hermes+median`` is hermes with the median early stopper compose
 line is the most any policy can gain over FIFO: a clairvoyant oracle that trains the final-best
 trial (or the quickest trial on target) first, alone on a GPU. The ``sweep first`` line is the
 most a policy gains (mean and worst seed) if it gives every trial its first report before training
-any deeper, as first feedback asks, even if it knows the winner then. The last lines check hermes
+any deeper, as first feedback asks, even if it knows the winner then. The ``halving*`` line is a
+reference, not a bound: successive halving that knows at every rung how many trials to keep
+(``halving_in_hindsight``), as if Hyperband's share kept per rung were set in hindsight to just keep
+the winner. The last lines check hermes
 against the targets of issue 14 (warm costs, 4 GPUs), and say which no policy can meet.
 ``--trials N`` judges small searches instead: in each seed, N trials drawn from the trace (seeded
 by the seed), the oracle's figures over the same draws. ``--json PATH`` also writes every
@@ -119,16 +122,45 @@ def sweep_first(trace: Trace, gpus: int) -> tuple[float, float]:
     return swept + sum(trace.best_final().seconds[1:]), swept + min(sum(t.seconds[1:]) for t in _on_target(trace))
 
 
+def halving_in_hindsight(trace: Trace, gpus: int) -> tuple[float, float]:
+    """Seconds in which successive halving that knows where to cut has the final best, and a trial on
+    target, fully trained: a reference for the rung-based policies, not a bound on hermes.
+
+    At every doubling rung (epochs 1, 2, 4, ... below the kept trial's budget) it keeps exactly the
+    trials ahead of the one it must keep and trains them to the next rung; the kept trial trains to its
+    end with those still ahead of it at its last rung. Each stretch between rungs ends when its work,
+    packed perfectly on ``gpus``, is done, or its longest trial is, as synchronous halving waits for it.
+    Successive halving (Hyperband's brackets) keeps a fixed share at each rung instead, which must be at
+    least this to keep the trial. Hermes ranks rather than cuts (a trial behind waits, it is not stopped), so it can do better."""
+    sign = 1.0 if trace.mode == "max" else -1.0
+
+    def seconds(kept: TraceTrial) -> float:
+        alive, trained, elapsed, rung = list(trace.trials), 0, 0.0, 1
+        while True:
+            until = min(rung, kept.epochs)
+            stretches = [sum(t.seconds[trained:until]) for t in alive]
+            elapsed += max(sum(stretches) / gpus, max(stretches))
+            if until == kept.epochs:
+                return elapsed
+            bar = sign * kept.metrics[until - 1]
+            alive = [t for t in alive if t is kept or (t.epochs > until and len(t.metrics) >= until
+                                                       and sign * t.metrics[until - 1] > bar)]
+            trained, rung = until, rung * 2
+
+    return seconds(trace.best_final()), min(seconds(t) for t in _on_target(trace))
+
+
 def caps(name: str, mode: str, fifo: list[Run], gpus: int, trials: int | None = None) -> dict[str, float]:
     """The clairvoyant oracle's speed-ups over FIFO, seed by seed on the seed's trials: in the mean
     and in FIFO's luckiest seed; and (``sweep_`` before those names) the same of the clairvoyant
-    policy that sweeps first (``sweep_first``)."""
+    policy that sweeps first (``sweep_first``), and (``halving_``) of ``halving_in_hindsight``."""
     draws = [_trace(name, mode, trials, seed) for seed in range(len(fifo))]
     oracle = [clairvoyant(trace) for trace in draws]
     swept = [sweep_first(trace, gpus) for trace in draws]
+    halved = [halving_in_hindsight(trace, gpus) for trace in draws]
     out = {}
     for index, figure in enumerate(("best", "target")):
-        for bound, prefix in ((oracle, ""), (swept, "sweep_")):
+        for bound, prefix in ((oracle, ""), (swept, "sweep_"), (halved, "halving_")):
             pairs = [(getattr(run, figure), seconds[index]) for run, seconds in zip(fifo, bound)
                      if getattr(run, figure) is not None]
             out[f"{prefix}{figure}_mean_x"] = statistics.fmean(t for t, _ in pairs) / statistics.fmean(o for _, o in pairs)
@@ -262,7 +294,7 @@ def main() -> None:
                     size = "" if trials is None else f", {trials} of its trials"
                     print(f"\n== {name}{size}, {gpus} GPUs, {profile} costs, {seeds} seeds")
                     print(format_rows(rows))
-                    for label, prefix in (("oracle", ""), ("sweep first", "sweep_")):
+                    for label, prefix in (("oracle", ""), ("sweep first", "sweep_"), ("halving*", "halving_")):
                         print(f"{label:<14}{'':>6}{cap[prefix + 'best_mean_x']:>10.2f}{cap[prefix + 'best_worst_x']:>7.2f}"
                               f"{cap[prefix + 'target_mean_x']:>12.2f}{cap[prefix + 'target_worst_x']:>7.2f}", flush=True)
     if 4 in gpu_counts and "warm" in profiles:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.policy_panel import _trace, clairvoyant, sweep_first, targets
+from bench.policy_panel import _trace, clairvoyant, halving_in_hindsight, sweep_first, targets
 from hermes.policies import make_policy
 from hermes.sim.simulate import simulate
 from hermes.sim.trace import load_trace
@@ -113,3 +113,22 @@ def test_a_target_out_of_reach_when_sweeping_first_says_so() -> None:
               "sweep_best_mean_x": 3.7}
     line = targets({"swept|4|warm": [hermes]}, {"swept|4|warm": oracle}, 4, "warm")[0]
     assert line.split(None, 1)[1] == "to best 3.00x < 4x (out of reach when sweeping first: at most 3.70x)"
+
+
+def test_halving_in_hindsight_keeps_exactly_the_trials_ahead_and_waits_for_the_longest(tmp_path: Path) -> None:
+    trace = load_trace(write(tmp_path / "tiny.csv"), "max")
+    # first epochs 5 + 4 + 2 + 0.5 s: on 2 GPUs 5.75 s (the longest, 5 s, is shorter). Only "near" is ahead of "best"
+    # after one epoch, so their second epochs follow (6 + 2 s: the longest, 6 s, decides); nobody is ahead of "near",
+    # the quickest trial on target, which trains its second epoch alone (2 s).
+    assert halving_in_hindsight(trace, 2) == (5.75 + 6.0, 5.75 + 2.0)
+    assert halving_in_hindsight(trace, 1) == (11.5 + 8.0, 11.5 + 2.0)
+
+
+def test_halving_in_hindsight_sweeps_first() -> None:
+    """Every trial gets its first epoch before the first cut, so the sweep-first bound holds for it too."""
+    for name in ("lcbench_34539", "digits_mlp"):
+        for trials in (16, None):
+            trace = _trace(name, "max", trials, seed=1)
+            for gpus in (1, 4, 16):
+                halved, swept = halving_in_hindsight(trace, gpus), sweep_first(trace, gpus)
+                assert halved[0] >= swept[0] and halved[1] >= swept[1]
