@@ -16,8 +16,8 @@ most a policy gains (mean and worst seed) if it gives every trial its first repo
 any deeper, as first feedback asks, even if it knows the winner then. The ``halving*`` line is a
 reference, not a bound: successive halving that knows at every rung how many trials to keep
 (``halving_in_hindsight``), as if Hyperband's share kept per rung were set in hindsight to just keep
-the winner. The last lines check hermes
-against the targets of issue 14 (warm costs, 4 GPUs), and say which no policy can meet.
+the winner. The last lines check hermes against the targets of issue 14 (warm costs, 4 GPUs), and
+say which no policy can meet.
 ``--trials N`` judges small searches instead: in each seed, N trials drawn from the trace (seeded
 by the seed), the oracle's figures over the same draws. ``--json PATH`` also writes every
 per-seed figure.
@@ -131,7 +131,8 @@ def halving_in_hindsight(trace: Trace, gpus: int) -> tuple[float, float]:
     end with those still ahead of it at its last rung. Each stretch between rungs ends when its work,
     packed perfectly on ``gpus``, is done, or its longest trial is, as synchronous halving waits for it.
     Successive halving (Hyperband's brackets) keeps a fixed share at each rung instead, which must be at
-    least this to keep the trial. Hermes ranks rather than cuts (a trial behind waits, it is not stopped), so it can do better."""
+    least this to keep the trial. Hermes ranks rather than cuts (a trial behind waits, it is not
+    stopped), so it can do better."""
     sign = 1.0 if trace.mode == "max" else -1.0
 
     def seconds(kept: TraceTrial) -> float:
