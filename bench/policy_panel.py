@@ -19,13 +19,16 @@ reference, not a bound: successive halving that knows at every rung how many tri
 the winner. The last lines check hermes against the targets of issue 14 (warm costs, 4 GPUs), and
 say which no policy can meet.
 ``--trials N`` judges small searches instead: in each seed, N trials drawn from the trace (seeded
-by the seed), the oracle's figures over the same draws. ``--json PATH`` also writes every
-per-seed figure.
+by the seed), the oracle's figures over the same draws. ``--noise SHARE`` judges the policies on
+noisy metrics: every report but a trial's last scatters around its recorded curve by SHARE times
+the spread of the trace's final metrics (``noisy``). ``--json PATH`` also writes every per-seed
+figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -70,26 +73,44 @@ class Run:
     overhead: float
 
 
-_traces: dict[str, Trace] = {}  # per worker process: each trace is read once
+_traces: dict[tuple[str, float], Trace] = {}  # per worker process: each trace is read once
 
 
-def _trace(name: str, mode: str, trials: int | None = None, seed: int = 0) -> Trace:
-    """The shipped trace, or (``trials``) the search of that many of its trials that ``seed`` draws."""
-    if name not in _traces:
-        _traces[name] = load_trace(os.path.join(DATA, f"{name}.csv"), mode)
-    full = _traces[name]
+def noisy(trace: Trace, share: float) -> Trace:
+    """``trace`` with every report but each trial's last moved by a normal scatter of ``share`` times the
+    spread of the final metrics, drawn once per trace (seeded by its file name).
+
+    Recorded curves are nearly smooth (LCBench: 0.01-0.04 points of accuracy from epoch to epoch
+    after the first few), while a validation metric on a small set, or a training loss per batch,
+    scatters; this judges how a policy ranks through that. The last report is kept, so the final
+    best and the targets stay where they were."""
+    finals = [t.metrics[-1] for t in trace.trials if t.metrics and math.isfinite(t.metrics[-1])]
+    scale = share * statistics.pstdev(finals)
+    draw = random.Random(os.path.basename(trace.path))
+    return Trace(trace.path, trace.mode, tuple(
+        dataclasses.replace(t, metrics=tuple(m + draw.gauss(0.0, scale) for m in t.metrics[:-1]) + t.metrics[-1:])
+        for t in trace.trials))
+
+
+def _trace(name: str, mode: str, trials: int | None = None, seed: int = 0, noise: float = 0.0) -> Trace:
+    """The shipped trace (``noise``: ``noisy``), or (``trials``) the search of that many of its trials that
+    ``seed`` draws."""
+    if (name, noise) not in _traces:
+        loaded = load_trace(os.path.join(DATA, f"{name}.csv"), mode)
+        _traces[name, noise] = noisy(loaded, noise) if noise else loaded
+    full = _traces[name, noise]
     if trials is None or trials >= len(full.trials):
         return full
     return Trace(full.path, mode, tuple(random.Random(seed).sample(full.trials, trials)))
 
 
-def _run(job: tuple[str, str, str, int, int, str, int | None]) -> Run:
-    name, mode, entry, seed, gpus, profile, trials = job
+def _run(job: tuple[str, str, str, int, int, str, int | None, float]) -> Run:
+    name, mode, entry, seed, gpus, profile, trials, noise = job
     policy, _, stopper = entry.partition("+")  # "hermes+median": the policy with an early stopper composed
     setting = Setting(
         gpus=gpus, nodes=math.ceil(gpus / GPUS_PER_NODE), stopper=stopper or None, costs=SwitchCosts.profile(profile)
     )
-    result = run_one(_trace(name, mode, trials, seed), policy, seed, setting)
+    result = run_one(_trace(name, mode, trials, seed, noise), policy, seed, setting)
     return Run(result.time_to_best_s, result.time_to_target_s, result.mean_first_feedback_s, result.overhead_fraction)
 
 
@@ -151,11 +172,12 @@ def halving_in_hindsight(trace: Trace, gpus: int) -> tuple[float, float]:
     return seconds(trace.best_final()), min(seconds(t) for t in _on_target(trace))
 
 
-def caps(name: str, mode: str, fifo: list[Run], gpus: int, trials: int | None = None) -> dict[str, float]:
+def caps(name: str, mode: str, fifo: list[Run], gpus: int, trials: int | None = None,
+         noise: float = 0.0) -> dict[str, float]:
     """The clairvoyant oracle's speed-ups over FIFO, seed by seed on the seed's trials: in the mean
     and in FIFO's luckiest seed; and (``sweep_`` before those names) the same of the clairvoyant
     policy that sweeps first (``sweep_first``), and (``halving_``) of ``halving_in_hindsight``."""
-    draws = [_trace(name, mode, trials, seed) for seed in range(len(fifo))]
+    draws = [_trace(name, mode, trials, seed, noise) for seed in range(len(fifo))]
     oracle = [clairvoyant(trace) for trace in draws]
     swept = [sweep_first(trace, gpus) for trace in draws]
     halved = [halving_in_hindsight(trace, gpus) for trace in draws]
@@ -259,6 +281,8 @@ def main() -> None:
     parser.add_argument("--costs", help="comma-separated profiles (default warm,process; warm with --quick)")
     parser.add_argument("--traces", help="comma-separated trace names (default: every shipped trace)")
     parser.add_argument("--trials", type=int, help="small searches: N trials of each trace per seed (default: all)")
+    parser.add_argument("--noise", type=float, default=0.0,
+                        help="scatter every report but the last by this share of the final metrics' spread (default 0)")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--json", help="also write the panel, with per-seed figures, to this file")
@@ -273,7 +297,7 @@ def main() -> None:
         policies.insert(0, "fifo")
     started = time.perf_counter()
     trials = args.trials
-    jobs = [(name, mode, policy, seed, gpus, profile, trials)
+    jobs = [(name, mode, policy, seed, gpus, profile, trials, args.noise)
             for name, mode in traces for profile in profiles for gpus in gpu_counts
             for policy in policies for seed in range(seeds)]  # the order in which the loop below reads them
     results: dict[tuple, Run] = {}
@@ -287,12 +311,14 @@ def main() -> None:
                     per = {p: [] for p in policies}
                     for policy in policies:
                         for seed in range(seeds):
-                            run = results[(name, mode, policy, seed, gpus, profile, trials)] = next(runs)
+                            run = results[(name, mode, policy, seed, gpus, profile, trials, args.noise)] = next(runs)
                             per[policy].append(run)
                     rows = [row(p, per[p], per["fifo"]) for p in policies]
                     key = f"{name}|{gpus}|{profile}"
-                    panel[key], cap = rows, limits.setdefault(key, caps(name, mode, per["fifo"], gpus, trials))
+                    cap = limits.setdefault(key, caps(name, mode, per["fifo"], gpus, trials, args.noise))
+                    panel[key] = rows
                     size = "" if trials is None else f", {trials} of its trials"
+                    size += f", noise {args.noise}" if args.noise else ""
                     print(f"\n== {name}{size}, {gpus} GPUs, {profile} costs, {seeds} seeds")
                     print(format_rows(rows))
                     for label, prefix in (("oracle", ""), ("sweep first", "sweep_"), ("halving*", "halving_")):

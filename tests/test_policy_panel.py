@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from bench.policy_panel import _trace, clairvoyant, halving_in_hindsight, sweep_first, targets
 from hermes.policies import make_policy
@@ -52,6 +56,19 @@ def test_a_small_search_draws_its_trials_by_the_seed() -> None:
     assert draws[0].trials == draws[1].trials != draws[2].trials
     assert set(draws[2].trials) <= set(full.trials)
     assert _trace("lcbench_34539", "max", 10_000, 3) is full
+
+
+def test_noise_scatters_every_report_but_the_last_by_its_share_of_the_final_spread() -> None:
+    clean = _trace("lcbench_34539", "max")
+    scattered = _trace("lcbench_34539", "max", noise=0.1)
+    assert _trace("lcbench_34539", "max", noise=0.1) is scattered  # drawn once per trace
+    assert [t.metrics[-1] for t in scattered.trials] == [t.metrics[-1] for t in clean.trials]
+    assert scattered.best_final().name == clean.best_final().name
+    moves = [a - b for s, c in zip(scattered.trials, clean.trials) for a, b in zip(s.metrics[:-1], c.metrics[:-1])
+             if math.isfinite(b)]
+    spread = statistics.pstdev(t.metrics[-1] for t in clean.trials if t.metrics and math.isfinite(t.metrics[-1]))
+    assert abs(statistics.fmean(moves)) < 0.01 * spread
+    assert statistics.pstdev(moves) == pytest.approx(0.1 * spread, rel=0.02)
 
 
 def test_the_panel_judges_small_searches(tmp_path: Path) -> None:

@@ -22,8 +22,17 @@ The convergence measure: a trial's standing, rung by rung
     ``f`` is the first reported step (doubling, so each rung costs as much training as all the
     rungs before it, and a trial's information about itself doubles from rung to rung; a
     factor 3 did worse on the synthetic traces, as it ranks too coarsely early). The value at
-    a rung is the mean score of the reports since the previous rung: it smooths noisy metrics,
-    and all trials get the same lag at the same rung.
+    a rung is where the trial's curve stands at the rung, estimated from the reports since the
+    previous rung (``_rung_value``): their mean, moved towards the end of their least-squares
+    line as far as the stretch's trend stands out of the reports' noise. The mean alone smooths
+    noise but lags: with doubling rungs a stretch is half of the trial's training so far, so a
+    trial still rising steeply, the fast converger Hermes wants to find, was valued a quarter of
+    its training in the past, and on lcbench a late riser ranked below flat trials it had passed.
+    The noise is the median scatter of a report about the chord of its neighbours, pooled over
+    the search (the median, because curves bend hard in their first epochs); the weight,
+    ``1 - v / rise**2`` (positive part), is the one that minimises the expected squared error.
+    So clean curves are valued at their end, as ASHA does with the last report, and noisy ones at
+    their mean, as before (docs/policy.md, "The value at a rung").
 
     A trial's *standing* at a rung is the rank-based normal score of that value among the
     trials that reached the rung, so any metric compares (min or max, any scale, outliers, a
@@ -172,7 +181,9 @@ Where it stands (bench/policy_panel.py, docs/policy.md; warm-worker costs, 4 GPU
     FIFO, where a clairvoyant oracle gets 1.5-4.2x.
 
 Cost
-    ``observe`` costs a few list operations; a trial that reaches a rung is ranked with two
+    ``observe`` costs a few list operations and one histogram count (the report's scatter); a
+    trial that reaches a rung is valued in one pass over the stretch's reports (at most
+    ``WINDOW``), the noise read from the histogram's few hundred bins at most, and ranked with two
     binary searches (its last two standings); every 5% growth of the rung records the model is
     refitted with numpy in O(records), and the budgets are recounted in one pass over the known
     trials; while trials wait for their first report, the duration model is refitted at the same
@@ -215,6 +226,15 @@ REFIT_GROWTH = 0.05
 
 WINDOW = 64
 """At most this many reports are averaged into a rung value, which bounds the cost of a report."""
+
+NOISE_BINS = 4
+"""Histogram bins per doubling of a squared scatter: the pooled noise variance is read to within 19%."""
+
+NOISE_RANGE = 400
+"""Scatters beyond 2**(+-NOISE_RANGE / NOISE_BINS) share the outermost bins (and an exact fit, the lowest)."""
+
+CHI2_MEDIAN = 0.454936
+"""Median of a chi-squared variable with one degree of freedom: a squared normal scatter's median over its variance."""
 
 _inverse_normal = NormalDist().inv_cdf
 
@@ -365,6 +385,7 @@ class HermesPolicy(SchedulingPolicy):
         self._age_rate = 0.0  # priority gained per second of waiting
         self._work = 0.0  # estimated GPU seconds to train every known trial to its budget
         self._switch_seen = [0.0, 0]  # GPU seconds that observed switches cost, and how many
+        self._noise_bins: dict[int, int] = {}  # NOISE_BINS * log2 of a report's squared scatter (scaled) -> count
         self._switch_price = self.switch_cost  # what a switch costs, as of the last refresh (the prior until then)
         self._suspensions = 0  # switches so far, counting suspended trials' pending resumes
         self._cost_reference = 0.0  # GPU seconds of the mean known trial's whole budget, as of the last refresh
@@ -390,11 +411,12 @@ class HermesPolicy(SchedulingPolicy):
         if self._first_step is None:
             self._first_step = max(trial.steps[0], 1)
         self._time_steps(row, trial)
+        self._measure_noise(trial)
         values = self._values[row]
         crossed = False
         while not values or trial.step >= self._first_step * self.rung_factor ** len(values):
             previous_rung = self._first_step * self.rung_factor ** (len(values) - 1) if values else -math.inf
-            self._record(row, len(values), _window_mean(trial, previous_rung))
+            self._record(row, len(values), _rung_value(trial, previous_rung, self._noise_variance()))
             crossed = True
         if crossed:
             self._crossed_run[row] = trial.starts
@@ -457,6 +479,41 @@ class HermesPolicy(SchedulingPolicy):
             seen = self._switch_seen
             seen[0] += max(took - steps * self._step_seconds[row], 0.0)
             seen[1] += 1
+
+    def _measure_noise(self, trial: Trial) -> None:
+        """Count the scatter of the middle one of the trial's last three reports about the chord of the other two.
+
+        For reports ``y = curve + noise`` the residual's variance is the noise variance times
+        ``1 + a**2 + (1 - a)**2`` (``a``: where the middle step lies between the other two), plus the curve's
+        bend. The bend is large in the first epochs (LCBench: a scatter of 1-9 points of accuracy there,
+        0.01-0.04 after epoch 8), so the pooled level is the median, kept in a histogram of log-spaced bins;
+        it is the noise that ``_rung_value`` weighs a stretch's trend against."""
+        steps, scores = trial.steps, trial.scores
+        if len(steps) < 3 or steps[-1] <= steps[-3]:
+            return
+        (s0, s1, s2), (y0, y1, y2) = steps[-3:], scores[-3:]
+        if not (math.isfinite(y0) and math.isfinite(y1) and math.isfinite(y2)):
+            return
+        a = (s1 - s0) / (s2 - s0)
+        residual = y1 - (y0 + a * (y2 - y0))
+        scaled = residual * residual / (1.0 + a * a + (1.0 - a) * (1.0 - a))
+        key = math.floor(NOISE_BINS * math.log2(scaled)) if scaled > 0 else -NOISE_RANGE
+        key = max(-NOISE_RANGE, min(NOISE_RANGE, key))
+        self._noise_bins[key] = self._noise_bins.get(key, 0) + 1
+
+    def _noise_variance(self) -> float:
+        """Variance of a report about its trial's curve: the median scatter over the search, over the median of a
+        chi-squared variable with one degree of freedom (infinite before ``FEWEST_TRIALS`` scatters)."""
+        bins = self._noise_bins
+        count = sum(bins.values())
+        if count < FEWEST_TRIALS:
+            return math.inf
+        seen = 0
+        for key in sorted(bins):
+            seen += bins[key]
+            if 2 * seen >= count:
+                return 2.0 ** ((key + 0.5) / NOISE_BINS) / CHI2_MEDIAN
+        raise AssertionError("unreachable: the bins sum to count")
 
     # ------------------------------------------------------------------ the model
     def _refit(self) -> None:
@@ -706,6 +763,7 @@ class HermesPolicy(SchedulingPolicy):
             "suspensions": self._suspensions,
             "switch_seen": list(self._switch_seen),
             "switch_price": self._switch_price,
+            "noise_bins": {str(key): count for key, count in self._noise_bins.items()},
             "cost_reference": self._cost_reference,
             # the last fit and the ranks made with it, so that a restart decides exactly as before
             "records_at_refit": self._records_at_refit,
@@ -738,6 +796,8 @@ class HermesPolicy(SchedulingPolicy):
         self._suspensions = int(state["suspensions"])
         self._switch_seen = [float(state["switch_seen"][0]), int(state["switch_seen"][1])]
         self._switch_price = float(state["switch_price"])
+        bins = state.get("noise_bins", {})  # absent from states saved before it existed
+        self._noise_bins = {int(key): int(count) for key, count in bins.items()}
         self._cost_reference = float(state.get("cost_reference", 0.0))  # absent from states saved before it existed
         self._live = {}
         self._rung_rows = [[int(row) for row in rows] for rows in state["rungs"]]
@@ -760,15 +820,40 @@ class HermesPolicy(SchedulingPolicy):
             self._fit_durations(self._rung_rows[0][:fitted_on])
 
 
-def _window_mean(trial: Trial, after: float) -> float:
-    """Mean score of the trial's reports after step ``after`` (at most ``WINDOW`` of them)."""
-    total, count = 0.0, 0
+def _rung_value(trial: Trial, after: float, noise: float) -> float:
+    """The trial's level at its last report, from its reports after step ``after`` (at most ``WINDOW``).
+
+    The stretch's mean, moved towards the end of its least-squares line as far as the trend stands out of
+    the ``noise`` (variance of one report): by ``max(0, 1 - v / t**2)`` of the way, where ``t`` is the
+    estimated rise from the stretch's mean to its end and ``v`` that estimate's variance. That weight
+    minimises the expected squared error of mean plus weighted trend (positive-part James-Stein). See
+    "The value at a rung" for why the mean alone lags.
+    """
+    steps: list[float] = []
+    scores: list[float] = []
     for step, score in zip(reversed(trial.steps), reversed(trial.scores)):
-        if step <= after or count == WINDOW:
+        if step <= after or len(steps) == WINDOW:
             break
-        total += score
-        count += 1
-    return total / count if math.isfinite(total) else -math.inf
+        steps.append(step)
+        scores.append(score)
+    total = math.fsum(scores)
+    if not math.isfinite(total):
+        return -math.inf
+    n = len(scores)
+    mean = total / n
+    if n < 2 or not math.isfinite(noise):
+        return mean
+    mean_step = math.fsum(steps) / n
+    sxx = math.fsum((x - mean_step) ** 2 for x in steps)
+    if sxx <= 0:
+        return mean
+    slope = math.fsum((x - mean_step) * (y - mean) for x, y in zip(steps, scores)) / sxx
+    lead = steps[0] - mean_step  # from the stretch's centre to its last report
+    rise = slope * lead
+    if rise == 0:
+        return mean
+    weight = max(0.0, 1.0 - noise * lead * lead / sxx / (rise * rise))
+    return mean + weight * rise
 
 
 def _json_number(value: float) -> float | None:
