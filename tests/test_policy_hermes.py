@@ -196,6 +196,18 @@ def test_the_noise_of_reports_is_measured_through_the_bend_of_the_curves() -> No
             assert policy._noise_variance() < 0.01  # the first steps' bend does not count as noise
 
 
+def test_huge_scores_and_repeated_steps_leave_the_noise_level_readable() -> None:
+    """A blowing-up trial's scores square past float range; a restore from an older checkpoint repeats steps."""
+    policy = HermesPolicy()
+    trial = Trial("t", 0, 50, submitted_at=0.0)
+    trial.begin_run("g0", 0.0)
+    for step, score in [(1, 1.0), (2, 1e200), (3, -1e200), (4, 1e200), (2, 5.0), (3, 6.0)]:
+        trial.record(step, score, score, float(len(trial.steps) + 1))
+        policy.observe(trial, float(len(trial.steps)))
+    assert policy._noise_variance() == math.inf  # two scatters counted, fewer than a level needs
+    assert sum(policy.state_dict()["noise_bins"].values()) == 2
+
+
 def test_a_trial_rising_through_its_stretch_outranks_a_flat_one_of_the_same_mean() -> None:
     """Clean curves: the stretch's trend is real, so the trial still rising at its rung is valued where it is now."""
     rng = np.random.default_rng(0)

@@ -171,9 +171,9 @@ Stopping
 
 Where it stands (bench/policy_panel.py, docs/policy.md; warm-worker costs, 4 GPUs, 10 seeds)
     On the ten shipped traces it gives first feedback 11-160x sooner than FIFO, sooner than
-    ASHA on every one, and trains the final-best trial in every seed. Time to best is 3.9-21x
+    ASHA on every one, and trains the final-best trial in every seed. Time to best is 4.4-21x
     sooner than FIFO in the mean where early ranks or the hyper-parameters carry the ranking
-    (nasbench, lcbench 189908, 34539, 189866, 189873, the real workload), but 1-2.8x where the
+    (nasbench, lcbench 189908, 34539, 189866, 189873, the real workload), but 1-3.8x where the
     final best rises late (lcbench 146212, 167104, 168330; NAS-Bench-301), and slower than FIFO
     in some seed on most traces: a late riser waits at a low priority until ageing, its deeper
     rungs or its hyper-parameters lift it. In
@@ -489,7 +489,7 @@ class HermesPolicy(SchedulingPolicy):
         0.01-0.04 after epoch 8), so the pooled level is the median, kept in a histogram of log-spaced bins;
         it is the noise that ``_rung_value`` weighs a stretch's trend against."""
         steps, scores = trial.steps, trial.scores
-        if len(steps) < 3 or steps[-1] <= steps[-3]:
+        if len(steps) < 3 or not steps[-3] < steps[-2] < steps[-1]:  # a restore from an older checkpoint repeats steps
             return
         (s0, s1, s2), (y0, y1, y2) = steps[-3:], scores[-3:]
         if not (math.isfinite(y0) and math.isfinite(y1) and math.isfinite(y2)):
@@ -497,8 +497,12 @@ class HermesPolicy(SchedulingPolicy):
         a = (s1 - s0) / (s2 - s0)
         residual = y1 - (y0 + a * (y2 - y0))
         scaled = residual * residual / (1.0 + a * a + (1.0 - a) * (1.0 - a))
-        key = math.floor(NOISE_BINS * math.log2(scaled)) if scaled > 0 else -NOISE_RANGE
-        key = max(-NOISE_RANGE, min(NOISE_RANGE, key))
+        if scaled <= 0:
+            key = -NOISE_RANGE
+        elif math.isfinite(scaled):
+            key = max(-NOISE_RANGE, min(NOISE_RANGE, math.floor(NOISE_BINS * math.log2(scaled))))
+        else:
+            key = NOISE_RANGE
         self._noise_bins[key] = self._noise_bins.get(key, 0) + 1
 
     def _noise_variance(self) -> float:
