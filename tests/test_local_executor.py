@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -30,6 +31,7 @@ from hermes.core.trial import Trial
 from hermes.execution.engine import Engine
 from hermes.errors import HermesError
 from hermes.local import LocalExecutor, TrialLaunch, local_slots
+from hermes.core.policy import SchedulingPolicy, Verdict
 from hermes.policies import EarlyStopper, make_policy
 from hermes.trial import protocol
 
@@ -56,12 +58,13 @@ def run_experiment(
     executor: LocalExecutor,
     launches: dict[str, TrialLaunch],
     *,
-    policy: str = "rr",
+    policy: str | SchedulingPolicy = "rr",
     period: float = 0.05,
     stopper: EarlyStopper | None = None,
 ) -> tuple[Scheduler, list[tuple[Event, list[Decision]]]]:
     """Submit the trials and the executor's nodes, and run the engine to the end."""
-    scheduler = Scheduler(make_policy(policy, period=period), stopper=stopper)
+    chosen = make_policy(policy, period=period) if isinstance(policy, str) else policy
+    scheduler = Scheduler(chosen, stopper=stopper)
     log: list[tuple[Event, list[Decision]]] = []
     engine = Engine(scheduler, executor, [lambda event, decisions: log.append((event, decisions))])
     for trial_id, launch in launches.items():
@@ -132,6 +135,28 @@ def test_load_digits_reads_scikit_learns_data() -> None:
     assert np.array_equal(features, reference.data) and np.array_equal(labels, reference.target)
 
 
+class YieldOnce(SchedulingPolicy):
+    """A schedule that moves a trial between slots whatever the timing: each of ``yielding`` yields
+    its slot at its first report; a trial that has not run yet goes first, then the one that has
+    waited longest. The first to yield leaves its slot to a third trial, so when the second yields,
+    the first resumes on the second's slot."""
+
+    name = "yield-once"
+
+    def __init__(self, yielding: set[str]) -> None:
+        super().__init__(period=3600.0)  # no turn ends: only the yields switch trials
+        self.yielding = set(yielding)
+
+    def priority(self, trial: Trial, now: float) -> float:
+        return math.inf if not trial.steps else -trial.idle_since
+
+    def observe(self, trial: Trial, now: float) -> Verdict:
+        if trial.trial_id in self.yielding:
+            self.yielding.remove(trial.trial_id)
+            return Verdict.PAUSE
+        return Verdict.CONTINUE
+
+
 @pytest.mark.parametrize("warm", [True, False], ids=["warm-workers", "process-per-trial"])
 def test_digits_trials_resume_bitwise_exactly_across_slots(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warm: bool
@@ -149,12 +174,12 @@ def test_digits_trials_resume_bitwise_exactly_across_slots(
     with LocalExecutor(
         tmp_path / "run", slots=local_slots(cpu_slots=2), metric="accuracy", checkpoint_every=2, cwd=ROOT
     ) as executor:
-        scheduler, log = run_experiment(executor, launches)
+        scheduler, log = run_experiment(executor, launches, policy=YieldOnce({"a", "b"}))
 
     assert {trial.state for trial in scheduler.trials.values()} == {TrialState.COMPLETED}
-    suspended = [event for event, _ in log if isinstance(event, TrialSuspended)]
-    migrations = [decision for decision in decisions_of(log, Resume) if decision.migrated]
-    assert suspended and migrations  # the waiting third trial forces at least one switch and one move
+    suspended = [event.trial_id for event, _ in log if isinstance(event, TrialSuspended)]
+    migrations = {decision.trial_id for decision in decisions_of(log, Resume) if decision.migrated}
+    assert sorted(suspended) == ["a", "b"] and suspended[0] in migrations  # on the slot the other left
     for timing in executor.switch_timings:
         assert timing.suspend_latency is not None and timing.suspend_latency > 0
         assert timing.resume_latency is not None and timing.resume_latency > 0
