@@ -110,3 +110,31 @@ def test_trace_refuses_a_bad_state_size(tmp_path: Path, text: str) -> None:
     path.write_text(f"trial,epoch,metric,seconds,state_mb\na,1,0.1,1,{text}\n")
     with pytest.raises(TraceError, match=":2: state_mb"):
         load_trace(path, "max")
+
+
+def _measured(size: float, suspend: float, resume: float, spill_mb_s: float, device_mb_s: float) -> dict[str, float]:
+    """What bench/switching.py measures at one state size for a path with these costs."""
+    moved = size / device_mb_s
+    return {"step": 0.001, "start": 0.1, "suspend": suspend + moved, "resume": resume + moved,
+            "resume_other": resume + moved + 0.01 + size / spill_mb_s}
+
+
+def test_switching_benchmark_fits_the_device_bandwidth_on_gpu_slots_only() -> None:
+    from bench.switching import calibration
+    from hermes.local import local_slots
+
+    sizes = [100.0, 1000.0]
+    warm = [_measured(size, 0.002, 0.003, 500.0, 20_000.0) for size in sizes]
+    cold = [_measured(size, 0.2, 3.0, 500.0, 20_000.0) for size in sizes]
+    on_gpu = calibration(sizes, warm, cold, 9_000.0, local_slots(gpus=["GPU-a", "GPU-a"]))
+    fitted = on_gpu["profiles"]["warm"]["costs"]
+    assert fitted["device_mb_s"] == pytest.approx(20_000.0)  # from the slopes, not the raw copy's 9000
+    assert fitted["suspend"] == pytest.approx(0.002) and fitted["resume"] == pytest.approx(0.003)
+    assert fitted["spill"] == pytest.approx(0.01) and fitted["spill_mb_s"] == pytest.approx(500.0)
+    assert "device_mb_s" not in on_gpu["profiles"]["warm"]["assumed"]
+    assert "GPU-a" in on_gpu["measured"]["slots"]
+
+    on_cpu = calibration(sizes, warm, cold, None, local_slots(cpu_slots=2))
+    kept = on_cpu["profiles"]["warm"]
+    assert kept["costs"]["device_mb_s"] == load_calibration()["warm"]["device_mb_s"]  # nothing to measure it with
+    assert "device_mb_s" in kept["assumed"]
