@@ -16,6 +16,7 @@ from hermes.core.decisions import Resume, Start, Suspend
 from hermes.core.events import Event, TrialExited, TrialReported, TrialSuspended
 from hermes.local import LocalExecutor, TrialLaunch, local_slots
 from hermes.local.resources import discover_gpus
+from hermes.trial import protocol
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(
@@ -32,15 +33,35 @@ def launch(seed: int) -> TrialLaunch:
                        cwd=str(TESTS))
 
 
-def until(executor: LocalExecutor, kind: type, trial_id: str, log: list[Event]) -> Event:
-    """Answer 'continue' to every report until ``trial_id`` sends an event of ``kind``; all events go to ``log``."""
-    while events := executor.next_events():
-        for event in events:
-            log.append(event)
+class Driver:
+    """Drives an executor by hand: answers 'continue' to every report until the event a test waits for.
+
+    Events of other trials are kept: the one waited for next may have come already."""
+
+    def __init__(self, executor: LocalExecutor) -> None:
+        self.executor = executor
+        self.log: list[Event] = []  # every event, in order
+        self._pending: list[Event] = []  # received, not yet looked at
+        self._kept: list[Event] = []  # looked at, waited for by nobody yet (reports are answered, never kept)
+
+    def until(self, kind: type, trial_id: str) -> Event:
+        for event in self._kept:
+            if isinstance(event, kind) and event.trial_id == trial_id:
+                self._kept.remove(event)
+                return event
+        while True:
+            if not self._pending:
+                self._pending = list(self.executor.next_events())
+                if not self._pending:
+                    raise AssertionError(f"{trial_id} never sent {kind.__name__}")
+            event = self._pending.pop(0)
+            self.log.append(event)
             if isinstance(event, kind) and event.trial_id == trial_id:
                 return event
-            executor.settled(event)
-    raise AssertionError(f"{trial_id} never sent {kind.__name__}")
+            if isinstance(event, TrialReported):
+                self.executor.settled(event)
+            elif hasattr(event, "trial_id"):
+                self._kept.append(event)
 
 
 def losses(log: list[Event], trial_id: str) -> list[float]:
@@ -48,67 +69,67 @@ def losses(log: list[Event], trial_id: str) -> list[float]:
 
 
 def uninterrupted(tmp_path: Path, seed: int) -> list[float]:
-    log: list[Event] = []
     slot = local_slots()[0]
     with LocalExecutor(tmp_path / "reference", slots=[slot], metric="loss") as executor:
+        drive = Driver(executor)
         executor.submit("ref", launch(seed))
         executor.apply(Start("ref", slot.name), executor.now())
-        until(executor, TrialExited, "ref", log)
-    return losses(log, "ref")
+        drive.until(TrialExited, "ref")
+    return losses(drive.log, "ref")
 
 
 def test_each_gpu_slot_pins_one_device(tmp_path: Path) -> None:
     slots = local_slots()
     assert [slot.visible_devices for slot in slots] == discover_gpus()
     assert all(slot.name.startswith("local/gpu") for slot in slots)
-    log: list[Event] = []
+    trials = {slot.name.replace("/", "-"): slot for slot in slots}  # one trial per slot, named after it
     with LocalExecutor(tmp_path, slots=slots, metric="loss") as executor:
-        for slot in slots:
-            executor.submit(slot.name.replace("/", "-"), launch(1))
-        for slot in slots:
-            executor.apply(Start(slot.name.replace("/", "-"), slot.name), executor.now())
-        for slot in slots:
-            until(executor, TrialExited, slot.name.replace("/", "-"), log)
-    reported = [event for event in log if isinstance(event, TrialReported)]
+        drive = Driver(executor)
+        for trial_id, slot in trials.items():
+            executor.submit(trial_id, launch(1))
+            executor.apply(Start(trial_id, slot.name), executor.now())
+        for trial_id in trials:
+            drive.until(TrialExited, trial_id)
+    reported = [event for event in drive.log if isinstance(event, TrialReported)]
     assert len(reported) == BUDGET * len(slots)
     assert {event.metrics["devices"] for event in reported} == {1.0}
-    assert {tuple(losses(log, slot.name.replace("/", "-"))) for slot in slots} == {tuple(losses(log, "local-gpu0"))}
+    assert len({tuple(losses(drive.log, trial_id)) for trial_id in trials}) == 1  # the same seed trains alike on every device
 
 
 def test_a_parked_trial_leaves_the_device_to_the_next_and_resumes_exactly(tmp_path: Path) -> None:
     slot = local_slots()[0]
-    log: list[Event] = []
     with LocalExecutor(tmp_path / "run", slots=[slot], metric="loss") as executor:
+        drive = Driver(executor)
         executor.submit("a", launch(1))
         executor.submit("b", launch(2))
         executor.apply(Start("a", slot.name), executor.now())
-        report = until(executor, TrialReported, "a", log)
+        report = drive.until(TrialReported, "a")
         alone = report.metrics["allocated_mb"]
         executor.apply(Suspend("a"), executor.now())
         executor.settled(report)
-        until(executor, TrialSuspended, "a", log)
+        drive.until(TrialSuspended, "a")
         executor.apply(Start("b", slot.name), executor.now())  # in the same worker process, beside parked a
-        until(executor, TrialExited, "b", log)
+        drive.until(TrialExited, "b")
         executor.apply(Resume("a", slot.name), executor.now())
-        until(executor, TrialExited, "a", log)
-    beside = [event.metrics["allocated_mb"] for event in log if isinstance(event, TrialReported) and event.trial_id == "b"]
+        drive.until(TrialExited, "a")
+    beside = [event.metrics["allocated_mb"] for event in drive.log if isinstance(event, TrialReported) and event.trial_id == "b"]
     assert alone >= 0.9 * MEGABYTES
     assert max(beside) < alone + MEGABYTES / 2  # a's weights and momentum were not on the device meanwhile
-    assert losses(log, "a") == uninterrupted(tmp_path, seed=1)
+    assert losses(drive.log, "a") == uninterrupted(tmp_path, seed=1)
 
 
 def test_a_trial_migrates_between_slots_through_a_checkpoint_and_resumes_exactly(tmp_path: Path) -> None:
     gpu = discover_gpus()[0]
     here, there = local_slots(gpus=[gpu, gpu])  # two slots of one device: the move goes through the disk all the same
-    log: list[Event] = []
     with LocalExecutor(tmp_path / "run", slots=[here, there], metric="loss") as executor:
+        drive = Driver(executor)
         executor.submit("a", launch(3))
         executor.apply(Start("a", here.name), executor.now())
-        report = until(executor, TrialReported, "a", log)
+        report = drive.until(TrialReported, "a")
         executor.apply(Suspend("a"), executor.now())
         executor.settled(report)
-        until(executor, TrialSuspended, "a", log)
+        drive.until(TrialSuspended, "a")
         executor.apply(Resume("a", there.name, migrated=True), executor.now())
-        until(executor, TrialExited, "a", log)
-    assert losses(log, "a") == uninterrupted(tmp_path, seed=3)
-    assert (tmp_path / "run" / "trials" / "a").is_dir()
+        drive.until(TrialExited, "a")
+    assert losses(drive.log, "a") == uninterrupted(tmp_path, seed=3)
+    assert (tmp_path / "run" / "trials" / "a" / protocol.CHECKPOINTS_DIR).is_dir()  # the move went through one

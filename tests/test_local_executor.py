@@ -25,13 +25,13 @@ from hermes.core.events import (
     TrialReported,
     TrialSuspended,
 )
+from hermes.core.policy import SchedulingPolicy, Verdict
 from hermes.core.scheduler import Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
 from hermes.execution.engine import Engine
 from hermes.errors import HermesError
 from hermes.local import LocalExecutor, TrialLaunch, local_slots
-from hermes.core.policy import SchedulingPolicy, Verdict
 from hermes.policies import EarlyStopper, make_policy
 from hermes.trial import protocol
 
