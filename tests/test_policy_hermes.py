@@ -154,6 +154,27 @@ def test_a_trial_that_ran_once_waits_since_its_submission() -> None:
     assert policy.priority(wide, now + 100.0) == policy.priority(narrow, now + 100.0)  # a tie: arrival order
 
 
+def test_once_links_rank_the_trials_a_trial_that_ran_once_waits_since_its_run() -> None:
+    """The first sweep's length is no credit: after the first links, ageing counts from a trial's last run."""
+    rng = np.random.default_rng(0)
+    policy, clock = HermesPolicy(), Clock()
+    finals = rng.uniform(50, 90, 40)
+    population(policy, clock, finals, finals / 2, steps=8)
+    assert policy._predictors  # links are fitted: measured trials are ranked, no longer tied
+    early = trained(policy, clock, "early", 40, [40.0])  # submitted at 0, like every trial here
+    clock.now += 3 * STEP_SECONDS  # others ran meanwhile
+    later = trained(policy, clock, "later", 41, [40.0])
+    holder = Trial("holder", 42, 50, submitted_at=0.0)
+    policy.priority(holder, clock.now)
+    holder.begin_run("g0", clock.now)  # a trial holds the GPU, so waiting ones age
+    policy._refresh_budgets(clock.now)
+    rate, then = policy._age_rate, clock.now + 100.0
+    assert rate > 0
+    for trial in (early, later):  # not since submission (0), which would credit each with the whole sweep
+        assert trial.idle_since > 0
+        assert policy.priority(trial, then) == pytest.approx(policy._priority[trial.trial_id] + (then - trial.idle_since) * rate)
+
+
 def test_a_trial_converging_faster_than_its_peers_outranks_a_slow_one() -> None:
     """Once ranks are seen to persist, the trial that climbed above its peers goes first."""
     rng = np.random.default_rng(0)
