@@ -178,9 +178,9 @@ Stopping
 
 Where it stands (bench/policy_panel.py, docs/policy.md; warm-worker costs, 4 GPUs, 10 seeds)
     On the ten shipped traces it gives first feedback 11-160x sooner than FIFO, sooner than
-    ASHA on every one, and trains the final-best trial in every seed. Time to best is 4.4-21x
+    ASHA on every one, and trains the final-best trial in every seed. Time to best is 4.4-22x
     sooner than FIFO in the mean where early ranks or the hyper-parameters carry the ranking
-    (nasbench, lcbench 189908, 34539, 189866, 189873, the real workload), but 1-3.8x where the
+    (nasbench, lcbench 189908, 34539, 189866, 189873, the real workload), but 1-3.9x where the
     final best rises late (lcbench 146212, 167104, 168330; NAS-Bench-301), and slower than FIFO
     in some seed on most traces: a late riser waits at a low priority until ageing, its deeper
     rungs or its hyper-parameters lift it. In
