@@ -144,7 +144,8 @@ Ageing
     ranked ones that had run since (lcbench_189866, seed 0, 3 h in: 216 trials ahead of the
     final best, among them trials that end 389th to 395th of 400). Counting from the last run
     there took time to best over FIFO from 5.02x to 5.25x in the geometric mean of the ten
-    traces, and no trace lost (4 GPUs, warm costs, 10 seeds; docs/policy.md, "Ageing").
+    traces, and no trace lost (4 GPUs, warm costs, 10 seeds; docs/policy.md, "Ageing, once
+    trials are ranked").
 
 The scheduling period and the switch price: learned, not set
     A switch (suspend and resume) costs GPU time. Its price starts at the engine's figure
@@ -723,7 +724,7 @@ class HermesPolicy(SchedulingPolicy):
                 row = self._row(trial)  # known from now on: its budget counts in the work estimate
             return UNMEASURED - trial.submitted_at - self._predicted[row]
         if trial.running_since is None:
-            informed = trial.starts > 1 or self._predictors  # see "Ageing": first turns tie until the first links
+            informed = trial.starts > 1 or bool(self._predictors)  # see "Ageing": first turns tie until the first links
             waiting_since = trial.idle_since if informed else trial.submitted_at
             return base + (now - waiting_since) * self._age_rate
         return base
