@@ -99,6 +99,14 @@ def reported_once(policy: HermesPolicy, trial: Trial, seconds: float, now: float
     trial.move_to(TrialState.SUSPENDED)
 
 
+def hold_the_gpu(policy: HermesPolicy, known: float, start: float) -> None:
+    """A trial, known to the policy at ``known``, holds the GPU from ``start``: so waiting ones age."""
+    holder = Trial("holder", 42, 50, submitted_at=0.0)
+    policy.priority(holder, known)
+    holder.begin_run("g0", start)
+    policy._refresh_budgets(start)
+
+
 def widths_measured(policy: HermesPolicy, count: int = 30, seconds_per_width: float = 0.5) -> float:
     """``count`` trials of widths 10..100 reported once, each taking time in proportion to its width."""
     now = 0.0
@@ -145,10 +153,7 @@ def test_a_trial_that_ran_once_waits_since_its_submission() -> None:
     narrow = Trial("narrow", 41, 50, submitted_at=0.0, params={"width": 10})
     reported_once(policy, narrow, 5.0, now)  # shortest first: the later arrival reports first
     reported_once(policy, wide, 50.0, now + 5.0)
-    holder = Trial("holder", 42, 50, submitted_at=0.0)
-    policy.priority(holder, now)
-    holder.begin_run("g0", now + 55.0)  # a trial holds the GPU, so waiting ones age
-    policy._refresh_budgets(now + 55.0)
+    hold_the_gpu(policy, now, now + 55.0)
     assert policy._age_rate > 0
     assert wide.idle_since > narrow.idle_since
     assert policy.priority(wide, now + 100.0) == policy.priority(narrow, now + 100.0)  # a tie: arrival order
@@ -164,10 +169,7 @@ def test_once_links_rank_the_trials_a_trial_that_ran_once_waits_since_its_run() 
     early = trained(policy, clock, "early", 40, [40.0])  # submitted at 0, like every trial here
     clock.now += 3 * STEP_SECONDS  # others ran meanwhile
     later = trained(policy, clock, "later", 41, [40.0])
-    holder = Trial("holder", 42, 50, submitted_at=0.0)
-    policy.priority(holder, clock.now)
-    holder.begin_run("g0", clock.now)  # a trial holds the GPU, so waiting ones age
-    policy._refresh_budgets(clock.now)
+    hold_the_gpu(policy, clock.now, clock.now)
     rate, then = policy._age_rate, clock.now + 100.0
     assert rate > 0
     for trial in (early, later):  # not since submission (0), which would credit each with the whole sweep
