@@ -279,6 +279,31 @@ def test_where_a_first_report_tells_nothing_the_hyper_parameters_order_the_waiti
     assert abs(spearman[False]) < 0.5
 
 
+def test_where_deeper_standings_tell_little_the_hyper_parameters_weigh_in_there_too() -> None:
+    """Curves start at a quality unrelated to the end and turn towards it late; where they end follows a
+    learning rate. Trials that reported twice and wait at the second rung are ranked by what the learning rate
+    predicts, which the predictor of that rung weighs in beside the two standings; without the prior they are
+    ranked by their standings, which tell nearly nothing here."""
+    rng = np.random.default_rng(3)
+    rates = rng.uniform(0.0, 1.0, 60)
+    early = rng.uniform(0.0, 30.0, 60)
+    finals = 40 * rates + rng.normal(0, 2, 60)
+    noise = rng.normal(0, 1, (60, 8))
+    spearman, weight = {}, {}
+    for prior in (True, False):
+        policy, clock = HermesPolicy(ageing=0.0, prior=prior), Clock()
+        trials = []
+        for i in range(60):
+            curve = [early[i] + (finals[i] - early[i]) * (t / 7) ** 3 + noise[i, t] for t in range(8)]
+            trials.append(trained(policy, clock, f"t{i}", i, curve if i < 30 else curve[:2], params={"lr": rates[i]}))
+        waiting = np.array([policy.priority(t, clock.now) for t in trials[30:45]])
+        spearman[prior] = np.corrcoef(np.argsort(np.argsort(waiting)), np.argsort(np.argsort(finals[30:45])))[0, 1]
+        weight[prior] = policy.state_dict()["predictors"][1][3]  # the prior's weight at the second rung
+    assert weight[True] > 0.5 and weight[False] == 0.0
+    assert spearman[True] > 0.8
+    assert spearman[False] < 0.6
+
+
 def test_a_weak_prior_is_trusted_only_as_far_as_it_predicts() -> None:
     """The learning rate explains a quarter of the final rank's variance (correlation 0.52), the first report
     nothing: the prior is used, but the rung-0 prediction is no narrower than the learning rate allows."""
@@ -439,6 +464,25 @@ def test_state_with_a_fitted_duration_model_round_trips_through_json() -> None:
     assert [restored.priority(t, now) for t in waiting] == before
     later = Trial("later", 200, 50, submitted_at=now, params={"width": 33})
     assert restored.priority(later, now) == policy.priority(later, now)
+    assert restored.state_dict() == policy.state_dict()
+
+
+def test_a_state_saved_when_the_prior_was_rung_0s_second_standing_loads_into_the_same_model() -> None:
+    """States saved before the prior had a weight of its own kept it in rung 0's ``before`` slot (three numbers
+    per predictor); a restart from one restores the same predictors and ranking."""
+    rng = np.random.default_rng(5)
+    rates = rng.uniform(0.0, 1.0, 60)
+    finals = 50 + 40 * rates + rng.normal(0, 2, 60)
+    policy, clock = HermesPolicy(ageing=0.0), Clock()
+    trials = [trained(policy, clock, f"t{i}", i, [rng.uniform(5, 45), finals[i]] if i < 40 else [rng.uniform(5, 45)],
+                      params={"lr": rates[i]}) for i in range(60)]
+    state = json.loads(json.dumps(policy.state_dict(), allow_nan=False))
+    (now, before, width, prior), = state["predictors"]  # the horizon is the second rung: one predictor
+    assert prior != 0.0 and before == 0.0
+    state["predictors"] = [[now, prior, width]]
+    restored = HermesPolicy(ageing=0.0)
+    restored.load_state_dict(state)
+    assert [restored.priority(t, clock.now) for t in trials] == [policy.priority(t, clock.now) for t in trials]
     assert restored.state_dict() == policy.state_dict()
 
 

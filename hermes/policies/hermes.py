@@ -88,20 +88,26 @@ What the hyper-parameters say
     say what they are worth. So at every refit the standings at the horizon are regressed on the
     hyper-parameters, with the duration model's ridge regression (hermes.policies.duration: the
     same features, penalty and leave-one-out trust check). Where it predicts held-out trials
-    better than chance by one standard error, its prediction is the rung-0 predictor's second
-    regressor, the slot momentum fills at deeper rungs: the horizon is regressed on a trial's
-    first standing and its prior, with the horizon trials' leave-one-out priors so that the
-    weight does not credit the prior with its own overfit, and the width shrinks by what the
-    prior adds (the prior is first put on the standings' scale, variance 1, as the predictor
-    counts it). Where the hyper-parameters tell nothing, the fit is not trusted and nothing
-    changes; searches without hyper-parameters (a bare list of commands) keep the arrival order.
-    It is learned per search, like the links: nothing in it is set for a trace. With 4 GPUs and
-    warm costs over 40 seeds, time to best over FIFO goes from 10.7x to 25.3x on lcbench_189873,
-    1.7-2.4x to 1.8-2.5x on the late risers (146212, 167104, 168330) and 4.7x to 6.8x to the
-    target on 189908, but from 6.9x to 4.4x on lcbench_189866, whose final ranks its hyper-
-    parameters predict least well of the LCBench traces (correlation 0.6 from 40 trials, against
-    0.7-0.9), and whose best they place 23rd to 82nd of 400 (squares of the features, for an
-    interior optimum, did not help: docs/policy.md).
+    better than chance by one standard error, its prediction, the *prior*, is a regressor of
+    every predictor: at the first report beside the standing there (the slot momentum fills
+    deeper), and at deeper rungs beside the last two standings. The horizon trials' leave-one-out
+    priors are used, so that a weight does not credit the prior with its own overfit, and the
+    width shrinks by what the prior adds (the prior is first put on the standings' scale,
+    variance 1, as the predictor counts it; its population correlations with the standings are
+    read over every trial at the rung). Where the hyper-parameters tell nothing, the fit is not
+    trusted and nothing changes; searches without hyper-parameters (a bare list of commands) keep
+    the arrival order. It is learned per search, like the links: nothing in it is set for a trace.
+    At the first report, with 4 GPUs and warm costs over 40 seeds, it took time to best over FIFO
+    from 10.7x to 25.3x on lcbench_189873 and 4.7x to 6.8x to the target on 189908, but from
+    6.9x to 4.4x on lcbench_189866, whose best its hyper-parameters place 23rd to 82nd of 400.
+    Deeper, it counts where the standings so far do not yet show what the hyper-parameters say:
+    on the late risers a trial's standing keeps changing at every depth, and where it ends follows
+    its configuration more than its first epochs (lcbench_146212: the final best stands 142nd
+    after two epochs and 46th after four, where the hyper-parameters of 40 random finished trials
+    place it 2nd to 11th). There, at 4 GPUs and warm costs over 10 seeds, time to best
+    over FIFO went from 2.49x to 2.94x on 146212, 2.30x to 2.49x on 167104, 4.79x to 6.36x on
+    189866 and 11.8x to 13.1x on 189908, the others within 1% (docs/policy.md, "What the
+    hyper-parameters say").
 
 What a trial costs
     Time to the best is measured in GPU seconds, not epochs, and trials differ in what an epoch
@@ -259,11 +265,12 @@ class Link:
 
 @dataclass(frozen=True, slots=True)
 class Predictor:
-    """Standing at the horizon predicted from the last two standings; optimistic = mean + optimism * width."""
+    """Standing at the horizon predicted from the last two standings and the prior; optimistic = mean + optimism * width."""
 
     now: float  # weight of the standing at the trial's last rung
-    before: float  # weight of the standing at the rung before
+    before: float  # weight of the standing at the rung before (momentum; 0 at the first rung)
     width: float  # standard deviation of the prediction, in population standard deviations
+    prior: float = 0.0  # weight of the score the hyper-parameters predict (see "What the hyper-parameters say")
 
 
 NO_INFORMATION = Predictor(0.0, 0.0, 1.0)
@@ -287,39 +294,33 @@ def fit_link(previous: np.ndarray, scores: np.ndarray, least: int) -> Link | Non
 
 
 def fit_predictor(
-    now: np.ndarray, before: np.ndarray | None, scores: np.ndarray, correlation: float, least: int
-) -> Predictor | None:
-    """Regress the horizon's within-group ``scores`` on the last two population standings.
+    regressors: np.ndarray, correlation: np.ndarray, scores: np.ndarray, least: int
+) -> tuple[np.ndarray, float] | None:
+    """Regress the horizon's within-group ``scores`` on population-scale ``regressors`` (trials x columns).
 
-    ``correlation`` is the population correlation between the two standings; with it the
-    fitted weights give the prediction's population variance, hence its population correlation
-    R with the outcome. R is shrunk by one standard error; the width is sqrt(1 - R**2).
+    ``correlation`` is the regressors' population correlation matrix; with it the fitted weights
+    give the prediction's population variance, hence its population correlation R with the
+    outcome. R is shrunk by one standard error; the width is sqrt(1 - R**2). Returns the weights
+    and the width, or None where there is nothing to trust (too few trials, nothing explained).
     """
-    n = len(scores)
+    n, columns = regressors.shape
     if n < least:
         return None
-    columns = [now] if before is None else [now, before]
-    x = np.stack([column - column.mean() for column in columns], axis=1)
+    x = regressors - regressors.mean(axis=0)
     gc = scores - scores.mean()
     gram = x.T @ x
-    if before is not None and np.linalg.cond(gram) > 1e8:  # the two standings are one (no link between)
-        return fit_predictor(now, None, scores, correlation, least)
-    try:
-        weights = np.linalg.solve(gram, x.T @ gc)
-    except np.linalg.LinAlgError:
+    if np.linalg.cond(gram) > 1e8:
         return None
+    weights = np.linalg.solve(gram, x.T @ gc)
     residual = gc - x @ weights
-    noise = float(residual @ residual) / (n - 1 - len(columns))
-    w_now = float(weights[0])
-    w_before = float(weights[1]) if before is not None else 0.0
-    explained = w_now * w_now + w_before * w_before + 2.0 * correlation * w_now * w_before
+    noise = float(residual @ residual) / (n - 1 - columns)
+    explained = float(weights @ correlation @ weights)
     if explained <= 1e-12:
-        return NO_INFORMATION
+        return None
     spread = math.sqrt(explained + noise)
     fit = math.sqrt(explained) / spread
-    trusted = shrink(fit, n, len(columns))
-    scale = trusted / fit / spread
-    return Predictor(w_now * scale, w_before * scale, math.sqrt(1.0 - trusted * trusted))
+    trusted = shrink(fit, n, columns)
+    return weights * (trusted / fit / spread), math.sqrt(1.0 - trusted * trusted)
 
 
 class HermesPolicy(SchedulingPolicy):
@@ -558,15 +559,9 @@ class HermesPolicy(SchedulingPolicy):
         self._prior = []
         if horizon:
             members, scores = groups[horizon]
-            prior = self._fit_prior(members, scores, standing[0])
-            for k in range(horizon):
-                link = self._links[k] if k else None
-                before = standing[k - 1, members] if k and self.momentum else None
-                correlation = link.correlation if link else 0.0
-                if k == 0 and prior is not None:  # at the first report, the prior takes the place of momentum
-                    before, correlation = prior
-                predictor = fit_predictor(standing[k, members], before, scores, correlation, least)
-                self._predictors.append(predictor or NO_INFORMATION)
+            held_out = self._fit_prior(members, scores)
+            self._predictors = [self._fit_predictor(k, members, scores, standing, held_out, least)
+                                for k in range(horizon)]
             link = self._links[horizon]
             trusted = max(0.0, shrink(link.correlation, link.trials, 1))
             self._frontier = Predictor(trusted, 0.0, math.sqrt(1.0 - trusted * trusted))
@@ -577,20 +572,48 @@ class HermesPolicy(SchedulingPolicy):
         w_now = np.array([p.now for p in table])[pick]
         w_before = np.array([p.before for p in table])[pick]
         width = np.array([p.width for p in table])[pick]
-        before = np.where(k > 0, standing[np.maximum(k - 1, 0), rows], self._prior_of(rows))
-        optimistic = w_now * standing[k, rows] + w_before * before + width * self._offsets(rows.tolist(), width)
+        w_prior = np.array([p.prior for p in table])[pick]
+        before = np.where(k > 0, standing[np.maximum(k - 1, 0), rows], 0.0)
+        optimistic = (w_now * standing[k, rows] + w_before * before + w_prior * self._prior_of(rows)
+                      + width * self._offsets(rows.tolist(), width))
         names = list(self._index)
         self._priority = dict(zip(map(names.__getitem__, rows.tolist()), optimistic.tolist()))
         measured = self._rung_rows[0]
         if self.shortest_first and len(measured) not in (len(self._index), self._durations_fitted_on):
             self._fit_durations(measured)  # some trials still wait for their first report
 
-    def _fit_prior(self, members: np.ndarray, scores: np.ndarray,
-                   first: np.ndarray) -> tuple[np.ndarray, float] | None:
+    def _fit_predictor(self, k: int, members: np.ndarray, scores: np.ndarray, standing: np.ndarray,
+                       held_out: np.ndarray | None, least: int) -> Predictor:
+        """Predict the horizon's ``scores`` of its ``members`` from rung ``k``: the standing there, the one
+        before (momentum, where a link leads into rung ``k``; else the two are one) and the prior, if any.
+
+        The regressors' population correlations are read over every trial at rung ``k``, but that of the two
+        standings, which the link into rung ``k`` gives without the selection of who went further."""
+        rows = np.array(self._rung_rows[k], dtype=int)
+        names, fitted_on, population = ["now"], [standing[k, members]], [standing[k, rows]]
+        link = self._links[k] if k else None
+        if link is not None and self.momentum:
+            names.append("before")
+            fitted_on.append(standing[k - 1, members])
+            population.append(standing[k - 1, rows])
+        if held_out is not None:
+            names.append("prior")
+            fitted_on.append(held_out)
+            population.append(self._prior_of(rows))
+        correlation = np.atleast_2d(np.nan_to_num(np.corrcoef(np.stack(population))))  # a constant column: 0
+        np.fill_diagonal(correlation, 1.0)
+        if link is not None and self.momentum:
+            correlation[0, 1] = correlation[1, 0] = link.correlation
+        fitted = fit_predictor(np.stack(fitted_on, axis=1), correlation, scores, least)
+        if fitted is None:
+            return NO_INFORMATION
+        weights, width = fitted
+        return Predictor(**{"before": 0.0, **dict(zip(names, weights.tolist())), "width": width})
+
+    def _fit_prior(self, members: np.ndarray, scores: np.ndarray) -> np.ndarray | None:
         """The horizon's ``scores`` of its ``members`` regressed on their hyper-parameters (see "What the
-        hyper-parameters say"): their held-out predictions and the population correlation of the prediction
-        with the standing at the first report (``first``, by row); None, and no prior, unless it predicts
-        held-out trials better than chance.
+        hyper-parameters say"): their held-out predictions, and every trial's in ``_prior``; None, and no
+        prior, unless it predicts held-out trials better than chance.
 
         The prior is put on the standings' scale (population mean 0, variance 1 over the measured trials):
         ``fit_predictor`` counts its regressors' variance as 1, and a prediction's variance is only the share
@@ -600,14 +623,12 @@ class HermesPolicy(SchedulingPolicy):
         if fitted is None:
             return None
         held_out, everyone = fitted
-        measured = self._rung_rows[0]
-        x, y = first[measured], everyone[measured]
-        if y.std() == 0 or x.std() == 0:
+        measured = everyone[self._rung_rows[0]]
+        if measured.std() == 0:
             return None
-        centre, scale = float(y.mean()), float(y.std())
+        centre, scale = float(measured.mean()), float(measured.std())
         self._prior = ((everyone - centre) / scale).tolist()
-        correlation = float(np.corrcoef(x, y)[0, 1])
-        return (held_out - centre) / scale, correlation
+        return (held_out - centre) / scale
 
     def _prior_of(self, rows: np.ndarray) -> np.ndarray:
         """The rows' prior predictions, 0 (the population mean) where there is none (rows newer than the fit)."""
@@ -642,10 +663,12 @@ class HermesPolicy(SchedulingPolicy):
         values = self._values[row]
         k = len(values) - 1
         predictor = self._predictors[k] if k < len(self._predictors) else self._frontier
-        before = self._standing(values, k - 1) if k else float(self._prior_of(np.array([row]))[0])
+        before = self._standing(values, k - 1) if k else 0.0
         width = predictor.width
         offset = float(self._offsets([row], np.array([width]))[0])
         mean = predictor.now * self._standing(values, k) + predictor.before * before
+        if predictor.prior:
+            mean += predictor.prior * float(self._prior_of(np.array([row]))[0])
         self._priority[trial_id] = mean + width * offset
 
     def _offsets(self, rows: list[int], width: np.ndarray) -> np.ndarray:
@@ -782,8 +805,8 @@ class HermesPolicy(SchedulingPolicy):
             "records_at_refit": self._records_at_refit,
             "links": [None if link is None else [link.intercept, link.spread, link.correlation, link.trials]
                       for link in self._links],
-            "predictors": [[p.now, p.before, p.width] for p in self._predictors],
-            "frontier": [self._frontier.now, self._frontier.before, self._frontier.width],
+            "predictors": [[p.now, p.before, p.width, p.prior] for p in self._predictors],
+            "frontier": [self._frontier.now, self._frontier.before, self._frontier.width, self._frontier.prior],
             "prior": list(self._prior),
             "priority": dict(self._priority),
         }
@@ -821,6 +844,9 @@ class HermesPolicy(SchedulingPolicy):
         self._links = [None if link is None else Link(float(link[0]), float(link[1]), float(link[2]), int(link[3]))
                        for link in state["links"]]
         self._predictors = [Predictor(*map(float, p)) for p in state["predictors"]]
+        if self._predictors and len(state["predictors"][0]) == 3:  # saved when the prior was rung 0's ``before``
+            first = self._predictors[0]
+            self._predictors[0] = Predictor(first.now, 0.0, first.width, first.before)
         self._frontier = Predictor(*map(float, state["frontier"]))
         self._prior = [float(p) for p in state.get("prior", [])]  # absent from states saved before it existed
         self._priority = {trial_id: float(value) for trial_id, value in state["priority"].items()}
