@@ -608,7 +608,8 @@ class HermesPolicy(SchedulingPolicy):
         if fitted is None:
             return NO_INFORMATION
         weights, width = fitted
-        return Predictor(**{"before": 0.0, **dict(zip(names, weights.tolist())), "width": width})
+        weight = dict(zip(names, weights.tolist()))
+        return Predictor(weight["now"], weight.get("before", 0.0), width, weight.get("prior", 0.0))
 
     def _fit_prior(self, members: np.ndarray, scores: np.ndarray) -> np.ndarray | None:
         """The horizon's ``scores`` of its ``members`` regressed on their hyper-parameters (see "What the
