@@ -592,7 +592,8 @@ class HermesPolicy(SchedulingPolicy):
         rows = np.array(self._rung_rows[k], dtype=int)
         names, fitted_on, population = ["now"], [standing[k, members]], [standing[k, rows]]
         link = self._links[k] if k else None
-        if link is not None and self.momentum:
+        momentum = link is not None and self.momentum
+        if momentum:
             names.append("before")
             fitted_on.append(standing[k - 1, members])
             population.append(standing[k - 1, rows])
@@ -602,7 +603,7 @@ class HermesPolicy(SchedulingPolicy):
             population.append(self._prior_of(rows))
         correlation = np.atleast_2d(np.nan_to_num(np.corrcoef(np.stack(population))))  # a constant column: 0
         np.fill_diagonal(correlation, 1.0)
-        if link is not None and self.momentum:
+        if momentum:
             correlation[0, 1] = correlation[1, 0] = link.correlation
         fitted = fit_predictor(np.stack(fitted_on, axis=1), correlation, scores, least)
         if fitted is None:
