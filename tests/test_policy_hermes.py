@@ -256,6 +256,25 @@ def test_trust_in_early_ranks_is_learned_from_trials_that_went_further() -> None
     assert spreads["misleading"] < 0.5 * spreads["informative"]
 
 
+def test_trust_is_learned_against_where_trials_stand_at_their_budget() -> None:
+    """The last rung is the budget, not the last doubling below it: ranks that the stretch after step 8 of a
+    12-step budget overturns earn no trust, ranks it confirms do."""
+    rng = np.random.default_rng(2)
+    early = rng.uniform(50, 90, 60)
+    spreads = {}
+    for label, finals in (("confirmed", early), ("overturned", rng.permutation(early))):
+        policy, clock = HermesPolicy(ageing=0.0), Clock()
+        trials = []
+        for i, (level, final) in enumerate(zip(early, finals)):
+            curve = [level - level / 2 * 0.5**k for k in range(8)]
+            curve += [curve[-1] + (final - curve[-1]) * j / 4 for j in range(1, 5)]
+            trials.append(trained(policy, clock, f"t{i}", i, curve if i < 25 else curve[:1], budget=12))
+        waiting_at_step_1 = [policy.priority(t, clock.now) for t in trials[25:]]
+        spreads[label] = max(waiting_at_step_1) - min(waiting_at_step_1)
+    assert spreads["confirmed"] > 1.5
+    assert spreads["overturned"] < 0.5 * spreads["confirmed"]
+
+
 def test_where_a_first_report_tells_nothing_the_hyper_parameters_order_the_waiting_trials() -> None:
     """The final rank follows a learning rate, the first report is noise: once 25 trials went deeper, the waiting
     ones are ranked by what their learning rate predicts; without the prior (``prior=False``) they tie. Judged on
