@@ -256,6 +256,18 @@ def test_trust_in_early_ranks_is_learned_from_trials_that_went_further() -> None
     assert spreads["misleading"] < 0.5 * spreads["informative"]
 
 
+def test_rungs_double_from_the_first_report_and_end_at_the_budget() -> None:
+    """A 12-step budget ends in a rung at 12; a budget that is a doubling gets no extra rung; a 1-step one has one."""
+    policy, clock = HermesPolicy(), Clock()
+    for name, budget in (("twelve", 12), ("eight", 8), ("one", 1)):
+        trained(policy, clock, name, len(policy.state_dict()["trials"]), [50.0 + step for step in range(budget)],
+                budget=budget)
+    state = policy.state_dict()
+    rungs = {name: len(values) for name, values in zip(state["trials"], state["values"])}
+    assert rungs == {"twelve": 5, "eight": 4, "one": 1}  # steps 1, 2, 4, 8, 12; 1, 2, 4, 8; 1
+    assert state["values"][0][-1] == pytest.approx(61.0)  # the last rung holds where the curve ends
+
+
 def test_trust_is_learned_against_where_trials_stand_at_their_budget() -> None:
     """The last rung is the budget, not the last doubling below it: ranks that the stretch after step 8 of a
     12-step budget overturns earn no trust, ranks it confirms do."""
