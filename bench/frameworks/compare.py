@@ -56,6 +56,7 @@ if not __package__:  # run as a script: make `bench` importable from the reposit
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.frameworks.systems import SEARCHES, SLOTS, SYSTEMS, Setting, Size, Timeline  # noqa: E402
+from bench.frameworks.workload import machine  # noqa: E402
 from hermes.policies import make_policy  # noqa: E402
 
 TARGET_POINTS = 0.005  # accuracy is in [0, 1]: 0.5 points
@@ -212,6 +213,14 @@ def summarise(results: list[dict[str, Timeline]], size: Size, unit: str = "fifo"
     return table
 
 
+def times_to_target(results: list[dict[str, Timeline]], size: Size) -> dict[str, list[float | None]]:
+    """Per system, its time to target in each round: where the arrival order put the trials on target
+    decides FIFO's, so the spread between rounds says how much the mean rests on luck."""
+    bests = [reference_best(timelines, size.epochs) for timelines in results]
+    return {name: [figures(timelines[name], best, size).time_to_target for timelines, best in zip(results, bests)]
+            for name in results[0]}
+
+
 def markdown(table: dict[str, dict[str, Any]], rounds: int) -> str:
     """The table, one row per system; ``(x)`` is the ratio to the unit of ``summarise``."""
     header = [
@@ -268,16 +277,19 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as error:
         parser.error(str(error))
     proposed = "the same configurations" if args.search == "grid" else "proposals of Optuna's TPE"
+    where = machine()
     print(f"{size.trials} trials x {size.epochs} epochs on {SLOTS} slots, {proposed}; hermes period "
-          f"{args.hermes_period or 'learned'}, params {params or 'as Hermes sets them'}", flush=True)
+          f"{args.hermes_period or 'learned'}, params {params or 'as Hermes sets them'}; torch {where['torch']}, "
+          f"CPU kernels {where['cpu_capability']}", flush=True)
     results = run_rounds(systems, args.rounds, size, args.hermes_period, params, args.search)
     table = summarise(results, size, args.ratio_to)
     print(f"\nratios to {args.ratio_to}:")
     print(markdown(table, args.rounds))
-    for name in systems:
+    for name, targets in times_to_target(results, size).items():
         setups = [timelines[name].setup for timelines in results]
         print(f"{name}: wall {', '.join(f'{t[name].wall:.1f}' for t in results)} s; "
-              f"set-up before its start {statistics.fmean(setups):.1f} s")
+              f"set-up before its start {statistics.fmean(setups):.1f} s; time to target "
+              f"{', '.join('never' if t is None else f'{t:.1f}' for t in targets)} s")
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -287,6 +299,7 @@ def main(argv: list[str] | None = None) -> None:
                     "search": args.search,
                     "ratio_to": args.ratio_to,
                     "hermes": {"period": args.hermes_period, "params": params},
+                    "machine": where,
                     "figures": table,
                     "rounds": [{name: asdict(line) for name, line in timelines.items()} for timelines in results],
                 },

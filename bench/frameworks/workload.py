@@ -10,6 +10,7 @@ configuration reaches the same accuracies whichever system trains it.
 from __future__ import annotations
 
 import functools
+import platform
 import time
 from typing import Any
 
@@ -107,6 +108,17 @@ class Trainer:
         with torch.no_grad():
             accuracy = (self.model(self.x_val).argmax(dim=1) == self.y_val).float().mean().item()
         return accuracy, time.perf_counter() - start
+
+
+def machine() -> dict[str, str]:
+    """What decides the workload's float results besides its code: torch's version and the instruction
+    set its CPU kernels use (AVX2, AVX512, ...). Runs that differ here train different curves from the
+    first few epochs on, so their figures are compared with each other only."""
+    return {
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "architecture": platform.machine(),
+    }
 
 
 def configuration(index: int) -> dict[str, Any]:
