@@ -4,7 +4,10 @@ The data are the digits example's (``examples/digits/train.py``): 360 clean vali
 14 shifted, noisy copies of the other 1437 (20,118 training images), so an epoch takes a few
 tenths of a second on one thread. Training is deterministic: a configuration's ``seed`` fixes
 initialisation and shuffling, and every system runs torch on one thread, so the same
-configuration reaches the same accuracies whichever system trains it.
+configuration reaches the same accuracies whichever system trains it, on one machine. Across
+machines it does not: torch picks its CPU kernels by the instruction set, their float sums round
+differently, and a curve drifts off after a few epochs (``machine`` names what decides;
+docs/benchmarks.md, "Why the workload moved between machines").
 """
 
 from __future__ import annotations
