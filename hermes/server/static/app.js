@@ -434,11 +434,12 @@ function clusterView(root) {
         const input = el("input", { type: "number", min: "0.01", step: "0.5", value: u.weight, size: 4 });
         const set = el("button", { onclick: async () => {
           usersError.textContent = "";
+          users.setAttribute("aria-busy", "true");  // until the table is drawn again: an edit now would be lost
           try {
             await api(`/users/${encodeURIComponent(u.user)}/weight`,
                       { method: "PUT", body: JSON.stringify({ weight: +input.value }) });
           } catch (error) { usersError.textContent = `${u.user}: ${error.message}`; }
-          await showUsers();
+          try { await showUsers(); } finally { users.removeAttribute("aria-busy"); }
         } }, "Set weight");
         return el("tr", { "data-user": u.user }, el("td", {}, u.user), el("td", {}, u.admin ? "yes" : ""),
           el("td", {}, me.admin ? input : fmt(u.weight)), el("td", {}, me.admin ? set : ""));
