@@ -187,18 +187,26 @@ def check(
         raise ValueError(f"hermes policy: {error}") from None
 
 
-def summarise(results: list[dict[str, Timeline]], size: Size, unit: str = "fifo") -> dict[str, dict[str, Any]]:
-    """Per system: each figure's mean over rounds (None when never reached), the rounds that reached
-    it, and its ratio to the mean of system ``unit``; and the mean epoch time relative to FIFO's."""
+def round_figures(results: list[dict[str, Timeline]], size: Size) -> list[dict[str, Figures]]:
+    """Every system's figures in each round, against that round's best final accuracy. Printed per round for
+    the time to target: where the arrival order put the trials on target decides FIFO's, so the spread
+    between rounds says how much the mean rests on luck."""
     per_round = []
     for timelines in results:
         best = reference_best(timelines, size.epochs)
         per_round.append({name: figures(timeline, best, size) for name, timeline in timelines.items()})
+    return per_round
+
+
+def summarise(results: list[dict[str, Timeline]], size: Size, unit: str = "fifo") -> dict[str, dict[str, Any]]:
+    """Per system: each figure's mean over rounds (None when never reached), the rounds that reached
+    it, and its ratio to the mean of system ``unit``; and the mean epoch time relative to FIFO's."""
+    per_round = round_figures(results, size)
     table: dict[str, dict[str, Any]] = {}
     for name in results[0]:
         row: dict[str, Any] = {}
         for figure in (*FIGURES, "wall"):
-            values = [getattr(round_figures[name], figure) for round_figures in per_round]
+            values = [getattr(one_round[name], figure) for one_round in per_round]
             reached = [value for value in values if value is not None]
             row[figure] = statistics.fmean(reached) if reached else None
             row[f"{figure}_rounds"] = len(reached)
@@ -211,14 +219,6 @@ def summarise(results: list[dict[str, Timeline]], size: Size, unit: str = "fifo"
             base, mine = table[unit][figure], row[figure]
             row[f"{figure}_ratio"] = mine / base if mine is not None and base else None
     return table
-
-
-def times_to_target(results: list[dict[str, Timeline]], size: Size) -> dict[str, list[float | None]]:
-    """Per system, its time to target in each round: where the arrival order put the trials on target
-    decides FIFO's, so the spread between rounds says how much the mean rests on luck."""
-    bests = [reference_best(timelines, size.epochs) for timelines in results]
-    return {name: [figures(timelines[name], best, size).time_to_target for timelines, best in zip(results, bests)]
-            for name in results[0]}
 
 
 def markdown(table: dict[str, dict[str, Any]], rounds: int) -> str:
@@ -285,8 +285,10 @@ def main(argv: list[str] | None = None) -> None:
     table = summarise(results, size, args.ratio_to)
     print(f"\nratios to {args.ratio_to}:")
     print(markdown(table, args.rounds))
-    for name, targets in times_to_target(results, size).items():
+    per_round = round_figures(results, size)
+    for name in systems:
         setups = [timelines[name].setup for timelines in results]
+        targets = [one_round[name].time_to_target for one_round in per_round]
         print(f"{name}: wall {', '.join(f'{t[name].wall:.1f}' for t in results)} s; "
               f"set-up before its start {statistics.fmean(setups):.1f} s; time to target "
               f"{', '.join('never' if t is None else f'{t:.1f}' for t in targets)} s")
