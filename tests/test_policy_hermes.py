@@ -322,7 +322,8 @@ def test_where_deeper_standings_tell_little_the_hyper_parameters_weigh_in_there_
     noise = rng.normal(0, 1, (60, 8))
     spearman, weight = {}, {}
     for prior in (True, False):
-        policy, clock = HermesPolicy(ageing=0.0, prior=prior), Clock()
+        # the early curves are unrelated to where they end, so the median rule would defer trials at random
+        policy, clock = HermesPolicy(ageing=0.0, prior=prior, defer_behind=False), Clock()
         trials = []
         for i in range(60):
             curve = [early[i] + (finals[i] - early[i]) * (t / 7) ** 3 + noise[i, t] for t in range(8)]
@@ -416,6 +417,54 @@ def test_ageing_lifts_a_starved_trial_eventually() -> None:
     while policy.priority(laggard, later) <= policy.priority(leader, later):
         later *= 2
         assert later < 1e12, "the laggard never catches up"
+
+
+def test_a_trial_clearly_behind_the_others_waits_until_no_other_trial_waits() -> None:
+    """The median rule with 95% confidence, over at least ``min_trials`` others, defers a trial far behind the
+    others at the same step: ageing never lifts it above a trial that is not deferred, but it is not stopped
+    either. Without deferral it catches up. With fewer others than ``min_trials`` nobody is deferred."""
+    for defer in (True, False):
+        policy, clock = HermesPolicy(defer_behind=defer), Clock()
+        rng = np.random.default_rng(4)
+        trials = [trained(policy, clock, f"t{i}", i, list(level + np.arange(4.0))) for i, level in
+                  enumerate(rng.uniform(60, 80, 24))]
+        laggard = trained(policy, clock, "laggard", 24, [5.0, 6.0, 7.0, 8.0])
+        policy._refresh_budgets(clock.now)
+        worst_other = min(policy.priority(t, clock.now) for t in trials)
+        assert policy.priority(laggard, clock.now) < worst_other
+        later = clock.now + 1e6 * max(1.0, 1.0 / max(policy._age_rate, 1e-9))
+        caught_up = policy.priority(laggard, later) > max(policy.priority(t, clock.now) for t in trials)  # they just ran
+        assert caught_up is not defer
+        assert ("laggard" in policy.state_dict()["judged_behind"]) is defer
+        upper_half = sorted(trials, key=lambda t: t.scores[-1])[12:]
+        assert not {t.trial_id for t in upper_half} & set(policy.state_dict()["judged_behind"])
+    few, clock = HermesPolicy(), Clock()
+    for i, level in enumerate(np.random.default_rng(4).uniform(60, 80, 18)):
+        trained(few, clock, f"t{i}", i, list(level + np.arange(4.0)))
+    trained(few, clock, "laggard", 18, [5.0, 6.0, 7.0, 8.0])
+    assert few.state_dict()["judged_behind"] == []
+
+
+def test_a_trial_behind_where_ranks_do_not_predict_is_not_deferred() -> None:
+    """Curves that cross: the order at the first two steps is the reverse of the order at the fourth, where the
+    horizon is. The median rule judges slow starters behind, some of the final leaders among them, but the
+    search has shown that standings there do not predict the horizon, so nobody is deferred: every priority is
+    what it is without deferral."""
+    priorities = {}
+    for defer in (True, False):
+        policy, clock = HermesPolicy(defer_behind=defer), Clock()
+        levels = np.random.default_rng(5).uniform(20, 80, 24)
+        trials = [trained(policy, clock, f"t{i}", i, [level, level + 1, 100 - level, 101 - level])
+                  for i, level in enumerate(levels)]
+        trials.append(trained(policy, clock, "slow", 24, [5.0, 6.0]))
+        policy._refit()
+        state = policy.state_dict()
+        assert state["predictors"][0][0] < 0 and state["predictors"][1][0] <= 0  # no rung below the horizon predicts
+        leaders_at_the_end = {f"t{i}" for i in np.argsort(levels)[:6]}
+        judged = set(state["judged_behind"])
+        assert ("slow" in judged and bool(judged & leaders_at_the_end)) is defer
+        priorities[defer] = [policy.priority(t, clock.now) for t in trials]
+    assert priorities[True] == priorities[False]
 
 
 def test_no_switch_when_it_costs_more_than_finishing() -> None:

@@ -130,14 +130,26 @@ class MedianStopper(EarlyStopper):
         return ranks[n]
 
     def state_dict(self) -> dict[str, Any]:
+        """Plain JSON: a diverged trial's -inf is saved as None."""
         return {
-            "averages": {str(step): list(values) for step, values in self._averages.items()},
-            "trials": {trial_id: list(record) for trial_id, record in self._trials.items()},
+            "averages": {str(step): [_finite_or_none(v) for v in values] for step, values in self._averages.items()},
+            "trials": {trial_id: [_finite_or_none(v) for v in record] for trial_id, record in self._trials.items()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._averages = {int(step): list(values) for step, values in state["averages"].items()}
-        self._trials = {trial_id: tuple(record) for trial_id, record in state["trials"].items()}
+        self._averages = {int(step): [_none_as_minus_inf(v) for v in values]
+                          for step, values in state["averages"].items()}
+        self._trials = {}
+        for trial_id, (counted, total, best, judged) in state["trials"].items():
+            self._trials[trial_id] = (int(counted), _none_as_minus_inf(total), _none_as_minus_inf(best), int(judged))
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _none_as_minus_inf(value: float | None) -> float:
+    return -math.inf if value is None else float(value)
 
 
 def _half_binomial(n: int, k: int) -> float:
