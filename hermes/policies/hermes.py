@@ -176,10 +176,9 @@ Trials clearly behind wait last
     and nobody is deferred. It protects only in part: the first trials to finish are the fast
     starters, among whom early standings do predict, so on synthetic crossing curves
     (``crossing``, 24 epochs) time to best went from 1.35x FIFO to 0.91x (0.63x without the
-    gate). Deferring instead of stopping keeps the
-    guarantees: every trial is trained to its budget, so the final best is trained in every
-    search even where the rule misjudges it (it is then late, not lost), and the makespan does
-    not change. With endless submissions a deferred trial waits until they end. At 4 GPUs and
+    gate). Deferring instead of stopping keeps the guarantees: every trial is trained to its
+    budget, so the final best is trained in every search even where the rule misjudges it (it
+    is then late, not lost), and the makespan does not change. With endless submissions a deferred trial waits until they end. At 4 GPUs and
     warm costs over 10 seeds it took time to best over FIFO from 5.84x to 6.33x in the
     geometric mean of the ten traces (nb301 1.22x to 2.05x, lcbench_167104 2.64x to 3.06x,
     168330 4.44x to 4.70x, 189866 6.52x to 6.92x); no trace lost more than 1% with 4 or 16
