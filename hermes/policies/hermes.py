@@ -140,49 +140,50 @@ What a trial costs
     costs); lcbench_189866 goes from 4.3x to 6.8x, and six traces lose 0-10%.
 
 Ageing
-    A waiting trial's priority grows by one population standard deviation for every
-    ``ageing`` round-robin cycles it waits (a cycle is trials per GPU times the mean run: the
-    time in which round robin would have served it). No trial waits forever, even with endless
+    A waiting trial's priority grows by one population standard deviation for every ``ageing``
+    round-robin cycles it waits (a cycle is trials per GPU times the mean run: the time in
+    which round robin would have served it). No trial waits forever, even with endless
     submissions, but for a deferred one (below). ``ageing`` 3: on varied synthetic traces 1
-    makes Hermes nearly round robin, and 3 to 30 perform alike. A trial that has run only its first turn waits since its
-    submission, not since its first report: the first reports come shortest first, and waiting
-    since them would give second turns shortest first too, so the first trials to go deeper,
-    which fit the first links, would all be short ones (on lcbench that kept the best trial, a
-    slow one, waiting: time to best 2.1 h instead of 1.85 h). Counted from submission, they tie
-    and go in arrival order, a random sample. That holds until the first links are fitted. From
-    then on the measured trials are ranked and tie no longer, and a trial waits since its last
-    run whatever its turns: counted from submission, a wait included the whole first sweep, so
-    hours into a 400-trial search ageing lifted the trials not yet looked at again above better
-    ranked ones that had run since (lcbench_189866, seed 0, 3 h in: 216 trials ahead of the
-    final best, among them trials that end 389th to 395th of 400). Counting from the last run
-    there took time to best over FIFO from 5.02x to 5.25x in the geometric mean of the ten
-    traces, and no trace lost (4 GPUs, warm costs, 10 seeds; docs/policy.md, "Ageing, once
-    trials are ranked").
+    makes Hermes nearly round robin, and 3 to 30 perform alike. A trial that has run only its
+    first turn waits since its submission, not since its first report: the first reports come
+    shortest first, and waiting since them would give second turns shortest first too, so the
+    first trials to go deeper, which fit the first links, would all be short ones (on lcbench
+    that kept the best trial, a slow one, waiting: time to best 2.1 h instead of 1.85 h).
+    Counted from submission, they tie and go in arrival order, a random sample. That holds
+    until the first links are fitted. From then on the measured trials are ranked and tie no
+    longer, and a trial waits since its last run whatever its turns: counted from submission,
+    a wait included the whole first sweep, so hours into a 400-trial search ageing lifted the
+    trials not yet looked at again above better ranked ones that had run since
+    (lcbench_189866, seed 0, 3 h in: 216 trials ahead of the final best, among them trials
+    that end 389th to 395th of 400). Counting from the last run there took time to best over
+    FIFO from 5.02x to 5.25x in the geometric mean of the ten traces, and no trace lost (4
+    GPUs, warm costs, 10 seeds; docs/policy.md, "Ageing, once trials are ranked").
 
 Trials clearly behind wait last
     Ageing lifts every waiting trial in the end, so in a search of hundreds it also serves
     trials that the evidence puts far behind, turn after turn, while a late riser that stands
     merely among the plausible waits for its next look. So a trial whose best score so far is
-    below the others' median at the same step, with 95% confidence, is judged behind, and it is
-    *deferred* (its priority drops by ``DEFERRED``: it waits until no other trial waits, then
-    trains to its budget like any other) wherever the search has shown that a standing at its
-    last rung predicts the horizon, i.e. the predictor of that rung weighs it positively. The
-    judge is the median stopping rule (Golovin et al., Google Vizier; Optuna's default pruner)
-    as ``MedianStopper`` implements it: the bar is a distribution-free lower confidence bound of
-    the median of the others' running averages (hermes.policies.stopping), resting on at least
-    ``min_trials`` others at the step, as much evidence as a link. Nothing in it has a scale or a
-    unit: it compares scores at equal steps. The gate is what keeps it adaptive: where curves
-    cross, so that slow starters end best, the links learn that early standings do not predict,
-    and nobody is deferred. It protects only in part: the first trials to finish are the fast
-    starters, among whom early standings do predict, so on synthetic crossing curves
-    (``crossing``, 24 epochs) time to best went from 1.35x FIFO to 0.91x (0.63x without the
-    gate). Deferring instead of stopping keeps the guarantees: every trial is trained to its
-    budget, so the final best is trained in every search even where the rule misjudges it (it
-    is then late, not lost), and the makespan does not change. With endless submissions a deferred trial waits until they end. At 4 GPUs and
-    warm costs over 10 seeds it took time to best over FIFO from 5.84x to 6.33x in the
-    geometric mean of the ten traces (nb301 1.22x to 2.05x, lcbench_167104 2.64x to 3.06x,
-    168330 4.44x to 4.70x, 189866 6.52x to 6.92x); no trace lost more than 1% with 4 or 16
-    GPUs and either cost profile (docs/policy.md, "Trials clearly behind wait last").
+    below the others' median at the same step, with 95% confidence, is judged behind, and it
+    is *deferred* (its priority drops by ``DEFERRED``: it waits until no other trial waits,
+    then trains to its budget like any other) wherever the search has shown that a standing at
+    its last rung predicts the horizon, i.e. the predictor of that rung weighs it positively.
+    The judge is the median stopping rule (Golovin et al., Google Vizier; Optuna's default
+    pruner) as ``MedianStopper`` implements it: the bar is a distribution-free lower
+    confidence bound of the median of the others' running averages (hermes.policies.stopping),
+    resting on at least ``min_trials`` others at the step, as much evidence as a link. Nothing
+    in it has a scale or a unit: it compares scores at equal steps. The gate is what keeps it
+    adaptive: where curves cross, so that slow starters end best, the links learn that early
+    standings do not predict, and nobody is deferred. It protects only in part: the first
+    trials to finish are the fast starters, among whom early standings do predict, so on
+    synthetic crossing curves (``crossing``, 24 epochs) time to best went from 1.35x FIFO to
+    0.91x (0.63x without the gate). Deferring instead of stopping keeps the guarantees: every
+    trial is trained to its budget, so the final best is trained in every search even where
+    the rule misjudges it (it is then late, not lost), and the makespan does not change. With
+    endless submissions a deferred trial waits until they end. At 4 GPUs and warm costs over
+    10 seeds it took time to best over FIFO from 5.84x to 6.33x in the geometric mean of the
+    ten traces (nb301 1.22x to 2.05x, lcbench_167104 2.64x to 3.06x, 168330 4.44x to 4.70x,
+    189866 6.52x to 6.92x); no trace lost more than 1% with 4 or 16 GPUs and either cost
+    profile (docs/policy.md, "Trials clearly behind wait last").
 
 The scheduling period and the switch price: learned, not set
     A switch (suspend and resume) costs GPU time. Its price starts at the engine's figure
