@@ -419,25 +419,32 @@ def test_ageing_lifts_a_starved_trial_eventually() -> None:
         assert later < 1e12, "the laggard never catches up"
 
 
-def test_a_trial_clearly_behind_the_others_waits_until_no_other_trial_waits() -> None:
-    """The median rule with 95% confidence, over at least ``min_trials`` others, defers a trial far behind the
-    others at the same step: ageing never lifts it above a trial that is not deferred, but it is not stopped
-    either. Without deferral it catches up. With fewer others than ``min_trials`` nobody is deferred."""
-    for defer in (True, False):
-        policy, clock = HermesPolicy(defer_behind=defer), Clock()
+def test_a_trial_clearly_behind_the_others_loses_the_benefit_of_the_doubt() -> None:
+    """The median rule with 95% confidence, over at least ``min_trials`` others, judges a trial far behind the
+    others at the same step: it is then ranked by its prediction, without optimism. It still ages as every waiting
+    trial does, so the order of waiting trials does not change with time and it is not starved; it is not stopped
+    either. With fewer others than ``min_trials`` nobody is judged."""
+    for defer, cost_aware in ((True, True), (True, False), (False, True)):
+        policy, clock = HermesPolicy(defer_behind=defer, cost_aware=cost_aware), Clock()
         rng = np.random.default_rng(4)
         trials = [trained(policy, clock, f"t{i}", i, list(level + np.arange(4.0))) for i, level in
                   enumerate(rng.uniform(60, 80, 24))]
         laggard = trained(policy, clock, "laggard", 24, [5.0, 6.0, 7.0, 8.0])
         policy._refresh_budgets(clock.now)
-        worst_other = min(policy.priority(t, clock.now) for t in trials)
-        assert policy.priority(laggard, clock.now) < worst_other
-        later = clock.now + 1e6 * max(1.0, 1.0 / max(policy._age_rate, 1e-9))
-        caught_up = policy.priority(laggard, later) > max(policy.priority(t, clock.now) for t in trials)  # they just ran
-        assert caught_up is not defer
-        assert ("laggard" in policy.state_dict()["judged_behind"]) is defer
+        state = policy.state_dict()
+        now = clock.now  # the laggard has just run: it has not aged yet
+        later = now + 1e6 * max(1.0, 1.0 / max(policy._age_rate, 1e-9))
+        assert policy.priority(laggard, now) < min(policy.priority(t, now) for t in trials)
+        assert policy.priority(laggard, later) > max(policy.priority(t, now) for t in trials)  # they just ran
+        gaps = [policy.priority(laggard, at) - policy.priority(trials[0], at) for at in (now, later)]
+        assert gaps[0] == pytest.approx(gaps[1])  # everyone ages alike: the order does not change with time
+        assert ("laggard" in state["judged_behind"]) is defer
+        optimistic, predicted = state["priority"]["laggard"], state["prediction"]["laggard"]
+        assert policy.priority(laggard, now) == (min(optimistic, predicted) if defer else optimistic)
+        if not cost_aware:  # the optimism is exactly one width (the frontier's: it is at the horizon): gone
+            assert optimistic - predicted == pytest.approx(state["frontier"][2])
         upper_half = sorted(trials, key=lambda t: t.scores[-1])[12:]
-        assert not {t.trial_id for t in upper_half} & set(policy.state_dict()["judged_behind"])
+        assert not {t.trial_id for t in upper_half} & set(state["judged_behind"])
     few, clock = HermesPolicy(), Clock()
     for i, level in enumerate(np.random.default_rng(4).uniform(60, 80, 18)):
         trained(few, clock, f"t{i}", i, list(level + np.arange(4.0)))
@@ -445,26 +452,25 @@ def test_a_trial_clearly_behind_the_others_waits_until_no_other_trial_waits() ->
     assert few.state_dict()["judged_behind"] == []
 
 
-def test_a_trial_behind_where_ranks_do_not_predict_is_not_deferred() -> None:
-    """Curves that cross: the order at the first two steps is the reverse of the order at the fourth, where the
-    horizon is. The median rule judges slow starters behind, some of the final leaders among them, but the
-    search has shown that standings there do not predict the horizon, so nobody is deferred: every priority is
-    what it is without deferral."""
-    priorities = {}
-    for defer in (True, False):
-        policy, clock = HermesPolicy(defer_behind=defer), Clock()
-        levels = np.random.default_rng(5).uniform(20, 80, 24)
-        trials = [trained(policy, clock, f"t{i}", i, [level, level + 1, 100 - level, 101 - level])
-                  for i, level in enumerate(levels)]
-        trials.append(trained(policy, clock, "slow", 24, [5.0, 6.0]))
-        policy._refit()
-        state = policy.state_dict()
-        assert state["predictors"][0][0] < 0 and state["predictors"][1][0] <= 0  # no rung below the horizon predicts
-        leaders_at_the_end = {f"t{i}" for i in np.argsort(levels)[:6]}
-        judged = set(state["judged_behind"])
-        assert ("slow" in judged and bool(judged & leaders_at_the_end)) is defer
-        priorities[defer] = [policy.priority(t, clock.now) for t in trials]
-    assert priorities[True] == priorities[False]
+def test_a_trial_behind_where_standings_anti_predict_still_goes_first() -> None:
+    """Curves that cross: the order at the first step is the reverse of the order at the fourth, where the horizon
+    is. The median rule judges a slow starter behind at its second step, as it judges some of the final leaders,
+    but its prediction, which the links learned from the crossing curves, still puts it first."""
+    policy, clock = HermesPolicy(), Clock()
+    rng = np.random.default_rng(5)
+    levels = rng.uniform(20, 80, 24)
+    trials = [trained(policy, clock, f"t{i}", i, [level, level + rng.normal(0, 5), 100 - level, 101 - level])
+              for i, level in enumerate(levels)]
+    slow = trained(policy, clock, "slow", 24, [5.0, 6.0])
+    policy._refit()
+    policy._refresh_budgets(clock.now)
+    state = policy.state_dict()
+    assert state["predictors"][1][1] < 0  # a low standing at the first step predicts a high one at the horizon
+    leaders_at_the_end = {f"t{i}" for i in np.argsort(levels)[:6]}
+    assert "slow" in state["judged_behind"] and set(state["judged_behind"]) & leaders_at_the_end
+    priority = policy.priority(slow, clock.now)  # it has just run: no ageing yet
+    assert priority == min(state["priority"]["slow"], state["prediction"]["slow"])
+    assert priority > max(policy.priority(t, clock.now) for t in trials)
 
 
 def test_no_switch_when_it_costs_more_than_finishing() -> None:

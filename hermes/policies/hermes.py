@@ -143,7 +143,7 @@ Ageing
     A waiting trial's priority grows by one population standard deviation for every ``ageing``
     round-robin cycles it waits (a cycle is trials per GPU times the mean run: the time in
     which round robin would have served it). No trial waits forever, even with endless
-    submissions, but for a deferred one (below). ``ageing`` 3: on varied synthetic traces 1
+    submissions. ``ageing`` 3: on varied synthetic traces 1
     makes Hermes nearly round robin, and 3 to 30 perform alike. A trial that has run only its
     first turn waits since its submission, not since its first report: the first reports come
     shortest first, and waiting since them would give second turns shortest first too, so the
@@ -159,31 +159,28 @@ Ageing
     FIFO from 5.02x to 5.25x in the geometric mean of the ten traces, and no trace lost (4
     GPUs, warm costs, 10 seeds; docs/policy.md, "Ageing, once trials are ranked").
 
-Trials clearly behind wait last
-    Ageing lifts every waiting trial in the end, so in a search of hundreds it also serves
-    trials that the evidence puts far behind, turn after turn, while a late riser that stands
-    merely among the plausible waits for its next look. So a trial whose best score so far is
-    below the others' median at the same step, with 95% confidence, is judged behind, and it
-    is *deferred* (its priority drops by ``DEFERRED``: it waits until no other trial waits,
-    then trains to its budget like any other) wherever the search has shown that a standing at
-    its last rung predicts the horizon, i.e. the predictor of that rung weighs it positively.
-    The judge is the median stopping rule (Golovin et al., Google Vizier; Optuna's default
-    pruner) as ``MedianStopper`` implements it: the bar is a distribution-free lower
-    confidence bound of the median of the others' running averages (hermes.policies.stopping),
-    resting on at least ``min_trials`` others at the step, as much evidence as a link. Nothing
-    in it has a scale or a unit: it compares scores at equal steps. The gate is what keeps it
-    adaptive: where curves cross, so that slow starters end best, the links learn that early
-    standings do not predict, and nobody is deferred. It protects only in part: the first
-    trials to finish are the fast starters, among whom early standings do predict, so on
-    synthetic crossing curves (``crossing``, 24 epochs) time to best went from 1.35x FIFO to
-    0.91x (0.63x without the gate). Deferring instead of stopping keeps the guarantees: every
-    trial is trained to its budget, so the final best is trained in every search even where
-    the rule misjudges it (it is then late, not lost), and the makespan does not change. With
-    endless submissions a deferred trial waits until they end. At 4 GPUs and warm costs over
-    10 seeds it took time to best over FIFO from 5.84x to 6.33x in the geometric mean of the
-    ten traces (nb301 1.22x to 2.05x, lcbench_167104 2.64x to 3.06x, 168330 4.44x to 4.70x,
-    189866 6.52x to 6.92x); no trace lost more than 1% with 4 or 16 GPUs and either cost
-    profile (docs/policy.md, "Trials clearly behind wait last").
+Trials clearly behind lose the benefit of the doubt
+    Optimism is a hedge against a ranking that is wrong, and in a search of hundreds it also
+    lifts, turn after turn, trials that every report puts far behind, while a late riser that
+    stands merely among the plausible waits for its next look. So a trial whose best score so
+    far is below the others' median at the same step, with 95% confidence, is judged behind and
+    loses its optimism: it is ranked by its prediction (or lower, where the price of its GPU
+    seconds already sets it lower: a judgement never lifts a trial). It still ages like every
+    waiting trial, so the order of waiting trials does not change as time passes (the core sorts
+    them once, see ``SchedulingPolicy.order_version``) and no trial waits forever; and it is
+    never stopped. The judge is the median stopping rule (Golovin et al., Google Vizier;
+    Optuna's default pruner) as ``MedianStopper`` implements it: the bar is a distribution-free
+    lower confidence bound of the median of the others' running averages
+    (hermes.policies.stopping), resting on at least ``min_trials`` others at the step, as much
+    evidence as a link. Nothing in it has a scale or a unit: it compares scores at equal steps.
+    The prediction is what keeps it adaptive. The others at a step are those the policy trained
+    there first, so where curves cross (slow starters end best) the rule judges the final
+    leaders behind; a first form that made judged trials wait last took time to best on
+    synthetic crossing curves from 1.35x FIFO to 0.91x. Ranked by its prediction, a judged
+    trial still goes ahead wherever the links or its hyper-parameters say it ends high (1.16x
+    there). Every trial is trained to its budget, so the final best is trained in every search
+    even where the rule misjudges it, and the makespan does not change (docs/policy.md,
+    "Trials clearly behind lose the benefit of the doubt").
 
 The scheduling period and the switch price: learned, not set
     A switch (suspend and resume) costs GPU time. Its price starts at the engine's figure
@@ -264,10 +261,6 @@ UNMEASURED = 1e12
 """Trials that have not reported yet have priorities just below this, far above every measured
 trial's (standings are a few units, and ageing adds one per ``ageing`` round-robin cycles waited):
 ``UNMEASURED`` less their submission time and predicted first-report seconds, both in seconds."""
-
-DEFERRED = 1e6
-"""Subtracted from the priority of a trial clearly behind (see "Trials clearly behind wait last"): standings
-are a few units and ageing adds one per ``ageing`` round-robin cycles, so it waits behind every other trial."""
 
 FEWEST_TRIALS = 5
 """The fewest trials a link or a prediction rests on, and the least ``min_trials`` may be: a prediction
@@ -392,8 +385,8 @@ class HermesPolicy(SchedulingPolicy):
         first-report time (else by arrival); ``cost_aware``: less optimism for trials dearer than
         most (see "What a trial costs"); ``prior``: predict from the hyper-parameters too where a
         first report tells little (see "What the hyper-parameters say"); ``defer_behind``: a trial
-        clearly behind the others' median waits until no other trial waits (see "Trials clearly
-        behind wait last").
+        clearly behind the others' median loses its optimism (see "Trials clearly behind lose the
+        benefit of the doubt").
         """
         super().__init__(60.0 if period is None else period)
         self._period_given = period is not None  # else a turn lasts one of the trial's own reports
@@ -440,8 +433,8 @@ class HermesPolicy(SchedulingPolicy):
         self._switch_price = self.switch_cost  # what a switch costs, as of the last refresh (the prior until then)
         self._suspensions = 0  # switches so far, counting suspended trials' pending resumes
         self._cost_reference = 0.0  # GPU seconds of the mean known trial's whole budget, as of the last refresh
-        self._behind = MedianStopper(min_trials=self.min_trials)  # who is clearly behind: deferred, never stopped
-        self._judged_behind: set[str] = set()  # judged clearly behind: they wait last while ranks at their rung predict
+        self._behind = MedianStopper(min_trials=self.min_trials)  # who is clearly behind: never stopped
+        self._judged_behind: set[str] = set()  # judged clearly behind: ranked without optimism
         # Derived from the above by _rebuild and _refit.
         self._live: dict[int, Trial] = {}  # row -> live record, read for the budgets; refilled after a restart
         self._rung_rows: list[list[int]] = []  # rung -> rows that reached it, in order
@@ -451,7 +444,8 @@ class HermesPolicy(SchedulingPolicy):
         self._predictors: list[Predictor] = []  # rung k < horizon -> prediction of the standing at the horizon
         self._frontier = NO_INFORMATION  # prediction for trials at or beyond the horizon
         self._prior: list[float] = []  # row -> score at the horizon predicted from its hyper-parameters ([]: none)
-        self._priority: dict[str, float] = {}  # measured trial -> optimistic standing
+        self._prediction: dict[str, float] = {}  # measured trial -> predicted standing at the horizon
+        self._priority: dict[str, float] = {}  # measured trial -> the same, optimistic
         self._durations = DurationModel()  # first-report seconds from the hyper-parameters
         self._predicted: list[float] = []  # row -> predicted first-report seconds (0: no trusted prediction)
         self._records_at_refit = 0
@@ -626,10 +620,12 @@ class HermesPolicy(SchedulingPolicy):
         width = np.array([p.width for p in table])[pick]
         w_prior = np.array([p.prior for p in table])[pick]
         before = np.where(k > 0, standing[np.maximum(k - 1, 0), rows], 0.0)
-        optimistic = (w_now * standing[k, rows] + w_before * before + w_prior * self._prior_of(rows)
-                      + width * self._offsets(rows.tolist(), width))
-        names = list(self._index)
-        self._priority = dict(zip(map(names.__getitem__, rows.tolist()), optimistic.tolist()))
+        predicted = w_now * standing[k, rows] + w_before * before + w_prior * self._prior_of(rows)
+        optimistic = predicted + width * self._offsets(rows.tolist(), width)
+        ids = list(self._index)
+        names = [ids[row] for row in rows.tolist()]
+        self._prediction = dict(zip(names, predicted.tolist()))
+        self._priority = dict(zip(names, optimistic.tolist()))
         measured = self._rung_rows[0]
         if self.shortest_first and len(measured) not in (len(self._index), self._durations_fitted_on):
             self._fit_durations(measured)  # some trials still wait for their first report
@@ -723,6 +719,7 @@ class HermesPolicy(SchedulingPolicy):
         mean = predictor.now * self._standing(values, k) + predictor.before * before
         if predictor.prior:
             mean += predictor.prior * float(self._prior_of(np.array([row]))[0])
+        self._prediction[trial_id] = mean
         self._priority[trial_id] = mean + width * offset
 
     def _offsets(self, rows: list[int], width: np.ndarray) -> np.ndarray:
@@ -800,22 +797,13 @@ class HermesPolicy(SchedulingPolicy):
             if row is None:
                 row = self._row(trial)  # known from now on: its budget counts in the work estimate
             return UNMEASURED - trial.submitted_at - self._predicted[row]
-        if trial.trial_id in self._judged_behind and self._ranks_predict(trial.trial_id):
-            base -= DEFERRED
+        if trial.trial_id in self._judged_behind:  # no benefit of the doubt: no optimism
+            base = min(base, self._prediction[trial.trial_id])
         if trial.running_since is None:
             informed = trial.starts > 1 or bool(self._predictors)  # see "Ageing": first turns tie until the first links
             waiting_since = trial.idle_since if informed else trial.submitted_at
             return base + (now - waiting_since) * self._age_rate
         return base
-
-    def _ranks_predict(self, trial_id: str) -> bool:
-        """Whether the search has shown that a standing at this trial's last rung predicts the horizon:
-        the rung's predictor weighs it positively (see "Trials clearly behind wait last")."""
-        if not self._predictors:
-            return False
-        k = len(self._values[self._index[trial_id]]) - 1
-        predictor = self._predictors[k] if k < len(self._predictors) else self._frontier
-        return predictor.now > 0
 
     def turn_over(self, trial: Trial, now: float) -> bool:
         row = self._index.get(trial.trial_id)
@@ -873,6 +861,7 @@ class HermesPolicy(SchedulingPolicy):
             "predictors": [[p.now, p.before, p.width, p.prior] for p in self._predictors],
             "frontier": [self._frontier.now, self._frontier.before, self._frontier.width, self._frontier.prior],
             "prior": list(self._prior),
+            "prediction": dict(self._prediction),
             "priority": dict(self._priority),
             "behind": self._behind.state_dict(),
             "judged_behind": sorted(self._judged_behind),
@@ -917,6 +906,9 @@ class HermesPolicy(SchedulingPolicy):
         self._frontier = Predictor(*map(float, state["frontier"]))
         self._prior = [float(p) for p in state.get("prior", [])]  # absent from states saved before it existed
         self._priority = {trial_id: float(value) for trial_id, value in state["priority"].items()}
+        # absent from states saved before it existed: their optimistic standings stand in for it
+        self._prediction = {trial_id: float(value)
+                            for trial_id, value in state.get("prediction", state["priority"]).items()}
         self._behind = MedianStopper(min_trials=self.min_trials)
         if "behind" in state:  # absent from states saved before it existed
             self._behind.load_state_dict(state["behind"])
