@@ -206,9 +206,9 @@ The scheduling period and the switch price: learned, not set
 
 Stopping
     Hermes never stops or pauses a trial itself: a hopeless trial just waits at a low priority,
-    or last once it is clearly behind, and every trial is trained to its budget in the end, so
-    the final-best trial is always fully trained. When the budget must be cut, an early stopper of
-    the core (``asha``, ``median``) composes with this policy; the median rule judges with 95%
+    without optimism once it is clearly behind, and every trial is trained to its budget in the
+    end, so the final-best trial is always fully trained. When the budget must be cut, an early
+    stopper of the core (``asha``, ``median``) composes with this policy; the median rule judges with 95%
     confidence, since the trials that reach a deep step first are hermes's leaders (stopping.py),
     and so keeps the final best in every seed of the panel (docs/policy.md).
 
@@ -217,7 +217,7 @@ Where it stands (bench/policy_panel.py, docs/policy.md; warm-worker costs, 4 GPU
     ASHA on every one, and trains the final-best trial in every seed. Time to best is 4.5-22x
     sooner than FIFO in the mean where early ranks or the hyper-parameters carry the ranking
     (nasbench, lcbench 189908, 34539, 189866, 189873, the real workload) and on lcbench_168330,
-    whose final best overtakes after epoch 32, but 2.0-3.1x where the final best stays hidden
+    whose final best overtakes after epoch 32, but 1.8-3.3x where the final best stays hidden
     deep into its training (lcbench 146212, 167104; NAS-Bench-301), and slower than FIFO in some
     seed on most traces: a late riser waits at a low priority until ageing, its deeper rungs or
     its hyper-parameters lift it. In searches of 16 of their trials (``--trials 16``) it is
