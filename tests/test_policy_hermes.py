@@ -19,7 +19,7 @@ import pytest
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
 from hermes.policies import make_policy
-from hermes.policies.hermes import UNMEASURED, HermesPolicy, _rung_value
+from hermes.policies.hermes import DEFERRED, UNMEASURED, HermesPolicy, _rung_value
 from hermes.policies.stats import expected_excess, normal_scores, probit, reservation_offset
 from hermes.sim.costs import SwitchCosts
 from hermes.sim.simulate import simulate
@@ -421,9 +421,10 @@ def test_ageing_lifts_a_starved_trial_eventually() -> None:
 
 def test_a_trial_clearly_behind_the_others_loses_the_benefit_of_the_doubt() -> None:
     """The median rule with 95% confidence, over at least ``min_trials`` others, judges a trial far behind the
-    others at the same step: it is then ranked by its prediction, without optimism. It still ages as every waiting
-    trial does, so the order of waiting trials does not change with time and it is not starved; it is not stopped
-    either. With fewer others than ``min_trials`` nobody is judged."""
+    others at the same step: it is then ranked by its prediction, without optimism, and since that prediction is
+    below the average too, it waits last. It still ages as every waiting trial does, so the order of waiting trials
+    does not change with time and it is not starved; it is not stopped either. With fewer others than
+    ``min_trials`` nobody is judged."""
     for defer, cost_aware in ((True, True), (True, False), (False, True)):
         policy, clock = HermesPolicy(defer_behind=defer, cost_aware=cost_aware), Clock()
         rng = np.random.default_rng(4)
@@ -433,14 +434,19 @@ def test_a_trial_clearly_behind_the_others_loses_the_benefit_of_the_doubt() -> N
         policy._refresh_budgets(clock.now)
         state = policy.state_dict()
         now = clock.now  # the laggard has just run: it has not aged yet
-        later = now + 1e6 * max(1.0, 1.0 / max(policy._age_rate, 1e-9))
+        later = now + 2 * DEFERRED * max(1.0, 1.0 / max(policy._age_rate, 1e-9))
         assert policy.priority(laggard, now) < min(policy.priority(t, now) for t in trials)
+        if defer:  # it waits last: behind every trial not so judged, even after waiting far longer than them
+            unjudged = [t for t in trials if t.trial_id not in state["judged_behind"]]
+            waited = now + 1e3 * max(1.0, 1.0 / max(policy._age_rate, 1e-9))
+            assert policy.priority(laggard, waited) < min(policy.priority(t, now) for t in unjudged)
         assert policy.priority(laggard, later) > max(policy.priority(t, now) for t in trials)  # they just ran
         gaps = [policy.priority(laggard, at) - policy.priority(trials[0], at) for at in (now, later)]
         assert gaps[0] == pytest.approx(gaps[1])  # everyone ages alike: the order does not change with time
         assert ("laggard" in state["judged_behind"]) is defer
         optimistic, predicted = state["priority"]["laggard"], state["prediction"]["laggard"]
-        assert policy.priority(laggard, now) == (min(optimistic, predicted) if defer else optimistic)
+        assert predicted < 0  # the prediction agrees with the judgement
+        assert policy.priority(laggard, now) == (min(optimistic, predicted) - DEFERRED if defer else optimistic)
         if not cost_aware:  # the optimism is exactly one width (the frontier's: it is at the horizon): gone
             assert optimistic - predicted == pytest.approx(state["frontier"][2])
         upper_half = sorted(trials, key=lambda t: t.scores[-1])[12:]
@@ -455,7 +461,8 @@ def test_a_trial_clearly_behind_the_others_loses_the_benefit_of_the_doubt() -> N
 def test_a_trial_behind_where_standings_anti_predict_still_goes_first() -> None:
     """Curves that cross: the order at the first step is the reverse of the order at the fourth, where the horizon
     is. The median rule judges a slow starter behind at its second step, as it judges some of the final leaders,
-    but its prediction, which the links learned from the crossing curves, still puts it first."""
+    but its prediction, which the links learned from the crossing curves, still puts it first: it does not wait
+    last, since the prediction disagrees with the judgement."""
     policy, clock = HermesPolicy(), Clock()
     rng = np.random.default_rng(5)
     levels = rng.uniform(20, 80, 24)
@@ -466,11 +473,34 @@ def test_a_trial_behind_where_standings_anti_predict_still_goes_first() -> None:
     policy._refresh_budgets(clock.now)
     state = policy.state_dict()
     assert state["predictors"][1][1] < 0  # a low standing at the first step predicts a high one at the horizon
-    leaders_at_the_end = {f"t{i}" for i in np.argsort(levels)[:6]}
-    assert "slow" in state["judged_behind"] and set(state["judged_behind"]) & leaders_at_the_end
+    assert "slow" in state["judged_behind"]
     priority = policy.priority(slow, clock.now)  # it has just run: no ageing yet
     assert priority == min(state["priority"]["slow"], state["prediction"]["slow"])
     assert priority > max(policy.priority(t, clock.now) for t in trials)
+
+
+def test_a_judgement_is_revised_once_the_trial_is_clearly_ahead_of_the_median() -> None:
+    """A judgement is revised only on evidence as strong as the one that made it: a slow starter judged behind
+    whose best rises above the others' median with 95% confidence is no longer judged, and gets its optimism back;
+    one that only climbs to the median stays judged."""
+    policy, clock = HermesPolicy(cost_aware=False), Clock()
+    rng = np.random.default_rng(6)
+    for i, level in enumerate(rng.uniform(60, 80, 24)):
+        trained(policy, clock, f"t{i}", i, list(level + np.arange(8.0)))
+    judged_after_step_2 = {}
+    for seq, (name, later) in enumerate((("riser", 100.0), ("middling", 72.0)), 24):
+        trial = Trial(name, seq, 50, submitted_at=0.0)
+        trial.begin_run("g0", clock.now)
+        for step, score in enumerate([5.0, 6.0] + [later + step for step in range(6)], 1):
+            clock.now += STEP_SECONDS
+            trial.record(step, score, score, clock.now)
+            policy.observe(trial, clock.now)
+            if step == 2:
+                judged_after_step_2[name] = name in policy.state_dict()["judged_behind"]
+    state = policy.state_dict()
+    assert judged_after_step_2 == {"riser": True, "middling": True}
+    assert "riser" not in state["judged_behind"] and "middling" in state["judged_behind"]
+    assert state["priority"]["riser"] > state["prediction"]["riser"]  # its optimism is back
 
 
 def test_no_switch_when_it_costs_more_than_finishing() -> None:

@@ -142,6 +142,26 @@ def test_median_with_confidence_does_not_stop_a_trial_behind_a_handful_of_leader
         MedianStopper(confidence=0.4)
 
 
+def test_median_judges_both_ways_with_the_same_confidence() -> None:
+    """``judge``: behind below the lower confidence bound of the others' median, ahead above the upper one, and
+    undecided between them, at a step judged before, or without enough others."""
+
+    def verdict(score: float, others: int) -> tuple[bool | None, bool | None]:
+        stopper = MedianStopper(grace_steps=0)
+        for i in range(others):
+            peer = trial(f"peer{i}", i)
+            peer.record(1, 50.0 + i, 50.0 + i, now=1.0)
+            stopper.judge(peer)
+        judged = trial("judged", others)
+        judged.record(1, score, score, now=1.0)
+        return stopper.judge(judged), stopper.judge(judged)
+
+    assert MedianStopper()._rank_of_bar(10) == 2  # among 50..59 the bounds are the 2nd lowest and 2nd highest
+    assert {score: verdict(score, 10) for score in (50.5, 51.0, 54.5, 58.0, 58.5)} == {
+        50.5: (True, None), 51.0: (None, None), 54.5: (None, None), 58.0: (None, None), 58.5: (False, None)}
+    assert verdict(1.0, 4) == (None, None)  # fewer than 5 others: no bound with 95% confidence
+
+
 def test_median_state_round_trips_through_json() -> None:
     stopper = MedianStopper(confidence=0.5)
     peers = [trial(f"peer{i}", i) for i in range(4)]  # each worse than the one before

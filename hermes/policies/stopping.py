@@ -79,6 +79,10 @@ class MedianStopper(EarlyStopper):
     median) a search's final-best trial was stopped behind five leaders in 1 of 100 simulated
     searches on 4 GPUs and 2 of 100 on 16 (hermes, bench/policy_panel.py); with 0.95, the usual
     one-sided level, in none of them, and the bar needs at least 5 others (``0.5**5 < 0.05``).
+
+    ``judge`` gives the verdict both ways, for a policy that ranks rather than stops: behind (below
+    that lower bound), clearly not behind (above the matching upper bound, the ``k``-th highest), or
+    undecided, so that a judgement is revised only on evidence as strong as the one that made it.
     """
 
     name = "median"
@@ -100,18 +104,29 @@ class MedianStopper(EarlyStopper):
         self._below = 0.0  # P(Binomial(n, 1/2) < k) for the last n and k of that table
 
     def should_stop(self, trial: Trial) -> bool:
+        return self.judge(trial) is True
+
+    def judge(self, trial: Trial) -> bool | None:
+        """Record the trial's new reports; at a step it has not been judged at, whether it is clearly behind
+        the others' median (True) or clearly ahead of it (False), with ``confidence``. None: undecided, or
+        not judged (the grace steps, a step judged before, fewer than ``min_trials`` others there)."""
         counted, total, best, judged = self._trials.get(trial.trial_id, (0, 0.0, -math.inf, 0))
         new = trial.scores[counted:]  # every report since the last call, even one this missed
         total += math.fsum(new)
         best = max([best, *new])
         self._trials[trial.trial_id] = (len(trial.scores), total, best, max(judged, trial.step))
         if trial.step <= judged:
-            return False
+            return None
         others = self._averages.setdefault(trial.step, [])
         rank = self._rank_of_bar(len(others))
-        stop = trial.step > self.grace_steps and len(others) >= self.min_trials and rank > 0 and best < others[rank - 1]
+        verdict = None
+        if trial.step > self.grace_steps and len(others) >= self.min_trials and rank > 0:
+            if best < others[rank - 1]:
+                verdict = True
+            elif best > others[len(others) - rank]:
+                verdict = False
         insort(others, total / len(trial.scores))
-        return stop
+        return verdict
 
     def _rank_of_bar(self, n: int) -> int:
         """The rank ``k`` of the median's lower confidence bound among ``n`` values (see the class docstring).
