@@ -216,10 +216,11 @@ The scheduling period and the switch price: learned, not set
 Stopping
     Hermes never stops or pauses a trial itself: a hopeless trial just waits at a low priority,
     without optimism once it is clearly behind (last, where its prediction agrees), and every
-    trial is trained to its budget in the end, so the final-best trial is always fully trained. When the budget must be cut, an early
-    stopper of the core (``asha``, ``median``) composes with this policy; the median rule judges with 95%
-    confidence, since the trials that reach a deep step first are hermes's leaders (stopping.py),
-    and so keeps the final best in every seed of the panel (docs/policy.md).
+    trial is trained to its budget in the end, so the final-best trial is always fully trained.
+    When the budget must be cut, an early stopper of the core (``asha``, ``median``) composes
+    with this policy; the median rule judges with 95% confidence, since the trials that reach a
+    deep step first are hermes's leaders (stopping.py), and so keeps the final best in every
+    seed of the panel (docs/policy.md).
 
 Where it stands (bench/policy_panel.py, docs/policy.md; warm-worker costs, 4 GPUs, 10 seeds)
     On the ten shipped traces it gives first feedback 11-160x sooner than FIFO, sooner than
