@@ -54,21 +54,29 @@ class _Terminated(KeyboardInterrupt):
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """While the block runs, SIGTERM raises _Terminated; a second SIGTERM ends the process at once."""
+def _interrupts_between_batches(session: ExperimentSession) -> Iterator[None]:
+    """While the block runs, Ctrl-C raises KeyboardInterrupt and SIGTERM _Terminated, between two batches of
+    the session's engine loop (``ExperimentSession.interrupt``): raised inside one, in the middle of a store
+    transaction, the exception left SQLite's write lock held and the interrupted status waited 60 s to be
+    written. A second Ctrl-C raises at once, wherever the run is; a second SIGTERM ends the process."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
 
-    def terminate(_signum: int, _frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise _Terminated
+    def interrupt(signum: int, _frame: Any) -> None:
+        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+        exception = _Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        if not session.interrupt(exception):
+            raise exception
 
-    previous = signal.signal(signal.SIGTERM, terminate)
+    # Ctrl-C only where Python raises on it (a background job started by a shell ignores SIGINT)
+    handled = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    previous = {signum: signal.signal(signum, interrupt) for signum in handled}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _add_run(commands: argparse._SubParsersAction) -> None:
@@ -105,7 +113,7 @@ def _run(args: argparse.Namespace) -> int:
         view = LiveView(spec.name, spec.metric.name, spec.metric.mode, session.scheduler, clock, console)
         session.listeners.append(view)
     try:
-        with _sigterm_as_interrupt(), view:
+        with _interrupts_between_batches(session), view:
             outcome = session.run()
     except KeyboardInterrupt as interrupt:
         print(f"interrupted: run `hermes run {args.spec}` again to continue", file=sys.stderr)

@@ -92,6 +92,7 @@ class ExperimentSession:
         self.listeners = listeners or []
         self.executor: Executor | None = None
         self._post: Callable[[Event], None] | None = None  # where new submissions go: the engine loop, or a host's
+        self._loop: Engine | None = None  # the engine loop while ``run`` runs it
         self._closed = False  # SubmissionsClosed is in the log
         self._cancelled = False  # ExperimentCancelled is in the log
         self._told: set[str] = set()  # trials whose end the searcher has been told
@@ -146,7 +147,9 @@ class ExperimentSession:
             self.store.set_status(self.experiment_id, ExperimentStatus.RUNNING)
             first.extend(recovered.lost_nodes)
             try:
+                self._loop = loop
                 loop.run(first=first)
+                self._loop = None
             except (KeyboardInterrupt, NoSpaceError):  # not the experiment's fault: running it again continues it
                 self._record_end(ExperimentStatus.INTERRUPTED)
                 raise
@@ -163,10 +166,21 @@ class ExperimentSession:
             status = ExperimentStatus.FINISHED if self._cancel_reason is None else ExperimentStatus.CANCELLED
             self.store.set_status(self.experiment_id, status)
         finally:
+            self._loop = None
             executor.close()
             self.reserve.release()
             self._lock.release()
         return Outcome(self.experiment_id, recovered.events > 0, status)
+
+    def interrupt(self, exception: BaseException) -> bool:
+        """Have ``run`` raise ``exception`` between two of its engine loop's batches, so that no store
+        transaction is cut in half (``Engine.interrupt``; safe from a signal handler of the thread that
+        runs it). False where no loop runs: the caller may raise it at once there, since ``run`` writes
+        nothing to the store once an exception leaves the setup before the loop or the end after it."""
+        if self._loop is None:
+            return False
+        self._loop.interrupt(exception)
+        return True
 
     def cancel(self, reason: str) -> None:
         """Stop every trial and end the experiment, from any thread, before or while ``run`` runs."""

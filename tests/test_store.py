@@ -51,6 +51,7 @@ from hermes.store import (
     build_runs,
 )
 from hermes.store.codec import from_dict, to_dict
+from hermes.store.recorder import StoreRecorder
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = {"name": "exp", "search": {"trials": 4, "space": {"lr": {"type": "uniform", "low": 0.0, "high": 1.0}}}}
@@ -344,6 +345,39 @@ def test_concurrent_writers_lose_nothing(store: ExperimentStore) -> None:
     assert all(trial.step == 25 for trial in store.trials(experiment))
     for i in range(4):
         assert [m.step for m in store.metrics(experiment, f"t{i}")] == list(range(1, 26))
+
+
+def test_an_interrupt_lands_between_batches_and_leaves_the_store_writable(tmp_path: Path) -> None:
+    """A Ctrl-C or SIGTERM while the engine loop handles a batch (``Engine.interrupt``, as the runner's signal
+    handler asks for it) is raised once the batch is recorded, not inside the store's transaction: the batch is in
+    the log whole, and the store takes the runner's next write (the interrupted status) at once. Raised inside the
+    transaction, it left SQLite's write lock with a connection nobody closed, and that write waited out the 60 s
+    busy timeout, then failed."""
+    store = SqlStore(f"sqlite:///{tmp_path / 'hermes.db'}")
+    experiment = store.create_or_open_experiment("sim", SPEC)
+    store.claim_writer(experiment, "test")
+    trace = synthetic_trace(4, 6, seed=3, epoch_seconds=(5.0, 20.0))
+    executor = SimulatedExecutor({"n0": ("n0/g0",)})
+    scheduler = Scheduler(make_policy("fifo"), objective=Objective(trace.mode))
+    handled: list[Event] = []
+
+    def interrupt_midway(event: Event, _decisions: list[Decision]) -> None:
+        handled.append(event)
+        if isinstance(event, TrialReported) and event.step == 3:
+            engine.interrupt(KeyboardInterrupt())
+
+    engine = Engine(scheduler, executor, [StoreRecorder(store, experiment, scheduler), interrupt_midway])
+    for curve in trace.trials:
+        executor.submit(curve.name, curve)
+        engine.post(TrialSubmitted(0.0, curve.name, curve.epochs, {}))
+    engine.post(SubmissionsClosed(0.0))
+    with pytest.raises(KeyboardInterrupt):
+        engine.run()
+    assert list(store.events(experiment)) == handled  # up to the end of the interrupted batch, all recorded
+    assert handled[-1].step == 3 and not scheduler.finished  # and no batch after it
+    store.set_status(experiment, ExperimentStatus.INTERRUPTED)
+    assert store.experiment(experiment).status is ExperimentStatus.INTERRUPTED
+    store.close()
 
 
 def test_replaying_the_log_rebuilds_the_core(store: ExperimentStore) -> None:

@@ -51,6 +51,15 @@ class Engine:
         self.waits_for_posts = waits_for_posts
         self._inbox: deque[Event] = deque()
         self._posted = threading.Condition()
+        self._interrupt: BaseException | None = None  # what ``run`` raises at its next point between batches
+
+    def interrupt(self, exception: BaseException) -> None:
+        """Make ``run`` raise ``exception`` between two batches, never within one: inside a batch the
+        store may be in the middle of a transaction, and an exception there leaves SQLite's write lock
+        with a connection nobody closes, so the next write waits out the busy timeout. Safe from a
+        signal handler: it sets an attribute and wakes the executor."""
+        self._interrupt = exception
+        self.executor.wake()
 
     def post(self, event: Event) -> None:
         """Queue an event that does not come from the executor. Safe from any thread."""
@@ -97,6 +106,9 @@ class Engine:
 
     def _next_batch(self) -> list[Event]:
         while True:
+            interrupt, self._interrupt = self._interrupt, None
+            if interrupt is not None:  # between batches: what the executor reported since stays with it
+                raise interrupt
             events = self.executor.next_events()
             with self._posted:
                 events.extend(self._inbox)
