@@ -218,6 +218,35 @@ def test_a_driver_killed_is_continued_by_a_rerun(cluster: RayCluster, tmp_path: 
         assert last.values["total"] == expected
 
 
+def test_sigterm_interrupts_a_ray_run_between_batches(cluster: RayCluster, tmp_path: Path) -> None:
+    """SIGTERM to a driver on Ray: the interrupt waits for the engine loop's next batch (the executor woken from
+    the signal handler), the run is recorded as interrupted with its trials stopped, and a rerun continues it."""
+    budget, trials = 6, 4
+    policy = {"name": "rr", "period": 0.3}
+    path = write_spec(tmp_path, ray_spec(cluster, "ray-sigterm", trials, budget, 0.08, policy=policy))
+    storage = (tmp_path / "runs").resolve()
+    env = {**os.environ, **cluster.env}
+    runner = subprocess.Popen(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: count_reports(storage / "hermes.db") >= 6, 120, "reports of the first runner")
+        runner.send_signal(signal.SIGTERM)
+        _, stderr = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    assert runner.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "interrupted: run" in stderr and "Traceback" not in stderr
+    wait_for(lambda: not trial_processes(storage), 30, "the trial processes of the interrupted driver to end")
+    rerun = subprocess.run(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=180)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "(continued)" in rerun.stdout
+    view, _ = load_view(storage)
+    assert len(view.trials) == trials and all(t.state is TrialState.COMPLETED for t in view.trials)
+
+
 def test_a_node_joins_and_another_dies_mid_run(cluster: RayCluster, tmp_path: Path) -> None:
     """Runs last: it kills a worker node of the module's cluster."""
     budget = 10
