@@ -180,32 +180,46 @@ def test_a_migration_across_nodes_resumes_bitwise(cluster: RayCluster, tmp_path:
     assert not (tmp_path / "nodes" / first / "trials" / "a" / "result.json").exists()
 
 
-def test_a_driver_killed_is_continued_by_a_rerun(cluster: RayCluster, tmp_path: Path) -> None:
-    budget, trials = 6, 6
-    policy = {"name": "rr", "period": 0.3}
-    path = write_spec(tmp_path, ray_spec(cluster, "ray-crash", trials, budget, 0.08, policy=policy))
+def signalled_driver(cluster: RayCluster, tmp_path: Path, name: str, trials: int, budget: int, reports: int,
+                     signum: int) -> tuple[Path, Path, dict[str, str], subprocess.Popen, str]:
+    """Start ``hermes run`` on the cluster, send it ``signum`` after ``reports`` reports, and wait until its
+    trial processes are gone: the spec's path, the storage, the environment, the ended driver and its stderr."""
+    path = write_spec(tmp_path, ray_spec(cluster, name, trials, budget, 0.08, policy={"name": "rr", "period": 0.3}))
     storage = (tmp_path / "runs").resolve()
     env = {**os.environ, **cluster.env}
     runner = subprocess.Popen(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: count_reports(storage / "hermes.db") >= 14, 120, "reports of the first runner")
-        runner.send_signal(signal.SIGKILL)
-        runner.wait(timeout=10)
+        wait_for(lambda: count_reports(storage / "hermes.db") >= reports, 120, "reports of the first runner")
+        runner.send_signal(signum)
+        _, stderr = runner.communicate(timeout=60)
     finally:
         if runner.poll() is None:
             runner.kill()
-            runner.wait()
-    assert runner.returncode == -signal.SIGKILL, runner.stderr.read().decode()[-2000:]
-    wait_for(lambda: not trial_processes(storage), 30, "the trial processes of the killed driver to die")
-    before, _ = load_view(storage)
-    completed_before = {t.trial_id for t in before.trials if t.state is TrialState.COMPLETED}
-    rerun = subprocess.run(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=env,
+            runner.communicate()
+    wait_for(lambda: not trial_processes(storage), 30, "the trial processes of the first runner to end")
+    return path, storage, env, runner, stderr
+
+
+def rerun_to_the_end(path: Path, storage: Path, env: dict[str, str], trials: int) -> Any:
+    """Run the spec again: it continues the experiment, and every trial completes. The store's view after it."""
+    rerun = subprocess.run(hermes_command("run", str(path), "--no-live"), cwd=path.parent, env=env,
                            capture_output=True, text=True, timeout=180)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "(continued)" in rerun.stdout
     view, _ = load_view(storage)
     assert len(view.trials) == trials and all(t.state is TrialState.COMPLETED for t in view.trials)
+    return view
+
+
+def test_a_driver_killed_is_continued_by_a_rerun(cluster: RayCluster, tmp_path: Path) -> None:
+    budget, trials = 6, 6
+    path, storage, env, runner, stderr = signalled_driver(cluster, tmp_path, "ray-crash", trials, budget, 14,
+                                                          signal.SIGKILL)
+    assert runner.returncode == -signal.SIGKILL, stderr[-2000:]
+    before, _ = load_view(storage)
+    completed_before = {t.trial_id for t in before.trials if t.state is TrialState.COMPLETED}
+    view = rerun_to_the_end(path, storage, env, trials)
     after = view.metrics[len(before.metrics):]
     assert not completed_before & {m.trial_id for m in after}, "a trial finished before the kill ran again"
     for trial in view.trials:
@@ -221,30 +235,12 @@ def test_a_driver_killed_is_continued_by_a_rerun(cluster: RayCluster, tmp_path: 
 def test_sigterm_interrupts_a_ray_run_between_batches(cluster: RayCluster, tmp_path: Path) -> None:
     """SIGTERM to a driver on Ray: the interrupt waits for the engine loop's next batch (the executor woken from
     the signal handler), the run is recorded as interrupted with its trials stopped, and a rerun continues it."""
-    budget, trials = 6, 4
-    policy = {"name": "rr", "period": 0.3}
-    path = write_spec(tmp_path, ray_spec(cluster, "ray-sigterm", trials, budget, 0.08, policy=policy))
-    storage = (tmp_path / "runs").resolve()
-    env = {**os.environ, **cluster.env}
-    runner = subprocess.Popen(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: count_reports(storage / "hermes.db") >= 6, 120, "reports of the first runner")
-        runner.send_signal(signal.SIGTERM)
-        _, stderr = runner.communicate(timeout=60)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
+    trials = 4
+    path, storage, env, runner, stderr = signalled_driver(cluster, tmp_path, "ray-sigterm", trials, 6, 6,
+                                                          signal.SIGTERM)
     assert runner.returncode == 128 + signal.SIGTERM, stderr[-2000:]
     assert "interrupted: run" in stderr and "Traceback" not in stderr
-    wait_for(lambda: not trial_processes(storage), 30, "the trial processes of the interrupted driver to end")
-    rerun = subprocess.run(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=180)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "(continued)" in rerun.stdout
-    view, _ = load_view(storage)
-    assert len(view.trials) == trials and all(t.state is TrialState.COMPLETED for t in view.trials)
+    rerun_to_the_end(path, storage, env, trials)
 
 
 def test_a_node_joins_and_another_dies_mid_run(cluster: RayCluster, tmp_path: Path) -> None:
