@@ -337,6 +337,9 @@ class Predictor:
 
 NO_INFORMATION = Predictor(0.0, 0.0, 1.0)
 
+FIRST_RISE = 2
+"""The first rung whose latest change is a rise: into rung 1 it is a change of standing (see "The priority")."""
+
 
 def fit_link(previous: np.ndarray, scores: np.ndarray, least: int) -> Link | None:
     """Regress within-group ``scores`` on population standings ``previous`` (None below ``least`` trials)."""
@@ -472,7 +475,7 @@ class HermesPolicy(SchedulingPolicy):
         self._rung_rows: list[list[int]] = []  # rung -> rows that reached it, in order
         self._rung_values: list[list[float]] = []  # rung -> their values, same order
         self._sorted: list[list[float]] = []  # rung -> values ascending, for ranks between refits
-        self._rung_rises: list[list[float]] = []  # rung -> how far each of its rows rose since the rung before
+        self._rung_rises: list[list[float]] = []  # rung -> its rows' rise since the rung before (FIRST_RISE on)
         self._sorted_rises: list[list[float]] = []  # rung -> those rises ascending
         self._links: list[Link | None] = []  # rung k -> link from rung k - 1 (None: too few trials)
         self._predictors: list[Predictor] = []  # rung k < horizon -> prediction of the standing at the horizon
@@ -550,7 +553,7 @@ class HermesPolicy(SchedulingPolicy):
         self._rung_rows[rung].append(row)
         self._rung_values[rung].append(value)
         insort(self._sorted[rung], value)
-        if rung:
+        if rung >= FIRST_RISE:
             rise = _rise(self._values[row], rung)
             self._rung_rises[rung].append(rise)
             insort(self._sorted_rises[rung], rise)
@@ -638,7 +641,8 @@ class HermesPolicy(SchedulingPolicy):
             if k == 0:
                 standing[0, members] = scores
                 continue
-            rises[k, members] = normal_scores(np.array(self._rung_rises[k], dtype=float))
+            if k >= FIRST_RISE:
+                rises[k, members] = normal_scores(np.array(self._rung_rises[k], dtype=float))
             previous = standing[k - 1, members]
             link = self._links[k] = fit_link(previous, scores, least)
             if link is None:
@@ -690,7 +694,7 @@ class HermesPolicy(SchedulingPolicy):
         names, fitted_on, population = ["now"], [standing[k, members]], [standing[k, rows]]
         link = self._links[k] if k else None
         change = link is not None and self.momentum
-        if change and k == 1:
+        if change and k < FIRST_RISE:
             names.append("before")
             fitted_on.append(standing[0, members])
             population.append(standing[0, rows])
@@ -704,7 +708,7 @@ class HermesPolicy(SchedulingPolicy):
             population.append(self._prior_of(rows))
         correlation = np.atleast_2d(np.nan_to_num(np.corrcoef(np.stack(population))))  # a constant column: 0
         np.fill_diagonal(correlation, 1.0)
-        if change and k == 1:
+        if change and k < FIRST_RISE:
             correlation[0, 1] = correlation[1, 0] = link.correlation
         fitted = fit_predictor(np.stack(fitted_on, axis=1), correlation, scores, least)
         if fitted is None:
@@ -955,7 +959,7 @@ class HermesPolicy(SchedulingPolicy):
         self._rung_rows = [[int(row) for row in rows] for rows in state["rungs"]]
         self._rung_values = [[self._values[row][rung] for row in rows] for rung, rows in enumerate(self._rung_rows)]
         self._sorted = [sorted(values) for values in self._rung_values]
-        self._rung_rises = [[_rise(self._values[row], rung) for row in rows] if rung else []
+        self._rung_rises = [[_rise(self._values[row], rung) for row in rows] if rung >= FIRST_RISE else []
                             for rung, rows in enumerate(self._rung_rows)]
         self._sorted_rises = [sorted(rises) for rises in self._rung_rises]
         self._records = sum(len(rows) for rows in self._rung_rows)
