@@ -13,7 +13,7 @@ import statistics
 import sys
 
 from hermes.core.decisions import Decision, Resume, Start, Suspend
-from hermes.core.events import Event, NodeAdded, SubmissionsClosed, TrialReported, TrialSubmitted, TrialSuspended
+from hermes.core.events import Event, SubmissionsClosed, TrialReported, TrialSuspended
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.execution.engine import Engine
 from hermes.local import LocalExecutor, TrialLaunch, local_slots

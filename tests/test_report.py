@@ -19,7 +19,7 @@ import pytest
 
 from hermes.cli import main
 from hermes.core.decisions import Decision, Resume, Suspend
-from hermes.core.events import Event, NodeAdded, SubmissionsClosed, TrialReported, TrialSubmitted
+from hermes.core.events import Event, SubmissionsClosed, TrialReported, TrialSubmitted
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial

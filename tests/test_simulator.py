@@ -16,7 +16,7 @@ from types import MappingProxyType
 import pytest
 
 from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
-from hermes.core.events import Event, NodeAdded, SubmissionsClosed, TrialExited, TrialSubmitted, TrialSuspended
+from hermes.core.events import Event, SubmissionsClosed, TrialExited, TrialSubmitted, TrialSuspended
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial

@@ -14,7 +14,6 @@ import ast
 import difflib
 import importlib.machinery
 import importlib.util
-import sys
 from pathlib import Path
 
 _DYNAMIC = {"globals", "vars", "setattr", "__getattr__"}  # ways a module can bind names ast cannot see
