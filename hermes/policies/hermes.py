@@ -739,9 +739,13 @@ class HermesPolicy(SchedulingPolicy):
         return (held_out - centre) / scale
 
     def _prior_of(self, rows: np.ndarray) -> np.ndarray:
-        """The rows' prior predictions, 0 (the population mean) where there is none (rows newer than the fit)."""
+        """The rows' prior predictions (``_prior_of_row``)."""
+        return np.array([self._prior_of_row(r) for r in rows.tolist()])
+
+    def _prior_of_row(self, row: int) -> float:
+        """The row's prior prediction, 0 (the population mean) where there is none (a row newer than the fit)."""
         prior = self._prior
-        return np.array([prior[r] if r < len(prior) else 0.0 for r in rows.tolist()])
+        return prior[row] if row < len(prior) else 0.0
 
     def _predict_first_report(self, row: int) -> None:
         """A new trial's predicted first-report seconds.
@@ -773,10 +777,10 @@ class HermesPolicy(SchedulingPolicy):
         predictor = self._predictors[k] if k < len(self._predictors) else self._frontier
         before = self._standing(values, k - 1) if k else 0.0
         width = predictor.width
-        offset = float(self._offsets([row], np.array([width]))[0])
+        offset = self._offset(row, width)
         mean = predictor.now * self._standing(values, k) + predictor.before * before
         if predictor.prior:
-            mean += predictor.prior * float(self._prior_of(np.array([row]))[0])
+            mean += predictor.prior * self._prior_of_row(row)
         if predictor.rise:
             ordered, rise = self._sorted_rises[k], _rise(values, k)
             middle = (bisect_left(ordered, rise) + bisect_right(ordered, rise) - 1) / 2
@@ -790,15 +794,28 @@ class HermesPolicy(SchedulingPolicy):
         See "What a trial costs": the reservation value of the trial as a prize whose price is its
         remaining GPU seconds, where the prediction carries information, and never above ``optimism``."""
         plain = np.full(len(rows), self.optimism)
-        reference, live = self._cost_reference, self._live
+        reference = self._cost_reference
         if not self.cost_aware or reference <= 0:
             return plain
-        step_seconds = self._step_seconds
-        remaining = np.array([(live[r].budget - live[r].step) * step_seconds[r] if r in live and step_seconds[r] > 0
-                              else reference for r in rows])
+        remaining = np.array([self._remaining_seconds(r) for r in rows])
         informed = width < 1.0 - 1e-9
         price = self._excess * remaining / reference / np.maximum(width, 1e-9)
         return np.where(informed, np.minimum(plain, reservation_offset(price)), plain)
+
+    def _offset(self, row: int, width: float) -> float:
+        """``_offsets`` of one row, as ``_rank`` asks at every rung between refits, without numpy's cost per call."""
+        reference = self._cost_reference
+        if not self.cost_aware or reference <= 0 or width >= 1.0 - 1e-9:
+            return self.optimism
+        price = self._excess * self._remaining_seconds(row) / reference / max(width, 1e-9)
+        return min(self.optimism, float(reservation_offset(price)))
+
+    def _remaining_seconds(self, row: int) -> float:
+        """GPU seconds the row's trial has left at its observed step time (the mean trial's budget if unknown)."""
+        trial, step_seconds = self._live.get(row), self._step_seconds[row]
+        if trial is None or step_seconds <= 0:
+            return self._cost_reference
+        return (trial.budget - trial.step) * step_seconds
 
     def _standing(self, values: list[float], k: int) -> float:
         """Population standing at rung ``k`` of a trial whose rung values are ``values``.

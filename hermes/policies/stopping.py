@@ -110,22 +110,32 @@ class MedianStopper(EarlyStopper):
         """Record the trial's new reports; at a step it has not been judged at, whether it is clearly behind
         the others' median (True) or clearly ahead of it (False), with ``confidence``. None: undecided, or
         not judged (the grace steps, a step judged before, fewer than ``min_trials`` others there)."""
+        scores, step = trial.scores, trial.step
         counted, total, best, judged = self._trials.get(trial.trial_id, (0, 0.0, -math.inf, 0))
-        new = trial.scores[counted:]  # every report since the last call, even one this missed
-        total += math.fsum(new)
-        best = max([best, *new])
-        self._trials[trial.trial_id] = (len(trial.scores), total, best, max(judged, trial.step))
-        if trial.step <= judged:
+        if counted == len(scores) - 1:  # the usual call: one new report (the same sum and best as below)
+            score = scores[-1]
+            total += score
+            best = score if score > best else best
+        else:  # every report since the last call, even one this missed
+            new = scores[counted:]
+            total += math.fsum(new)
+            best = max([best, *new])
+        self._trials[trial.trial_id] = (len(scores), total, best, judged if step <= judged else step)
+        if step <= judged:
             return None
-        others = self._averages.setdefault(trial.step, [])
-        rank = self._rank_of_bar(len(others))
+        others = self._averages.get(step)
+        if others is None:
+            others = self._averages[step] = []
+        n = len(others)
         verdict = None
-        if trial.step > self.grace_steps and len(others) >= self.min_trials and rank > 0:
-            if best < others[rank - 1]:
-                verdict = True
-            elif best > others[len(others) - rank]:
-                verdict = False
-        insort(others, total / len(trial.scores))
+        if step > self.grace_steps and n >= self.min_trials:
+            rank = self._rank_of_bar(n)
+            if rank > 0:
+                if best < others[rank - 1]:
+                    verdict = True
+                elif best > others[n - rank]:
+                    verdict = False
+        insort(others, total / len(scores))
         return verdict
 
     def _rank_of_bar(self, n: int) -> int:
