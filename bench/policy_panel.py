@@ -21,8 +21,9 @@ say which no policy can meet.
 ``--trials N`` judges small searches instead: in each seed, N trials drawn from the trace (seeded
 by the seed), the oracle's figures over the same draws. ``--noise SHARE`` judges the policies on
 noisy metrics: every report but a trial's last scatters around its recorded curve by SHARE times
-the spread of the trace's final metrics (``noisy``). ``--json PATH`` also writes every per-seed
-figure.
+the spread of the trace's final metrics (``noisy``). ``--epochs N`` judges other searches: every
+trial's budget cut at N epochs, so the final metric, the best trial and the target are those at
+epoch N (``cut``). ``--json PATH`` also writes every per-seed figure.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class Run:
     overhead: float
 
 
-_traces: dict[tuple[str, float], Trace] = {}  # per worker process: each trace is read once
+_traces: dict[tuple[str, float, int | None], Trace] = {}  # per worker process: each trace is read once
 
 
 def noisy(trace: Trace, share: float) -> Trace:
@@ -92,25 +93,34 @@ def noisy(trace: Trace, share: float) -> Trace:
         for t in trace.trials))
 
 
-def _trace(name: str, mode: str, trials: int | None = None, seed: int = 0, noise: float = 0.0) -> Trace:
-    """The shipped trace (``noise``: ``noisy``), or (``trials``) the search of that many of its trials that
-    ``seed`` draws."""
-    if (name, noise) not in _traces:
+def cut(trace: Trace, epochs: int) -> Trace:
+    """``trace`` with every trial's budget cut at ``epochs``: another search, whose final ranking is that at
+    the cut. On LCBench the final best of 52 epochs is a late riser; at 12 or 26 other trials win."""
+    return Trace(f"{trace.path}@{epochs}", trace.mode, tuple(
+        dataclasses.replace(t, metrics=t.metrics[:epochs], seconds=t.seconds[:epochs]) for t in trace.trials))
+
+
+def _trace(name: str, mode: str, trials: int | None = None, seed: int = 0, noise: float = 0.0,
+           epochs: int | None = None) -> Trace:
+    """The shipped trace (``epochs``: ``cut``; ``noise``: ``noisy``), or (``trials``) the search of that many
+    of its trials that ``seed`` draws."""
+    if (name, noise, epochs) not in _traces:
         loaded = load_trace(os.path.join(DATA, f"{name}.csv"), mode)
-        _traces[name, noise] = noisy(loaded, noise) if noise else loaded
-    full = _traces[name, noise]
+        loaded = cut(loaded, epochs) if epochs else loaded
+        _traces[name, noise, epochs] = noisy(loaded, noise) if noise else loaded
+    full = _traces[name, noise, epochs]
     if trials is None or trials >= len(full.trials):
         return full
     return Trace(full.path, mode, tuple(random.Random(seed).sample(full.trials, trials)))
 
 
-def _run(job: tuple[str, str, str, int, int, str, int | None, float]) -> Run:
-    name, mode, entry, seed, gpus, profile, trials, noise = job
+def _run(job: tuple[str, str, str, int, int, str, int | None, float, int | None]) -> Run:
+    name, mode, entry, seed, gpus, profile, trials, noise, epochs = job
     policy, _, stopper = entry.partition("+")  # "hermes+median": the policy with an early stopper composed
     setting = Setting(
         gpus=gpus, nodes=math.ceil(gpus / GPUS_PER_NODE), stopper=stopper or None, costs=SwitchCosts.profile(profile)
     )
-    result = run_one(_trace(name, mode, trials, seed, noise), policy, seed, setting)
+    result = run_one(_trace(name, mode, trials, seed, noise, epochs), policy, seed, setting)
     return Run(result.time_to_best_s, result.time_to_target_s, result.mean_first_feedback_s, result.overhead_fraction)
 
 
@@ -173,11 +183,11 @@ def halving_in_hindsight(trace: Trace, gpus: int) -> tuple[float, float]:
 
 
 def caps(name: str, mode: str, fifo: list[Run], gpus: int, trials: int | None = None,
-         noise: float = 0.0) -> dict[str, float]:
+         noise: float = 0.0, epochs: int | None = None) -> dict[str, float]:
     """The clairvoyant oracle's speed-ups over FIFO, seed by seed on the seed's trials: in the mean
     and in FIFO's luckiest seed; and (``sweep_`` before those names) the same of the clairvoyant
     policy that sweeps first (``sweep_first``), and (``halving_``) of ``halving_in_hindsight``."""
-    draws = [_trace(name, mode, trials, seed, noise) for seed in range(len(fifo))]
+    draws = [_trace(name, mode, trials, seed, noise, epochs) for seed in range(len(fifo))]
     oracle = [clairvoyant(trace) for trace in draws]
     swept = [sweep_first(trace, gpus) for trace in draws]
     halved = [halving_in_hindsight(trace, gpus) for trace in draws]
@@ -283,6 +293,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, help="small searches: N trials of each trace per seed (default: all)")
     parser.add_argument("--noise", type=float, default=0.0,
                         help="scatter every report but the last by this share of the final metrics' spread (default 0)")
+    parser.add_argument("--epochs", type=int, help="other searches: every trial's budget cut at N epochs (default: none)")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--json", help="also write the panel, with per-seed figures, to this file")
@@ -296,8 +307,8 @@ def main() -> None:
     if "fifo" not in policies:
         policies.insert(0, "fifo")
     started = time.perf_counter()
-    trials = args.trials
-    jobs = [(name, mode, policy, seed, gpus, profile, trials, args.noise)
+    trials, epochs = args.trials, args.epochs
+    jobs = [(name, mode, policy, seed, gpus, profile, trials, args.noise, epochs)
             for name, mode in traces for profile in profiles for gpus in gpu_counts
             for policy in policies for seed in range(seeds)]  # the order in which the loop below reads them
     results: dict[tuple, Run] = {}
@@ -311,14 +322,15 @@ def main() -> None:
                     per = {p: [] for p in policies}
                     for policy in policies:
                         for seed in range(seeds):
-                            run = results[(name, mode, policy, seed, gpus, profile, trials, args.noise)] = next(runs)
+                            run = results[(name, mode, policy, seed, gpus, profile, trials, args.noise, epochs)] = next(runs)
                             per[policy].append(run)
                     rows = [row(p, per[p], per["fifo"]) for p in policies]
                     key = f"{name}|{gpus}|{profile}"
-                    cap = limits.setdefault(key, caps(name, mode, per["fifo"], gpus, trials, args.noise))
+                    cap = limits.setdefault(key, caps(name, mode, per["fifo"], gpus, trials, args.noise, epochs))
                     panel[key] = rows
                     size = "" if trials is None else f", {trials} of its trials"
                     size += f", noise {args.noise}" if args.noise else ""
+                    size += f", cut at {epochs} epochs" if epochs else ""
                     print(f"\n== {name}{size}, {gpus} GPUs, {profile} costs, {seeds} seeds")
                     print(format_rows(rows))
                     for label, prefix in (("oracle", ""), ("sweep first", "sweep_"), ("halving*", "halving_")):

@@ -71,6 +71,16 @@ def test_noise_scatters_every_report_but_the_last_by_its_share_of_the_final_spre
     assert statistics.pstdev(moves) == pytest.approx(0.1 * spread, rel=0.02)
 
 
+def test_a_cut_budget_is_another_search_with_its_own_final_best() -> None:
+    full = _trace("lcbench_168330", "max")
+    short = _trace("lcbench_168330", "max", epochs=12)
+    assert _trace("lcbench_168330", "max", epochs=12) is short
+    assert {len(t.metrics) for t in short.trials} == {12}
+    assert all(s.metrics == c.metrics[:12] and s.seconds == c.seconds[:12] for s, c in zip(short.trials, full.trials))
+    assert short.best_final().name != full.best_final().name  # this trace's final best rises late
+    assert _trace("lcbench_168330", "max", epochs=100).best_final().name == full.best_final().name
+
+
 def test_the_panel_judges_small_searches(tmp_path: Path) -> None:
     """``--trials 16``: every seed's 16 trials, FIFO and hermes on them, and the oracle over the same draws."""
     out = tmp_path / "panel.json"
