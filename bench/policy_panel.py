@@ -293,7 +293,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, help="small searches: N trials of each trace per seed (default: all)")
     parser.add_argument("--noise", type=float, default=0.0,
                         help="scatter every report but the last by this share of the final metrics' spread (default 0)")
-    parser.add_argument("--epochs", type=int, help="other searches: every trial's budget cut at N epochs (default: none)")
+    parser.add_argument("--epochs", type=int, help="other searches: every trial's budget cut at N epochs")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--json", help="also write the panel, with per-seed figures, to this file")
@@ -322,7 +322,8 @@ def main() -> None:
                     per = {p: [] for p in policies}
                     for policy in policies:
                         for seed in range(seeds):
-                            run = results[(name, mode, policy, seed, gpus, profile, trials, args.noise, epochs)] = next(runs)
+                            job = (name, mode, policy, seed, gpus, profile, trials, args.noise, epochs)
+                            run = results[job] = next(runs)
                             per[policy].append(run)
                     rows = [row(p, per[p], per["fifo"]) for p in policies]
                     key = f"{name}|{gpus}|{profile}"
