@@ -782,9 +782,7 @@ class HermesPolicy(SchedulingPolicy):
         if predictor.prior:
             mean += predictor.prior * self._prior_of_row(row)
         if predictor.rise:
-            ordered, rise = self._sorted_rises[k], _rise(values, k)
-            middle = (bisect_left(ordered, rise) + bisect_right(ordered, rise) - 1) / 2
-            mean += predictor.rise * _inverse_normal((middle + 0.5) / len(ordered))
+            mean += predictor.rise * _score_among(self._sorted_rises[k], _rise(values, k))
         self._prediction[trial_id] = mean
         self._priority[trial_id] = mean + width * offset
 
@@ -825,9 +823,7 @@ class HermesPolicy(SchedulingPolicy):
         links = self._links
         while k and (k >= len(links) or links[k] is None):
             k -= 1
-        ordered, value = self._sorted[k], values[k]
-        middle = (bisect_left(ordered, value) + bisect_right(ordered, value) - 1) / 2
-        score = _inverse_normal((middle + 0.5) / len(ordered)) if len(ordered) > 1 else 0.0
+        score = _score_among(self._sorted[k], values[k])
         if k == 0:
             return score
         return (score - links[k].intercept) / links[k].spread
@@ -1040,6 +1036,13 @@ def _rung_value(trial: Trial, after: float, noise: float) -> float:
         return mean
     weight = max(0.0, 1.0 - noise * lead * lead / sxx / (rise * rise))
     return mean + weight * rise
+
+
+def _score_among(ordered: list[float], value: float) -> float:
+    """The normal score of ``value``'s mid-rank in ``ordered`` (ascending, holding it), as ``normal_scores`` gives
+    it at a refit: a trial ranked between refits with binary searches."""
+    middle = (bisect_left(ordered, value) + bisect_right(ordered, value) - 1) / 2
+    return _inverse_normal((middle + 0.5) / len(ordered)) if len(ordered) > 1 else 0.0
 
 
 def _rise(values: list[float], rung: int) -> float:
