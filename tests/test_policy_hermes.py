@@ -20,7 +20,7 @@ from hermes.core.states import TrialState
 from hermes.core.trial import Trial
 from hermes.policies import make_policy
 from hermes.policies.hermes import DEFERRED, UNMEASURED, HermesPolicy, _rung_value
-from hermes.policies.stats import expected_excess, normal_scores, probit, reservation_offset
+from hermes.policies.stats import expected_excess, normal_scores, probit, reservation_offset, reservation_offset_of
 from hermes.sim.costs import SwitchCosts
 from hermes.sim.simulate import simulate
 from hermes.sim.synthetic import synthetic_trace
@@ -401,6 +401,12 @@ def test_reservation_offset_inverts_the_expected_excess() -> None:
     excesses = np.array([expected_excess(float(t)) for t in offsets])
     assert reservation_offset(excesses) == pytest.approx(offsets, abs=1e-3)
     assert np.all(np.diff(reservation_offset(np.linspace(1e-6, 30.0, 200))) < 0)
+
+
+def test_one_reservation_offset_is_the_arrays_to_the_last_bit() -> None:
+    """The scalar path that ranks one trial between refits gives what the array path gives at a refit."""
+    grid = np.concatenate([np.geomspace(1e-40, 40.0, 3001), [0.0, 12.0, 13.0], np.linspace(0.0, 1.0, 77)])
+    assert [reservation_offset_of(float(excess)) for excess in grid] == reservation_offset(grid).tolist()
 
 
 def test_ageing_lifts_a_starved_trial_eventually() -> None:

@@ -99,6 +99,8 @@ class Engine:
             self.executor.settled(event)
 
     def _take_posts(self) -> list[Event]:
+        if not self._inbox:  # read without the lock: a post that lands just after is taken at the next look
+            return []
         with self._posted:
             posts = list(self._inbox)
             self._inbox.clear()
@@ -110,6 +112,8 @@ class Engine:
             if interrupt is not None:  # between batches: what the executor reported since stays with it
                 raise interrupt
             events = self.executor.next_events()
+            if events and not self._inbox:  # the usual case, without the lock (as in _take_posts)
+                return events
             with self._posted:
                 events.extend(self._inbox)
                 self._inbox.clear()

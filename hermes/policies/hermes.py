@@ -276,7 +276,7 @@ from hermes.core.trial import Trial
 from hermes.core.policy import CONTINUE, ExecutionProfile, SchedulingPolicy, Verdict
 from hermes.policies.duration import DurationModel
 from hermes.policies.stopping import MedianStopper
-from hermes.policies.stats import expected_excess, normal_scores, reservation_offset, shrink
+from hermes.policies.stats import expected_excess, normal_scores, reservation_offset, reservation_offset_of, shrink
 
 # GPU seconds of a suspend and resume until the engine's profile says (ExecutionProfile); that of a
 # process per run, the dearest, so an unconfigured policy never under-prices a switch.
@@ -591,13 +591,16 @@ class HermesPolicy(SchedulingPolicy):
         0.01-0.04 after epoch 8), so the pooled level is the median, kept in a histogram of log-spaced bins;
         it is the noise that ``_rung_value`` weighs a stretch's trend against."""
         steps, scores = trial.steps, trial.scores
-        if len(steps) < 3 or not steps[-3] < steps[-2] < steps[-1]:  # a restore from an older checkpoint repeats steps
+        if len(steps) < 3:
             return
-        (s0, s1, s2), (y0, y1, y2) = steps[-3:], scores[-3:]
-        if not (math.isfinite(y0) and math.isfinite(y1) and math.isfinite(y2)):
+        s0, s1, s2 = steps[-3], steps[-2], steps[-1]
+        if not s0 < s1 < s2:  # a restore from an older checkpoint repeats steps
             return
+        y0 = scores[-3]
         a = (s1 - s0) / (s2 - s0)
-        residual = y1 - (y0 + a * (y2 - y0))
+        residual = scores[-2] - (y0 + a * (scores[-1] - y0))
+        if not math.isfinite(residual):  # a score was not finite (0 < a < 1: infinities never cancel)
+            return
         scaled = residual * residual / (1.0 + a * a + (1.0 - a) * (1.0 - a))
         if scaled <= 0:
             key = -NOISE_RANGE
@@ -806,7 +809,7 @@ class HermesPolicy(SchedulingPolicy):
         if not self.cost_aware or reference <= 0 or width >= 1.0 - 1e-9:
             return self.optimism
         price = self._excess * self._remaining_seconds(row) / reference / max(width, 1e-9)
-        return min(self.optimism, float(reservation_offset(price)))
+        return min(self.optimism, reservation_offset_of(price))
 
     def _remaining_seconds(self, row: int) -> float:
         """GPU seconds the row's trial has left at its observed step time (the mean trial's budget if unknown)."""

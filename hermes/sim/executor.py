@@ -176,10 +176,11 @@ class SimulatedExecutor(Executor[TraceTrial]):
             self._woken = False
             return []
         heap = self._heap
-        while heap and heap[0][2] != heap[0][3].token:
-            heappop(heap)  # cancelled
-        if self._changes and (not heap or heap[0][0] >= self._changes[0].at):
-            return [self._change(self._changes.pop(0))]
+        if self._changes:
+            while heap and heap[0][2] != heap[0][3].token:
+                heappop(heap)  # cancelled: the change comes before anything left after it
+            if not heap or heap[0][0] >= self._changes[0].at:
+                return [self._change(self._changes.pop(0))]
         while heap:
             at, _, token, trial, kind = heappop(heap)
             if token != trial.token:
