@@ -1,20 +1,23 @@
 """Continuing an experiment from its store after its runner died, or was stopped.
 
-The event log is the source of truth. Replaying it into a fresh core reaches the state the old
-core had (the core is deterministic); the sampler is replayed alongside, so it proposes what it
-proposed before. The trials the old run believed to be running died with it: the new run first
-tells the core that the old nodes are gone, which falls those trials back to their last
-checkpoints, and then announces its own resources.
+The log is the source of truth: every event, and the decisions the core made about it. Replaying
+both into a fresh core reaches the state the old core had, even where this core would decide
+otherwise (a log that an older version of Hermes wrote, whose policy has changed since); the
+sampler is replayed alongside, so it proposes what it proposed before. The trials the old run
+believed to be running died with it: the new run first tells the core that the old nodes are gone,
+which falls those trials back to their last checkpoints, and then announces its own resources.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable
 
 from hermes.core.decisions import Decision
 from hermes.core.events import Event, NodeRemoved
 from hermes.core.scheduler import Scheduler
+from hermes.errors import HermesError
 from hermes.store.base import ExperimentStore
 
 
@@ -33,7 +36,15 @@ def replay(
 ) -> Recovered:
     """Feed the stored log to ``scheduler`` and ``follow`` (the session's bookkeeping), in order."""
     history = store.events(experiment_id)
-    for event in history:
-        follow(event, scheduler.handle(event))
+    decided: dict[int, list[Decision]] = defaultdict(list)
+    for record in store.decisions(experiment_id):
+        decided[record.event_seq].append(record.decision)
+    for seq, event in enumerate(history, 1):
+        try:
+            scheduler.replay(event, decided[seq])
+        except HermesError as error:
+            raise HermesError(f"the experiment's log does not replay: event {seq} of {len(history)} "
+                              f"({type(event).__name__}): {error}") from error
+        follow(event, decided[seq])
     now = history[-1].at if history else 0.0
     return Recovered(len(history), now, tuple(NodeRemoved(now, node) for node in scheduler.cluster.nodes))

@@ -108,8 +108,11 @@ class ExperimentSession:
         self._budget_changed = stored is not None and any(
             stored.get("search", {}).get(field) != value for field, value in budget.items()
         )
+        # A rerun may extend the budget, or change the policy: the new one continues from the log's
+        # decisions (``hermes.recovery``) and decides from there.
+        may_change = (*(f"search.{field}" for field in BUDGET_FIELDS), "policy")
         self.experiment_id = self.store.create_or_open_experiment(
-            spec.name, spec.model_dump(mode="json"), may_change=tuple(f"search.{field}" for field in BUDGET_FIELDS)
+            spec.name, spec.model_dump(mode="json"), may_change=may_change
         )
         self.store.claim_writer(self.experiment_id, describe(self._lock.who))
 

@@ -230,13 +230,39 @@ def trial_processes(storage: Path) -> list[int]:
 
 def count_reports(database: Path) -> int:
     """Reports recorded so far, read without writing (the runner may be creating the file)."""
+    return count_rows(database, "SELECT count(*) FROM metrics")
+
+
+def count_suspends(database: Path) -> int:
+    """Suspend decisions recorded so far, read as ``count_reports`` reads."""
+    return count_rows(database, "SELECT count(*) FROM decisions WHERE type = 'Suspend'")
+
+
+def count_rows(database: Path, query: str) -> int:
     if not database.exists():
         return 0
     try:
         with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=1.0) as connection:
-            return connection.execute("SELECT count(*) FROM metrics").fetchone()[0]
+            return connection.execute(query).fetchone()[0]
     except sqlite3.Error:  # no tables yet
         return 0
+
+
+def run_until(path: Path, condition: Callable[[], object], what: str, sig: int = signal.SIGINT) -> tuple[int, str]:
+    """Start ``hermes run`` on ``path`` and send it ``sig`` once ``condition`` holds: its exit status and stderr."""
+    runner = subprocess.Popen(
+        hermes_command("run", str(path), "--no-live"),
+        cwd=path.parent, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_for(condition, 60, what)
+        runner.send_signal(sig)
+        _, stderr = runner.communicate(timeout=30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    return runner.returncode, stderr
 
 
 def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
@@ -430,19 +456,9 @@ def test_an_interrupted_run_stops_its_trials_and_continues_when_run_again(tmp_pa
     spec = spec_of("e2e-interrupt", budget={"steps": 6})
     path = write_spec(tmp_path, spec)
     storage = (tmp_path / "runs").resolve()
-    runner = subprocess.Popen(
-        hermes_command("run", str(path), "--no-live"),
-        cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        wait_for(lambda: count_reports(storage / "hermes.db") >= 5 and trial_processes(storage), 60, "5 reports")
-        runner.send_signal(signal.SIGINT)  # Ctrl-C
-        _, stderr = runner.communicate(timeout=30)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
-    assert runner.returncode == 130, stderr
+    returncode, stderr = run_until(  # then Ctrl-C
+        path, lambda: count_reports(storage / "hermes.db") >= 5 and trial_processes(storage), "5 reports")
+    assert returncode == 130, stderr
     assert f"interrupted: run `hermes run {path}` again to continue" in stderr
     assert not trial_processes(storage)  # the runner stopped them before it exited
     view, _ = load_view(storage)
@@ -456,24 +472,43 @@ def test_an_interrupted_run_stops_its_trials_and_continues_when_run_again(tmp_pa
         assert set(own_steps(records)) == set(range(1, 7)), trial_id
 
 
+def test_a_rerun_may_change_the_policy_and_continues_from_the_old_ones_decisions(tmp_path: Path) -> None:
+    """The log of a time-sharing policy continued by FIFO, as a log that an older Hermes wrote is continued by a newer
+    one that decides otherwise: the replay follows the log's decisions, and the new policy decides from there."""
+    spec = spec_of("e2e-other-policy", budget={"steps": 6}, policy={"name": "rr", "period": 0.1})
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    database = storage / "hermes.db"
+    returncode, stderr = run_until(
+        path, lambda: count_suspends(database) >= 2 and count_reports(database) >= 8 and trial_processes(storage),
+        "suspensions")
+    assert returncode == 130, stderr
+    _, before = load_view(storage)
+    assert sum(isinstance(decision, Suspend) for decision in before) >= 2  # FIFO would not have made them
+
+    write_spec(tmp_path, {**spec, "policy": {"name": "fifo"}})
+    result = run_ok(path)
+    assert "e2e-other-policy: finished (continued)" in result.stdout
+    view, decisions = load_view(storage)
+    assert decisions[: len(before)] == before
+    assert not any(isinstance(decision, Suspend) for decision in decisions[len(before):])  # FIFO's from there
+    assert view.experiment.spec["policy"]["name"] == "fifo"
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED] * 6
+    for trial in view.trials:
+        assert set(own_steps(metrics_by_trial(view.metrics)[trial.trial_id])) == set(range(1, 7)), trial.trial_id
+        result_file = json.loads((trial_dir(storage, spec, trial.trial_id) / "result.json").read_text())
+        assert result_file["total"] == pytest.approx(sum(score(trial.params["rate"], s) for s in range(1, 7)))
+
+
 def test_sigterm_interrupts_a_run_like_ctrl_c(tmp_path: Path) -> None:
     """``kill <runner>`` (a service manager, a batch system): recorded as interrupted, trials stopped."""
     spec = spec_of("e2e-sigterm", budget={"steps": 6})
     path = write_spec(tmp_path, spec)
     storage = (tmp_path / "runs").resolve()
-    runner = subprocess.Popen(
-        hermes_command("run", str(path), "--no-live"),
-        cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        wait_for(lambda: count_reports(storage / "hermes.db") >= 3 and trial_processes(storage), 60, "3 reports")
-        runner.send_signal(signal.SIGTERM)
-        _, stderr = runner.communicate(timeout=30)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
-    assert runner.returncode == 128 + signal.SIGTERM, stderr
+    returncode, stderr = run_until(
+        path, lambda: count_reports(storage / "hermes.db") >= 3 and trial_processes(storage), "3 reports",
+        signal.SIGTERM)
+    assert returncode == 128 + signal.SIGTERM, stderr
     assert f"interrupted: run `hermes run {path}` again to continue" in stderr and "Traceback" not in stderr
     assert not trial_processes(storage)
     status = hermes("status", str(storage), cwd=tmp_path)

@@ -51,6 +51,7 @@ from hermes.store import (
     build_runs,
 )
 from hermes.store.codec import from_dict, to_dict
+from hermes.recovery import replay
 from hermes.store.recorder import StoreRecorder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -380,27 +381,31 @@ def test_an_interrupt_lands_between_batches_and_leaves_the_store_writable(tmp_pa
     store.close()
 
 
-def test_replaying_the_log_rebuilds_the_core(store: ExperimentStore) -> None:
-    """Record a simulated experiment, replay its events into a fresh core: the same decisions come out."""
+SIMULATED_LAYOUT = {"n0": ("n0/g0", "n0/g1"), "n1": ("n1/g0",)}
+
+
+def rr_core() -> Scheduler:
+    return Scheduler(make_policy("rr", period=15.0))
+
+
+def record_simulated_run(store: ExperimentStore) -> int:
+    """An experiment of 8 synthetic trials time-shared by round robin on 3 GPUs in 2 nodes, recorded in ``store``."""
     trace = synthetic_trace(8, 6, seed=3, epoch_seconds=(5.0, 20.0))
     experiment = store.create_or_open_experiment("sim", SPEC)
-    layout = {"n0": ("n0/g0", "n0/g1"), "n1": ("n1/g0",)}
-    executor = SimulatedExecutor(layout)
-
-    def fresh_core() -> Scheduler:
-        return Scheduler(make_policy("rr", period=15.0), objective=Objective(trace.mode))
-
-    def record(event: Event, decisions: list[Decision]) -> None:
-        store.append_event(experiment, event, decisions)
-
-    engine = Engine(fresh_core(), executor, [record])
+    executor = SimulatedExecutor(SIMULATED_LAYOUT)
+    engine = Engine(rr_core(), executor, [lambda event, decisions: store.append_event(experiment, event, decisions)])
     for i, curve in enumerate(trace.trials):
         executor.submit(curve.name, curve)
         engine.post(TrialSubmitted(0.0, curve.name, curve.epochs, {"index": i}))
     engine.post(SubmissionsClosed(0.0))
     engine.run()
+    return experiment
 
-    replayed = fresh_core()
+
+def test_replaying_the_log_rebuilds_the_core(store: ExperimentStore) -> None:
+    """Record a simulated experiment, replay its events into a fresh core: the same decisions come out."""
+    experiment = record_simulated_run(store)
+    replayed = rr_core()
     again = [
         (seq, decision) for seq, event in enumerate(store.events(experiment), 1) for decision in replayed.handle(event)
     ]
@@ -417,6 +422,60 @@ def test_replaying_the_log_rebuilds_the_core(store: ExperimentStore) -> None:
             end <= start for (_, end), (start, _) in zip(on_gpu, on_gpu[1:], strict=False)
         )  # one trial at a time
     assert {run.ended_by for run in runs} <= {"suspended", "completed"}
+
+
+def test_a_log_whose_decisions_contradict_its_events_is_refused_with_where(store: ExperimentStore) -> None:
+    """Two trials given the same GPU: the replay stops at that event and says which, instead of running on."""
+    experiment = store.create_or_open_experiment("sim", SPEC)
+    store.append_event(experiment, NodeAdded(0.0, "n0", ("n0/g0",)))
+    store.append_event(experiment, TrialSubmitted(0.0, "a", 3, {}), [Start("a", "n0/g0")])
+    store.append_event(experiment, TrialSubmitted(0.0, "b", 3, {}), [Start("b", "n0/g0")])
+    followed: list[Event] = []
+    with pytest.raises(HermesError, match=r"does not replay: event 3 of 3 \(TrialSubmitted\): trial b \(pending\) "
+                                          r"given GPU n0/g0, which trial a holds"):
+        replay(store, experiment, Scheduler(make_policy("hermes")), lambda event, _: followed.append(event))
+    assert len(followed) == 2
+
+
+def test_a_log_that_another_policy_wrote_replays_into_the_state_it_describes(store: ExperimentStore) -> None:
+    """A log written by an older Hermes, whose policy decided otherwise, is replayed with the decisions it holds:
+    the core reaches the state the old core had at any point of the log, and decides on its own from there."""
+    experiment = record_simulated_run(store)
+    events = store.events(experiment)
+    decided: dict[int, list[Decision]] = {}
+    for record in store.decisions(experiment):
+        decided.setdefault(record.event_seq, []).append(record.decision)
+
+    deciding_anew = Scheduler(make_policy("hermes"))
+    with pytest.raises(HermesError, match="suspended while running"):  # left to decide, the new policy contradicts
+        for event in events:  # what the log says happened next
+            deciding_anew.handle(event)
+
+    def state(core: Scheduler) -> tuple[object, ...]:
+        trials = {t.trial_id: (t.state, t.gpu, t.step, t.checkpoint_step, t.steps, t.starts, t.migrations,
+                               t.gpu_time, t.running_since, t.stop_requested) for t in core.trials.values()}
+        return trials, core.busy, core.unfinished, core.submissions_open, core.finished
+
+    for cut in (len(events) // 3, 2 * len(events) // 3, len(events)):
+        old, new = rr_core(), Scheduler(make_policy("hermes"))
+        for seq, event in enumerate(events[:cut], 1):
+            old.handle(event)
+            new.replay(event, decided.get(seq, []))
+        assert state(new) == state(old), cut
+    assert new.finished and all(trial.state is TrialState.COMPLETED for trial in new.trials.values())
+
+    new = Scheduler(make_policy("hermes"))
+    for seq, event in enumerate(events[: len(events) // 2], 1):
+        new.replay(event, decided.get(seq, []))
+    now = events[len(events) // 2 - 1].at
+    running = {trial.trial_id for trial in new.trials.values() if trial.state is TrialState.RUNNING}
+    assert running
+    for node in SIMULATED_LAYOUT:  # a restarted runner: the old nodes are lost, and its own come
+        new.handle(NodeRemoved(now, node))
+    assert all(trial.waiting or trial.state.is_terminal for trial in new.trials.values())
+    restarted = new.handle(NodeAdded(now, "m0", ("m0/g0", "m0/g1")))
+    assert [type(decision) for decision in restarted] == [Resume, Resume]  # the policy chooses, among the runs cut off
+    assert {decision.trial_id for decision in restarted} <= {t.trial_id for t in new.trials.values() if t.starts}
 
 
 def test_server_experiments_are_queued_owned_weighted_and_cancellable(store: ExperimentStore) -> None:

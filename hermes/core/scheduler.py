@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from hermes.core.cluster import Cluster, Node
-from hermes.core.decisions import Decision, Stop
+from hermes.core.decisions import Decision, Stop, Suspend
 from hermes.core.events import (
     Event,
     ExperimentCancelled,
@@ -87,6 +87,7 @@ class Scheduler:
         self._unfinished = 0  # trials not yet terminal
         self._busy = 0  # trials holding a GPU
         self._last_time = 0.0
+        self._replaying = False  # in ``replay``: the log's decisions, not the policy's, say who runs where
         self.reclaimed: set[str] = set()  # GPUs a shared pool takes back once their trials release them
 
     @property
@@ -118,6 +119,50 @@ class Scheduler:
             decisions += self._finish()
         return decisions
 
+    def replay(self, event: Event, decided: Sequence[Decision]) -> None:
+        """Apply a logged event with the decisions that were made about it then, instead of deciding anew.
+
+        Recovery rebuilds the core this way, so that a log another version of Hermes wrote (another
+        policy, other defaults) still gives the state it describes: the policy and the stopper see
+        every report as before, but who ran where, and who was suspended or stopped, is what the
+        log says. Trials that wait between runs stay unplaced (placing them is no decision); a
+        recovered core loses the old run's nodes first anyway, which unplaces every trial."""
+        if self.finished and type(event) is not SubmissionsReopened:
+            raise HermesError(f"the experiment is finished; cannot handle {type(event).__name__}")
+        self._last_time = event.at
+        self._replaying = True
+        try:
+            self._handlers[type(event)](self, event)
+        finally:
+            self._replaying = False
+        for decision in decided:
+            self._carry_out(decision, event.at)
+        if not self.submissions_open and not self._busy and not self._unfinished:
+            self.finished = True
+
+    def _carry_out(self, decision: Decision, now: float) -> None:
+        """What the core does when it makes ``decision`` itself, for a decision read from a log."""
+        trial = self._trial(decision.trial_id)
+        if type(decision) is Suspend:
+            trial.move_to(SUSPENDING)
+        elif type(decision) is Stop:
+            if trial.stop_requested or trial.state.is_terminal:
+                raise HermesError(f"trial {trial.trial_id} stopped while {trial.state.value}")
+            self._stop(trial)
+        else:
+            node = self.cluster.node_of(decision.gpu)
+            holder = node.occupant[decision.gpu]
+            if holder is not None or not trial.waiting:
+                raise HermesError(f"trial {trial.trial_id} ({trial.state.value}) given GPU {decision.gpu}, which "
+                                  f"{'trial ' + holder.trial_id if holder else 'nobody'} holds")
+            if trial.node != node.name:
+                self._leave_node(trial)
+                trial.node = node.name
+                node.members[trial.trial_id] = trial
+            node.occupant[decision.gpu] = trial
+            trial.begin_run(decision.gpu, now)
+            self._busy += 1
+
     def _on_submitted(self, event: TrialSubmitted) -> list[Decision]:
         if not self.submissions_open:
             raise HermesError(f"trial {event.trial_id} submitted after submissions were closed")
@@ -146,8 +191,8 @@ class Scheduler:
         verdict = self.policy.observe(trial, event.at)
         if self.stopper is not None and self.stopper.should_stop(trial):
             verdict = STOP
-        if event.step >= trial.budget:
-            return []  # it exits by itself
+        if self._replaying or event.step >= trial.budget:
+            return []  # the log says what followed; or, at its budget, it exits by itself
         if verdict is STOP:
             return self._stop(trial)
         if trial.state is SUSPENDING:
@@ -189,6 +234,8 @@ class Scheduler:
 
     def _on_period(self, event: PeriodElapsed) -> list[Decision]:
         decisions: list[Decision] = []
+        if self._replaying:
+            return decisions
         for node_scheduler in self.node_schedulers.values():
             for trial in list(node_scheduler.node.occupant.values()):
                 if trial is not None:
@@ -234,7 +281,7 @@ class Scheduler:
             self._unplace_if_empty(node)
             return self._place_and_fill(event.at, set(self.cluster.nodes.values()))
         self.reclaimed.add(event.gpu)
-        if event.preempt and trial.state is RUNNING and not trial.stop_requested:
+        if event.preempt and trial.state is RUNNING and not trial.stop_requested and not self._replaying:
             return self.node_schedulers[node.name].suspend(trial)
         return []  # it is leaving already
 
@@ -259,6 +306,8 @@ class Scheduler:
     def _on_cancelled(self, event: ExperimentCancelled) -> list[Decision]:
         self.submissions_open = False
         decisions: list[Decision] = []
+        if self._replaying:
+            return decisions
         for trial in list(self.trials.values()):
             if not trial.state.is_terminal and not trial.stop_requested:
                 decisions += self._stop(trial)
@@ -287,6 +336,8 @@ class Scheduler:
         ``touched`` are the nodes this event changed (a GPU freed, a member left, a node or GPU
         joined): only they can have gained room or lost load, so only they need attention.
         """
+        if self._replaying:
+            return []
         touched |= self._place()
         touched |= self._rebalance(now, touched)
         decisions: list[Decision] = []
@@ -296,6 +347,8 @@ class Scheduler:
         return decisions
 
     def _fill(self, node_scheduler: NodeScheduler, now: float) -> list[Decision]:
+        if self._replaying:
+            return []
         decisions = node_scheduler.fill(now)
         self._busy += len(decisions)
         return decisions
@@ -411,11 +464,15 @@ class Scheduler:
 
     def _retire(self, trial: Trial) -> None:
         """A terminal trial leaves its node."""
+        self._leave_node(trial)
+        self._unfinished -= 1
+
+    def _leave_node(self, trial: Trial) -> None:
+        """Out of its node's members, or of the trials waiting unplaced."""
         node = self.cluster.nodes.get(trial.node) if trial.node is not None else None
         if node is not None:
             node.members.pop(trial.trial_id, None)
         self.unplaced.pop(trial.trial_id, None)
-        self._unfinished -= 1
 
     def _stop(self, trial: Trial) -> list[Decision]:
         if trial.state in HOLDING_GPU:

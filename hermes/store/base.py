@@ -136,8 +136,9 @@ class ExperimentStore(ABC):
     def create_or_open_experiment(self, name: str, spec: Mapping[str, Any], may_change: Collection[str] = ()) -> int:
         """Create the experiment (status running), or return the id of the one with this name and spec.
 
-        ``may_change``: dotted paths of the spec that may differ from the stored one (a budget
-        extended by a rerun); the stored spec then becomes ``spec``. Any other difference raises."""
+        ``may_change``: dotted paths of the spec that may differ from the stored one, with all below
+        them (a budget extended by a rerun, another policy); the stored spec then becomes ``spec``.
+        Any other difference raises."""
 
     @abstractmethod
     def experiment(self, experiment_id: int) -> ExperimentRecord:

@@ -244,7 +244,8 @@ class SqlStore(ExperimentStore):
                 )
                 return int(inserted.inserted_primary_key[0])  # type: ignore[index]  # set by a one-row insert
             differences = _differences(json.loads(row.spec), json.loads(spec_json))
-            if differences and all(difference in may_change for difference in differences):
+            allowed = tuple(may_change)
+            if differences and all(d in allowed or d.startswith(tuple(f"{a}." for a in allowed)) for d in differences):
                 connection.execute(EXPERIMENTS.update().where(EXPERIMENTS.c.id == row.id).values(spec=spec_json))
             elif differences:
                 raise StoreError(
