@@ -361,6 +361,7 @@ def _server(args: argparse.Namespace) -> int:
     try:
         if args.action == "add-user":
             token = accounts.add_user(args.name, admin=args.admin)
+            print(f"{args.name}'s area, where every file their specs name must lie: {config.area(args.name)}")
         else:
             token = accounts.add_token(args.name, args.label)
     finally:
@@ -373,8 +374,9 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
     submit = commands.add_parser(
         "submit",
         help="submit an experiment spec to a Hermes server",
-        description="Send a YAML spec to a Hermes server, which queues and runs it; relative paths in the spec "
-                    "are read in your area on the server.",
+        description="Send a YAML spec to a Hermes server, which queues and runs it. The spec is read in your area "
+                    "on the server as if it lay there where it lies below the current folder, so relative paths "
+                    "work as they do here when your area holds what this folder holds.",
     )
     submit.add_argument("spec", help="experiment spec (YAML)")
     submit.add_argument("--weight", type=float, default=1.0, help="share of the GPU pool against other experiments")
@@ -395,7 +397,12 @@ def _submit(args: argparse.Namespace) -> int:
         raise HermesError(f"{args.spec}: cannot read the spec: {error}") from None
     if not isinstance(spec, dict):
         raise HermesError(f"{args.spec}: must be a YAML mapping with name, trial, search, metric and budget")
-    experiment = Client(args.server, args.token).submit(spec, args.weight)
+    # Your area on the server mirrors the folder you submit from: the spec is read there as it lies here.
+    here = Path.cwd()
+    folder = Path(os.path.abspath(args.spec)).parent
+    experiment = Client(args.server, args.token).submit(
+        spec, args.weight, folder.relative_to(here).as_posix() if folder.is_relative_to(here) else ""
+    )
     print(f"submitted {experiment['name']} as experiment {experiment['id']} ({experiment['status']}) "
           f"to {args.server.rstrip('/')}")
     return 0

@@ -284,6 +284,24 @@ def test_a_spec_names_no_file_outside_its_users_area(server: Server, tmp_path: P
         assert Path(response.json()["spec"]["trial"]["workdir"]).is_relative_to(area.resolve())
 
 
+def test_a_spec_is_read_in_the_folder_of_the_area_it_names(server: Server) -> None:
+    """``folder``: where the spec's file lies in the area, as ``hermes submit`` sends it; never outside the area."""
+    area = (server.hermes.config.root / "users" / "alice").resolve()
+    spec = real_spec("nested", trial={"function": "trials.curve:train", "workdir": ".."}, storage={"dir": "../runs"})
+    response = server.client.post("/api/experiments", json={"spec": spec}, headers=server.as_("alice"))
+    assert response.status_code == 422 and "outside your area" in response.text  # read from the area itself
+    response = server.client.post("/api/experiments", json={"spec": spec, "folder": "specs"},
+                                  headers=server.as_("alice"))
+    assert response.status_code == 201, response.text
+    stored = response.json()["spec"]
+    assert (stored["trial"]["workdir"], stored["storage"]["dir"]) == (str(area), str(area / "runs"))
+    for outside in ("..", "../bob", "/tmp"):
+        response = server.client.post("/api/experiments", json={"spec": {**spec, "name": "x"}, "folder": outside},
+                                      headers=server.as_("alice"))
+        assert response.status_code == 422, outside
+        assert response.json()["detail"][0]["loc"] == ["body", "folder"], outside
+
+
 def test_the_pool_checks_a_spec_again_when_it_takes_it_up(tmp_path: Path) -> None:
     root = tmp_path / "server"
     with TestClient(create_app(ServerConfig(root=root, run_experiments=False))) as client:
@@ -541,6 +559,8 @@ def test_server_command_adds_users_binds_locally_and_keeps_tokens_out_of_logs(tm
     made = subprocess.run([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "add-user", "carol"],
                           capture_output=True, text=True, env=env, check=True)
     token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
+    area = (root / "users" / "carol").resolve()
+    assert area.is_dir() and f"carol's area, where every file their specs name must lie: {area}\n" in made.stdout
     with closing(SqlStore(f"sqlite:///{root / 'hermes.db'}")) as store:
         assert store.experiments() == []
     port = _free_port()
@@ -632,14 +652,16 @@ def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         _wait_for(url)
-        spec_file = tmp_path / "spec.yaml"
-        spec_file.write_text(yaml.safe_dump(real_spec("remote")))
-        submitted = subprocess.run([*hermes, "submit", str(spec_file), "--server", url], capture_output=True,
-                                   text=True, env=env)
+        (tmp_path / "specs").mkdir()  # the area mirrors tmp_path: the spec lies in specs/, the trials beside it
+        spec_file = tmp_path / "specs" / "spec.yaml"
+        spec_file.write_text(yaml.safe_dump(real_spec("remote", trial={"function": "trials.curve:train",
+                                                                       "workdir": ".."})))
+        submitted = subprocess.run([*hermes, "submit", "specs/spec.yaml", "--server", url], capture_output=True,
+                                   text=True, env=env, cwd=tmp_path)
         assert submitted.returncode == 0, submitted.stderr
         assert "submitted remote as experiment 1 (queued)" in submitted.stdout
-        again = subprocess.run([*hermes, "submit", str(spec_file), "--server", url], capture_output=True, text=True,
-                               env=env)
+        again = subprocess.run([*hermes, "submit", "specs/spec.yaml", "--server", url], capture_output=True,
+                               text=True, env=env, cwd=tmp_path)
         assert again.returncode == 2 and "409" in again.stderr and "another name" in again.stderr
         deadline = time.monotonic() + 60
         while "finished" not in (status := subprocess.run(

@@ -67,6 +67,8 @@ class SubmitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     spec: dict[str, Any] = Field(description="the experiment spec, as its YAML file would hold it")
     weight: float = Field(1.0, gt=0, allow_inf_nan=False, description="share of the GPU pool against others")
+    folder: str = Field("", max_length=4096, description="where the spec's file lies in your area, relative to it: "
+                                                         "the spec's relative paths start there (default: the area)")
 
 
 class WeightRequest(BaseModel):
@@ -116,9 +118,10 @@ def me(user: UserDep) -> dict[str, Any]:
 @router.post("/experiments", status_code=status.HTTP_201_CREATED, summary="submit an experiment spec")
 def submit(body: SubmitRequest, hermes: HermesDep, user: UserDep) -> Experiment:
     try:
-        spec = hermes.parse(body.spec, user.name)
+        spec = hermes.parse(body.spec, user.name, body.folder)
     except SpecError as error:
-        detail = [{"loc": ["body", "spec", *path.split(".")], "msg": message, "type": "spec"}
+        detail = [{"loc": ["body", *(["folder"] if path == "folder" else ["spec", *path.split(".")])], "msg": message,
+                   "type": "spec"}
                   for path, message in error.problems] or [{"loc": ["body", "spec"], "msg": str(error), "type": "spec"}]
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail) from None
     try:

@@ -2,7 +2,8 @@
 
 Layout of the server's root directory: ``hermes.db`` (SQLite, unless a database URL is given) and
 ``users/<name>/``, each user's area. A submitted spec is read as if its file lay in its owner's
-area: relative paths start there, and every file it names (its workdir, storage dir, a function's
+area (in the folder ``hermes submit`` names, the spec's own relative to where it was run): relative
+paths start there, and every file it names (its workdir, storage dir, a function's
 module, a command's paths) must lie inside it (``hermes.server.area``); an admin's too. It is
 stored with those paths resolved, and checked again when the pool takes it up.
 """
@@ -54,6 +55,12 @@ class ServerConfig:
     def database_url(self) -> str:
         return self.database or f"sqlite:///{self.root.resolve() / 'hermes.db'}"
 
+    def area(self, user: str) -> Path:
+        """The user's area, made if missing: the folder that every file their specs name must lie in."""
+        path = self.root.resolve() / "users" / user
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
 
 class Hermes:
     """What the routes share: one per application."""
@@ -67,22 +74,22 @@ class Hermes:
         self._pool_thread = threading.Thread(target=self._run_pool, name="hermes-pool", daemon=True)
         self._digests: dict[int, ExperimentDigest] = {}
 
-    def area(self, user: str) -> Path:
-        path = self.config.root.resolve() / "users" / user
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def parse(self, data: dict[str, Any], owner: str) -> ExperimentSpec:
-        """The spec as its owner's area reads it; SpecError names the fields that are wrong.
+    def parse(self, data: dict[str, Any], owner: str, folder: str = "") -> ExperimentSpec:
+        """The spec as its owner's area reads it, as if its file lay in ``folder`` there (relative to
+        the area); SpecError names the fields that are wrong.
 
         Every file it names must lie in the area (``hermes.server.area``), and that is checked on
         the document first, so that validation never looks at a file outside the area (it would
         say whether the file exists, or which functions a module outside defines).
         """
-        area = self.area(owner)
+        area = self.config.area(owner)
+        base = (area / folder).resolve()
+        if not base.is_relative_to(area.resolve()):
+            raise SpecError(f"folder: {folder!r} is outside your area on the server",
+                            [("folder", "must be a folder inside your area")])
         _refuse(document_problems(data))
-        _refuse(spec_problems(parse_spec(data, source="spec"), area, self.config.root))
-        return parse_spec(data, source="spec", base_dir=area)
+        _refuse(spec_problems(parse_spec(data, source="spec"), area, self.config.root, base))
+        return parse_spec(data, source="spec", base_dir=base)
 
     def read_spec(self, experiment: ExperimentRecord) -> ExperimentSpec:
         """A stored spec as the pool runs it: checked again when the pool takes it up (it may have
@@ -97,7 +104,7 @@ class Hermes:
         wrote into the server's database (no owner) keeps them beside it, in the root. Resolved."""
         if experiment.owner is None:
             return (self.config.root / experiment.name).resolve()
-        area = self.area(experiment.owner)
+        area = self.config.area(experiment.owner)
         storage = experiment.spec.get("storage", {}).get("dir", "runs")
         directory = (area / str(storage) / experiment.name).resolve()
         return directory if directory.is_relative_to(area) else None

@@ -55,14 +55,16 @@ def _non_finite(data: Any, path: str) -> list[str]:
     return [found for key, value in items for found in _non_finite(value, f"{path}.{key}" if path else str(key))]
 
 
-def spec_problems(spec: ExperimentSpec, area: Path, root: Path) -> list[Problem]:
+def spec_problems(spec: ExperimentSpec, area: Path, root: Path, folder: Path | None = None) -> list[Problem]:
     """The fields of ``spec`` that name a file outside ``area`` (resolved), or that the server cannot honour.
 
     ``spec`` may be the document alone (``parse_spec`` without a base dir): its paths are read
-    from ``area`` here, so that they are confined before validation looks at any file they name.
-    ``root``: the server's root, holding every user's area; no installed module may come from it.
+    from ``folder`` (default: the area) here, so that they are confined before validation looks at
+    any file they name. ``root``: the server's root, holding every user's area; no installed module
+    may come from it.
     """
     area, root = area.resolve(), root.resolve()
+    base = area if folder is None else folder
     problems: list[Problem] = []
 
     def confine(field: str, resolved: Path, what: str = "") -> bool:
@@ -75,8 +77,8 @@ def spec_problems(spec: ExperimentSpec, area: Path, root: Path) -> list[Problem]
         problems.append(("engine", f"{spec.engine!r}: the server runs every experiment in its own pool (local)"))
     if spec.storage.uri is not None:
         problems.append(("storage.uri", "the server keeps checkpoints in storage.dir, inside your area"))
-    confine("storage.dir", (area / spec.storage.dir).resolve(), "is ")
-    workdir = (area / spec.trial.workdir).resolve()
+    confine("storage.dir", (base / spec.storage.dir).resolve(), "is ")
+    workdir = (base / spec.trial.workdir).resolve()
     confine("trial.workdir", workdir, "is ")
     if not workdir.is_relative_to(area):
         return problems  # whatever the trial names from there is outside too

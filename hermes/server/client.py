@@ -61,8 +61,9 @@ class Client:
         except urllib.error.URLError as error:
             raise ServerError(f"cannot reach {self.url}: {error.reason}") from None
 
-    def submit(self, spec: Mapping[str, Any], weight: float = 1.0) -> dict[str, Any]:
-        return self.request("POST", "/experiments", {"spec": dict(spec), "weight": weight})
+    def submit(self, spec: Mapping[str, Any], weight: float = 1.0, folder: str = "") -> dict[str, Any]:
+        """``folder``: where the spec's file lies in the user's area on the server (its relative paths start there)."""
+        return self.request("POST", "/experiments", {"spec": dict(spec), "weight": weight, "folder": folder})
 
 
 class RemoteStore(ExperimentStore):
