@@ -61,6 +61,7 @@ def cluster() -> Iterator[RayCluster]:
 
 
 def ray_spec(cluster: RayCluster, name: str, trials: int, budget: int, sleep: float, **sections: Any) -> dict:
+    """A spec of curve trials on the cluster's GPU nodes (``resources`` among ``sections``: other resources)."""
     return spec_of(
         name,
         search=search(trials, 3, sleep),
@@ -68,7 +69,7 @@ def ray_spec(cluster: RayCluster, name: str, trials: int, budget: int, sleep: fl
         engine="ray",
         ray={"address": cluster.address},
         storage={"dir": "runs", "checkpoint_every": 2},
-        **sections,
+        **{"resources": {"gpus": "all"}, **sections},
     )
 
 
@@ -133,6 +134,22 @@ def test_a_whole_experiment_on_ray_spreads_its_trials_and_resumes_exactly(cluste
         d.trial_id for d in local_decisions if isinstance(d, Start)
     )
     local.store.close()
+
+
+def test_cpu_slots_on_every_node_of_the_cluster(cluster: RayCluster, tmp_path: Path) -> None:
+    """``resources.gpus: none``, as on one machine without GPUs: every node, the head without GPUs too, runs
+    ``cpu_slots`` CPU slots, and no trial runs on a GPU."""
+    budget = 4
+    spec = ray_spec(cluster, "ray-cpu", 6, budget, 0.05, policy={"name": "rr", "period": 0.3},
+                    resources={"gpus": "none", "cpu_slots": 1})
+    session = ExperimentSession(load_spec(write_spec(tmp_path, spec)), listeners=[ContractMonitor()])
+    session.run()
+    assert_exact(session, budget)
+    decisions = [record.decision for record in session.store.decisions(session.experiment_id)]
+    slots = {d.gpu for d in decisions if isinstance(d, (Start, Resume))}
+    assert slots == {f"{node_name(node.node_id)}/cpu0" for node in cluster.nodes}  # the head's slot included
+    session.store.close()
+    assert not trial_processes((tmp_path / "runs").resolve())
 
 
 class _Harness(ExecutorHarness):

@@ -1,4 +1,4 @@
-"""The node agent: one long-lived Ray actor per node with GPUs, running that node's slots.
+"""The node agent: one long-lived Ray actor per node with GPUs (or per node, on CPU slots), running its slots.
 
 An actor per trial (as Ray Tune does) costs 0.6-0.8 s to create and turns every pause into a
 checkpoint plus a new actor; one agent per node, holding all of the node's GPUs, keeps the local
@@ -45,16 +45,27 @@ class NodeAgent:
     ``num_cpus=0``, the node's GPUs and a hard node affinity (``hermes.ray.executor``)."""
 
     def __init__(
-        self, node: str, directory: str, metric: str | None, checkpoint_every: int, storage_uri: str
+        self,
+        node: str,
+        directory: str,
+        metric: str | None,
+        checkpoint_every: int,
+        storage_uri: str,
+        cpu_slots: int | None = None,
+        threads_per_slot: int = 1,
     ) -> None:
+        """``cpu_slots``: run that many CPU slots of ``threads_per_slot`` cores instead of the node's GPUs."""
         import ray
 
-        gpus = [str(int(index)) for index in ray.get_gpu_ids()]
+        if cpu_slots is None:
+            slots = local_slots(node, gpus=[str(int(index)) for index in ray.get_gpu_ids()])
+        else:
+            slots = local_slots(node, cpu_slots=cpu_slots, threads_per_slot=threads_per_slot)
         self.node = node
         self.storage = CheckpointStore(storage_uri)
         self.local = LocalExecutor(
             Path(directory),
-            slots=local_slots(node, gpus=gpus),
+            slots=slots,
             metric=metric,
             checkpoint_every=checkpoint_every,
             cwd=directory,

@@ -1,7 +1,9 @@
 """The Ray engine: a spec's trials on the GPU nodes of a Ray cluster, one node agent per node.
 
 ``engine: ray`` in a spec, with ``ray.address`` (``auto``: the cluster this machine belongs to) and
-``storage.uri`` for durable checkpoints; the trials themselves run as with the local engine.
+``storage.uri`` for durable checkpoints; the trials themselves run as with the local engine. With
+``resources.gpus: none`` every node runs ``resources.cpu_slots`` CPU slots instead, as one machine
+without GPUs does.
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ class RayEngine(ExecutionEngine):
                 ray.init(address=spec.ray.address, log_to_driver=False)
             except ConnectionError as error:
                 raise HermesError(f"ray.address: cannot connect to {spec.ray.address!r}: {error}") from None
-        self._gpus = int(ray.cluster_resources().get("GPU", 0))
+        resources = spec.resources
+        self._cpu_slots = resources.cpu_slots if resources.gpus == "none" else None
+        nodes = sum(1 for node in ray.nodes() if node["Alive"])
+        self._slots = nodes * self._cpu_slots if self._cpu_slots else int(ray.cluster_resources().get("GPU", 0))
 
     def capacity(self) -> int:
-        return max(1, self._gpus)
+        return max(1, self._slots)
 
     def profile(self) -> ExecutionProfile:
         return trial_profile(self.spec)
@@ -55,4 +60,6 @@ class RayEngine(ExecutionEngine):
             period=(spec.policy.period or 60.0) if spec.trial.metrics_regex else None,
             clock_offset=clock_offset,
             poll=spec.ray.poll,
+            cpu_slots=self._cpu_slots,
+            threads_per_slot=spec.resources.threads_per_slot,
         )

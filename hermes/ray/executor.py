@@ -1,4 +1,4 @@
-"""The Ray executor: the execution contract over one node agent per Ray node with GPUs.
+"""The Ray executor: the execution contract over one node agent per Ray node with GPUs (or per node on CPUs).
 
 The driver (``hermes run``: the engine loop, the core, the store) keeps no trial process; each
 node's agent (``hermes.ray.agent``) runs that node's slots. Decisions and settled reports are
@@ -7,7 +7,7 @@ buffered per agent and sent in one call when the driver next waits. The driver w
 an agent has it; ``wake`` makes those calls return. Its clock stamps every event as it arrives.
 
 Membership comes from Ray's node table, read every ``poll`` seconds: a new alive node with GPUs
-gets an agent, whose first events are its ``NodeAdded``; a dead node, or a dead agent (its pending
+(any alive node, with ``cpu_slots``) gets an agent, whose first events are its ``NodeAdded``; a dead node, or a dead agent (its pending
 call fails with ``ActorDiedError``), becomes ``NodeRemoved``, and its trials fall back to their
 last durable checkpoint. ``ActorUnavailableError`` is transient: the call is sent again (the agent
 ignores a call it has, by its sequence number).
@@ -21,6 +21,7 @@ local disk), as on one machine; on another live node, as the return value of the
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,9 @@ from hermes.execution.contract import Executor
 from hermes.local.handshake import TrialProgress
 from hermes.local.launch import WARM_SWITCH_COST, TrialLaunch
 from hermes.local.loop import monotonic_clock
+
+
+log = logging.getLogger("hermes.ray")
 
 
 def node_name(node_id: str) -> str:
@@ -73,6 +77,8 @@ class RayExecutor(Executor[TrialLaunch]):
     ``directory``: each agent keeps its trials under ``<directory>/nodes/<node>/`` on its own node.
     ``storage_uri``: the durable checkpoints (``hermes.ray.storage``). ``agent_timeout``: how long
     the first ``next_events`` waits for the agents of the nodes there are at the start.
+    ``cpu_slots``: every node runs that many CPU slots of ``threads_per_slot`` cores, and no GPU
+    (``resources.gpus: none``, as on one machine); None: the GPUs of the nodes that have some.
     """
 
     def __init__(
@@ -86,6 +92,8 @@ class RayExecutor(Executor[TrialLaunch]):
         clock_offset: float = 0.0,
         poll: float = 0.25,
         agent_timeout: float = 120.0,
+        cpu_slots: int | None = None,
+        threads_per_slot: int = 1,
     ) -> None:
         import ray
 
@@ -97,6 +105,9 @@ class RayExecutor(Executor[TrialLaunch]):
         self.checkpoint_every = checkpoint_every
         self.period = period
         self.poll = poll
+        self.cpu_slots = cpu_slots
+        self.threads_per_slot = threads_per_slot
+        self._told_no_gpu = False  # whether the user was told that no node has a GPU
         self.profile = ExecutionProfile(switch_cost=WARM_SWITCH_COST)
         self._clock = monotonic_clock(clock_offset)
         self._next_tick = self.now() + period if period is not None else None
@@ -363,7 +374,7 @@ class RayExecutor(Executor[TrialLaunch]):
         self._events.append(NodeRemoved(self.now(), agent.node))
 
     def _poll_membership(self) -> None:
-        """Agents for new alive nodes with GPUs; NodeRemoved for the dead ones."""
+        """Agents for new alive nodes with GPUs (any, with CPU slots); NodeRemoved for the dead ones."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -379,15 +390,21 @@ class RayExecutor(Executor[TrialLaunch]):
                 self._lose(agent)
         known = {agent.node_id for agent in self._agents.values()} | self._retired
         remote = ray.remote(NodeAgent)
+        on_gpus = self.cpu_slots is None
+        if on_gpus and not self._agents and not any(alive.values()) and not self._told_no_gpu:
+            self._told_no_gpu = True
+            log.warning("waiting for a Ray node with GPUs: none of the %d alive nodes has one (to run on their CPUs "
+                        "instead, set resources.gpus: none and resources.cpu_slots)", len(alive))
         for node_id, gpus in alive.items():
-            if gpus < 1 or node_id in known:
+            if (on_gpus and gpus < 1) or node_id in known:
                 continue
             name = node_name(node_id)
             handle = remote.options(
                 num_cpus=0,
-                num_gpus=gpus,
+                num_gpus=gpus if on_gpus else 0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
                 max_concurrency=16,
                 max_restarts=0,
-            ).remote(name, str(self.directory / "nodes" / name), self.metric, self.checkpoint_every, self.storage_uri)
+            ).remote(name, str(self.directory / "nodes" / name), self.metric, self.checkpoint_every, self.storage_uri,
+                     self.cpu_slots, self.threads_per_slot)
             self._agents[name] = _Agent(name, node_id, handle)
