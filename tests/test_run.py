@@ -791,6 +791,26 @@ def test_an_unmodified_program_printing_nan_completes(tmp_path: Path) -> None:
     assert all(math.isnan(record.values["value"]) for record in view.metrics)
 
 
+def test_a_printed_line_whose_objective_group_did_not_match_is_no_report(tmp_path: Path) -> None:
+    """An optional ``value`` group: lines where it is missing are skipped, not a protocol error that fails the trial."""
+    spec = spec_of(
+        "e2e-unmodified-optional",
+        trial={
+            "command": f"{sys.executable} trials/printer.py --steps 4 --rate 0.5 --sleep 0.01",
+            "metrics_regex": r"step (?P<step>\d+) loss (?P<loss>\S+) score (?P<value>0\.[0-6]\d*)?",  # 0.39, 0.63
+            "workdir": str(TESTS),
+        },
+        search={"sampler": "random", "trials": 1, "seed": 0, "space": {"rate": RATE}},
+        budget={"steps": 4},
+    )
+    run_ok(write_spec(tmp_path, spec))
+    view, _ = load_view(tmp_path / "runs")
+    assert [(trial.state, trial.error) for trial in view.trials] == [(TrialState.COMPLETED, None)]
+    assert own_steps(view.metrics) == [1, 2]
+    values = [record.values["value"] for record in view.metrics]
+    assert values == [pytest.approx(score(0.5, step), abs=1e-4) for step in (1, 2)]
+
+
 def test_a_report_that_lacks_the_objective_on_the_wire_fails_its_trial(tmp_path: Path) -> None:
     """A program that speaks the protocol itself (not through hermes.trial) and omits the objective."""
     spec = spec_of(
