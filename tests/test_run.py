@@ -791,6 +791,27 @@ def test_an_unmodified_program_printing_nan_completes(tmp_path: Path) -> None:
     assert all(math.isnan(record.values["value"]) for record in view.metrics)
 
 
+def test_an_unmodified_programs_objective_group_may_carry_the_metrics_name(tmp_path: Path) -> None:
+    """``(?P<score>...)`` for the metric ``score``, as naturally as ``(?P<value>...)``: stored under its own name."""
+    spec = spec_of(
+        "e2e-unmodified-named",
+        trial={
+            "command": f"{sys.executable} trials/printer.py --steps 3 --rate 0.5 --sleep 0.01",
+            "metrics_regex": r"step (?P<step>\d+) loss (?P<loss>\S+) score (?P<score>\S+)",
+            "workdir": str(TESTS),
+        },
+        search={"sampler": "random", "trials": 1, "seed": 0, "space": {"rate": RATE}},
+        budget={"steps": 3},
+    )
+    run_ok(write_spec(tmp_path, spec))
+    view, _ = load_view(tmp_path / "runs")
+    assert [(trial.state, trial.error) for trial in view.trials] == [(TrialState.COMPLETED, None)]
+    assert own_steps(view.metrics) == [1, 2, 3]
+    assert [sorted(record.values) for record in view.metrics] == [["loss", "score"]] * 3
+    scores = [record.values["score"] for record in view.metrics]
+    assert scores == [pytest.approx(score(0.5, step), abs=1e-4) for step in (1, 2, 3)]
+
+
 def test_a_printed_line_whose_objective_group_did_not_match_is_no_report(tmp_path: Path) -> None:
     """An optional ``value`` group: lines where it is missing are skipped, not a protocol error that fails the trial."""
     spec = spec_of(

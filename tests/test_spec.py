@@ -168,8 +168,8 @@ BAD = [
     (put("trial", value={"command": "  "}), "trial.command: must not be empty"),
     (put("trial", value={"command": "train", "metrics_regex": "acc=(\\d+"}), "trial.metrics_regex: does not compile"),
     (
-        put("trial", value={"command": "train", "metrics_regex": "acc=(?P<acc>\\d+)"}),
-        "trial.metrics_regex: needs a named group (?P<value>...)",
+        put("trial", value={"command": "train", "metrics_regex": "loss=(?P<loss>\\d+)"}),
+        "trial.metrics_regex: needs a named group for the metric: (?P<accuracy>...) or (?P<value>...)",
     ),
     (put("trial", "metrics_regex", value="acc=(?P<value>.*)"), "trial.metrics_regex: only for command trials"),
     (put("metric", "mode", value="maximize"), "metric.mode: Input should be 'max' or 'min'"),

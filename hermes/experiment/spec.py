@@ -374,11 +374,9 @@ class TrialSpec(_Section):
         if pattern is None:
             return None
         try:
-            groups = re.compile(pattern).groupindex
+            re.compile(pattern)
         except re.error as error:
             raise ValueError(f"does not compile: {error}") from None
-        if "value" not in groups:
-            raise ValueError("needs a named group (?P<value>...) for the metric; (?P<step>...) is optional")
         return pattern
 
     @model_validator(mode="after")
@@ -514,6 +512,15 @@ class ExperimentSpec(_Section):
         if not _NAME.fullmatch(name):
             raise ValueError("must start with a letter or digit and use only letters, digits, '.', '_' and '-'")
         return name
+
+    @model_validator(mode="after")
+    def _objective_printed(self) -> ExperimentSpec:
+        """An unmodified program's pattern names the objective: a group called ``value``, or the metric's name."""
+        pattern = self.trial.metrics_regex
+        if pattern is not None and not {"value", self.metric.name} & set(re.compile(pattern).groupindex):
+            raise _PathError("trial.metrics_regex", f"needs a named group for the metric: (?P<{self.metric.name}>...) "
+                                                    "or (?P<value>...); (?P<step>...) is optional")
+        return self
 
     @model_validator(mode="after")
     def _placeholders_exist(self) -> ExperimentSpec:

@@ -32,7 +32,7 @@ class TrialLaunch:
     function: str | None = None
     command: tuple[str, ...] | None = None
     config: Mapping[str, Any] = field(default_factory=dict)  # JSON-serialisable; hermes.trial.config()
-    metric_pattern: str | None = None  # regex over stdout lines: a ``value`` group, optionally a ``step`` group
+    metric_pattern: str | None = None  # regex over stdout lines: the objective's group, optionally a ``step`` group
     cwd: str | None = None  # working directory; the executor's when None
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment variables
     warm: bool = True  # a function runs in a warm worker (a command never does)
@@ -59,8 +59,8 @@ class TrialLaunch:
         if self.metric_pattern is not None:
             if self.command is None:
                 raise HermesError("metric_pattern applies to commands only")
-            if "value" not in self.pattern.groupindex:
-                raise HermesError(f"metric_pattern needs a (?P<value>...) group: {self.metric_pattern!r}")
+            if not set(self.pattern.groupindex) - {"step"}:
+                raise HermesError(f"metric_pattern needs a group for the objective: {self.metric_pattern!r}")
 
     @property
     def pattern(self) -> re.Pattern[str]:

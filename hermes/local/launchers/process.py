@@ -288,8 +288,9 @@ class ScriptLauncher(ProcessLauncher):
         except ValueError:
             return  # not a number after all: not a report
         trial = run.trial
-        if "value" not in metrics:
+        objective = metrics.get("value", metrics.get(self.host.metric_of(trial) or ""))
+        if objective is None:
             return  # the objective's group is optional in the pattern and did not match: not a report
         if step > trial.last_step:  # a repeated or earlier step is not a new report
-            self.host.emit(trial.reported(step, metrics["value"], metrics, False, self.host.now()))
+            self.host.emit(trial.reported(step, objective, metrics, False, self.host.now()))
             self.host.note_report(trial)
