@@ -739,7 +739,7 @@ def test_bad_reports_fail_their_trial_or_rank_last_and_never_hang_the_runner(tmp
         search={
             "sampler": "grid",
             "space": {
-                "report": {"type": "grid", "values": ["ok", "nan", "unnamed"]},
+                "report": {"type": "grid", "values": ["ok", "nan", "unnamed", "never"]},
                 "sleep": {"type": "grid", "values": [0.02]},
             },
         },
@@ -757,6 +757,11 @@ def test_bad_reports_fail_their_trial_or_rank_last_and_never_hang_the_runner(tmp
     assert "report() must include the objective metric 'score'" in (unnamed.error or "")
     assert unnamed.trial_id not in grouped
     assert f"trial {unnamed.trial_id} failed at step 0" in result.stdout
+
+    # A trial that returns without a single report cannot be ranked: it fails, and says what was missing.
+    never = by_kind["never"]
+    assert never.state is TrialState.FAILED and never.trial_id not in grouped
+    assert (never.error or "").startswith("ended without a report: a function trial calls hermes.trial.report")
 
     # NaN is a diverged trial: it is recorded as reported, and ranks below every finite value.
     nan = by_kind["nan"]

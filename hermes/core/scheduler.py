@@ -39,6 +39,10 @@ from hermes.errors import HermesError
 from hermes.core.policy import PAUSE, STOP, EarlyStopper, SchedulingPolicy
 
 
+NO_REPORT = ("ended without a report: a function trial calls hermes.trial.report(step, metric=value); a program "
+             "that prints its metrics needs a trial.metrics_regex that matches its lines")
+
+
 def _load_after_one_more(node: Node) -> float:
     return (len(node.members) + 1) / len(node.occupant)
 
@@ -220,11 +224,11 @@ class Scheduler:
         trial = self._trial(event.trial_id)
         if trial.stop_requested:
             outcome = STOPPED
-        elif event.succeeded:
+        elif event.succeeded and trial.steps:
             outcome = COMPLETED
-        else:
+        else:  # failed, or ended without a single report: nothing to rank it by, most likely a mistake
             outcome = FAILED
-            trial.error = event.error
+            trial.error = event.error if not event.succeeded else NO_REPORT
         node = self.cluster.nodes.get(trial.node) if trial.node is not None else None
         if trial.state in HOLDING_GPU:
             self._release_gpu(trial, event.at)

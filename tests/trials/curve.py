@@ -8,8 +8,8 @@ Config (every key optional):
   (``sys.exit(3)`` there) or ``"hard"`` (``os._exit(7)``: the whole process ends at once, a warm
   worker with it), to test failing trials;
 - ``leak_mb``: megabytes the trial allocates and never frees at every step, to test memory limits;
-- ``report``: ``"ok"``, ``"nan"`` (reports NaN as the objective) or ``"unnamed"`` (reports a
-  metric that is not the spec's), to test bad reports;
+- ``report``: ``"ok"``, ``"nan"`` (reports NaN as the objective), ``"unnamed"`` (reports a
+  metric that is not the spec's) or ``"never"`` (trains and returns without a report), to test bad reports;
 - ``hang_after``: the trial sleeps for good after reporting this step (0: before its first
   report), to test hung trials;
 - ``ballast_kb``: kilobytes of filler written into every checkpoint, to fill a small disk;
@@ -87,6 +87,6 @@ def train(config: dict[str, Any]) -> None:
             trial.report(step, score=math.nan, total=state["total"])
         elif report == "unnamed":
             trial.report(step, accuracy=value, loss=1.0 - value)
-        else:
+        elif report != "never":
             trial.report(step, score=value, total=state["total"])
     (trial.trial_dir() / "result.json").write_text(json.dumps(state))
