@@ -444,9 +444,11 @@ def test_status_and_results_show_why_trials_failed(store: SqlStore) -> None:
 def test_summarise_error_keeps_the_first_and_the_last_line() -> None:
     from hermes.report import summarise_error
 
-    traceback = "uncaught ValueError: Traceback (most recent call last):\n  File \"x.py\"\n\nValueError: bad lr\n"
-    expected = "uncaught ValueError: Traceback (most recent call last): ... ValueError: bad lr"
-    assert summarise_error(traceback) == expected
+    traceback = "exit code 1: Traceback (most recent call last):\n  File \"x.py\"\n\nValueError: bad lr\n"
+    assert summarise_error(traceback) == "exit code 1 ... ValueError: bad lr"
+    worker = "uncaught ValueError: bad lr: Traceback (most recent call last):\n  File \"x.py\"\nValueError: bad lr"
+    assert summarise_error(worker) == "uncaught ValueError: bad lr"  # the first line says it already
+    assert summarise_error("Traceback (most recent call last):\n  File \"x.py\"\nKeyError: 'a'") == "KeyError: 'a'"
     assert summarise_error("exit code 1") == "exit code 1"
     assert summarise_error("x" * 200, width=20) == "x" * 17 + "..."
 

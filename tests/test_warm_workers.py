@@ -122,7 +122,7 @@ def test_an_exception_fails_only_its_trial_and_the_worker_lives_on(tmp_path: Pat
         scheduler, _ = run_experiment(executor, launches, policy="fifo")
     b = scheduler.trials["b"]
     assert b.state is TrialState.FAILED
-    assert b.error.startswith("uncaught RuntimeError: about to fail at step 2\nTraceback")
+    assert b.error.startswith("uncaught RuntimeError: synthetic failure at step 2: about to fail at step 2\nTraceback")
     assert b.error.endswith("RuntimeError: synthetic failure at step 2")
     assert scheduler.trials["a"].state is scheduler.trials["c"].state is TrialState.COMPLETED
     assert result(executor, "a")["pids"] == result(executor, "c")["pids"]  # the same worker ran both

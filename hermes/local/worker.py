@@ -142,12 +142,11 @@ class Worker:
             if isinstance(exception, OSError) and exception.errno in NO_SPACE_ERRNOS:
                 outcome, error = protocol.NO_SPACE, str(exception)
             else:
-                outcome, error = protocol.FAILED, f"uncaught {type(exception).__name__}"
+                outcome, error = protocol.FAILED, f"uncaught {type(exception).__name__}: {exception}"
             try:  # its traceback goes to its stderr.log, as in a process of its own
                 traceback.print_exc()
             except OSError:
-                if outcome == protocol.FAILED:
-                    error = f"uncaught {type(exception).__name__}: {exception}"  # no log to read it from
+                pass  # no log to read it from: the error says what it can
         finally:
             bind(None)
             for stream in (self.stdout, self.stderr):

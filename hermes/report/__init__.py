@@ -113,10 +113,18 @@ def format_number(value: float | None) -> str:
     return f"{value:.4g}" if math.isfinite(value) else str(value)
 
 
+TRACEBACK = "Traceback (most recent call last):"
+
+
 def summarise_error(error: str, width: int = 160) -> str:
-    """A trial's error on one line: its first line and, for a traceback, its last (the exception)."""
+    """A trial's error on one line: its first line and, for a traceback, its last (the exception), unless the
+    first already says it; a traceback's header says nothing, so it is left out."""
     lines = [line.strip() for line in error.splitlines() if line.strip()]
-    text = " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else ""
+    if not lines:
+        return ""
+    first, last = lines[0].removesuffix(TRACEBACK).rstrip(": "), lines[-1]
+    message = last.partition(": ")[2] or last
+    text = first if len(lines) == 1 or message in first else f"{first} ... {last}" if first else last
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
