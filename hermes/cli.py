@@ -98,7 +98,8 @@ def _run(args: argparse.Namespace) -> int:
 
     from hermes.experiment import load_spec
     from hermes.live import LiveView
-    from hermes.report import ExperimentView
+    from hermes.core.states import TrialState
+    from hermes.report import ExperimentView, summarise_error
     from hermes.report.results import format_results, standings
     from hermes.session import ExperimentSession
 
@@ -128,6 +129,11 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{spec.name}: {outcome.status.value}{' (continued)' if outcome.resumed else ''}; "
           f"store {session.storage / 'hermes.db'}")
     print(format_results(report, standings(report)[: args.top], "table"))
+    if report.trials and all(trial.state is TrialState.FAILED for trial in report.trials):
+        first = report.trials[0]  # a script or a spec that cannot work: say so where CI looks, the exit code
+        print(f"hermes: error: every trial failed; trial {first.trial_id}: {summarise_error(first.error or '')}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -817,6 +817,20 @@ def test_an_unmodified_programs_objective_group_may_carry_the_metrics_name(tmp_p
     assert scores == [pytest.approx(score(0.5, step), abs=1e-4) for step in (1, 2, 3)]
 
 
+def test_a_run_whose_every_trial_failed_exits_with_code_1_and_the_first_error(tmp_path: Path) -> None:
+    """A broken training script fails CI: the experiment is recorded as finished, but the command says what went
+    wrong and exits with 1 (a run with some trials completed exits with 0)."""
+    spec = spec_of("e2e-all-failed", search=search(3, 0, 0.01, crash={"type": "choice", "values": ["raise"]},
+                                                   crash_step={"type": "choice", "values": [1]}))
+    result = hermes("run", str(write_spec(tmp_path, spec)), "--no-live", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "hermes: error: every trial failed; trial 0: uncaught RuntimeError: synthetic failure at step 1" in (
+        result.stderr)
+    view, _ = load_view(tmp_path / "runs")
+    assert view.experiment.status is ExperimentStatus.FINISHED
+    assert [trial.state for trial in view.trials] == [TrialState.FAILED] * 3
+
+
 def test_a_printed_line_whose_objective_group_did_not_match_is_no_report(tmp_path: Path) -> None:
     """An optional ``value`` group: lines where it is missing are skipped, not a protocol error that fails the trial."""
     spec = spec_of(
@@ -845,7 +859,8 @@ def test_a_report_that_lacks_the_objective_on_the_wire_fails_its_trial(tmp_path:
         search=search(1, 0, 0.0),
         budget={"steps": 2},
     )
-    result = run_ok(write_spec(tmp_path, spec))
+    result = hermes("run", str(write_spec(tmp_path, spec)), "--no-live", cwd=tmp_path)
+    assert result.returncode == 1 and "every trial failed" in result.stderr  # its only trial
     view, _ = load_view(tmp_path / "runs")
     (trial,) = view.trials
     assert trial.state is TrialState.FAILED and not view.metrics
