@@ -44,7 +44,7 @@ def spec_for(policy: str, args: argparse.Namespace, storage: Path) -> dict:
     spec["search"]["trials"] = args.trials
     spec["search"]["space"]["copies"] = {"type": "choice", "values": [args.copies]}
     spec["budget"]["steps"] = args.epochs
-    spec["policy"] = {"name": policy, "period": args.period} if policy != "fifo" else {"name": "fifo"}
+    spec["policy"] = {"name": policy, "period": args.period} if policy == "rr" else {"name": policy}  # defaults
     spec["resources"] = {"gpus": "none", "cpu_slots": args.slots, "threads_per_slot": 1}
     spec["storage"] = {"dir": str(storage), "checkpoint_every": args.epochs}
     return spec
@@ -88,7 +88,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--copies", type=int, default=14, help="enlarge the digits training set this many times")
     parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--period", type=float, default=4.0)
+    parser.add_argument("--period", type=float, default=4.0, help="round robin's period (hermes learns its own)")
     parser.add_argument("--policies", default="fifo,hermes")
     args = parser.parse_args()
     policies = args.policies.split(",")

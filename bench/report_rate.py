@@ -34,7 +34,7 @@ def spec_for(args: argparse.Namespace, storage: Path) -> dict:
         },
         "metric": {"name": "score", "mode": "max"},
         "budget": {"steps": args.steps},
-        "policy": {"name": args.policy, "period": args.period},
+        "policy": {"name": args.policy, **({} if args.period is None else {"period": args.period})},
         "resources": {"gpus": "none", "cpu_slots": args.slots},
         "storage": {"dir": str(storage), "checkpoint_every": args.checkpoint_every},
     }
@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--policy", default="hermes")
-    parser.add_argument("--period", type=float, default=1.0)
+    parser.add_argument("--period", type=float, help="seconds of a turn (default: the policy's own; hermes learns it)")
     parser.add_argument("--checkpoint-every", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
