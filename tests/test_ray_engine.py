@@ -38,6 +38,7 @@ from tests.test_run import (  # noqa: E402
     count_reports,
     hermes_command,
     load_view,
+    run_until,
     score,
     search,
     spec_of,
@@ -198,24 +199,16 @@ def test_a_migration_across_nodes_resumes_bitwise(cluster: RayCluster, tmp_path:
 
 
 def signalled_driver(cluster: RayCluster, tmp_path: Path, name: str, trials: int, budget: int, reports: int,
-                     signum: int) -> tuple[Path, Path, dict[str, str], subprocess.Popen, str]:
+                     signum: int) -> tuple[Path, Path, dict[str, str], int, str]:
     """Start ``hermes run`` on the cluster, send it ``signum`` after ``reports`` reports, and wait until its
-    trial processes are gone: the spec's path, the storage, the environment, the ended driver and its stderr."""
+    trial processes are gone: the spec's path, the storage, the environment, the driver's exit status and stderr."""
     path = write_spec(tmp_path, ray_spec(cluster, name, trials, budget, 0.08, policy={"name": "rr", "period": 0.3}))
     storage = (tmp_path / "runs").resolve()
     env = {**os.environ, **cluster.env}
-    runner = subprocess.Popen(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: count_reports(storage / "hermes.db") >= reports, 120, "reports of the first runner")
-        runner.send_signal(signum)
-        _, stderr = runner.communicate(timeout=60)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
+    returncode, stderr = run_until(path, lambda: count_reports(storage / "hermes.db") >= reports,
+                                   "reports of the first runner", signum, env, timeout=120)
     wait_for(lambda: not trial_processes(storage), 30, "the trial processes of the first runner to end")
-    return path, storage, env, runner, stderr
+    return path, storage, env, returncode, stderr
 
 
 def rerun_to_the_end(path: Path, storage: Path, env: dict[str, str], trials: int) -> Any:
@@ -231,9 +224,9 @@ def rerun_to_the_end(path: Path, storage: Path, env: dict[str, str], trials: int
 
 def test_a_driver_killed_is_continued_by_a_rerun(cluster: RayCluster, tmp_path: Path) -> None:
     budget, trials = 6, 6
-    path, storage, env, runner, stderr = signalled_driver(cluster, tmp_path, "ray-crash", trials, budget, 14,
-                                                          signal.SIGKILL)
-    assert runner.returncode == -signal.SIGKILL, stderr[-2000:]
+    path, storage, env, returncode, stderr = signalled_driver(cluster, tmp_path, "ray-crash", trials, budget, 14,
+                                                              signal.SIGKILL)
+    assert returncode == -signal.SIGKILL, stderr[-2000:]
     before, _ = load_view(storage)
     completed_before = {t.trial_id for t in before.trials if t.state is TrialState.COMPLETED}
     view = rerun_to_the_end(path, storage, env, trials)
@@ -253,9 +246,9 @@ def test_sigterm_interrupts_a_ray_run_between_batches(cluster: RayCluster, tmp_p
     """SIGTERM to a driver on Ray: the interrupt waits for the engine loop's next batch (the executor woken from
     the signal handler), the run is recorded as interrupted with its trials stopped, and a rerun continues it."""
     trials = 4
-    path, storage, env, runner, stderr = signalled_driver(cluster, tmp_path, "ray-sigterm", trials, 6, 6,
-                                                          signal.SIGTERM)
-    assert runner.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    path, storage, env, returncode, stderr = signalled_driver(cluster, tmp_path, "ray-sigterm", trials, 6, 6,
+                                                              signal.SIGTERM)
+    assert returncode == 128 + signal.SIGTERM, stderr[-2000:]
     assert "interrupted: run" in stderr and "Traceback" not in stderr
     rerun_to_the_end(path, storage, env, trials)
 

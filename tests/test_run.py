@@ -248,16 +248,18 @@ def count_rows(database: Path, query: str) -> int:
         return 0
 
 
-def run_until(path: Path, condition: Callable[[], object], what: str, sig: int = signal.SIGINT) -> tuple[int, str]:
-    """Start ``hermes run`` on ``path`` and send it ``sig`` once ``condition`` holds: its exit status and stderr."""
+def run_until(path: Path, condition: Callable[[], object], what: str, sig: int = signal.SIGINT,
+              env: dict[str, str] | None = None, timeout: float = 60) -> tuple[int, str]:
+    """Start ``hermes run`` on ``path`` and send it ``sig`` once ``condition`` holds (within ``timeout`` seconds):
+    its exit status and stderr. ``env``: the runner's environment (default: this checkout's hermes)."""
     runner = subprocess.Popen(
         hermes_command("run", str(path), "--no-live"),
-        cwd=path.parent, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=path.parent, env=env or environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
-        wait_for(condition, 60, what)
+        wait_for(condition, timeout, what)
         runner.send_signal(sig)
-        _, stderr = runner.communicate(timeout=30)
+        _, stderr = runner.communicate(timeout=timeout)
     finally:
         if runner.poll() is None:
             runner.kill()
