@@ -780,17 +780,23 @@ def test_bad_reports_fail_their_trial_or_rank_last_and_never_hang_the_runner(tmp
     assert hermes("status", str(tmp_path / "runs"), cwd=tmp_path).returncode == 0
 
 
-def test_an_unmodified_program_printing_nan_completes(tmp_path: Path) -> None:
-    spec = spec_of(
-        "e2e-unmodified-nan",
+def one_printer(name: str, steps: int, pattern: str, *options: str) -> dict[str, Any]:
+    """A spec of one run of tests/trials/printer.py for ``steps`` steps (``options`` added), read with ``pattern``."""
+    return spec_of(
+        name,
         trial={
-            "command": f"{sys.executable} trials/printer.py --steps 3 --sleep 0.01 --nan",
-            "metrics_regex": PRINTED,
+            "command": " ".join([sys.executable, "trials/printer.py", "--steps", str(steps), "--sleep", "0.01",
+                                 *options]),
+            "metrics_regex": pattern,
             "workdir": str(TESTS),
         },
         search={"sampler": "random", "trials": 1, "seed": 0, "space": {"rate": RATE}},
-        budget={"steps": 3},
+        budget={"steps": steps},
     )
+
+
+def test_an_unmodified_program_printing_nan_completes(tmp_path: Path) -> None:
+    spec = one_printer("e2e-unmodified-nan", 3, PRINTED, "--nan")
     run_ok(write_spec(tmp_path, spec))
     view, _ = load_view(tmp_path / "runs")
     assert [trial.state for trial in view.trials] == [TrialState.COMPLETED]
@@ -800,16 +806,8 @@ def test_an_unmodified_program_printing_nan_completes(tmp_path: Path) -> None:
 
 def test_an_unmodified_programs_objective_group_may_carry_the_metrics_name(tmp_path: Path) -> None:
     """``(?P<score>...)`` for the metric ``score``, as naturally as ``(?P<value>...)``: stored under its own name."""
-    spec = spec_of(
-        "e2e-unmodified-named",
-        trial={
-            "command": f"{sys.executable} trials/printer.py --steps 3 --rate 0.5 --sleep 0.01",
-            "metrics_regex": r"step (?P<step>\d+) loss (?P<loss>\S+) score (?P<score>\S+)",
-            "workdir": str(TESTS),
-        },
-        search={"sampler": "random", "trials": 1, "seed": 0, "space": {"rate": RATE}},
-        budget={"steps": 3},
-    )
+    spec = one_printer("e2e-unmodified-named", 3, r"step (?P<step>\d+) loss (?P<loss>\S+) score (?P<score>\S+)",
+                       "--rate", "0.5")
     run_ok(write_spec(tmp_path, spec))
     view, _ = load_view(tmp_path / "runs")
     assert [(trial.state, trial.error) for trial in view.trials] == [(TrialState.COMPLETED, None)]
@@ -835,16 +833,9 @@ def test_a_run_whose_every_trial_failed_exits_with_code_1_and_the_first_error(tm
 
 def test_a_printed_line_whose_objective_group_did_not_match_is_no_report(tmp_path: Path) -> None:
     """An optional ``value`` group: lines where it is missing are skipped, not a protocol error that fails the trial."""
-    spec = spec_of(
-        "e2e-unmodified-optional",
-        trial={
-            "command": f"{sys.executable} trials/printer.py --steps 4 --rate 0.5 --sleep 0.01",
-            "metrics_regex": r"step (?P<step>\d+) loss (?P<loss>\S+) score (?P<value>0\.[0-6]\d*)?",  # 0.39, 0.63
-            "workdir": str(TESTS),
-        },
-        search={"sampler": "random", "trials": 1, "seed": 0, "space": {"rate": RATE}},
-        budget={"steps": 4},
-    )
+    spec = one_printer("e2e-unmodified-optional", 4,
+                       r"step (?P<step>\d+) loss (?P<loss>\S+) score (?P<value>0\.[0-6]\d*)?",  # 0.39, 0.63
+                       "--rate", "0.5")
     run_ok(write_spec(tmp_path, spec))
     view, _ = load_view(tmp_path / "runs")
     assert [(trial.state, trial.error) for trial in view.trials] == [(TrialState.COMPLETED, None)]
