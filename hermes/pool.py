@@ -21,8 +21,9 @@ core, the trials the dead pool ran fall back to their checkpoints, and the GPUs 
 Statuses: queued (submitted) -> running -> finished, cancelled or failed (``error`` says why: a
 spec this machine cannot run, say). Relative paths in a stored spec start at ``directory``;
 trials keep their files where ``hermes run`` keeps them (``<storage.dir>/<name>/trials/<id>``).
-In a pool every trial runs as a process of its own (warm workers are per slot, and experiments
-from different workdirs share a slot). Only the local engine is supported.
+Function trials run in warm workers of their experiment's own (``TrialLaunch.worker_group``): its
+code and working directory serve no other experiment, and its workers end with it. Only the local
+engine is supported.
 """
 
 from __future__ import annotations
@@ -36,14 +37,13 @@ from typing import Any
 
 from hermes.core.decisions import Decision
 from hermes.core.events import Event, ExperimentCancelled, NodeRemoved, TrialSubmitted
-from hermes.core.policy import ExecutionProfile
 from hermes.core.pool import PoolScheduler, qualify
 from hermes.errors import HermesError
 from hermes.execution.contract import Executor
 from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.spec import ResourcesSpec
 from hermes.local.executor import LocalExecutor
-from hermes.local.launch import PROCESS_SWITCH_COST, TrialLaunch
+from hermes.local.launch import TrialLaunch
 from hermes.session import ExperimentSession
 from hermes.store.base import ExperimentRecord, ExperimentStatus, ExperimentStore
 from hermes.store.recorder import StoreRecorder
@@ -91,7 +91,7 @@ class _SharedExecutor:
         spec = self._spec
         work = replace(
             work,
-            warm=False,
+            worker_group=self._key,
             metric=spec.metric.name,
             checkpoint_every=spec.storage.checkpoint_every,
             directory=str(spec.storage_dir / spec.name / "trials" / trial_id),
@@ -217,8 +217,6 @@ class PoolSession:
             if spec.engine != "local":
                 raise HermesError(f"experiment {record.name}: engine: {spec.engine!r}; this pool runs the local engine")
             session = ExperimentSession(spec, store=self.store)
-            # Every pooled trial runs as a process of its own: the policy weighs switches at that cost.
-            session.scheduler.policy.configure(ExecutionProfile(switch_cost=PROCESS_SWITCH_COST))
             recovered = session.replay()
         except HermesError as error:
             log.warning("experiment %s cannot run: %s", record.name, error)
@@ -341,6 +339,7 @@ class PoolSession:
         status = ExperimentStatus.CANCELLED if member.cancelled else ExperimentStatus.FINISHED
         self.store.set_status(member.record.experiment_id, status)
         self.members.pop(member.key, None)
+        self.executor.end_worker_group(member.key)
         log.info("experiment %s %s", member.record.name, status.value)
 
 

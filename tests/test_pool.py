@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from hermes.core.decisions import Start
+from hermes.core.decisions import Start, Suspend
 from hermes.core.events import GpuReclaimed, NodeAdded
 from hermes.core.scheduler import Scheduler
 from hermes.core.states import TrialState
@@ -131,6 +131,56 @@ def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(
     store.close()
 
 
+# ---------------------------------------------------------------------- warm workers of each experiment's own
+def test_each_experiment_runs_in_warm_workers_of_its_own_which_end_with_it(tmp_path: Path) -> None:
+    """Two experiments whose modules share a name run in warm workers, each experiment in its own: its
+    trials share its workers' processes (a process per run would give every trial one), its code is its
+    own, and its workers end when it finishes while the pool goes on."""
+    curve = (Path(__file__).parent / "trials" / "curve.py").read_text()
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    ids = {}
+    for origin in ("a", "b"):
+        workdir = tmp_path / origin
+        workdir.mkdir()
+        (workdir / "model.py").write_text(curve + f"""
+
+_train = train
+
+
+def train(config: dict[str, Any]) -> None:
+    _train(config)
+    (trial.trial_dir() / "origin").write_text({origin!r})
+""")
+        spec = pool_spec(origin, 4, 0.1, budget=8, trial={"function": "model:train", "workdir": str(workdir)})
+        ids[origin] = submit(store, spec, owner=origin)
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        wait_for(lambda: all(status(store, i) is ExperimentStatus.FINISHED for i in ids.values()), TIMEOUT,
+                 "both experiments to finish")
+        assert runner.is_alive()
+        workers = {}
+        for origin, experiment_id in ids.items():
+            check_completed(store, tmp_path, experiment_id, 4, 8)
+            trials = tmp_path / "runs" / origin / "trials"
+            assert {(path / "origin").read_text() for path in trials.iterdir()} == {origin}
+            workers[origin] = {pid for path in trials.iterdir()
+                               for pid in json.loads((path / "result.json").read_text())["pids"]}
+            assert len(workers[origin]) <= 2, "four trials ran in at most the two slots' workers"
+            assert len(list((tmp_path / "pool" / "workers").glob(f"e{experiment_id}-*.log"))) == 2
+        assert not workers["a"] & workers["b"]
+        suspended = [r for i in ids.values() for r in store.decisions(i) if isinstance(r.decision, Suspend)]
+        assert suspended, "the experiments' trials took turns"
+        wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pids in workers.values() for pid in pids),
+                 10, "the finished experiments' workers to end")
+    finally:
+        pool.stop()
+        runner.join(TIMEOUT)
+    assert not runner.is_alive()
+    store.close()
+
+
 # ---------------------------------------------------------------------- kill -9 of the pool process
 def test_a_pool_killed_with_sigkill_continues_every_experiment(tmp_path: Path) -> None:
     database = tmp_path / "pool.db"
@@ -143,18 +193,18 @@ def test_a_pool_killed_with_sigkill_continues_every_experiment(tmp_path: Path) -
     ids = [submit(store, specs[0], owner="ann"), submit(store, specs[1], owner="bob", weight=2.0)]
     command = [sys.executable, "-m", "hermes.pool", "--store", f"sqlite:///{database}", "--dir", str(tmp_path),
                "--cpu-slots", "2", "--poll", "0.1"]
-    storage = (tmp_path / "runs").resolve()
     pool = subprocess.Popen(command, cwd=tmp_path, env=environment(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     try:
-        wait_for(lambda: count_reports(database) >= 10 and trial_processes(storage), TIMEOUT, "the moment")
+            # The trials run in the pool's warm workers, which live under tmp_path/pool.
+        wait_for(lambda: count_reports(database) >= 10 and trial_processes(tmp_path), TIMEOUT, "the moment")
         pool.send_signal(signal.SIGKILL)
         pool.wait(timeout=10)
     finally:
         if pool.poll() is None:
             pool.kill()
             pool.wait()
-    wait_for(lambda: not trial_processes(storage), 5, "the trials of the killed pool to die")
+    wait_for(lambda: not trial_processes(tmp_path), 5, "the trials of the killed pool to die")
     assert [status(store, experiment_id) for experiment_id in ids] == [ExperimentStatus.RUNNING] * 2
     before = {experiment_id: store.metrics(experiment_id) for experiment_id in ids}
     used_before = {experiment_id: store.experiment(experiment_id).gpu_seconds_used for experiment_id in ids}

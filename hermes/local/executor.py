@@ -209,6 +209,10 @@ class LocalExecutor(Executor[TrialLaunch]):
             launcher.lose_slot(slot)
         self._events.append(GpuRemoved(self.now(), gpu))
 
+    def end_worker_group(self, group: str) -> None:
+        """End the warm workers of ``group`` (TrialLaunch.worker_group), whose trials have all ended."""
+        self.launchers["warm"].end_group(group)
+
     def hand_over(self, trial_id: str) -> bool:
         """Let a suspended trial go to another executor (a Ray node agent's, on another node).
 

@@ -40,6 +40,7 @@ class TrialLaunch:
     metric: str | None = None  # the objective among its metrics
     checkpoint_every: int | None = None  # steps between its checkpoints
     directory: str | None = None  # its config, logs and checkpoints (default: the executor's trials/<id>)
+    worker_group: str | None = None  # whose warm workers it shares (a pool's experiment); None: the executor's
 
     def __post_init__(self) -> None:
         if self.budget < 1:

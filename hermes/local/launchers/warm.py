@@ -1,6 +1,7 @@
 """Warm workers: each slot keeps one process (hermes/local/worker.py) that runs its function trials in turn.
 
-The worker imports the trial's module (and torch) once; a trial runs in a thread of it. Suspended,
+The worker imports the trial's module (and torch) once; a trial runs in a thread of it. Trials of one
+``worker_group`` share a slot's worker (a pool runs a group per experiment, ended with it). Suspended,
 the trial *parks* there with its state in memory and resumes on that slot from memory. To resume on
 another slot it first writes a checkpoint (a *spill*); it is spilled too when the host runs short
 of memory, and its worker is replaced when the worker outgrows its memory limit. A worker that dies
@@ -43,6 +44,7 @@ class Worker:
     """A warm worker process: runs one slot's function trials in turn."""
 
     slot: Slot
+    group: str | None  # the trials' TrialLaunch.worker_group
     process: subprocess.Popen[bytes]
     pidfd: int
     channel: int | None  # read end of its messages
@@ -60,16 +62,18 @@ class WarmLauncher(Launcher):
         super().__init__(host)
         self.memory_reserve = memory_reserve
         self.worker_memory_limit = worker_memory_limit
-        self._workers: dict[str, Worker] = {}  # slot name -> its warm worker (a retiring one is not here)
+        self._workers: dict[tuple[str, str | None], Worker] = {}  # (slot name, group) -> its warm worker
+        # (a retiring one is not here)
         self._retiring: list[Worker] = []
 
     # ------------------------------------------------------------------ decisions
     def launch(self, trial: LocalTrial, slot: Slot) -> None:
         launch = trial.launch
+        group = launch.worker_group
         for other in self.host.slots.values():  # every slot's worker warms up while this one starts
-            if other.name not in self._workers:
-                self._spawn(other, launch.function, launch.cwd)
-        worker = self._workers[slot.name]
+            if (other.name, group) not in self._workers:
+                self._spawn(other, group, launch.function, launch.cwd)
+        worker = self._workers[slot.name, group]
         run = Run(trial, slot, Handshake(trial), stderr_offset=stderr_offset(trial.directory), worker=worker)
         trial.run = worker.runs[trial.trial_id] = run
         self._command(
@@ -118,21 +122,29 @@ class WarmLauncher(Launcher):
         return [run for worker in [*self._workers.values(), *self._retiring] for run in worker.runs.values()]
 
     def lose_slot(self, slot: Slot) -> None:
-        worker = self._workers.get(slot.name)
-        if worker is not None:
+        for worker in [worker for worker in self._workers.values() if worker.slot is slot]:
             for run in worker.runs.values():
                 run.silent = run.silent or not run.parked
             self._end(worker)
+
+    def end_group(self, group: str) -> None:
+        """End the workers of ``group`` (a pool's experiment that ended): what they still hold goes unsaid."""
+        for worker in [*self._workers.values(), *self._retiring]:
+            if worker.group == group:
+                for run in worker.runs.values():
+                    run.silent = True
+                self._end(worker)
 
     def close(self) -> None:
         for worker in [*self._workers.values(), *self._retiring]:
             self._end(worker)
 
     # ------------------------------------------------------------------ workers
-    def _spawn(self, slot: Slot, function: str, cwd: str | None) -> Worker:
+    def _spawn(self, slot: Slot, group: str | None, function: str, cwd: str | None) -> Worker:
         """Start the slot's warm worker; it imports the trial's module while the command waits in its stdin."""
         host = self.host
-        log = host.directory / "workers" / f"{slot.name.replace('/', '-')}.log"
+        name = slot.name.replace("/", "-") if group is None else f"{group}-{slot.name.replace('/', '-')}"
+        log = host.directory / "workers" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         messages_read, messages_write = os.pipe()
         env = {
@@ -155,10 +167,10 @@ class WarmLauncher(Launcher):
         os.close(messages_write)
         pin(process.pid, slot)
         os.set_blocking(messages_read, False)
-        worker = Worker(slot, process, os.pidfd_open(process.pid), messages_read, log)
+        worker = Worker(slot, group, process, os.pidfd_open(process.pid), messages_read, log)
         host.loop.register(messages_read, WORKER_CHANNEL, self._drain, worker)
         host.loop.register(worker.pidfd, WORKER_EXIT, self._exited, worker)
-        self._workers[slot.name] = worker
+        self._workers[slot.name, group] = worker
         return worker
 
     def _command(self, worker: Worker, command: dict[str, Any]) -> None:
@@ -209,7 +221,7 @@ class WarmLauncher(Launcher):
         if worker.retiring:
             return
         worker.retiring = True
-        del self._workers[worker.slot.name]
+        del self._workers[worker.slot.name, worker.group]
         self._retiring.append(worker)
         for run in worker.runs.values():
             if run.parked:
@@ -256,8 +268,8 @@ class WarmLauncher(Launcher):
             return  # collected already, in the same wait
         kill_group(worker.process.pid, worker.process.returncode)  # leftover children
         code = worker.process.wait()
-        if self._workers.get(worker.slot.name) is worker:
-            del self._workers[worker.slot.name]
+        if self._workers.get((worker.slot.name, worker.group)) is worker:
+            del self._workers[worker.slot.name, worker.group]
         if worker in self._retiring:
             self._retiring.remove(worker)
         self._drain(worker)  # what it said before it died (a trial may have ended)
