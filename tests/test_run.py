@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from hermes.core.decisions import Resume, Start, Suspend
+from hermes.core.events import TrialReported
 from hermes.core.states import TrialState
 from hermes.report import ExperimentView, open_store, pick_experiment
 from hermes.store import ExperimentStatus, MetricRecord, TrialRecord
@@ -207,6 +208,43 @@ def test_an_experiment_runs_to_the_end_with_preemptions_and_its_reports_work(tmp
     assert len(written) == 2
     for png in written:
         assert png.parent == tmp_path / "plots" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm-workers", "process-per-run"])
+def test_trials_that_keep_no_checkpoint_start_over_after_a_resume_and_complete(tmp_path: Path, warm: bool) -> None:
+    """A training loop with nothing registered to checkpoint cannot resume where it stopped: after a resume from
+    disk it trains again from step 1. Every step still reaches the store once, and its state is an uninterrupted
+    run's (the trial's own sum)."""
+    budget = 5
+    spec = spec_of(
+        "stateless",
+        trial={"function": "trials.curve:train", "workdir": str(TESTS), "warm_workers": warm},
+        search=search(4, 1, 0.12, stateless={"type": "choice", "values": [True]}),
+        budget={"steps": budget},
+        policy={"name": "rr", "period": 0.4},
+    )
+    run_ok(write_spec(tmp_path, spec))
+    storage = tmp_path / "runs"
+    view, decisions = load_view(storage)
+    assert any(isinstance(d, Suspend) for d in decisions)
+    grouped = metrics_by_trial(view.metrics)
+    started_over = 0
+    for trial in view.trials:
+        assert trial.state is TrialState.COMPLETED, trial.error
+        assert [record.step for record in grouped[trial.trial_id]] == list(range(1, budget + 1))
+        directory = trial_dir(storage, spec, trial.trial_id)
+        result_file = json.loads((directory / "result.json").read_text())
+        assert result_file["total"] == pytest.approx(sum(score(trial.params["rate"], s) for s in range(1, budget + 1)))
+        started_over += "keeps no checkpoint of its state" in (directory / "stderr.log").read_text()
+    if not warm:  # every resume of a process per run is from disk
+        assert started_over == len({d.trial_id for d in decisions if isinstance(d, Suspend)})
+    store = open_store(storage)
+    try:
+        reported = Counter((event.trial_id, event.step) for event in store.events(view.experiment.experiment_id)
+                           if isinstance(event, TrialReported))
+    finally:
+        store.close()
+    assert set(reported.values()) == {1}  # the steps trained again were never reported again
 
 
 # ---------------------------------------------------------------------- 2. crash recovery

@@ -113,22 +113,46 @@ def test_reports_are_validated_in_the_trial(channel: Channel) -> None:
         trial.report(4.0, accuracy=0.5)  # type: ignore[arg-type]
 
 
-def test_a_resumed_trial_that_starts_over_is_told_how_to_continue(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_resumed_trial_without_a_checkpoint_of_its_state_starts_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Suspended (spilled) without restoring anything on resume: it reports step 1 again."""
+    """Suspended (spilled) with no saver, it has nothing to resume from: it trains again from step 1, which
+    is what a loop that ignores the checkpoint does, and the steps the scheduler knows are reported again."""
     first = Channel(tmp_path / "t1", monkeypatch)
-    first.answer(protocol.SUSPEND)
+    first.answer(protocol.CONTINUE, protocol.SUSPEND)
+    trial.report(1, accuracy=0.5)
     with pytest.raises(trial.SuspendExit):
-        trial.report(1, accuracy=0.5)  # no saver registered: the checkpoint holds the step only
+        trial.report(2, accuracy=0.6)  # the checkpoint holds the step only
 
     resumed = Channel(tmp_path / "t1", monkeypatch)
-    assert trial.start_step() == 1
+    assert trial.start_step() == 2
+    resumed.answer(*[protocol.CONTINUE] * 3)
+    for step, accuracy in ((1, 0.5), (2, 0.6), (3, 0.7)):
+        trial.report(step, accuracy=accuracy)
+    assert [message["step"] for message in resumed.received()] == [1, 2, 3]  # the executor skips 1 and 2
+    assert trial.start_step() == 0
+    assert "keeps no checkpoint of its state" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="must exceed the previous step 3"):
+        trial.report(1, accuracy=0.5)  # once going, a step that goes back is a bug in the loop
+
+
+def test_a_resumed_trial_that_registered_a_checkpoint_but_starts_over_is_told_to_restore_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = torch.nn.Linear(3, 2)
+    first = Channel(tmp_path / "t1", monkeypatch)
+    trial.Checkpoint(model=model)
+    first.answer(protocol.SUSPEND)
+    with pytest.raises(trial.SuspendExit):
+        trial.report(1, accuracy=0.5)
+
+    resumed = Channel(tmp_path / "t1", monkeypatch)
+    trial.Checkpoint(model=model)  # registered, never restored
     with pytest.raises(session_module.ResumeError) as raised:
         trial.report(1, accuracy=0.5)
     message = str(raised.value)
     assert message.startswith("trial t1 reported step 1, but it resumed from its checkpoint of step 1: ")
-    assert "range(state.restore(), trial.budget())" in message and "trial.start_step()" in message
+    assert "range(state.restore(), trial.budget())" in message
     assert isinstance(raised.value, HermesError) and resumed.received() == []
     resumed.answer(protocol.CONTINUE)
     trial.report(2, accuracy=0.6)  # continuing from the checkpoint's step is what it should do

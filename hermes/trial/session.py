@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import shutil
+import sys
 from concurrent.futures import ThreadPoolExecutor
 import threading
 from pathlib import Path
@@ -140,15 +141,16 @@ class Session:
         if isinstance(step, bool) or not isinstance(step, int):
             raise TypeError(f"step must be an int, got {type(step).__name__}")
         if step <= self.last_step:
-            if self.last_step == self.start_step > 0:  # nothing reported yet since the resume
+            if not self.last_step == self.start_step > 0:  # not the first report since a resume
+                raise ValueError(f"step {step} must exceed the previous step {self.last_step}")
+            if self.savers:
                 raise ResumeError(
                     f"trial {self.trial_id} reported step {step}, but it resumed from its checkpoint of step "
                     f"{self.start_step}: the training loop started over instead of continuing. Restore and go on "
-                    "from the checkpoint's step: create `state = trial.Checkpoint(model=..., optimizer=...)` "
-                    "before the first report and loop `for epoch in range(state.restore(), trial.budget())`, "
-                    "or, with nothing to restore, start from `trial.start_step()` (docs/trials.md)"
+                    "from the checkpoint's step: loop `for epoch in range(state.restore(), trial.budget())` "
+                    "(docs/trials.md)"
                 )
-            raise ValueError(f"step {step} must exceed the previous step {self.last_step}")
+            self._start_over(step)
         if not metrics:
             raise ValueError("report() needs at least one metric")
         if self.metric is None and len(metrics) > 1:
@@ -162,6 +164,19 @@ class Session:
         self.last_step = step
         self._send({"type": protocol.REPORT, "step": step, "metrics": values, "checkpointed": checkpointed})
         self._obey(step, checkpointed=checkpointed, metrics=values)
+
+    def _start_over(self, step: int) -> None:
+        """A trial with no checkpoint of its state (no saver) began again after a resume: it retrains from
+        scratch, as Ray Tune's function trials without checkpoints do. Its steps up to the resumed one
+        are known to the scheduler already, and its executor answers them at once."""
+        print(
+            f"hermes: trial {self.trial_id} keeps no checkpoint of its state (trial.Checkpoint or trial.Files), "
+            f"so it starts over from step {step} after its resume at step {self.start_step}, retraining what it "
+            "had trained; register its model and optimizer to resume where it stopped (docs/trials.md)",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.start_step, self.last_step = 0, step - 1
 
     def _obey(self, step: int, *, checkpointed: bool, metrics: Mapping[str, float]) -> None:
         """Wait for the answer to the report of ``step`` and do what it says."""

@@ -15,6 +15,7 @@ Config (every key optional):
 - ``ballast_kb``: kilobytes of filler written into every checkpoint, to fill a small disk;
 - ``hold_save``: a step whose checkpoint waits, half written, until a test lets it go: the trial
   creates ``saving-<step>`` in its directory and waits for ``go-<step>`` there.
+- ``stateless``: true keeps no checkpoint of its state (no saver): after a resume it starts over.
 
 Its state is a small JSON file saved with ``trial.Files``: the running sum of the scores, which a
 correct resume continues exactly, and the pid of every process that worked on it.
@@ -64,7 +65,7 @@ def train(config: dict[str, Any]) -> None:
     def load(directory: Path) -> None:
         state.update(json.loads((directory / "state.json").read_text()))
 
-    start = trial.Files(save, load).restore()
+    start = 0 if config.get("stateless") else trial.Files(save, load).restore()
     state["pids"].append(os.getpid())
     for step in range(start + 1, trial.budget() + 1):
         if step == hang_after + 1:
