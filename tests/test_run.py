@@ -219,7 +219,8 @@ def test_trials_that_keep_no_checkpoint_start_over_after_a_resume_and_complete(t
     spec = spec_of(
         "stateless",
         trial={"function": "trials.curve:train", "workdir": str(TESTS), "warm_workers": warm},
-        search=search(4, 1, 0.12, stateless={"type": "choice", "values": [True]}),
+        search=search(4, 1, 0.12, stateless={"type": "choice", "values": [True]},
+                      implicit_steps={"type": "grid", "values": [False, True]}),  # trial.report(score=...) too
         budget={"steps": budget},
         policy={"name": "rr", "period": 0.4},
     )
@@ -227,6 +228,7 @@ def test_trials_that_keep_no_checkpoint_start_over_after_a_resume_and_complete(t
     storage = tmp_path / "runs"
     view, decisions = load_view(storage)
     assert any(isinstance(d, Suspend) for d in decisions)
+    assert {trial.params["implicit_steps"] for trial in view.trials} == {False, True}
     grouped = metrics_by_trial(view.metrics)
     started_over = 0
     for trial in view.trials:

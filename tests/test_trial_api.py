@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -157,6 +158,44 @@ def test_a_resumed_trial_that_registered_a_checkpoint_but_starts_over_is_told_to
     resumed.answer(protocol.CONTINUE)
     trial.report(2, accuracy=0.6)  # continuing from the checkpoint's step is what it should do
     assert resumed.received() == [{"type": "report", "step": 2, "metrics": {"accuracy": 0.6}, "checkpointed": False}]
+
+
+def test_a_report_may_leave_its_step_out_and_give_its_metrics_as_a_dict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray Tune's ``report(metrics)``: the step is the next one, counted from a restored checkpoint's step, or
+    from 1 for a trial with nothing to restore unless it asked where to start."""
+    first = Channel(tmp_path / "t1", monkeypatch)
+    trial.Checkpoint(model=torch.nn.Linear(3, 2))
+    first.answer(protocol.CONTINUE, protocol.CONTINUE, protocol.SUSPEND)
+    trial.report(accuracy=0.5)
+    trial.report({"accuracy": 0.6, "loss": 1.0}, loss=0.9)  # keywords win over the dict
+    with pytest.raises(trial.SuspendExit):
+        trial.report(accuracy=0.7)
+    assert [(m["step"], m["metrics"]) for m in first.received()[:3]] == [
+        (1, {"accuracy": 0.5}), (2, {"accuracy": 0.6, "loss": 0.9}), (3, {"accuracy": 0.7})]
+
+    resumed = Channel(tmp_path / "t1", monkeypatch)
+    assert trial.Checkpoint(model=torch.nn.Linear(3, 2)).restore() == 3
+    assert step_of_a_report(resumed) == 4
+
+    shutil.rmtree(tmp_path / "t1")  # a trial with no saver, resumed from a checkpoint of step 2
+    first = Channel(tmp_path / "t1", monkeypatch)
+    first.answer(protocol.CONTINUE, protocol.SUSPEND)
+    trial.report(accuracy=0.5)
+    with pytest.raises(trial.SuspendExit):
+        trial.report(accuracy=0.6)
+    assert step_of_a_report(Channel(tmp_path / "t1", monkeypatch)) == 1  # its loop began again
+    resumed = Channel(tmp_path / "t1", monkeypatch)
+    assert trial.start_step() == 2
+    assert step_of_a_report(resumed) == 3  # it asked where to go on from
+
+
+def step_of_a_report(channel: Channel) -> int:
+    """Report once without a step, answered continue; the step the report was of."""
+    channel.answer(protocol.CONTINUE)
+    trial.report(accuracy=0.8)
+    return channel.received()[-1]["step"]
 
 
 def test_several_metrics_need_a_named_objective(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@
     for epoch in range(state.restore(), trial.budget()):          # 0, or the step resumed from
         ...
         trial.report(epoch + 1, accuracy=accuracy)                # may suspend or stop the process
+                                                                  # (the step may be left out: the next one)
 
 ``report`` blocks until the scheduler answers. On *suspend* it commits a checkpoint and raises
 ``SuspendExit`` (a SystemExit), so the process ends cleanly and frees its GPU; the executor
@@ -15,6 +16,7 @@ it raises ``StopExit``. See docs/trials.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,9 @@ def budget() -> int:
 
 def start_step() -> int:
     """The step of the checkpoint this process resumes from; 0 when it starts fresh."""
-    return current().start_step
+    session = current()
+    session.start_step_read = True
+    return session.start_step
 
 
 def trial_dir() -> Path:
@@ -53,13 +57,19 @@ def checkpoint_dir() -> Path | None:
     return latest[0] if latest is not None else None
 
 
-def report(step: int, **metrics: Any) -> None:
+def report(step: int | Mapping[str, Any] | None = None, /, **metrics: Any) -> None:
     """Report the metrics of ``step`` (> the previous step) and obey the scheduler's answer.
 
-    Returns when the trial may go on; raises ``SuspendExit`` after committing a checkpoint of
-    ``step`` when it is suspended, ``StopExit`` when it is stopped.
+    ``report(3, accuracy=0.9)``, ``report(accuracy=0.9)`` or ``report({"accuracy": 0.9})``: without a
+    step it is the previous one plus one, counted from the checkpoint's step after a resume (from 1
+    for a trial with no saver, which starts over). Returns when the trial may go on; raises
+    ``SuspendExit`` after committing a checkpoint of ``step`` when it is suspended, ``StopExit``
+    when it is stopped.
     """
-    current().report(step, metrics)
+    session = current()
+    if isinstance(step, Mapping):
+        step, metrics = None, {**step, **metrics}
+    session.report(session.next_step() if step is None else step, metrics)
 
 
 __all__ = [

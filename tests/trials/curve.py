@@ -15,7 +15,8 @@ Config (every key optional):
 - ``ballast_kb``: kilobytes of filler written into every checkpoint, to fill a small disk;
 - ``hold_save``: a step whose checkpoint waits, half written, until a test lets it go: the trial
   creates ``saving-<step>`` in its directory and waits for ``go-<step>`` there.
-- ``stateless``: true keeps no checkpoint of its state (no saver): after a resume it starts over.
+- ``stateless``: true keeps no checkpoint of its state (no saver): after a resume it starts over;
+- ``implicit_steps``: true reports without a step (``trial.report(score=...)``: the next one).
 
 Its state is a small JSON file saved with ``trial.Files``: the running sum of the scores, which a
 correct resume continues exactly, and the pid of every process that worked on it.
@@ -88,6 +89,8 @@ def train(config: dict[str, Any]) -> None:
             trial.report(step, score=math.nan, total=state["total"])
         elif report == "unnamed":
             trial.report(step, accuracy=value, loss=1.0 - value)
+        elif config.get("implicit_steps"):
+            trial.report(score=value, total=state["total"])
         elif report != "never":
             trial.report(step, score=value, total=state["total"])
     (trial.trial_dir() / "result.json").write_text(json.dumps(state))
