@@ -70,7 +70,9 @@ class WarmLauncher(Launcher):
     def launch(self, trial: LocalTrial, slot: Slot) -> None:
         launch = trial.launch
         group = launch.worker_group
-        for other in self.host.slots.values():  # every slot's worker warms up while this one starts
+        # Every slot's worker warms up while this one starts; a group's (a pool's experiment, which may
+        # hold few of the slots) only where it runs, so it takes no memory, nor a CUDA context, elsewhere.
+        for other in self.host.slots.values() if group is None else [slot]:
             if (other.name, group) not in self._workers:
                 self._spawn(other, group, launch.function, launch.cwd)
         worker = self._workers[slot.name, group]
