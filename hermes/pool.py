@@ -43,6 +43,7 @@ from hermes.execution.contract import Executor
 from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.spec import ResourcesSpec
 from hermes.local.executor import LocalExecutor
+from hermes.local.engine import slots_for, tick_period
 from hermes.local.launch import TrialLaunch
 from hermes.session import ExperimentSession
 from hermes.store.base import ExperimentRecord, ExperimentStatus, ExperimentStore
@@ -127,8 +128,6 @@ class PoolSession:
             raise HermesError(f"a pool runs on the local engine only, not {engine!r}")
         if not poll > 0:
             raise HermesError(f"poll must be positive, got {poll}")
-        from hermes.local.engine import slots_for
-
         self.store = store
         self.directory = Path(directory).resolve()
         self.slots = slots_for(resources or ResourcesSpec())
@@ -249,6 +248,7 @@ class PoolSession:
             self.store.set_status(experiment_id, ExperimentStatus.FINISHED)
             return
         self.members[member.key] = member
+        self._set_period()
         self.store.set_status(experiment_id, ExperimentStatus.RUNNING)
         decisions = self._call(lambda: self.scheduler.add_experiment(
             member.key, scheduler, at=now, weight=member.record.weight, owner=member.record.owner or "",
@@ -291,6 +291,13 @@ class PoolSession:
             for tenant in [self.scheduler.tenants.get(member.key)]
             if tenant is not None
         ]
+
+    def _set_period(self) -> None:
+        """Tick as often as the running experiment that asks most often (as under ``hermes run``): unmodified
+        scripts that print rarely are preempted between their lines. Every experiment's core sees the ticks."""
+        periods = [period for member in self.members.values()
+                   if (period := tick_period(member.session.spec)) is not None]
+        self.executor.set_period(min(periods, default=None))
 
     def _save_accounts(self) -> None:
         self.store.save_accounts({
@@ -340,6 +347,7 @@ class PoolSession:
         self.store.set_status(member.record.experiment_id, status)
         self.members.pop(member.key, None)
         self.executor.end_worker_group(member.key)
+        self._set_period()
         log.info("experiment %s %s", member.record.name, status.value)
 
 

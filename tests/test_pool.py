@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from hermes.core.decisions import Start, Suspend
-from hermes.core.events import GpuReclaimed, NodeAdded
+from hermes.core.events import GpuReclaimed, NodeAdded, PeriodElapsed, TrialReported, TrialSuspended
 from hermes.core.scheduler import Scheduler
 from hermes.core.states import TrialState
 from hermes.experiment import parse_spec
@@ -27,7 +27,18 @@ from hermes.experiment.spec import ResourcesSpec
 from hermes.policies import make_policy
 from hermes.pool import PoolSession
 from hermes.store import ExperimentStatus, SqlStore
-from tests.test_run import count_reports, environment, score, search, spec_of, trial_processes, wait_for
+from tests.test_run import (
+    PRINTED,
+    RATE,
+    TESTS,
+    count_reports,
+    environment,
+    score,
+    search,
+    spec_of,
+    trial_processes,
+    wait_for,
+)
 
 TIMEOUT = 90
 
@@ -178,6 +189,39 @@ def train(config: dict[str, Any]) -> None:
         pool.stop()
         runner.join(TIMEOUT)
     assert not runner.is_alive()
+    store.close()
+
+
+# ---------------------------------------------------------------------- unmodified programs in a pool
+def test_an_unmodified_program_that_prints_rarely_is_preempted_between_its_lines_in_a_pool(tmp_path: Path) -> None:
+    """Its steps take 1.5 s and its experiment's period is 0.3 s: the pool ticks for it, as ``hermes run`` does,
+    so the core suspends it mid-step; once it is done the pool stops ticking."""
+    spec = spec_of(
+        "rare",
+        trial={"command": f"{sys.executable} trials/printer.py --steps 2 --rate {{rate}} --sleep 1.5",
+               "metrics_regex": PRINTED, "workdir": str(TESTS)},
+        search={"sampler": "random", "trials": 2, "seed": 4, "space": {"rate": RATE}},
+        budget={"steps": 2},
+        policy={"name": "rr", "period": 0.3},
+    )
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    experiment_id = submit(store, parse_spec(spec).model_dump(mode="json"))
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        wait_for(lambda: status(store, experiment_id) is ExperimentStatus.FINISHED, TIMEOUT, "the experiment to end")
+        assert pool.executor.loop.period is None
+    finally:
+        pool.stop()
+        runner.join(TIMEOUT)
+    trials = store.trials(experiment_id)
+    assert [trial.state for trial in trials] == [TrialState.COMPLETED] * 2
+    events = store.events(experiment_id)
+    first = next(event for event in events if isinstance(event, TrialReported))
+    suspended = [event for event in events if isinstance(event, TrialSuspended)]
+    assert suspended and suspended[0].at < first.at  # a tick, not a report, ended the first turn
+    assert any(isinstance(event, PeriodElapsed) for event in events)
     store.close()
 
 

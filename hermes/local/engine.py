@@ -39,9 +39,7 @@ class LocalEngine(ExecutionEngine):
             slots=self.slots,
             metric=spec.metric.name,
             checkpoint_every=spec.storage.checkpoint_every,
-            # Unmodified scripts may print rarely: period ticks let the core preempt them between
-            # reports. Cooperative trials yield at reports anyway, as in the simulator.
-            period=(spec.policy.period or 60.0) if spec.trial.metrics_regex else None,
+            period=tick_period(spec),
             clock_offset=clock_offset,
             cwd=spec.workdir,
             limits=TrialLimits(
@@ -51,6 +49,14 @@ class LocalEngine(ExecutionEngine):
                 stall_after=spec.trial.stall.after,
             ),
         )
+
+
+def tick_period(spec: ExperimentSpec) -> float | None:
+    """Seconds between the executor's PeriodElapsed events for the spec's trials, or None for none.
+
+    Unmodified scripts may print rarely: period ticks let the core preempt them between reports.
+    Cooperative trials yield at reports anyway, as in the simulator."""
+    return (spec.policy.period or 60.0) if spec.trial.metrics_regex else None
 
 
 def trial_profile(spec: ExperimentSpec) -> ExecutionProfile:

@@ -209,6 +209,12 @@ class LocalExecutor(Executor[TrialLaunch]):
             launcher.lose_slot(slot)
         self._events.append(GpuRemoved(self.now(), gpu))
 
+    def set_period(self, period: float | None) -> None:
+        """Emit a PeriodElapsed every ``period`` seconds from now on (None: none), as ``period`` at construction."""
+        if period is not None and not period > 0:
+            raise HermesError(f"period must be positive, got {period}")
+        self.loop.set_period(period)
+
     def end_worker_group(self, group: str) -> None:
         """End the warm workers of ``group`` (TrialLaunch.worker_group), whose trials have all ended."""
         self.launchers["warm"].end_group(group)

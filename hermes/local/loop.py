@@ -28,6 +28,12 @@ class EventLoop:
             os.set_blocking(fd, False)
         self._selector.register(self._wake_read, selectors.EVENT_READ, (-1, None, None))
 
+    def set_period(self, period: float | None) -> None:
+        """Tick every ``period`` seconds from now on (None: no more ticks)."""
+        if period != self.period:
+            self.period = period
+            self._next_tick = self.now() + period if period is not None else None
+
     def register(self, fd: int, rank: int, handler: Handler, source: Any) -> None:
         self._selector.register(fd, selectors.EVENT_READ, (rank, handler, source))
 
