@@ -287,7 +287,8 @@ def _results(args: argparse.Namespace) -> int:
 
     with _reading(args) as store:
         view = ExperimentView.load(store, pick_experiment(store, args.experiment))
-        text = format_results(view, standings(view)[: args.top], args.format)
+        trials_dir = None if args.server else Path(args.dir).resolve() / view.experiment.name / "trials"
+        text = format_results(view, standings(view)[: args.top], args.format, trials_dir)
     print(text)
     return 0
 

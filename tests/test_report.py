@@ -252,6 +252,7 @@ def test_results_as_csv_and_json(recorded: Recorded, store: SqlStore) -> None:
         (s.rank, s.trial_id, s.best, s.state.value) for s in top
     ]
     assert parsed[0]["params"] == top[0].params
+    assert parsed[0]["directory"] is None and parsed[0]["checkpoint"] is None  # no trial files given
 
 
 def test_results_table_lists_params_and_units(store: SqlStore) -> None:

@@ -199,6 +199,10 @@ def test_an_experiment_runs_to_the_end_with_preemptions_and_its_reports_work(tmp
     for entry in standings:
         assert entry["state"] == "completed" and entry["steps"] == budget and entry["reports"] == budget
         assert entry["best"] == pytest.approx(score(params[entry["trial"]]["rate"], budget))
+        # where its files and its newest checkpoint (checkpoint_every 2) are: the winner's model to load
+        directory = trial_dir(storage, spec, entry["trial"]).resolve()
+        assert entry["directory"] == str(directory)
+        assert entry["checkpoint"] == str(directory / protocol.CHECKPOINTS_DIR / f"step-{budget}")
     bests = [entry["best"] for entry in standings]
     assert bests == sorted(bests, reverse=True)
 

@@ -14,10 +14,12 @@ import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from hermes.core.states import TrialState
 from hermes.report import ExperimentView, format_duration, format_number, format_table, summarise_error
+from hermes.trial import protocol
 
 FORMATS = ("table", "csv", "json")
 ERROR_WIDTH = 60  # characters of a trial's error in the table; csv and json carry all of it
@@ -79,23 +81,29 @@ def standings(view: ExperimentView) -> list[Standing]:
     return [replace(standing, rank=rank) for rank, standing in enumerate(ranked, start=1)]
 
 
-def format_results(view: ExperimentView, top: list[Standing], output: str) -> str:
-    """``top`` as an aligned table for people, or as CSV or JSON (non-finite numbers as null) for programs."""
+def format_results(view: ExperimentView, top: list[Standing], output: str, trials_dir: Path | None = None) -> str:
+    """``top`` as an aligned table for people, or as CSV or JSON (non-finite numbers as null) for programs.
+
+    With ``trials_dir`` (the experiment's ``trials/`` on this machine), CSV and JSON also give each
+    trial's directory and its newest committed checkpoint there, as Ray Tune's results give the best
+    trial's path and checkpoint: where to load the winner's model from."""
     names = list(dict.fromkeys(name for standing in top for name in standing.params))
     metric = view.target.name
+    files = {s.trial_id: _files(trials_dir, s.trial_id) for s in top}
     if output == "json":
-        return json.dumps([_as_json(standing) for standing in top], indent=2, allow_nan=False)
+        return json.dumps([_as_json(s) | files[s.trial_id] for s in top], indent=2, allow_nan=False)
     if output == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(
             ["rank", "trial", "state", f"best_{metric}", "best_step", f"final_{metric}", "steps", "budget",
-             "gpu_seconds", *(f"param_{name}" for name in names), "error"]
+             "gpu_seconds", *(f"param_{name}" for name in names), "error", "directory", "checkpoint"]
         )
         for s in top:
             writer.writerow(
                 [s.rank, s.trial_id, s.state.value, _csv(s.best), _csv(s.best_step), _csv(s.final), s.steps,
-                 s.budget, round(s.gpu_seconds, 3), *(_csv(s.params.get(name)) for name in names), _csv(s.error)]
+                 s.budget, round(s.gpu_seconds, 3), *(_csv(s.params.get(name)) for name in names), _csv(s.error),
+                 *(_csv(value) for value in files[s.trial_id].values())]
             )
         return buffer.getvalue().rstrip("\n")
     errors = any(s.error for s in top)  # the column only when some trial has one
@@ -128,6 +136,15 @@ def _as_json(standing: Standing) -> dict[str, Any]:
         "params": standing.params,
         "error": standing.error,
     }
+
+
+def _files(trials_dir: Path | None, trial_id: str) -> dict[str, str | None]:
+    """The trial's directory, if it is on this machine, and its newest committed checkpoint (None: none)."""
+    directory = trials_dir / trial_id if trials_dir is not None else None
+    if directory is None or not directory.is_dir():
+        return {"directory": None, "checkpoint": None}
+    latest = protocol.latest_checkpoint(directory)
+    return {"directory": str(directory), "checkpoint": str(latest[0]) if latest is not None else None}
 
 
 def _finite(value: float | None) -> float | None:
