@@ -156,7 +156,7 @@ def _draw_timeline(view: ExperimentView, figure: Figure) -> None:
     legend = [
         Patch(facecolor="0.5", alpha=0.45, hatch="////", edgecolor="white", label="asked to yield (suspend or stop)"),
         Line2D([], [], marker="^", color="black", linestyle="none", label="suspended"),
-        Line2D([], [], marker="v", color="black", linestyle="none", label="resumed from a checkpoint"),
+        Line2D([], [], marker="v", color="black", linestyle="none", label="resumed on the same GPU"),
         Line2D([], [], marker="D", color="magenta", linestyle="none", label="resumed on another GPU"),
         Line2D([], [], marker="s", color="black", linestyle="none", label="stopped"),
         Line2D([], [], marker="X", color="red", linestyle="none", label="failed or lost"),
