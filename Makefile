@@ -22,6 +22,7 @@ bench: install
 	$(PY) bench/scale.py
 	$(PY) bench/report_rate.py
 	$(PY) bench/real_example.py --policies fifo,hermes,rr
+	$(PY) bench/pool_workers.py
 	$(PY) bench/best_curve.py
 	$(PY) bench/switching.py
 	$(PY) bench/frameworks/compare.py --rounds 2
