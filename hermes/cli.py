@@ -327,7 +327,13 @@ def _add_server(commands: argparse._SubParsersAction) -> None:
     server.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     server.add_argument("--port", type=int, default=8600)
     server.add_argument("--cpu-slots", type=int, metavar="N",
-                        help="run trials on N CPU slots instead of the GPUs (default: the GPUs, else one slot)")
+                        help="run trials on N CPU slots instead of the GPUs (default: the GPUs, else one slot; "
+                             "on Ray: N per node)")
+    server.add_argument("--ray", metavar="ADDRESS",
+                        help="run trials on every node of this Ray cluster (auto: the one this machine belongs to); "
+                             "the users' areas must be a shared mount on every node")
+    server.add_argument("--storage-uri", metavar="URI",
+                        help="on Ray, where durable checkpoints go (default: ROOT/pool/checkpoints)")
     actions = server.add_subparsers(dest="action", metavar="{add-user,add-token}")
     add_user = actions.add_parser("add-user", help="create a user and print their first token")
     _add_server_places(add_user, quiet=True)
@@ -358,6 +364,7 @@ def _server(args: argparse.Namespace) -> int:
 
     config = ServerConfig(root=Path(args.root), database=args.database)
     if args.action is None:
+        config = dataclasses.replace(config, ray_address=args.ray, storage_uri=args.storage_uri)
         if args.cpu_slots:
             from hermes.experiment.spec import ResourcesSpec
 

@@ -22,8 +22,8 @@ Statuses: queued (submitted) -> running -> finished, cancelled or failed (``erro
 spec this machine cannot run, say). Relative paths in a stored spec start at ``directory``;
 trials keep their files where ``hermes run`` keeps them (``<storage.dir>/<name>/trials/<id>``).
 Function trials run in warm workers of their experiment's own (``TrialLaunch.worker_group``): its
-code and working directory serve no other experiment, and its workers end with it. Only the local
-engine is supported.
+code and working directory serve no other experiment, and its workers end with it. The pool runs on
+this machine (``engine="local"``) or on every node of a Ray cluster (``engine="ray"``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermes.core.decisions import Decision
 from hermes.core.events import Event, ExperimentCancelled, NodeRemoved, TrialSubmitted
@@ -48,6 +48,9 @@ from hermes.local.launch import TrialLaunch
 from hermes.session import ExperimentSession
 from hermes.store.base import ExperimentRecord, ExperimentStatus, ExperimentStore
 from hermes.store.recorder import StoreRecorder
+
+if TYPE_CHECKING:
+    from hermes.ray.executor import RayExecutor
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ class _Member:
 class _SharedExecutor:
     """An experiment's view of the pool's executor: its trial ids qualified, its settings on each trial."""
 
-    def __init__(self, executor: LocalExecutor, key: str, spec: ExperimentSpec) -> None:
+    def __init__(self, executor: LocalExecutor | RayExecutor, key: str, spec: ExperimentSpec) -> None:
         self._executor, self._key, self._spec = executor, key, spec
 
     def submit(
@@ -105,8 +108,13 @@ class PoolSession:
     """Runs every open experiment of ``store`` on one engine until ``stop``; see the module docstring.
 
     ``directory``: where relative paths of stored specs start, and the pool's own files (worker
-    logs). ``resources``: the pool's GPUs or CPU slots (default: this machine's GPUs, else its CPU
-    slots). ``poll``: seconds between looks at the store for submissions, cancellations and weights.
+    logs). ``engine``: ``local`` (this machine) or ``ray`` (every node of the Ray cluster at
+    ``ray_address``, one agent per node as under ``engine: ray``; trials keep their files where
+    their spec says, so the users' folders must be a shared mount on every node, and durable
+    checkpoints go to ``storage_uri``, by default ``<directory>/pool/checkpoints``).
+    ``resources``: the pool's GPUs or CPU slots (default: the GPUs, else this machine's CPU slots;
+    on Ray, ``gpus: none`` with ``cpu_slots`` runs that many on every node). ``poll``: seconds
+    between looks at the store for submissions, cancellations and weights.
     ``quantum``: GPU seconds an experiment may be owed before the pool preempts for it.
     ``read_spec``: how a stored spec is read when the pool takes its experiment up (default: with
     relative paths from ``directory``); its SpecError fails the experiment (the server checks there
@@ -120,22 +128,31 @@ class PoolSession:
         *,
         engine: str = "local",
         resources: ResourcesSpec | None = None,
+        ray_address: str = "auto",
+        storage_uri: str | None = None,
         poll: float = 0.5,
         quantum: float = 60.0,
         read_spec: Callable[[ExperimentRecord], ExperimentSpec] | None = None,
     ) -> None:
-        if engine != "local":
-            raise HermesError(f"a pool runs on the local engine only, not {engine!r}")
+        if engine not in ("local", "ray"):
+            raise HermesError(f"a pool runs on the local or the ray engine, not {engine!r}")
         if not poll > 0:
             raise HermesError(f"poll must be positive, got {poll}")
         self.store = store
         self.directory = Path(directory).resolve()
-        self.slots = slots_for(resources or ResourcesSpec())
+        self.engine = engine
+        self.resources = resources or ResourcesSpec()
+        self.slots = slots_for(self.resources) if engine == "local" else []
+        self.storage_uri = storage_uri or (self.directory / "pool" / "checkpoints").as_uri()
+        if engine == "ray":
+            from hermes.ray.engine import connect
+
+            connect(ray_address, "the pool's Ray address")
         self.poll = poll
         self.read_spec = read_spec or self._read_spec
         self.scheduler = PoolScheduler(quantum=quantum)
         self.members: dict[str, _Member] = {}
-        self.executor: LocalExecutor | None = None
+        self.executor: LocalExecutor | RayExecutor | None = None
         self._stopped = threading.Event()
         self._last_sync = -float("inf")
         self._shares: list[Share] = []  # replaced whole at each sync, so any thread may read it
@@ -161,7 +178,7 @@ class PoolSession:
         """Continue every open experiment of the store, take up new ones, until ``stop``."""
         opened = [item for item in map(self._open, self._pool_records(_OPEN)) if item is not None]
         clock = max((now for _, now in opened), default=0.0)  # the experiments' timelines go on
-        executor = self.executor = LocalExecutor(self.directory / "pool", slots=self.slots, clock_offset=clock)
+        executor = self.executor = self._executor(clock)
         ticker = threading.Thread(target=self._tick, name="hermes-pool-poll", daemon=True)
         ticker.start()
         try:
@@ -186,6 +203,17 @@ class PoolSession:
                     self.store.set_status(member.record.experiment_id, ExperimentStatus.INTERRUPTED)
                 except HermesError:
                     log.exception("could not mark experiment %s interrupted", member.record.name)
+
+    def _executor(self, clock: float) -> LocalExecutor | RayExecutor:
+        directory = self.directory / "pool"
+        if self.engine == "local":
+            return LocalExecutor(directory, slots=self.slots, clock_offset=clock)
+        from hermes.ray.executor import RayExecutor
+
+        resources = self.resources
+        return RayExecutor(directory, storage_uri=self.storage_uri, clock_offset=clock,
+                           cpu_slots=resources.cpu_slots if resources.gpus == "none" else None,
+                           threads_per_slot=resources.threads_per_slot)
 
     def _tick(self) -> None:
         """Wake the executor every ``poll`` seconds, so that the store is read even while trials are quiet."""
@@ -214,7 +242,8 @@ class PoolSession:
                 raise HermesError(f"experiment {record.name}: its stored spec is not as a runner stores it; submit "
                                   "ExperimentSpec.model_dump(mode='json') (PoolSession.submit does)")
             if spec.engine != "local":
-                raise HermesError(f"experiment {record.name}: engine: {spec.engine!r}; this pool runs the local engine")
+                raise HermesError(f"experiment {record.name}: engine: {spec.engine!r}; the pool decides where its "
+                                  "trials run (leave engine out)")
             session = ExperimentSession(spec, store=self.store)
             recovered = session.replay()
         except HermesError as error:
@@ -352,7 +381,7 @@ class PoolSession:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m hermes.pool --store URL --dir DIR``: a pool session until SIGTERM or Ctrl-C."""
+    """``python -m hermes.pool --store URL --dir DIR [--ray ADDRESS]``: a pool session until SIGTERM or Ctrl-C."""
     import argparse
     import signal
 
@@ -361,12 +390,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--store", required=True, help="database URL, e.g. sqlite:///srv/hermes/hermes.db")
     parser.add_argument("--dir", required=True, help="where relative paths of specs start")
-    parser.add_argument("--cpu-slots", type=int, help="run on this many CPU slots instead of the GPUs")
+    parser.add_argument("--cpu-slots", type=int, help="run this many CPU slots instead of the GPUs (on Ray: each node)")
+    parser.add_argument("--ray", metavar="ADDRESS", help="run on every node of this Ray cluster (auto: this machine's)")
+    parser.add_argument("--storage-uri", help="on Ray, where durable checkpoints go (default: DIR/pool/checkpoints)")
     parser.add_argument("--poll", type=float, default=0.5)
     args = parser.parse_args(argv)
     resources = ResourcesSpec(gpus="none", cpu_slots=args.cpu_slots) if args.cpu_slots else None
     store = SqlStore(args.store)
-    pool = PoolSession(store, args.dir, resources=resources, poll=args.poll)
+    pool = PoolSession(store, args.dir, engine="ray" if args.ray else "local", resources=resources,
+                       ray_address=args.ray or "auto", storage_uri=args.storage_uri, poll=args.poll)
     signal.signal(signal.SIGTERM, lambda *_: pool.stop())
     signal.signal(signal.SIGINT, lambda *_: pool.stop())
     try:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +227,54 @@ def test_an_unmodified_program_that_prints_rarely_is_preempted_between_its_lines
 
 
 # ---------------------------------------------------------------------- kill -9 of the pool process
+def kill_pool(command: list[str], env: dict[str, str], cwd: Path, moment: Callable[[], object], timeout: float) -> None:
+    """Start a pool process (``python -m hermes.pool``) and SIGKILL it once ``moment()`` holds."""
+    pool = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(moment, timeout, "the moment")
+        pool.send_signal(signal.SIGKILL)
+        pool.wait(timeout=10)
+    finally:
+        if pool.poll() is None:
+            pool.kill()
+            pool.wait()
+
+
+def rerun_pool(command: list[str], env: dict[str, str], cwd: Path, store: SqlStore, ids: list[int],
+               timeout: float) -> None:
+    """Start the pool process again, and SIGTERM it once every experiment of ``ids`` finished: it exits with 0."""
+    restarted = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True)
+    try:
+        wait_for(lambda: all(status(store, i) is ExperimentStatus.FINISHED for i in ids), timeout,
+                 "every experiment to finish after the restart")
+        restarted.send_signal(signal.SIGTERM)
+        _, stderr = restarted.communicate(timeout=60)
+    finally:
+        if restarted.poll() is None:
+            restarted.kill()
+            restarted.wait()
+    assert restarted.returncode == 0, stderr
+
+
+def completed_trials(store: SqlStore, ids: list[int]) -> set[tuple[int, str]]:
+    return {(i, trial.trial_id) for i in ids for trial in store.trials(i) if trial.state is TrialState.COMPLETED}
+
+
+def check_continued(store: SqlStore, tmp_path: Path, ids: list[int], budget: int,
+                    before: dict[int, list], completed_before: set[tuple[int, str]]) -> None:
+    """After a kill and a restart: every trial complete and exact, the log only appended to, no finished trial run
+    again, and every trial started once (the others resumed from their checkpoints)."""
+    for experiment_id in ids:
+        check_completed(store, tmp_path, experiment_id, 4, budget)
+        metrics = store.metrics(experiment_id)
+        assert metrics[: len(before[experiment_id])] == before[experiment_id]  # the log is append-only
+        after = Counter(record.trial_id for record in metrics[len(before[experiment_id]):])
+        assert not {(experiment_id, trial_id) for trial_id in after} & completed_before, "a finished trial ran again"
+        starts = Counter(r.decision.trial_id for r in store.decisions(experiment_id) if isinstance(r.decision, Start))
+        assert set(starts.values()) == {1}  # resumed from checkpoints, never started from scratch again
+
+
 def test_a_pool_killed_with_sigkill_continues_every_experiment(tmp_path: Path) -> None:
     database = tmp_path / "pool.db"
     store = SqlStore(f"sqlite:///{database}")
@@ -237,49 +286,19 @@ def test_a_pool_killed_with_sigkill_continues_every_experiment(tmp_path: Path) -
     ids = [submit(store, specs[0], owner="ann"), submit(store, specs[1], owner="bob", weight=2.0)]
     command = [sys.executable, "-m", "hermes.pool", "--store", f"sqlite:///{database}", "--dir", str(tmp_path),
                "--cpu-slots", "2", "--poll", "0.1"]
-    pool = subprocess.Popen(command, cwd=tmp_path, env=environment(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    try:
-            # The trials run in the pool's warm workers, which live under tmp_path/pool.
-        wait_for(lambda: count_reports(database) >= 10 and trial_processes(tmp_path), TIMEOUT, "the moment")
-        pool.send_signal(signal.SIGKILL)
-        pool.wait(timeout=10)
-    finally:
-        if pool.poll() is None:
-            pool.kill()
-            pool.wait()
+    # The trials run in the pool's warm workers, which live under tmp_path/pool.
+    kill_pool(command, environment(), tmp_path, lambda: count_reports(database) >= 10 and trial_processes(tmp_path),
+              TIMEOUT)
     wait_for(lambda: not trial_processes(tmp_path), 5, "the trials of the killed pool to die")
     assert [status(store, experiment_id) for experiment_id in ids] == [ExperimentStatus.RUNNING] * 2
     before = {experiment_id: store.metrics(experiment_id) for experiment_id in ids}
     used_before = {experiment_id: store.experiment(experiment_id).gpu_seconds_used for experiment_id in ids}
     assert all(used > 0 for used in used_before.values())  # the fair-share accounts were saved as it ran
-    completed_before = {
-        (experiment_id, trial.trial_id)
-        for experiment_id in ids
-        for trial in store.trials(experiment_id)
-        if trial.state is TrialState.COMPLETED
-    }
+    completed_before = completed_trials(store, ids)
 
-    restarted = subprocess.Popen(command, cwd=tmp_path, env=environment(), stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: all(status(store, i) is ExperimentStatus.FINISHED for i in ids), TIMEOUT,
-                 "every experiment to finish after the restart")
-        restarted.send_signal(signal.SIGTERM)
-        _, stderr = restarted.communicate(timeout=30)
-    finally:
-        if restarted.poll() is None:
-            restarted.kill()
-            restarted.wait()
-    assert restarted.returncode == 0, stderr
+    rerun_pool(command, environment(), tmp_path, store, ids, TIMEOUT)
+    check_continued(store, tmp_path, ids, budget, before, completed_before)
     for experiment_id in ids:
-        check_completed(store, tmp_path, experiment_id, 4, budget)
-        metrics = store.metrics(experiment_id)
-        assert metrics[: len(before[experiment_id])] == before[experiment_id]  # the log is append-only
-        after = Counter(record.trial_id for record in metrics[len(before[experiment_id]):])
-        assert not {(experiment_id, trial_id) for trial_id in after} & completed_before, "a finished trial ran again"
-        starts = Counter(r.decision.trial_id for r in store.decisions(experiment_id) if isinstance(r.decision, Start))
-        assert set(starts.values()) == {1}  # resumed from checkpoints, never started from scratch again
         replays_to_the_same_decisions(store, experiment_id)
         assert store.experiment(experiment_id).gpu_seconds_used > used_before[experiment_id]  # went on from them
     store.close()

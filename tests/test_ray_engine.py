@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -151,6 +152,112 @@ def test_cpu_slots_on_every_node_of_the_cluster(cluster: RayCluster, tmp_path: P
     assert slots == {f"{node_name(node.node_id)}/cpu0" for node in cluster.nodes}  # the head's slot included
     session.store.close()
     assert not trial_processes((tmp_path / "runs").resolve())
+
+
+def test_a_pool_on_ray_runs_two_users_experiments_over_the_nodes(cluster: RayCluster, tmp_path: Path) -> None:
+    """The server's pool with ``engine="ray"``: two users' experiments share the cluster's GPUs, every trial is
+    exact (its state carried across suspensions, on any node), and both used more than one node."""
+    from hermes.pool import PoolSession
+    from hermes.store import ExperimentStatus, SqlStore
+    from tests.test_pool import check_completed, pool_spec, status, submit
+
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    ids = [submit(store, pool_spec(owner, 5, 0.08, budget=5), owner=owner) for owner in ("ann", "bob")]
+    pool = PoolSession(store, tmp_path, engine="ray", poll=0.1)
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        wait_for(lambda: all(status(store, i) is ExperimentStatus.FINISHED for i in ids), 120,
+                 "both experiments to finish on Ray")
+    finally:
+        pool.stop()
+        runner.join(60)
+    assert not runner.is_alive()
+    for experiment_id in ids:
+        check_completed(store, tmp_path, experiment_id, 5, 5)
+        decisions = [record.decision for record in store.decisions(experiment_id)]
+        assert any(isinstance(decision, Suspend) for decision in decisions)
+        assert len({d.gpu.split("/")[0] for d in decisions if isinstance(d, (Start, Resume))}) >= 2
+    store.close()
+    assert not trial_processes(tmp_path.resolve())
+
+
+def test_a_pool_on_ray_killed_with_sigkill_continues_from_the_durable_checkpoints(
+    cluster: RayCluster, tmp_path: Path
+) -> None:
+    """``python -m hermes.pool --ray ADDRESS``, as ``hermes server --ray`` runs it, killed with SIGKILL mid-run: its
+    agents and trials die with it, and a new pool continues both experiments, no trial started again from
+    scratch and none of a finished one's steps run twice."""
+    from hermes.store import SqlStore
+    from tests.test_pool import check_continued, completed_trials, kill_pool, pool_spec, rerun_pool, submit
+
+    database = tmp_path / "pool.db"
+    store = SqlStore(f"sqlite:///{database}")
+    budget = 6
+    ids = [submit(store, pool_spec(owner, 4, 0.1, budget=budget, storage={"dir": "runs", "checkpoint_every": 2}),
+                  owner=owner) for owner in ("ann", "bob")]
+    command = [sys.executable, "-m", "hermes.pool", "--store", f"sqlite:///{database}", "--dir", str(tmp_path),
+               "--ray", cluster.address, "--poll", "0.1"]
+    env = {**os.environ, **cluster.env}
+    kill_pool(command, env, tmp_path, lambda: count_reports(database) >= 12, 120)
+    wait_for(lambda: not trial_processes(tmp_path.resolve()), 60, "the trials of the killed pool to die")
+    before = {experiment_id: store.metrics(experiment_id) for experiment_id in ids}
+    completed_before = completed_trials(store, ids)
+    rerun_pool(command, env, tmp_path, store, ids, 180)
+    check_continued(store, tmp_path, ids, budget, before, completed_before)
+    store.close()
+    wait_for(lambda: not trial_processes(tmp_path.resolve()), 60, "the trials of the second pool to end")
+
+
+def test_hermes_server_on_ray_runs_a_submitted_experiment_over_the_nodes(cluster: RayCluster, tmp_path: Path) -> None:
+    """``hermes server --ray ADDRESS``, as a team runs it: a user's experiment submitted with ``hermes submit`` runs
+    on several nodes of the cluster, and its trials' logs are where the dashboard reads them."""
+    import re
+
+    import yaml
+
+    from hermes.store import SqlStore
+    from tests.test_server import _free_port, _wait_for, give_code, real_spec
+
+    env = {**os.environ, **cluster.env}
+    root = tmp_path / "srv"
+    hermes = [sys.executable, "-m", "hermes.cli"]
+    made = subprocess.run([*hermes, "server", "--root", str(root), "add-user", "erin"], capture_output=True,
+                          text=True, env=env, check=True)
+    env["HERMES_TOKEN"] = re.search(r"^hermes_\S+$", made.stdout, re.M)[0]  # type: ignore[index]
+    area = give_code(root, "erin")
+    (area / "spec.yaml").write_text(yaml.safe_dump(real_spec("on-ray", trials=6, steps=5, sleep=0.08)))
+    url = f"http://127.0.0.1:{_free_port()}"
+    server = subprocess.Popen([*hermes, "server", "--root", str(root), "--port", url.rpartition(":")[2],
+                               "--ray", cluster.address], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        _wait_for(url, timeout=60)
+        submitted = subprocess.run([*hermes, "submit", "spec.yaml", "--server", url], capture_output=True, text=True,
+                                   env=env, cwd=area)
+        assert submitted.returncode == 0, submitted.stderr
+        wait_for(lambda: "finished" in subprocess.run([*hermes, "status", "--server", url], capture_output=True,
+                                                      text=True, env=env).stdout, 120, "the experiment to finish")
+        log = httpx_get(f"{url}/api/experiments/1/trials/1/log?stream=stderr", env["HERMES_TOKEN"])
+        assert "about to fail" in log["text"]  # the failing trial's stderr, written on its node
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, stderr = server.communicate(timeout=60)
+    assert server.returncode == 0, stderr
+    store = SqlStore(f"sqlite:///{root}/hermes.db")
+    states = Counter(trial.state for trial in store.trials(1))
+    assert states == Counter({TrialState.COMPLETED: 5, TrialState.FAILED: 1})
+    decisions = [record.decision for record in store.decisions(1)]
+    assert len({d.gpu.split("/")[0] for d in decisions if isinstance(d, (Start, Resume))}) >= 2
+    store.close()
+    wait_for(lambda: not trial_processes(tmp_path.resolve()), 60, "the server's trials to end")
+
+
+def httpx_get(url: str, token: str) -> Any:
+    import httpx
+
+    response = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    response.raise_for_status()
+    return response.json()
 
 
 class _Harness(ExecutorHarness):

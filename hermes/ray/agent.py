@@ -85,6 +85,7 @@ class NodeAgent:
         self._awaiting: dict[str, TrialReported] = {}  # trial -> its report the driver has to settle
         self._exports: dict[str, Future] = {}  # trial -> the call waiting for its state
         self._known: set[str] = set()  # trials the local executor has
+        self._directories: dict[str, Path] = {}  # trial -> its own directory (TrialLaunch.directory: a pool's)
         self._pump_thread = threading.Thread(target=self._pump, name="hermes-agent-pump", daemon=True)
         self._pump_thread.start()
 
@@ -196,6 +197,7 @@ class NodeAgent:
         if kind == "submit" or kind == "receive":
             trial_id, work, reported_step = args[:3]
             if trial_id not in self._known:
+                self._trial_dir(trial_id, work)
                 local.submit(trial_id, work, reported_step=reported_step)
                 self._known.add(trial_id)
         elif kind == "apply":
@@ -219,6 +221,8 @@ class NodeAgent:
             return future
         elif kind == "remove_gpu":
             local.remove_gpu(args[0])
+        elif kind == "end_worker_group":
+            local.end_worker_group(args[0])
         else:
             raise ValueError(f"unknown command {kind!r}")
         return None
@@ -253,8 +257,12 @@ class NodeAgent:
             self._changed.notify_all()
 
     # ------------------------------------------------------------------ trial state
-    def _trial_dir(self, trial_id: str) -> Path:
-        return self.local.directory / "trials" / trial_id
+    def _trial_dir(self, trial_id: str, work: TrialLaunch | None = None) -> Path:
+        """Where the trial's files are on this node: the directory its launch names (a pool's trials keep their
+        experiment's; a shared mount on every node), else the agent's ``trials/<id>``."""
+        if work is not None and work.directory:
+            self._directories[trial_id] = Path(work.directory)
+        return self._directories.get(trial_id) or self.local.directory / "trials" / trial_id
 
     def _state(self, trial_id: str) -> State | None:
         """The newest checkpoint of a trial handed over, read into memory for the object store."""
@@ -277,7 +285,7 @@ class NodeAgent:
                 state = ray.get(carried)
             except ray.exceptions.RayError:
                 state = None  # its node died on the way: the durable checkpoint it is
-        trial_dir = self._trial_dir(trial_id)
+        trial_dir = self._trial_dir(trial_id, work)
         checkpoints = trial_dir / protocol.CHECKPOINTS_DIR
         shutil.rmtree(checkpoints, ignore_errors=True)
         if state is None:

@@ -22,20 +22,28 @@ if TYPE_CHECKING:
     from hermes.experiment.spec import ExperimentSpec
 
 
+def connect(address: str, setting: str) -> None:
+    """Make this process the driver of the Ray cluster at ``address`` (``auto``: the one this machine belongs to),
+    unless it is one already; a HermesError names the ``setting`` that gave the address."""
+    try:
+        import ray
+    except ImportError:
+        raise HermesError(f'{setting}: Ray is not installed: pip install "hermes-hpo[ray]"') from None
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except ConnectionError as error:
+            raise HermesError(f"{setting}: cannot connect to {address!r}: {error}") from None
+
+
 class RayEngine(ExecutionEngine):
     """Connects this process to the cluster as its driver (unless it is already connected)."""
 
     def __init__(self, spec: ExperimentSpec) -> None:
         super().__init__(spec)
-        try:
-            import ray
-        except ImportError:
-            raise HermesError('engine: ray needs Ray: pip install "hermes-hpo[ray]"') from None
-        if not ray.is_initialized():
-            try:
-                ray.init(address=spec.ray.address, log_to_driver=False)
-            except ConnectionError as error:
-                raise HermesError(f"ray.address: cannot connect to {spec.ray.address!r}: {error}") from None
+        connect(spec.ray.address, "ray.address")
+        import ray
+
         resources = spec.resources
         self._cpu_slots = resources.cpu_slots if resources.gpus == "none" else None
         nodes = sum(1 for node in ray.nodes() if node["Alive"])

@@ -218,6 +218,19 @@ class RayExecutor(Executor[TrialLaunch]):
         agent = self._agent_of_gpu(gpu)
         agent.buffer.append(("remove_gpu", gpu))
 
+    def set_period(self, period: float | None) -> None:
+        """Emit a PeriodElapsed every ``period`` seconds from now on (None: none), as ``period`` at construction."""
+        if period is not None and not period > 0:
+            raise HermesError(f"period must be positive, got {period}")
+        if period != self.period:
+            self.period = period
+            self._next_tick = self.now() + period if period is not None else None
+
+    def end_worker_group(self, group: str) -> None:
+        """End the warm workers of ``group`` (TrialLaunch.worker_group) on every node: its trials have all ended."""
+        for agent in self._agents.values():
+            agent.buffer.append(("end_worker_group", group))
+
     # ------------------------------------------------------------------ decisions
     def _agent_of_gpu(self, gpu: str) -> _Agent:
         agent = self._agents.get(self._gpus.get(gpu, ""))

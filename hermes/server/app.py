@@ -50,6 +50,8 @@ class ServerConfig:
     run_experiments: bool = True  # False: an API over the store only (nothing is started)
     resources: ResourcesSpec | None = None  # the pool's GPUs or CPU slots; default: this machine's GPUs, else 1 slot
     poll: float = 0.5  # seconds between the pool's looks at the store (submissions, cancellations, weights)
+    ray_address: str | None = None  # run the pool on every node of this Ray cluster; None: on this machine
+    storage_uri: str | None = None  # on Ray, where durable checkpoints go (default: ROOT/pool/checkpoints)
 
     @property
     def database_url(self) -> str:
@@ -70,6 +72,8 @@ class Hermes:
         self.store = SqlStore(config.database_url)
         self.accounts = Accounts(config.database_url)
         self.pool = PoolSession(self.store, config.root.resolve(), resources=config.resources, poll=config.poll,
+                                engine="ray" if config.ray_address else "local",
+                                ray_address=config.ray_address or "auto", storage_uri=config.storage_uri,
                                 read_spec=self.read_spec)
         self._pool_thread = threading.Thread(target=self._run_pool, name="hermes-pool", daemon=True)
         self._digests: dict[int, ExperimentDigest] = {}
@@ -265,4 +269,9 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8600) -> No
     for name in ("uvicorn", "uvicorn.access", "uvicorn.error", "hermes"):
         for handler in logging.getLogger(name).handlers:
             handler.setFormatter(RedactTokens(handler.formatter))
-    uvicorn.Server(server_config).run()
+    try:
+        uvicorn.Server(server_config).run()
+    except KeyboardInterrupt:
+        # Shut down already: uvicorn re-raises the Ctrl-C it handled once it is done, and with a Ray driver
+        # connected in this process that surfaces here as a KeyboardInterrupt, which is no error.
+        pass
