@@ -5,12 +5,15 @@ Pure tests of the core (events in, decisions out) and simulations with the real 
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from hermes.core.decisions import Resume, Start, Suspend
 from hermes.core.events import (
     GpuReclaimed,
     NodeAdded,
+    NodeRemoved,
     SubmissionsClosed,
     TrialExited,
     TrialReported,
@@ -20,10 +23,11 @@ from hermes.core.events import (
 from hermes.core.pool import PoolScheduler, qualify, split
 from hermes.core.scheduler import Scheduler
 from hermes.core.share import nested_shares, water_fill
+from hermes.core.states import TrialState
 from hermes.errors import HermesError
 from hermes.policies import make_policy
 from hermes.sim.pool import PoolExperiment, simulate_pool
-from hermes.sim.simulate import simulate
+from hermes.sim.simulate import cluster_layout, simulate
 from hermes.sim.synthetic import synthetic_trace
 
 
@@ -263,3 +267,27 @@ def test_resumes_in_a_pool_never_double_book_a_gpu() -> None:
     assert set(result.finished_at) == {"a", "b", "c"}
     assert any(verb == "Suspend" for _, verb, _, _ in result.decisions)
     assert {verb for _, verb, _, _ in result.decisions} >= {Start.__name__, Resume.__name__, Suspend.__name__}
+
+
+def test_a_node_that_dies_and_one_that_joins_mid_run_lose_no_experiment_and_no_trial() -> None:
+    """A pool on a cluster whose nodes change (a Ray cluster's): a node that both experiments used dies, another joins
+    later. Its trials resume elsewhere, no GPU of the dead node is used again, the new one's are, and every trial of
+    both experiments completes."""
+    layout = cluster_layout(6, 3)
+    dead, gpus = next(iter(layout.items()))
+    result = simulate_pool(
+        [
+            PoolExperiment("a", synthetic_trace(30, 12, seed=6), "hermes", 1.0),
+            PoolExperiment("b", synthetic_trace(30, 12, seed=7), "rr", 1.0),
+        ],
+        gpus=6,
+        nodes=3,
+        record=True,
+        changes=[NodeRemoved(1_000.0, dead), NodeAdded(2_000.0, "late", ("late/gpu0", "late/gpu1"))],
+    )
+    assert result.states == {"a": Counter({TrialState.COMPLETED: 30}), "b": Counter({TrialState.COMPLETED: 30})}
+    runs = [(at, split(trial)[0], gpu) for at, verb, trial, gpu in result.decisions
+            if verb in (Start.__name__, Resume.__name__)]
+    assert {experiment for at, experiment, gpu in runs if gpu in gpus and at < 1_000.0} == {"a", "b"}
+    assert not any(gpu in gpus for at, _, gpu in runs if at >= 1_000.0)
+    assert any(gpu.startswith("late/") for _, _, gpu in runs)

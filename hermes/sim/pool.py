@@ -9,11 +9,14 @@ so the split is decided by the weights alone).
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from hermes.core.events import SubmissionsClosed
+from hermes.core.events import GpuAdded, GpuRemoved, NodeAdded, NodeRemoved, SubmissionsClosed
 from hermes.core.pool import PoolScheduler, qualify
 from hermes.core.scheduler import Objective, Scheduler
+from hermes.core.states import TrialState
 from hermes.errors import HermesError
 from hermes.policies import make_policy
 from hermes.sim.costs import SwitchCosts
@@ -42,6 +45,7 @@ class PoolResult:
     gpu_seconds: dict[str, float] = field(default_factory=dict)  # over the whole run
     contested_gpu_seconds: dict[str, float] = field(default_factory=dict)  # over the contested stretch
     finished_at: dict[str, float] = field(default_factory=dict)
+    states: dict[str, Counter[TrialState]] = field(default_factory=dict)  # how each experiment's trials ended
     preemptions: int = 0
     decisions: list[tuple[float, str, str, str]] = field(default_factory=list, repr=False)  # with ``record``
 
@@ -59,20 +63,23 @@ def simulate_pool(
     costs: SwitchCosts = SwitchCosts(),
     quantum: float = 60.0,
     record: bool = False,
+    changes: Iterable[NodeAdded | NodeRemoved | GpuAdded | GpuRemoved] = (),
 ) -> PoolResult:
     """Run every experiment to its end on one pool of ``gpus`` GPUs; all arrive at time 0.
 
-    ``record``: keep every decision as ``(time, verb, qualified trial id, GPU)``, as ``simulate`` does."""
+    ``record``: keep every decision as ``(time, verb, qualified trial id, GPU)``, as ``simulate`` does.
+    ``changes``: nodes and GPUs that join or leave the pool at their times (a Ray cluster's, say)."""
     if len({experiment.name for experiment in experiments}) != len(experiments):
         raise HermesError("pool experiments need distinct names")
-    executor = SimulatedExecutor(cluster_layout(gpus, nodes), costs)
+    executor = SimulatedExecutor(cluster_layout(gpus, nodes), costs, changes=changes)
     pool = PoolScheduler(quantum=quantum)
     result = PoolResult(gpus=gpus, makespan_s=0.0, contested_s=0.0)
     pending = []
+    schedulers = {}
     for experiment in experiments:
         policy = make_policy(experiment.policy)
         policy.configure(executor.profile)
-        scheduler = Scheduler(policy, objective=Objective(experiment.trace.mode))
+        scheduler = schedulers[experiment.name] = Scheduler(policy, objective=Objective(experiment.trace.mode))
         pending += pool.add_experiment(experiment.name, scheduler, at=0.0, weight=experiment.weight,
                                        owner=experiment.owner)
         for curve in experiment.trace.shuffled(experiment.seed):
@@ -108,5 +115,7 @@ def simulate_pool(
             if any(t.demand < gpus for t in pool.tenants.values()) or len(pool.tenants) < len(experiments):
                 contested = False
     result.makespan_s = executor.now()
+    result.states = {name: Counter(trial.state for trial in scheduler.trials.values())
+                     for name, scheduler in schedulers.items()}
     result.preemptions = executor.accounts.preemptions
     return result
