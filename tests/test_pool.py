@@ -193,6 +193,39 @@ def train(config: dict[str, Any]) -> None:
     store.close()
 
 
+def test_a_trial_that_kills_its_worker_takes_no_other_experiments_trials_along(tmp_path: Path) -> None:
+    """A trial that ends its whole process (``os._exit``) fails; its experiment's other trials fall back to their
+    checkpoints and complete exactly; the other experiment's workers, on the same slots, never notice."""
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    budget = 6
+    configs = [{"rate": 0.3 + 0.1 * i, "sleep": 0.08, "crash": "hard" if i == 0 else "none", "crash_step": 3}
+               for i in range(4)]
+    crashy = submit(store, parse_spec(spec_of("crashy", search={"sampler": "list", "configs": configs},
+                                              budget={"steps": budget})).model_dump(mode="json"), owner="ann")
+    calm = submit(store, pool_spec("calm", 4, 0.08, budget=budget), owner="bob")
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        wait_for(lambda: {status(store, crashy), status(store, calm)} == {ExperimentStatus.FINISHED}, TIMEOUT,
+                 "both experiments to finish")
+    finally:
+        pool.stop()
+        runner.join(TIMEOUT)
+    check_completed(store, tmp_path, calm, 4, budget)
+    calm_pids = {pid for path in (tmp_path / "runs" / "calm" / "trials").iterdir()
+                 for pid in json.loads((path / "result.json").read_text())["pids"]}
+    assert len(calm_pids) <= 2  # its workers were never replaced
+    trials = {trial.trial_id: trial for trial in store.trials(crashy)}
+    assert trials["0"].state is TrialState.FAILED and "worker died" in (trials["0"].error or "")
+    for trial_id in ("1", "2", "3"):
+        assert trials[trial_id].state is TrialState.COMPLETED, trials[trial_id].error
+        result = json.loads((tmp_path / "runs" / "crashy" / "trials" / trial_id / "result.json").read_text())
+        rate = trials[trial_id].params["rate"]
+        assert result["total"] == pytest.approx(sum(score(rate, step) for step in range(1, budget + 1)))
+    store.close()
+
+
 # ---------------------------------------------------------------------- unmodified programs in a pool
 def test_an_unmodified_program_that_prints_rarely_is_preempted_between_its_lines_in_a_pool(tmp_path: Path) -> None:
     """Its steps take 1.5 s and its experiment's period is 0.3 s: the pool ticks for it, as ``hermes run`` does,
