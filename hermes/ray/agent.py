@@ -197,7 +197,7 @@ class NodeAgent:
         if kind == "submit" or kind == "receive":
             trial_id, work, reported_step = args[:3]
             if trial_id not in self._known:
-                self._trial_dir(trial_id, work)
+                self._note_directory(trial_id, work)
                 local.submit(trial_id, work, reported_step=reported_step)
                 self._known.add(trial_id)
         elif kind == "apply":
@@ -257,11 +257,13 @@ class NodeAgent:
             self._changed.notify_all()
 
     # ------------------------------------------------------------------ trial state
-    def _trial_dir(self, trial_id: str, work: TrialLaunch | None = None) -> Path:
-        """Where the trial's files are on this node: the directory its launch names (a pool's trials keep their
-        experiment's; a shared mount on every node), else the agent's ``trials/<id>``."""
-        if work is not None and work.directory:
+    def _note_directory(self, trial_id: str, work: TrialLaunch) -> None:
+        """A launch that names the trial's directory (a pool's trials keep their experiment's files, on a mount
+        that every node shares) puts its files there instead of under this agent's directory."""
+        if work.directory:
             self._directories[trial_id] = Path(work.directory)
+
+    def _trial_dir(self, trial_id: str) -> Path:
         return self._directories.get(trial_id) or self.local.directory / "trials" / trial_id
 
     def _state(self, trial_id: str) -> State | None:
@@ -285,7 +287,8 @@ class NodeAgent:
                 state = ray.get(carried)
             except ray.exceptions.RayError:
                 state = None  # its node died on the way: the durable checkpoint it is
-        trial_dir = self._trial_dir(trial_id, work)
+        self._note_directory(trial_id, work)
+        trial_dir = self._trial_dir(trial_id)
         checkpoints = trial_dir / protocol.CHECKPOINTS_DIR
         shutil.rmtree(checkpoints, ignore_errors=True)
         if state is None:
