@@ -41,9 +41,7 @@ def budget() -> int:
 
 def start_step() -> int:
     """The step of the checkpoint this process resumes from; 0 when it starts fresh."""
-    session = current()
-    session.start_step_read = True
-    return session.start_step
+    return current().step_to_go_on_from()
 
 
 def trial_dir() -> Path:

@@ -98,7 +98,7 @@ class Session:
         self.config: dict[str, Any] = json.loads((directory / protocol.CONFIG_FILE).read_text())
         latest = protocol.latest_checkpoint(directory)
         self.start_step = latest[1] if latest is not None else 0
-        self.start_step_read = False  # whether the trial asked start_step(): then it goes on from there
+        self._asked_start = False  # whether the trial asked start_step(): then its loop goes on from there
         self.last_step = self.start_step
         self.savers: dict[str, Saver] = {}
         self.parked_rng: dict[str, Any] | None = None  # the trial's random generators while it is parked
@@ -137,11 +137,16 @@ class Session:
             raise HermesError(f"a checkpoint part named {saver.name!r} is already registered")
         self.savers[saver.name] = saver
 
+    def step_to_go_on_from(self) -> int:
+        """``trial.start_step()``: the checkpoint's step. A trial that asks goes on from there."""
+        self._asked_start = True
+        return self.start_step
+
     def next_step(self) -> int:
         """The step a report that names none is of: the previous one plus one. The first report since a
         resume from disk of a trial with no saver that never asked ``start_step()`` is of step 1: it has
         nothing to go on from, so its loop began again."""
-        if self.last_step == self.start_step > 0 and not self.savers and not self.start_step_read:
+        if self.last_step == self.start_step > 0 and not self.savers and not self._asked_start:
             return 1
         return self.last_step + 1
 
