@@ -162,6 +162,10 @@ class PoolSession:
         """Queue ``spec`` for a pool, stored as a runner stores it; return its experiment id."""
         return store.submit_experiment(spec.name, spec.model_dump(mode="json"), owner=owner, weight=weight)
 
+    def gpus(self) -> int:
+        """How many GPUs (or CPU slots) the pool has now; any thread. On Ray, those of the nodes that joined."""
+        return len(self.scheduler.gpu_node) if self.executor is not None else len(self.slots)
+
     def shares(self) -> list[Share]:
         """The running experiments' fair share, as of the last look at the store (``poll``); any thread."""
         return self._shares

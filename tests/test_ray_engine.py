@@ -239,6 +239,8 @@ def test_hermes_server_on_ray_runs_a_submitted_experiment_over_the_nodes(cluster
                                                       text=True, env=env).stdout, 120, "the experiment to finish")
         log = httpx_get(f"{url}/api/experiments/1/trials/1/log?stream=stderr", env["HERMES_TOKEN"])
         assert "about to fail" in log["text"]  # the failing trial's stderr, written on its node
+        gpus = sum(int(node.num_gpus) for node in cluster.nodes)
+        assert httpx_get(f"{url}/api/cluster", env["HERMES_TOKEN"])["gpus"] == gpus > 0  # the nodes' GPUs
     finally:
         server.send_signal(signal.SIGINT)
         _, stderr = server.communicate(timeout=60)

@@ -333,7 +333,7 @@ def cluster(hermes: HermesDep, user: UserDep) -> dict[str, Any]:
         row["share"] += share.share
         row["gpu_seconds"] += share.used_gpu_seconds
         row["owed_gpu_seconds"] += share.owed_gpu_seconds
-    return {"gpus": len(hermes.pool.slots), "users": sorted(rows.values(), key=lambda row: row["user"])}
+    return {"gpus": hermes.pool.gpus(), "users": sorted(rows.values(), key=lambda row: row["user"])}
 
 
 def _json_safe(data: dict[str, Any]) -> dict[str, Any]:
