@@ -32,7 +32,7 @@ from hermes.errors import HermesError
 from hermes.execution.contract import Executor
 from hermes.local.launch import WARM_SWITCH_COST, TrialLaunch
 from hermes.local.launchers import Launcher, ProcessLauncher, ScriptLauncher, WarmLauncher
-from hermes.local.loop import EventLoop, monotonic_clock
+from hermes.local.loop import EventLoop, checked_period, monotonic_clock
 from hermes.local.resources import Slot, local_slots
 from hermes.local.runs import LocalTrial, Run, SwitchTiming
 from hermes.local.system import meminfo
@@ -70,8 +70,7 @@ class LocalExecutor(Executor[TrialLaunch]):
     ) -> None:
         if not hasattr(os, "pidfd_open"):
             raise HermesError("the local executor needs Linux 5.3 or later (pidfd_open)")
-        if period is not None and not period > 0:
-            raise HermesError(f"period must be positive, got {period}")
+        checked_period(period)
         if checkpoint_every < 0:
             raise HermesError(f"checkpoint_every must be 0 (off) or positive, got {checkpoint_every}")
         self.directory = Path(directory).resolve()
@@ -211,9 +210,7 @@ class LocalExecutor(Executor[TrialLaunch]):
 
     def set_period(self, period: float | None) -> None:
         """Emit a PeriodElapsed every ``period`` seconds from now on (None: none), as ``period`` at construction."""
-        if period is not None and not period > 0:
-            raise HermesError(f"period must be positive, got {period}")
-        self.loop.set_period(period)
+        self.loop.set_period(checked_period(period))
 
     def end_worker_group(self, group: str) -> None:
         """End the warm workers of ``group`` (TrialLaunch.worker_group), whose trials have all ended."""

@@ -7,6 +7,8 @@ import selectors
 import time
 from typing import Any, Callable
 
+from hermes.errors import HermesError
+
 Handler = Callable[[Any], None]
 
 
@@ -80,6 +82,13 @@ class EventLoop:
                 pass
         except BlockingIOError:
             pass
+
+
+def checked_period(period: float | None) -> float | None:
+    """``period`` if it is None or positive; a HermesError otherwise."""
+    if period is not None and not period > 0:
+        raise HermesError(f"period must be positive, got {period}")
+    return period
 
 
 def monotonic_clock(offset: float) -> Callable[[], float]:

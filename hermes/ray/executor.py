@@ -43,7 +43,7 @@ from hermes.errors import HermesError
 from hermes.execution.contract import Executor
 from hermes.local.handshake import TrialProgress
 from hermes.local.launch import WARM_SWITCH_COST, TrialLaunch
-from hermes.local.loop import monotonic_clock
+from hermes.local.loop import checked_period, monotonic_clock
 
 
 log = logging.getLogger("hermes.ray")
@@ -103,14 +103,15 @@ class RayExecutor(Executor[TrialLaunch]):
         self.storage_uri = storage_uri
         self.metric = metric
         self.checkpoint_every = checkpoint_every
-        self.period = period
         self.poll = poll
         self.cpu_slots = cpu_slots
         self.threads_per_slot = threads_per_slot
         self._told_no_gpu = False  # whether the user was told that no node has a GPU
         self.profile = ExecutionProfile(switch_cost=WARM_SWITCH_COST)
         self._clock = monotonic_clock(clock_offset)
-        self._next_tick = self.now() + period if period is not None else None
+        self.period: float | None = None
+        self._next_tick: float | None = None
+        self.set_period(period)
         self._agents: dict[str, _Agent] = {}  # node name -> agent, created and not lost
         self._retired: set[str] = set()  # node ids whose agent was lost: never another
         self._gpus: dict[str, str] = {}  # GPU -> node name
@@ -220,9 +221,7 @@ class RayExecutor(Executor[TrialLaunch]):
 
     def set_period(self, period: float | None) -> None:
         """Emit a PeriodElapsed every ``period`` seconds from now on (None: none), as ``period`` at construction."""
-        if period is not None and not period > 0:
-            raise HermesError(f"period must be positive, got {period}")
-        if period != self.period:
+        if checked_period(period) != self.period:
             self.period = period
             self._next_tick = self.now() + period if period is not None else None
 
