@@ -21,6 +21,7 @@ from hermes.core.events import (
     Event,
     ExperimentCancelled,
     GpuAdded,
+    GpuReclaimed,
     GpuRemoved,
     NodeAdded,
     NodeRemoved,
@@ -212,6 +213,10 @@ def describe(event: Event) -> str:
         return f"GPU {event.gpu} was added {at}"
     if isinstance(event, GpuRemoved):
         return f"GPU {event.gpu} was removed {at}"
+    if isinstance(event, GpuReclaimed):  # only a pool takes a GPU back (hermes.core.pool)
+        if event.preempt:
+            return f"the pool took GPU {event.gpu} back for an experiment below its fair share {at}"
+        return f"the pool took GPU {event.gpu} back as its trial released it {at}"
     if isinstance(event, ExperimentCancelled):
         return f"the experiment was cancelled {at}: {event.reason}"
     if isinstance(event, SubmissionsClosed):
