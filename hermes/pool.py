@@ -180,13 +180,12 @@ class PoolSession:
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
         """Continue every open experiment of the store, take up new ones, until ``stop``."""
-        opened = [item for item in map(self._open, self._pool_records(_OPEN)) if item is not None]
-        clock = max((now for _, now in opened), default=0.0)  # the experiments' timelines go on
-        executor = self.executor = self._executor(clock)
+        opened = [member for member in map(self._open, self._pool_records(_OPEN)) if member is not None]
+        executor = self.executor = self._executor(self.store.latest_event_at())  # every timeline goes on, none overlaps
         ticker = threading.Thread(target=self._tick, name="hermes-pool-poll", daemon=True)
         ticker.start()
         try:
-            for member, _ in opened:
+            for member in opened:
                 self._attach(member)
             while not self._stopped.is_set():
                 self._sync()
@@ -233,7 +232,7 @@ class PoolSession:
     def _read_spec(self, record: ExperimentRecord) -> ExperimentSpec:
         return parse_spec(record.spec, source=f"experiment {record.name}", base_dir=self.directory)
 
-    def _open(self, record: ExperimentRecord) -> tuple[_Member, float] | None:
+    def _open(self, record: ExperimentRecord) -> _Member | None:
         """Build the experiment's session and replay its log; None if it cannot run (marked failed)."""
         if record.cancel_requested and record.status is ExperimentStatus.QUEUED:
             self.store.set_status(record.experiment_id, ExperimentStatus.CANCELLED)
@@ -249,14 +248,13 @@ class PoolSession:
                 raise HermesError(f"experiment {record.name}: engine: {spec.engine!r}; the pool decides where its "
                                   "trials run (leave engine out)")
             session = ExperimentSession(spec, store=self.store)
-            recovered = session.replay()
+            session.replay()
         except HermesError as error:
             log.warning("experiment %s cannot run: %s", record.name, error)
             self.store.set_status(record.experiment_id, ExperimentStatus.FAILED, error=str(error))
             return None
-        member = _Member(record, session, StoreRecorder(self.store, record.experiment_id, session.scheduler),
-                         f"e{record.experiment_id}")
-        return member, recovered.now
+        return _Member(record, session, StoreRecorder(self.store, record.experiment_id, session.scheduler),
+                       f"e{record.experiment_id}")
 
     def _attach(self, member: _Member) -> None:
         """Resubmit its trials to the pool's executor, drop the old pool's nodes, and let it share the GPUs."""
@@ -305,7 +303,7 @@ class PoolSession:
                 if record.status is ExperimentStatus.QUEUED:
                     opened = self._open(record)
                     if opened is not None:
-                        self._attach(opened[0])
+                        self._attach(opened)
                 continue
             member.record = record
             tenant = self.scheduler.tenants.get(member.key)

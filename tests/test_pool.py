@@ -143,6 +143,29 @@ def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(
     store.close()
 
 
+def test_a_pool_started_again_goes_on_from_the_latest_time_in_its_store(tmp_path: Path) -> None:
+    """One clock for the pool, across restarts: the pool's GPU timeline puts every experiment's runs on it, so
+    an experiment taken up by a new pool must not start at 0 again, even when no open experiment carries the
+    time on."""
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    ran = []
+    for name in ("before", "after"):
+        pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
+        experiment_id = submit(store, pool_spec(name, 3, 0.05))
+        runner = threading.Thread(target=pool.run)
+        runner.start()
+        try:
+            wait_for(lambda: status(store, experiment_id) is ExperimentStatus.FINISHED, TIMEOUT, f"{name} to finish")
+        finally:
+            pool.stop()
+            runner.join(TIMEOUT)
+        check_completed(store, tmp_path, experiment_id, 3, 5)
+        ran.append([event.at for event in store.events(experiment_id)])
+    before, after = ran
+    assert max(before) > 0.5 and min(after) >= max(before)
+    store.close()
+
+
 # ---------------------------------------------------------------------- warm workers of each experiment's own
 def test_each_experiment_runs_in_warm_workers_of_its_own_which_end_with_it(tmp_path: Path) -> None:
     """Two experiments whose modules share a name run in warm workers, each experiment in its own: its

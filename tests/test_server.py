@@ -27,6 +27,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from hermes.experiment.spec import ResourcesSpec  # noqa: E402
 from hermes.server.app import ServerConfig, create_app  # noqa: E402
+from hermes.server.client import Client, RemoteStore  # noqa: E402
 from hermes.store import ExperimentStatus, SqlStore, build_runs  # noqa: E402
 from hermes.testing.recorded import experiment_spec, record_simulated  # noqa: E402
 
@@ -674,6 +675,10 @@ def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None
         local = subprocess.run([*hermes, "results", str(root), "--format", "json"], capture_output=True,
                                text=True, env=env, check=True).stdout
         assert remote == local and '"state": "failed"' in remote
+        stored = SqlStore(f"sqlite:///{root.resolve() / 'hermes.db'}")
+        seen = RemoteStore(Client(url, env["HERMES_TOKEN"]))
+        assert seen.latest_event_at() == stored.latest_event_at() > 0  # where a pool would go on
+        stored.close()
         plots = subprocess.run([*hermes, "plot", "--server", url, "--out", str(tmp_path / "plots")],
                                capture_output=True, text=True, env=env, check=True).stdout.split()
         assert [Path(p).name for p in plots] == ["remote_curves.png", "remote_gpus.png"]

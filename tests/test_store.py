@@ -224,6 +224,18 @@ def test_event_log_keeps_every_event_in_order_with_its_decisions(store: Experime
     assert store.events(other) == [PeriodElapsed(0.0)] and store.decisions(other) == []
 
 
+def test_the_latest_event_time_is_the_latest_of_any_experiments_last_event(store: ExperimentStore) -> None:
+    assert store.latest_event_at() == 0.0
+    first = store.create_or_open_experiment("exp", SPEC)
+    second = store.create_or_open_experiment("other", SPEC)
+    for at in (1.0, 7.5, 9.0):
+        store.append_event(first, PeriodElapsed(at))
+    store.append_event(second, PeriodElapsed(4.0))
+    assert store.latest_event_at() == 9.0
+    store.append_event(second, PeriodElapsed(12.25))  # a pool's clock: its experiments share it
+    assert store.latest_event_at() == 12.25
+
+
 def test_non_finite_values_survive(store: ExperimentStore) -> None:
     experiment = store.create_or_open_experiment("exp", SPEC)
     store.append_event(experiment, TrialReported(1.0, "t0", 1, float("nan")))

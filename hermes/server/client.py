@@ -200,6 +200,11 @@ class RemoteStore(ExperimentStore):
     def request_cancel(self, experiment_id: int) -> None:
         raise self._read_only()
 
+    def latest_event_at(self) -> float:
+        """Over the experiments this token's user sees."""
+        return max((float(self.client.request("GET", f"/experiments/{e['id']}/timeline", limit=1)["now"])
+                    for e in self.client.request("GET", "/experiments")), default=0.0)
+
     def _read_only(self) -> StoreError:
         return StoreError(f"{self.url} is read here; submit, cancel and weights go through the API")
 

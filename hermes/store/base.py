@@ -251,6 +251,11 @@ class ExperimentStore(ABC):
         first), in order, at most ``limit``; cursors grow with recording order."""
 
     @abstractmethod
+    def latest_event_at(self) -> float:
+        """The latest time on the clock of any experiment in the store (0 for none). A pool that starts again
+        goes on from there, so that the runs of its experiments, old and new, never overlap in time."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release connections; the store is unusable afterwards."""
 

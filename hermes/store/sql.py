@@ -115,6 +115,12 @@ _UPDATE_TRIAL = TRIALS.update().where(
     TRIALS.c.experiment_id == sa.bindparam("of_experiment"), TRIALS.c.trial_id == sa.bindparam("of_trial")
 )
 _INSERT_METRICS_ONCE = sqlite_insert(METRICS).on_conflict_do_nothing()
+_LAST_SEQ = sa.select(EVENTS.c.experiment_id, sa.func.max(EVENTS.c.seq).label("seq")).group_by(
+    EVENTS.c.experiment_id
+).subquery()
+_LATEST_EVENT_AT = sa.select(sa.func.max(EVENTS.c.at)).join(  # each log's last event, found on the primary key
+    _LAST_SEQ, (EVENTS.c.experiment_id == _LAST_SEQ.c.experiment_id) & (EVENTS.c.seq == _LAST_SEQ.c.seq)
+)
 _WRITER = sa.select(WRITERS.c.epoch, WRITERS.c.holder).where(WRITERS.c.experiment_id == sa.bindparam("of_experiment"))
 
 # What a pool needs besides the experiment (owner, weight, a cancellation asked for) and why an
@@ -551,6 +557,10 @@ class SqlStore(ExperimentStore):
             self._require(connection, experiment_id)
             rows = connection.execute(query).all()  # unpacked as tuples: a dashboard reads tens of thousands
         return [(cursor, MetricRecord(trial, step, at, json.loads(values))) for cursor, trial, step, at, values in rows]
+
+    def latest_event_at(self) -> float:
+        with self._reading() as connection:
+            return float(connection.execute(_LATEST_EVENT_AT).scalar() or 0.0)
 
     def close(self) -> None:
         self._engine.dispose()
