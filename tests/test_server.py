@@ -115,7 +115,7 @@ def running_server(tmp_path: Path) -> Iterator[Server]:
 # ---------------------------------------------------------------------- authentication and ownership
 def test_every_api_route_needs_a_valid_token(server: Server) -> None:
     experiment_id = server.simulated("alice", "mine")
-    paths = ["/api/me", "/api/experiments", "/api/cluster", "/api/users",
+    paths = ["/api/me", "/api/experiments", "/api/cluster", "/api/cluster/timeline", "/api/users",
              *(p.format(id=experiment_id) for p in EXPERIMENT_ROUTES)]
     for path in paths:
         for headers in ({}, {"Authorization": "Bearer hermes_not-a-token"}, {"Authorization": "Basic YWxpY2U6eA=="}):
@@ -456,13 +456,52 @@ def test_reads_agree_with_the_store_and_follow_cursors(server: Server) -> None:
     assert server.client.get(f"{path}/trials/..%2F..%2Fx/log", headers=server.as_("alice")).status_code == 404
 
 
+def test_the_pools_timeline_holds_every_experiments_runs_and_hides_what_others_may_not_see(server: Server) -> None:
+    mine, theirs = server.simulated("alice", "mine", trials=8), server.simulated("bob", "theirs", trials=8)
+    experiments = {mine: "alice", theirs: "bob"}
+    expected = {experiment_id: server.get(f"/api/experiments/{experiment_id}/timeline", owner)["runs"]
+                for experiment_id, owner in experiments.items()}
+    everything = server.get("/api/cluster/timeline", "root")
+    assert not everything["more"] and everything["gpus"] == ["n0/g0", "n0/g1", "n1/g0", "n1/g1"]
+    for experiment_id, owner in experiments.items():
+        runs = {r["index"]: r for r in everything["runs"] if r["experiment"] == experiment_id}
+        assert len(runs) == len(expected[experiment_id]) > 8
+        for run in expected[experiment_id]:  # the admin sees each run as its experiment's timeline has it
+            assert runs[run["index"]] == {**run, "key": f"{experiment_id}.{run['index']}",
+                                          "experiment": experiment_id, "name": server.get(
+                                              f"/api/experiments/{experiment_id}", owner)["name"], "owner": owner}
+    assert server.get("/api/cluster/timeline", "root", since=everything["cursor"])["runs"] == []
+
+    # alice sees her runs, and bob's as another user's: when and where, not what or why
+    seen = server.get("/api/cluster/timeline", "alice")["runs"]
+    assert {r["key"] for r in seen} == {r["key"] for r in everything["runs"]}
+    hidden = [r for r in seen if r["owner"] == "(other users)"]
+    assert len(hidden) == len(expected[theirs])
+    for run in hidden:
+        assert run["experiment"] is None and run["name"] is None and run["trial"] is None
+        assert not any(key.endswith("reason") for key in run)
+    assert all(r["owner"] == "alice" and r["name"] == "mine" and "start_reason" in r for r in seen if r not in hidden)
+
+    pages, cursor = [], ""  # pages of 5 miss nothing and repeat nothing
+    while True:
+        page = server.get("/api/cluster/timeline", "root", since=cursor, limit=5)
+        pages += [r["key"] for r in page["runs"]]
+        cursor = page["cursor"]
+        if not page["more"]:
+            break
+    assert sorted(pages) == sorted(r["key"] for r in everything["runs"])
+    for bad in ("1:2,x", "1", "-1:0"):
+        assert server.client.get("/api/cluster/timeline", params={"since": bad},
+                                 headers=server.as_("alice")).status_code == 422
+
+
 def test_openapi_documents_every_route(server: Server) -> None:
     paths = server.client.get("/openapi.json").json()["paths"]
     for path in ["/api/experiments", "/api/experiments/{experiment_id}", "/api/experiments/{experiment_id}/cancel",
                  "/api/experiments/{experiment_id}/weight", "/api/experiments/{experiment_id}/trials",
                  "/api/experiments/{experiment_id}/metrics", "/api/experiments/{experiment_id}/decisions",
                  "/api/experiments/{experiment_id}/timeline", "/api/experiments/{experiment_id}/trials/{trial_id}/log",
-                 "/api/cluster", "/api/users", "/api/users/{name}/weight"]:
+                 "/api/cluster", "/api/cluster/timeline", "/api/users", "/api/users/{name}/weight"]:
         assert path in paths, path
     assert server.client.get("/").status_code == 200  # the dashboard's page needs no token: it holds no data
 
@@ -537,6 +576,32 @@ def test_two_users_experiments_share_the_pool_at_once(running_server: Server) ->
     while server.get("/api/cluster", "root")["users"]:
         assert time.monotonic() < deadline, "finished experiments still hold a share"
         time.sleep(0.05)
+
+
+def test_the_pools_timeline_shows_who_ran_where_and_why_a_gpu_changed_hands(running_server: Server) -> None:
+    """bob's experiment arrives while alice's holds both slots: the pool takes one back at once for his fair
+    share. The pool's timeline shows both on the two slots, never two runs on one slot at a time, and the reasons
+    say what the pool did."""
+    server = running_server
+    first = server.client.post("/api/experiments", json={"spec": real_spec("alices-run", trials=4, steps=30)},
+                               headers=server.as_("alice")).json()["id"]
+    deadline = time.monotonic() + 30
+    while {row["user"]: row["gpus_now"] for row in server.get("/api/cluster", "root")["users"]} != {"alice": 2}:
+        assert time.monotonic() < deadline, "alice's experiment never held both slots"
+        time.sleep(0.05)
+    second = server.client.post("/api/experiments", json={"spec": real_spec("bobs-run", trials=2, steps=10)},
+                                headers=server.as_("bob")).json()["id"]
+    assert server.wait(first, "alice")["status"] == server.wait(second, "bob")["status"] == "finished"
+    runs = server.get("/api/cluster/timeline", "root")["runs"]
+    assert {r["owner"] for r in runs} == {"alice", "bob"} and {r["gpu"] for r in runs} == {"local/cpu0", "local/cpu1"}
+    for gpu in ("local/cpu0", "local/cpu1"):
+        held = sorted((r["started_at"], r["ended_at"]) for r in runs if r["gpu"] == gpu)
+        assert all(end <= next_start + 1e-9 for (_, end), (next_start, _) in zip(held, held[1:])), held
+    taken = [r for r in runs if r["owner"] == "alice" and "below its fair share" in (r.get("yield_reason") or "")]
+    assert taken and taken[0]["yield_reason"].startswith("asked to suspend because the pool took GPU local/cpu")
+    bobs_first = min((r for r in runs if r["owner"] == "bob"), key=lambda r: r["started_at"])
+    assert "because the pool gave the experiment local/cpu" in bobs_first["start_reason"]
+    assert bobs_first["started_at"] >= taken[0]["yield_requested_at"]
 
 
 def test_a_restarted_server_continues_its_experiments(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ router = APIRouter()
 _bearer = HTTPBearer(auto_error=False, description="a token from `hermes server add-user` or `add-token`")
 LOG_TAIL = 64 * 1024  # bytes of a log sent at most per request
 PAGE_MAX = 10_000  # trials or runs per page
+RECENT_EXPERIMENTS = 50  # ended experiments whose runs the pool's timeline still shows: its recent past, bounded
 
 
 def _hermes(request: Request) -> Hermes:
@@ -228,9 +229,9 @@ def events(
     after: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
 ) -> dict[str, Any]:
-    _experiment(hermes, user, experiment_id)
+    pooled = _experiment(hermes, user, experiment_id).owner is not None
     found = hermes.store.events_after(experiment_id, after, limit)
-    rows = [{"seq": seq, **_json_safe(to_dict(event)), "description": describe(event)} for seq, event in found]
+    rows = [{"seq": seq, **_json_safe(to_dict(event)), "description": describe(event, pooled)} for seq, event in found]
     return {"cursor": found[-1][0] if found else after, "events": rows}
 
 
@@ -240,14 +241,14 @@ def decisions(
     after: Annotated[int, Query(ge=0, description="decisions of events after this sequence number")] = 0,
     limit: Annotated[int, Query(ge=1, le=100_000, description="events to cover")] = 10_000,
 ) -> dict[str, Any]:
-    _experiment(hermes, user, experiment_id)
+    pooled = _experiment(hermes, user, experiment_id).owner is not None
     found = hermes.store.events_after(experiment_id, after, limit)
     if not found:
         return {"cursor": after, "decisions": []}
     causes = dict(found)
     rows = [
         {"seq": record.event_seq, "at": record.at, **_json_safe(to_dict(record.decision)),
-         "reason": explain(causes[record.event_seq], record.decision)}
+         "reason": explain(causes[record.event_seq], record.decision, pooled)}
         for record in hermes.store.decisions_after(experiment_id, after, found[-1][0])
     ]
     return {"cursor": found[-1][0], "decisions": rows}
@@ -334,6 +335,47 @@ def cluster(hermes: HermesDep, user: UserDep) -> dict[str, Any]:
         row["gpu_seconds"] += share.used_gpu_seconds
         row["owed_gpu_seconds"] += share.owed_gpu_seconds
     return {"gpus": hermes.pool.gpus(), "users": sorted(rows.values(), key=lambda row: row["user"])}
+
+
+@router.get("/cluster/timeline", summary="the pool's GPU timeline: every experiment's runs changed after a cursor")
+def cluster_timeline(
+    hermes: HermesDep, user: UserDep,
+    since: Annotated[str, Query(max_length=100_000, pattern=r"^(\d+:\d+(,\d+:\d+)*)?$",
+                                description="the cursor the last answer gave (empty: from the start)")] = "",
+    limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_MAX,
+) -> dict[str, Any]:
+    """Who ran where on the pool's GPUs, when, and why: the runs of its open experiments and of the
+    ``RECENT_EXPERIMENTS`` last to end, on the pool's one clock. Another user's runs come without their
+    experiment, trial or reasons (owner ``(other users)``), as in ``/cluster``. The cursor holds each
+    experiment's timeline version; ``more`` says that a page ended before everything changed was sent."""
+    seen = dict(tuple(map(int, pair.split(":"))) for pair in since.split(",")) if since else {}
+    pooled = [record for record in hermes.store.experiments() if record.owner is not None]
+    ended = sorted((r for r in pooled if r.status.is_final), key=lambda r: r.experiment_id)[-RECENT_EXPERIMENTS:]
+    shown = sorted([r for r in pooled if not r.status.is_final] + ended, key=lambda r: r.experiment_id)
+    runs: list[dict[str, Any]] = []
+    cursor, gpus, now, more = {}, {}, 0.0, False
+    for record in shown:
+        digest = hermes.digest(record)
+        after = seen.get(record.experiment_id, 0)
+        found, version = digest.runs_since(after, limit - len(runs)) if len(runs) < limit else ([], after)
+        more = more or version < digest.version
+        cursor[record.experiment_id] = version
+        gpus.update(dict.fromkeys(digest.gpus))
+        now = max(now, digest.now)
+        visible = user.may_see(record.owner)
+        runs += [_cluster_run(record, run, visible) for run in found]
+    return {"cursor": ",".join(f"{key}:{value}" for key, value in cursor.items()), "more": more, "now": now,
+            "gpus": list(gpus), "runs": runs}
+
+
+def _cluster_run(record: ExperimentRecord, run: dict[str, Any], visible: bool) -> dict[str, Any]:
+    """A run of the pool's timeline, keyed by its experiment and its index there; another user's, anonymous."""
+    key = f"{record.experiment_id}.{run['index']}"
+    if visible:
+        return {**run, "key": key, "experiment": record.experiment_id, "name": record.name, "owner": record.owner}
+    kept = ("gpu", "started_at", "ended_at", "ended_by", "resumed", "migrated", "yield_requested_at")
+    return {"key": key, "experiment": None, "name": None, "owner": "(other users)", "trial": None,
+            **{field: run[field] for field in kept}}
 
 
 def _json_safe(data: dict[str, Any]) -> dict[str, Any]:

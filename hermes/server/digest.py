@@ -51,6 +51,7 @@ class ExperimentDigest:
         self.store = store
         self.experiment_id = experiment.experiment_id
         self.target = Target.of(experiment)
+        self.pooled = experiment.owner is not None  # a pool's experiment: its GPUs come and go as the pool decides
         self.version = 0
         self.now = 0.0  # the latest time on the experiment's clock seen in its log
         self.trials: dict[str, dict[str, Any]] = {}  # trial id -> summary, with the version it changed at
@@ -148,10 +149,10 @@ class ExperimentDigest:
                 index = self.timeline.open_run(record.decision.trial_id)
                 if index is not None:
                     key = "start_reason" if isinstance(record.decision, (Start, Resume)) else "yield_reason"
-                    self.run_reasons[index].setdefault(key, explain(event, record.decision))
+                    self.run_reasons[index].setdefault(key, explain(event, record.decision, self.pooled))
             for index in changed:
                 if "end_reason" not in self.run_reasons[index] and self.timeline.runs[index].ended_at is not None:
-                    self.run_reasons[index]["end_reason"] = describe(event)
+                    self.run_reasons[index]["end_reason"] = describe(event, self.pooled)
             self.run_versions += [0] * (len(self.timeline.runs) - len(self.run_versions))
             for index in sorted(changed):  # a version each, so that pages of runs end between two versions
                 self.version += 1
@@ -191,9 +192,13 @@ class ExperimentDigest:
 
 
 # ---------------------------------------------------------------------- reasons of decisions
-def describe(event: Event) -> str:
-    """What happened, in words, for the timeline's tooltips."""
+def describe(event: Event, pooled: bool = False) -> str:
+    """What happened, in words, for the timeline's tooltips. ``pooled``: in a pool's experiment, GPUs come as the
+    pool's grants, not as nodes that join."""
     at = f"at {event.at:.1f}s"
+    if pooled and isinstance(event, (NodeAdded, GpuAdded)):
+        gpus = event.gpus if isinstance(event, NodeAdded) else (event.gpu,)
+        return f"the pool gave the experiment {', '.join(gpus)} {at}"
     if isinstance(event, TrialSubmitted):
         return f"trial {event.trial_id} was submitted {at}"
     if isinstance(event, TrialReported):
@@ -226,8 +231,8 @@ def describe(event: Event) -> str:
     return f"{type(event).__name__} {at}"
 
 
-def explain(event: Event, decision: Decision) -> str:
-    """Why the core decided ``decision``: the verb and the event that caused it."""
+def explain(event: Event, decision: Decision, pooled: bool = False) -> str:
+    """Why the core decided ``decision``: the verb and the event that caused it (``pooled``: see ``describe``)."""
     if isinstance(decision, Start):
         verb = f"started on {decision.gpu}"
     elif isinstance(decision, Resume):
@@ -238,7 +243,7 @@ def explain(event: Event, decision: Decision) -> str:
         verb = "asked to stop"
     else:
         verb = type(decision).__name__
-    return f"{verb} because {describe(event)}"
+    return f"{verb} because {describe(event, pooled)}"
 
 
 def _record_fields(record: TrialRecord) -> dict[str, Any]:
