@@ -44,6 +44,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, str, str]]:
                            "--admin"], capture_output=True, text=True, env=env, check=True)
     admin_token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
     give_code(root, "dana")
+    give_code(root, "ada")
     port = _free_port()
     log = open(tmp_path / "server.log", "w")
     process = subprocess.Popen([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "--port", str(port),
@@ -173,6 +174,63 @@ def test_an_admin_sets_a_users_weight_from_the_cluster_view(server: tuple[str, s
         other.wait_for_selector('#users tr[data-user="dana"] td:has-text("2.5")')
         assert other.locator("#users input, #users button").count() == 0
         assert other.locator('#users tr[data-user="ada"]').count() == 0
+        browser.close()
+    assert errors == []
+
+
+def test_the_pool_timeline_shows_every_users_runs_to_an_admin_and_others_as_anonymous(
+    server: tuple[str, str, str],
+) -> None:
+    """Two users' experiments share the two slots. The admin's cluster view draws the pool's GPU timeline with
+    both users' runs, in a colour per user; dana's shows ada's runs as another user's; a click on one of dana's
+    runs opens its trial."""
+    url, token, admin_token = server
+    watched = submit(url, token, real_spec("long-one", trials=4, steps=200, sleep=0.05))  # runs until cancelled
+    submit(url, admin_token, real_spec("short-one", trials=2, steps=20, sleep=0.05))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        admin = cluster_view(browser, url, admin_token, errors)
+        admin.set_viewport_size({"width": 1400, "height": 1400})
+        admin.wait_for_function("""() => { const runs = [...(window.hermesDashboard?.state.runs?.values() ?? [])];
+                                   return runs.some(r => r.owner === 'ada') && runs.some(r => r.owner === 'dana'); }""",
+                                timeout=60_000)
+        admin.wait_for_timeout(2500)  # a poll after: the chart holds what the state holds
+        runs = admin.evaluate("() => window.hermesDashboard.state.runs.size")
+        assert admin.evaluate("() => window.hermesDashboard.charts.pool.getOption().series[0].data.length") == runs
+        assert admin.evaluate("() => window.hermesDashboard.charts.pool.getOption().yAxis[0].data") == [
+            "local/cpu0", "local/cpu1"]
+        assert sorted(admin.locator("#pool-legend .swatch").evaluate_all("s => s.map(e => e.dataset.owner)")) == [
+            "ada", "dana"]
+        assert painted(admin, "#pool-timeline canvas") > 2000
+        admin.locator("#pool-timeline").screenshot(path=str(ARTIFACTS / "dashboard-pool-timeline.png"))
+        admin.screenshot(path=str(ARTIFACTS / "dashboard-cluster.png"), full_page=True)
+
+        own = cluster_view(browser, url, token, errors)
+        own.set_viewport_size({"width": 1400, "height": 1400})
+        own.wait_for_function("() => [...(window.hermesDashboard?.state.runs?.values() ?? [])]"
+                              ".some(r => r.owner === '(other users)')", timeout=60_000)
+        owners = own.evaluate("() => [...new Set([...window.hermesDashboard.state.runs.values()].map(r => r.owner))]")
+        assert sorted(owners) == ["(other users)", "dana"]
+        assert own.evaluate("""() => [...window.hermesDashboard.state.runs.values()]
+                               .filter(r => r.owner !== 'dana').every(r => r.trial === null && !r.start_reason)""")
+        # click the middle of one of dana's finished runs: her trial opens
+        own.wait_for_timeout(2500)
+        point = own.evaluate("""() => {
+            const chart = window.hermesDashboard.charts.pool, option = chart.getOption();
+            const runs = [...window.hermesDashboard.state.runs.values()];
+            const widest = runs.filter(r => r.owner === 'dana' && r.ended_at !== null)
+              .sort((a, b) => (b.ended_at - b.started_at) - (a.ended_at - a.started_at))[0];
+            chart.dispatchAction({ type: 'dataZoom', start: 0, end: 100 });
+            const [x, y] = chart.convertToPixel({ gridIndex: 0 },
+              [(widest.started_at + widest.ended_at) / 2, option.yAxis[0].data.indexOf(widest.gpu)]);
+            return { x, y, trial: widest.trial };
+        }""")
+        own.locator("#pool-timeline canvas").first.click(position={"x": point["x"], "y": point["y"]})
+        own.wait_for_function(f"() => location.hash === '#/experiments/{watched}/trials/{point['trial']}'")
+        own.wait_for_selector(f'#leaderboard tr.selected[data-trial="{point["trial"]}"]', timeout=30_000)
         browser.close()
     assert errors == []
 

@@ -296,61 +296,11 @@ function experimentView(root, id, selectedTrial) {
     });
   }
 
-  // ---------------------------------------------------------------- the GPU timeline (ECharts custom series)
+  // ---------------------------------------------------------------- the GPU timeline
   function renderTimeline() {
-    const gpuIndex = new Map(s.gpus.map((g, i) => [g, i]));
-    const runs = s.runs.filter(Boolean);
-    const bars = runs.map((r) => ({
-      value: [gpuIndex.get(r.gpu) ?? 0, r.started_at, r.ended_at ?? s.now, s.position.get(r.trial), r.index],
-      itemStyle: { color: trialColour(s.position.get(r.trial)) },
-    }));
-    const marks = (filter, at) => runs.filter(filter)
-      .map((r) => ({ value: [at(r), gpuIndex.get(r.gpu) ?? 0, r.index] }));
-    const mark = (name, symbol, color, filter, at, size = 9) => ({
-      name, type: "scatter", symbol, symbolSize: size, itemStyle: { color }, z: 5,
-      data: marks(filter, at), tooltip: { formatter: (p) => describeRun(s.runs[p.data.value[2]]) },
-    });
-    charts.timeline.setOption({
-      animation: false,
-      grid: { left: 90, right: 30, top: 10, bottom: 60 },
-      tooltip: { trigger: "item", confine: true },
-      dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "weakFilter" },
-                 { type: "slider", xAxisIndex: 0, filterMode: "weakFilter", height: 18, bottom: 8 }],
-      xAxis: { type: "value", name: "seconds", min: 0, max: Math.ceil(Math.max(s.now, 1)) },
-      yAxis: { type: "category", data: s.gpus, inverse: true },
-      series: [
-        { name: "runs", type: "custom", encode: { x: [1, 2], y: 0 }, data: bars, progressive: 5000,
-          renderItem: (params, api) => {
-            const start = api.coord([api.value(1), api.value(0)]);
-            const end = api.coord([api.value(2), api.value(0)]);
-            const height = api.size([0, 1])[1] * 0.6;
-            const area = params.coordSys;
-            const shape = echarts.graphic.clipRectByRect(
-              { x: start[0], y: start[1] - height / 2, width: Math.max(end[0] - start[0], 1), height },
-              { x: area.x, y: area.y, width: area.width, height: area.height });
-            return shape && { type: "rect", shape, style: api.style() };
-          },
-          tooltip: { formatter: (p) => describeRun(s.runs[p.data.value[4]]) } },
-        mark("resume", "triangle", "#222", (r) => r.resumed && !r.migrated, (r) => r.started_at),
-        mark("migration", "diamond", "#d62728", (r) => r.migrated, (r) => r.started_at, 11),
-        mark("suspension", "rect", "#222", (r) => r.ended_by === "suspended", (r) => r.ended_at, [3, 14]),
-        mark("stop", "path://M0,0L10,10M10,0L0,10", "#b00020",
-             (r) => ["stopped", "failed", "lost"].includes(r.ended_by), (r) => r.ended_at),
-      ],
-    });
+    charts.timeline.setOption(timelineOption(s.gpus, s.now, s.runs.filter(Boolean),
+                                             (r) => trialColour(s.position.get(r.trial)), describeRun));
     charts.timelineDrawn = true;
-  }
-
-  function describeRun(r) {
-    if (!r) return "";
-    const how = r.migrated ? "migrated here" : r.resumed ? "resumed" : "started";
-    const lines = [`trial ${r.trial} on ${r.gpu}`,
-      `${how} at ${seconds(r.started_at)}` + (r.start_reason ? `: ${r.start_reason}` : ""),
-      r.yield_requested_at !== null ?
-        `asked to yield at ${seconds(r.yield_requested_at)}: ${r.yield_reason ?? ""}` : "",
-      r.ended_at !== null ? `${r.ended_by} at ${seconds(r.ended_at)}: ${r.end_reason ?? ""}` : "still running"];
-    const [first, ...rest] = lines.filter(Boolean).map(escape);
-    return `<b>${first}</b><br>` + rest.join("<br>");
   }
 
   return () => {
@@ -358,6 +308,63 @@ function experimentView(root, id, selectedTrial) {
     window.removeEventListener("resize", resize);
     charts.timeline.dispose(); charts.parallel.dispose(); charts.first.dispose(); charts.curves?.destroy();
   };
+}
+
+// ------------------------------------------------------------------ a GPU timeline (ECharts custom series)
+// A bar per run on its GPU's row, from its start to its end (or now); marks where a run resumed, migrated, was
+// suspended or stopped; ``describe`` writes a run's tooltip. Shared by an experiment's view and the pool's.
+function timelineOption(gpus, now, runs, colour, describe) {
+  const gpuIndex = new Map(gpus.map((g, i) => [g, i]));
+  const bars = runs.map((r, i) => ({
+    value: [gpuIndex.get(r.gpu) ?? 0, r.started_at, r.ended_at ?? now, i],
+    itemStyle: { color: colour(r) },
+  }));
+  const mark = (name, symbol, color, filter, at, size = 9) => ({
+    name, type: "scatter", symbol, symbolSize: size, itemStyle: { color }, z: 5,
+    data: runs.flatMap((r, i) => filter(r) ? [{ value: [at(r), gpuIndex.get(r.gpu) ?? 0, i] }] : []),
+    tooltip: { formatter: (p) => describe(runs[p.data.value[2]]) },
+  });
+  return {
+    animation: false,
+    grid: { left: 90, right: 30, top: 10, bottom: 60 },
+    tooltip: { trigger: "item", confine: true },
+    dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "weakFilter" },
+               { type: "slider", xAxisIndex: 0, filterMode: "weakFilter", height: 18, bottom: 8 }],
+    xAxis: { type: "value", name: "seconds", min: Math.floor(runs.reduce((m, r) => Math.min(m, r.started_at), now)),
+             max: Math.ceil(Math.max(now, 1)) },
+    yAxis: { type: "category", data: gpus, inverse: true },
+    series: [
+      { name: "runs", type: "custom", encode: { x: [1, 2], y: 0 }, data: bars, progressive: 5000,
+        renderItem: (params, api) => {
+          const start = api.coord([api.value(1), api.value(0)]);
+          const end = api.coord([api.value(2), api.value(0)]);
+          const height = api.size([0, 1])[1] * 0.6;
+          const area = params.coordSys;
+          const shape = echarts.graphic.clipRectByRect(
+            { x: start[0], y: start[1] - height / 2, width: Math.max(end[0] - start[0], 1), height },
+            { x: area.x, y: area.y, width: area.width, height: area.height });
+          return shape && { type: "rect", shape, style: api.style() };
+        },
+        tooltip: { formatter: (p) => describe(runs[p.data.value[3]]) } },
+      mark("resume", "triangle", "#222", (r) => r.resumed && !r.migrated, (r) => r.started_at),
+      mark("migration", "diamond", "#d62728", (r) => r.migrated, (r) => r.started_at, 11),
+      mark("suspension", "rect", "#222", (r) => r.ended_by === "suspended", (r) => r.ended_at, [3, 14]),
+      mark("stop", "path://M0,0L10,10M10,0L0,10", "#b00020",
+           (r) => ["stopped", "failed", "lost"].includes(r.ended_by), (r) => r.ended_at),
+    ],
+  };
+}
+
+function describeRun(r) {
+  if (!r) return "";
+  const how = r.migrated ? "migrated here" : r.resumed ? "resumed" : "started";
+  const lines = [`trial ${r.trial} on ${r.gpu}`,
+    `${how} at ${seconds(r.started_at)}` + (r.start_reason ? `: ${r.start_reason}` : ""),
+    r.yield_requested_at !== null ?
+      `asked to yield at ${seconds(r.yield_requested_at)}: ${r.yield_reason ?? ""}` : "",
+    r.ended_at !== null ? `${r.ended_by} at ${seconds(r.ended_at)}: ${r.end_reason ?? ""}` : "still running"];
+  const [first, ...rest] = lines.filter(Boolean).map(escape);
+  return `<b>${first}</b><br>` + rest.join("<br>");
 }
 
 function escape(text) {
@@ -447,6 +454,49 @@ function clusterView(root) {
   };
   showUsers().catch((error) => { usersError.textContent = error.message; });
   const chart = echarts.init(chartBox);
+  const poolBox = el("div", { class: "chart", id: "pool-timeline" });
+  const legend = el("p", { id: "pool-legend" });
+  root.append(el("h3", {}, "Pool timeline"), el("p", { class: "muted" },
+    "Who ran where on the pool's GPUs: a bar per run, coloured by user; ▲ resume, ◆ migration, | suspension, " +
+    "✕ stop or failure. Hover for the reasons; click one of your runs to open its trial."),
+    el("div", { class: "panel" }, legend, poolBox));
+  const pool = { runs: new Map(), cursor: "", gpus: [], now: 0, owners: new Map(), drawn: false };
+  const poolChart = echarts.init(poolBox);
+  const ownerColour = (owner) => owner === "(other users)" ? "#9e9e9e" : trialColour(pool.owners.get(owner) ?? 0);
+  const describePoolRun = (r) => r.owner === "(other users)" ?
+    `<b>another user's trial on ${escape(r.gpu)}</b><br>${seconds(r.started_at)} to ` +
+      (r.ended_at === null ? "now" : seconds(r.ended_at)) :
+    `<b>${escape(r.owner)}: ${escape(r.name)}</b><br>` + describeRun(r);
+  let shownRuns = [];
+  poolChart.on("click", (p) => {
+    const r = shownRuns[p.data?.value?.[3] ?? p.data?.value?.[2]];
+    if (r?.experiment) location.hash = `#/experiments/${r.experiment}/trials/${encodeURIComponent(r.trial)}`;
+  });
+  const resize = () => { chart.resize(); poolChart.resize(); };
+  window.addEventListener("resize", resize);
+  window.hermesDashboard = { state: pool, charts: { pool: poolChart } };
+  const stopPool = every(POLL_MS, async () => {
+    let changed = 0, more = true;
+    while (more) {
+      const t = await api(`/cluster/timeline?since=${pool.cursor}`);
+      for (const r of t.runs) {
+        if (!pool.owners.has(r.owner) && r.owner !== "(other users)") pool.owners.set(r.owner, pool.owners.size);
+        pool.runs.set(r.key, r);
+      }
+      changed += t.runs.length;
+      pool.cursor = t.cursor;
+      pool.gpus = [...new Set([...pool.gpus, ...t.gpus])];
+      pool.now = Math.max(pool.now, t.now);
+      more = t.more;
+    }
+    if (!changed && pool.drawn) return;
+    shownRuns = [...pool.runs.values()];
+    poolChart.setOption(timelineOption(pool.gpus, pool.now, shownRuns, (r) => ownerColour(r.owner), describePoolRun));
+    legend.replaceChildren(...[...pool.owners.keys(), ...(shownRuns.some((r) => r.owner === "(other users)") ?
+      ["(other users)"] : [])].map((owner) => el("span", { class: "swatch", "data-owner": owner },
+        el("i", { style: `background: ${ownerColour(owner)}` }), owner)));
+    pool.drawn = true;
+  });
   const stop = every(POLL_MS, async () => {
     const c = await api("/cluster");
     const hours = (seconds) => (seconds / 3600).toFixed(2);
@@ -464,7 +514,11 @@ function clusterView(root) {
                { name: "share", type: "bar", data: c.users.map((u) => u.share) }],
     });
   });
-  return () => { stop(); chart.dispose(); };
+  return () => {
+    stop(); stopPool();
+    window.removeEventListener("resize", resize);
+    chart.dispose(); poolChart.dispose();
+  };
 }
 
 // ------------------------------------------------------------------ routing
