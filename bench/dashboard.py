@@ -3,7 +3,8 @@
 Records a simulated experiment (real core, engine loop and StoreRecorder, simulated time) into
 a server's SQLite store, then measures, on the real application:
 
-- the first full read of each endpoint the experiment page polls (trials, curves, timeline),
+- the first full read of each endpoint the experiment page polls (trials, curves, timeline), and of the
+  pool's timeline that the cluster view polls,
   its time and size, which includes building the experiment's digest from the store;
 - a poll with the cursors just returned, when nothing is new (what a dashboard does most);
 - with chromium installed: the time from opening the page to the leaderboard, curves and
@@ -65,14 +66,15 @@ def run(root: Path, trials: int, epochs: int) -> None:
         base = f"/api/experiments/{experiment_id}"
         first: dict[str, dict] = {}
         for name, path in [("detail", base), ("trials", f"{base}/trials"), ("curves", f"{base}/curves?limit=200000"),
-                           ("timeline", f"{base}/timeline")]:
+                           ("timeline", f"{base}/timeline"), ("pool", "/api/cluster/timeline")]:
             seconds, size, body = timed(client, path, headers)
             first[name] = body
             print(f"first read  {name:<9} {seconds * 1000:8.1f} ms {size / 1e6:7.2f} MB")
         time.sleep(0.6)  # past the digest's refresh interval, so the poll reads the store again
         for name, path in [("detail", base), ("trials", f"{base}/trials?since={first['trials']['version']}"),
                            ("curves", f"{base}/curves?after={first['curves']['cursor']}"),
-                           ("timeline", f"{base}/timeline?since={first['timeline']['version']}")]:
+                           ("timeline", f"{base}/timeline?since={first['timeline']['version']}"),
+                           ("pool", f"/api/cluster/timeline?since={first['pool']['cursor']}")]:
             seconds, size, _ = timed(client, path, headers)
             print(f"poll        {name:<9} {seconds * 1000:8.1f} ms {size / 1e3:7.2f} kB")
         if CHROMIUM.exists():
@@ -117,6 +119,11 @@ def browser_figures(client: TestClient, experiment_id: int, token: str) -> None:
             series = page.evaluate("() => window.hermesDashboard.charts.curves.series.length - 1")
             print(f"browser     page drawn in {drawn:.2f}s ({rows} leaderboard rows shown, {series} curves, "
                   f"{bars} timeline bars); next live update after {poll:.2f}s (poll interval 2 s)")
+            start = time.perf_counter()
+            page.goto(f"{url}/#/cluster")
+            page.wait_for_function("() => window.hermesDashboard?.state.drawn", timeout=120_000)
+            bars = page.evaluate("() => window.hermesDashboard.charts.pool.getOption().series[0].data.length")
+            print(f"browser     cluster view's pool timeline drawn in {time.perf_counter() - start:.2f}s ({bars} bars)")
             browser.close()
     finally:
         server.should_exit = True
