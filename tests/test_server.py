@@ -495,6 +495,17 @@ def test_the_pools_timeline_holds_every_experiments_runs_and_hides_what_others_m
                                  headers=server.as_("alice")).status_code == 422
 
 
+def test_the_server_keeps_a_bounded_number_of_digests_and_rebuilds_a_dropped_one_alike(
+    server: Server, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("hermes.server.app.DIGESTS_KEPT", 2)
+    ids = [server.simulated("alice", f"sim{i}", trials=6) for i in range(3)]
+    first = [server.get(f"/api/experiments/{i}/timeline") for i in ids]  # the first one's digest is dropped
+    assert list(server.hermes._digests) == ids[1:]
+    assert server.get(f"/api/experiments/{ids[0]}/timeline") == first[0]  # rebuilt from the store, the same
+    assert list(server.hermes._digests) == [ids[2], ids[0]]
+
+
 def test_openapi_documents_every_route(server: Server) -> None:
     paths = server.client.get("/openapi.json").json()["paths"]
     for path in ["/api/experiments", "/api/experiments/{experiment_id}", "/api/experiments/{experiment_id}/cancel",

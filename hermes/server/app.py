@@ -14,6 +14,7 @@ import logging
 import math
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ log = logging.getLogger("hermes.server")
 
 STATIC = Path(__file__).parent / "static"
 MAX_BODY = 1 << 20  # bytes of a request body: a spec with a thousand listed configs fits many times over
+DIGESTS_KEPT = 200  # experiments whose digest stays in memory, the least recently read dropped (rebuilt if asked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +78,8 @@ class Hermes:
                                 ray_address=config.ray_address or "auto", storage_uri=config.storage_uri,
                                 read_spec=self.read_spec)
         self._pool_thread = threading.Thread(target=self._run_pool, name="hermes-pool", daemon=True)
-        self._digests: dict[int, ExperimentDigest] = {}
+        self._digests: OrderedDict[int, ExperimentDigest] = OrderedDict()  # least recently read first
+        self._digests_lock = threading.Lock()
 
     def parse(self, data: dict[str, Any], owner: str, folder: str = "") -> ExperimentSpec:
         """The spec as its owner's area reads it, as if its file lay in ``folder`` there (relative to
@@ -121,9 +124,15 @@ class Hermes:
         return data
 
     def digest(self, experiment: ExperimentRecord) -> ExperimentDigest:
-        digest = self._digests.get(experiment.experiment_id)
-        if digest is None:
-            digest = self._digests.setdefault(experiment.experiment_id, ExperimentDigest(self.store, experiment))
+        """The experiment's digest, brought up to date. At most ``DIGESTS_KEPT`` are kept: a long-lived server
+        sees thousands of experiments, and a digest holds every trial and run of its experiment."""
+        with self._digests_lock:
+            digest = self._digests.get(experiment.experiment_id)
+            if digest is None:
+                digest = self._digests[experiment.experiment_id] = ExperimentDigest(self.store, experiment)
+                while len(self._digests) > DIGESTS_KEPT:
+                    self._digests.popitem(last=False)
+            self._digests.move_to_end(experiment.experiment_id)
         digest.refresh(experiment.status)
         return digest
 
