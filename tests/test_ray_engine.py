@@ -241,6 +241,10 @@ def test_hermes_server_on_ray_runs_a_submitted_experiment_over_the_nodes(cluster
         assert "about to fail" in log["text"]  # the failing trial's stderr, written on its node
         gpus = sum(int(node.num_gpus) for node in cluster.nodes)
         assert httpx_get(f"{url}/api/cluster", env["HERMES_TOKEN"])["gpus"] == gpus > 0  # the nodes' GPUs
+        pool = httpx_get(f"{url}/api/cluster/timeline", env["HERMES_TOKEN"])  # who ran where, over the nodes
+        assert {run["owner"] for run in pool["runs"]} == {"erin"} and len(pool["runs"]) >= 6
+        assert len({run["gpu"].split("/")[0] for run in pool["runs"]}) >= 2
+        assert {run["gpu"] for run in pool["runs"]} <= set(pool["gpus"])
     finally:
         server.send_signal(signal.SIGINT)
         _, stderr = server.communicate(timeout=60)
