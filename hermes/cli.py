@@ -34,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_plot(commands)
     _add_server(commands)
     _add_submit(commands)
+    _add_cancel(commands)
     args = parser.parse_args(argv)
     try:
         code = args.handler(args)
@@ -419,6 +420,29 @@ def _submit(args: argparse.Namespace) -> int:
     )
     print(f"submitted {experiment['name']} as experiment {experiment['id']} ({experiment['status']}) "
           f"to {args.server.rstrip('/')}")
+    return 0
+
+
+def _add_cancel(commands: argparse._SubParsersAction) -> None:
+    cancel = commands.add_parser(
+        "cancel",
+        help="cancel an experiment on a Hermes server",
+        description="Ask a Hermes server to stop an experiment's trials and end it (recorded cancelled); a queued "
+                    "experiment never starts. Each trial keeps what it reported and its checkpoints.",
+    )
+    cancel.add_argument("experiment", help="the experiment's name")
+    _add_server_arguments(cancel, "the server")
+    cancel.set_defaults(handler=_cancel)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from hermes.server.client import Client
+
+    if not args.server:
+        raise HermesError("give the server: --server URL or $HERMES_SERVER")
+    experiment = Client(args.server, args.token).cancel(args.experiment)
+    print(f"cancelling {experiment['name']} (experiment {experiment['id']}, {experiment['status']}) on "
+          f"{args.server.rstrip('/')}: its trials stop, then it is recorded cancelled")
     return 0
 
 

@@ -758,6 +758,24 @@ def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None
         plots = subprocess.run([*hermes, "plot", "--server", url, "--out", str(tmp_path / "plots")],
                                capture_output=True, text=True, env=env, check=True).stdout.split()
         assert [Path(p).name for p in plots] == ["remote_curves.png", "remote_gpus.png"]
+        # cancelling from the command line: a running experiment ends cancelled; a finished or unknown one is refused
+        spec_file.write_text(yaml.safe_dump(real_spec("long", steps=400, trial={"function": "trials.curve:train",
+                                                                                "workdir": ".."})))
+        subprocess.run([*hermes, "submit", "specs/spec.yaml", "--server", url], env=env, cwd=tmp_path, check=True,
+                       capture_output=True)
+        cancelled = subprocess.run([*hermes, "cancel", "long", "--server", url], capture_output=True, text=True,
+                                   env=env)
+        assert cancelled.returncode == 0 and "cancelling long (experiment 2" in cancelled.stdout, cancelled.stderr
+        while "experiment  long (id 2): cancelled" not in (status := subprocess.run(
+                [*hermes, "status", "--experiment", "long", "--server", url], capture_output=True, text=True,
+                env=env).stdout):
+            assert time.monotonic() < deadline + 60, status
+            time.sleep(0.5)
+        for name, refusal in (("remote", "409 Conflict: experiment 1 is finished already"),
+                              ("nope", "no experiment 'nope' that you may see")):
+            refused = subprocess.run([*hermes, "cancel", name, "--server", url], capture_output=True, text=True,
+                                     env=env)
+            assert refused.returncode == 2 and refusal in refused.stderr, refused.stderr
         env["HERMES_TOKEN"] = "hermes_wrong"
         refused = subprocess.run([*hermes, "status", "--server", url], capture_output=True, text=True, env=env)
         assert refused.returncode == 2 and "401" in refused.stderr

@@ -65,6 +65,13 @@ class Client:
         """``folder``: where the spec's file lies in the user's area on the server (its relative paths start there)."""
         return self.request("POST", "/experiments", {"spec": dict(spec), "weight": weight, "folder": folder})
 
+    def cancel(self, name: str) -> dict[str, Any]:
+        """Ask the server to stop the experiment called ``name`` (one the token's user may see) and end it."""
+        found = [e for e in self.request("GET", "/experiments") if e["name"] == name]
+        if not found:
+            raise ServerError(f"{self.url}: no experiment {name!r} that you may see")
+        return self.request("POST", f"/experiments/{found[0]['id']}/cancel")
+
 
 class RemoteStore(ExperimentStore):
     """The experiments a server shows this token's user, read-only."""
