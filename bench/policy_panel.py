@@ -23,7 +23,9 @@ by the seed), the oracle's figures over the same draws. ``--noise SHARE`` judges
 noisy metrics: every report but a trial's last scatters around its recorded curve by SHARE times
 the spread of the trace's final metrics (``noisy``). ``--epochs N`` judges other searches: every
 trial's budget cut at N epochs, so the final metric, the best trial and the target are those at
-epoch N (``cut``). ``--json PATH`` also writes every per-seed figure.
+epoch N (``cut``). ``--traces`` chooses among the shipped traces, or judges any search recorded in the
+trace format: ``--traces path/to/search.csv:max`` (``:min`` for a metric that falls as it improves).
+``--json PATH`` also writes every per-seed figure.
 """
 
 from __future__ import annotations
@@ -100,12 +102,36 @@ def cut(trace: Trace, epochs: int) -> Trace:
         dataclasses.replace(t, metrics=t.metrics[:epochs], seconds=t.seconds[:epochs]) for t in trace.trials))
 
 
+def chosen_traces(entries: str | None) -> list[tuple[str, str]]:
+    """The traces to judge and the direction of each one's metric: every shipped trace, or those named in
+    ``entries`` (comma-separated), each a shipped trace's name or ``PATH:max`` / ``PATH:min`` of any trace file,
+    so that a search that is not in data/ is judged alike."""
+    if not entries:
+        return list(TRACES)
+    shipped, chosen = dict(TRACES), []
+    for entry in entries.split(","):
+        path, colon, mode = entry.rpartition(":")
+        if entry in shipped:
+            chosen.append((entry, shipped[entry]))
+        elif colon and mode in ("max", "min") and os.path.isfile(path):
+            chosen.append((os.path.abspath(path), mode))
+        else:
+            raise SystemExit(f"--traces: {entry!r} is no shipped trace ({', '.join(shipped)}) and no trace file given "
+                             "as PATH:max or PATH:min")
+    return chosen
+
+
+def trace_label(name: str) -> str:
+    """How the panel names a trace: a shipped one by its name, a file by its name without the extension."""
+    return os.path.splitext(os.path.basename(name))[0]
+
+
 def _trace(name: str, mode: str, trials: int | None = None, seed: int = 0, noise: float = 0.0,
            epochs: int | None = None) -> Trace:
-    """The shipped trace (``epochs``: ``cut``; ``noise``: ``noisy``), or (``trials``) the search of that many
-    of its trials that ``seed`` draws."""
+    """The shipped trace ``name``, or the trace file at the absolute path ``name`` (``epochs``: ``cut``; ``noise``:
+    ``noisy``), or (``trials``) the search of that many of its trials that ``seed`` draws."""
     if (name, noise, epochs) not in _traces:
-        loaded = load_trace(os.path.join(DATA, f"{name}.csv"), mode)
+        loaded = load_trace(name if os.path.isabs(name) else os.path.join(DATA, f"{name}.csv"), mode)
         loaded = cut(loaded, epochs) if epochs else loaded
         _traces[name, noise, epochs] = noisy(loaded, noise) if noise else loaded
     full = _traces[name, noise, epochs]
@@ -279,7 +305,7 @@ def targets(
         for stopped in (r for policy, r in by.items() if policy.startswith("hermes+")):
             if stopped["best_trained"] < stopped["seeds"]:
                 misses.append(f"{stopped['policy']} best trained {stopped['best_trained']}/{stopped['seeds']}")
-        out.append(f"  {name:<22} " + ("met" if not misses else "; ".join(misses)))
+        out.append(f"  {trace_label(name):<22} " + ("met" if not misses else "; ".join(misses)))
     return out
 
 
@@ -289,7 +315,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, help="seeds 0..K-1 (default 10; 3 with --quick)")
     parser.add_argument("--gpus", help="comma-separated cluster sizes (default 4,16; 4 with --quick)")
     parser.add_argument("--costs", help="comma-separated profiles (default warm,process; warm with --quick)")
-    parser.add_argument("--traces", help="comma-separated trace names (default: every shipped trace)")
+    parser.add_argument("--traces", help="comma-separated shipped trace names, or PATH:max|min of any trace file "
+                                         "(default: every shipped trace)")
     parser.add_argument("--trials", type=int, help="small searches: N trials of each trace per seed (default: all)")
     parser.add_argument("--noise", type=float, default=0.0,
                         help="scatter every report but the last by this share of the final metrics' spread (default 0)")
@@ -301,8 +328,7 @@ def main() -> None:
     seeds = args.seeds or (3 if args.quick else 10)
     gpu_counts = [int(g) for g in (args.gpus or ("4" if args.quick else "4,16")).split(",")]
     profiles = (args.costs or ("warm" if args.quick else "warm,process")).split(",")
-    chosen = args.traces.split(",") if args.traces else [name for name, _ in TRACES]
-    traces = [(name, mode) for name, mode in TRACES if name in chosen]
+    traces = chosen_traces(args.traces)
     policies = args.policies.split(",")
     if "fifo" not in policies:
         policies.insert(0, "fifo")
@@ -332,7 +358,7 @@ def main() -> None:
                     size = "" if trials is None else f", {trials} of its trials"
                     size += f", noise {args.noise}" if args.noise else ""
                     size += f", cut at {epochs} epochs" if epochs else ""
-                    print(f"\n== {name}{size}, {gpus} GPUs, {profile} costs, {seeds} seeds")
+                    print(f"\n== {trace_label(name)}{size}, {gpus} GPUs, {profile} costs, {seeds} seeds")
                     print(format_rows(rows))
                     for label, prefix in (("oracle", ""), ("sweep first", "sweep_"), ("halving*", "halving_")):
                         print(f"{label:<14}{'':>6}{cap[prefix + 'best_mean_x']:>10.2f}{cap[prefix + 'best_worst_x']:>7.2f}"

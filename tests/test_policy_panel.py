@@ -96,6 +96,32 @@ def test_the_panel_judges_small_searches(tmp_path: Path) -> None:
     assert panel["oracle"]["lcbench_34539|4|warm"]["best_mean_x"] >= rows["hermes"]["best_mean_x"]
 
 
+def test_the_panel_judges_a_search_from_any_trace_file_and_refuses_an_unknown_name(tmp_path: Path) -> None:
+    """A search that is not in data/ (here a shipped one cut to 20 epochs, written elsewhere) is judged like a
+    shipped one: the same rows, the oracle, and issue 14's targets; a name that is neither is refused."""
+    trace = load_trace("data/lcbench_189873.csv", "max")
+    rows = ["trial,epoch,metric,seconds"] + [f"{t.name},{epoch},{t.metrics[epoch - 1]},{t.seconds[epoch - 1]}"
+                                              for t in trace.trials[:60] for epoch in range(1, 21)]
+    (tmp_path / "elsewhere.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "panel.json"
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run(
+        [sys.executable, "bench/policy_panel.py", "--quick", "--seeds", "2", "--traces",
+         f"{tmp_path / 'elsewhere.csv'}:max,lcbench_34539", "--trials", "40", "--policies", "fifo,hermes",
+         "--workers", "1", "--json", str(out)],
+        cwd=root, capture_output=True, text=True, timeout=300, check=True,
+    )
+    assert "== elsewhere, 40 of its trials, 4 GPUs, warm costs, 2 seeds" in run.stdout
+    assert "== lcbench_34539, 40 of its trials" in run.stdout and "\n  elsewhere " in run.stdout  # its targets
+    panel = json.loads(out.read_text())
+    rows = {r["policy"]: r for r in panel["panel"][f"{tmp_path / 'elsewhere.csv'}|4|warm"]}
+    assert rows["fifo"]["best_mean_x"] == 1.0 and rows["hermes"]["best_trained"] == 2
+    for bad in ("no_such_trace", f"{tmp_path / 'elsewhere.csv'}", f"{tmp_path / 'missing.csv'}:max"):
+        refused = subprocess.run([sys.executable, "bench/policy_panel.py", "--quick", "--traces", bad], cwd=root,
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1 and "no shipped trace" in refused.stderr and "PATH:max" in refused.stderr
+
+
 def test_the_targets_name_what_hermes_misses_and_what_no_policy_can_reach() -> None:
     def figures(policy: str, best: float, target: float, feedback_h: float, trained: int = 10) -> dict:
         return {"policy": policy, "best_trained": trained, "seeds": 10, "best_mean_x": best, "best_worst_x": 1.0,
