@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -87,6 +88,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
         description="Run the experiment a YAML spec describes; run it again to continue after a crash.",
     )
     run.add_argument("spec", help="experiment spec (YAML)")
+    run.add_argument("--name", help="the experiment's name, in place of the spec's (to run one spec twice)")
     run.add_argument("--no-live", action="store_true", help="no live view; print a line per finished trial")
     run.add_argument("--top", type=int, default=5, help="trials in the final leaderboard")
     run.set_defaults(handler=_run)
@@ -104,7 +106,8 @@ def _run(args: argparse.Namespace) -> int:
     from hermes.report.results import format_results, standings
     from hermes.session import ExperimentSession
 
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, args.name)
+    again = f"hermes run {args.spec}" + (f" --name {shlex.quote(args.name)}" if args.name is not None else "")
     session = ExperimentSession(spec)
     console = Console()
     if args.no_live or not console.is_terminal:
@@ -118,11 +121,11 @@ def _run(args: argparse.Namespace) -> int:
         with _interrupts_between_batches(session), view:
             outcome = session.run()
     except KeyboardInterrupt as interrupt:
-        print(f"interrupted: run `hermes run {args.spec}` again to continue", file=sys.stderr)
+        print(f"interrupted: run `{again}` again to continue", file=sys.stderr)
         return 128 + signal.SIGTERM if isinstance(interrupt, _Terminated) else 130
     except NoSpaceError as error:
         print(f"hermes: error: no space left: {error}\ninterrupted: free some space, then run "
-              f"`hermes run {args.spec}` again to continue", file=sys.stderr)
+              f"`{again}` again to continue", file=sys.stderr)
         return 2
     with closing(session.store) as store:
         experiment = store.experiment(outcome.experiment_id)
@@ -394,6 +397,7 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
                     "work as they do here when your area holds what this folder holds.",
     )
     submit.add_argument("spec", help="experiment spec (YAML)")
+    submit.add_argument("--name", help="the experiment's name, in place of the spec's (names are unique on a server)")
     submit.add_argument("--weight", type=float, default=1.0, help="share of the GPU pool against other experiments")
     _add_server_arguments(submit, "the server")
     submit.set_defaults(handler=_submit)
@@ -412,6 +416,8 @@ def _submit(args: argparse.Namespace) -> int:
         raise HermesError(f"{args.spec}: cannot read the spec: {error}") from None
     if not isinstance(spec, dict):
         raise HermesError(f"{args.spec}: must be a YAML mapping with name, trial, search, metric and budget")
+    if args.name is not None:
+        spec["name"] = args.name
     # Your area on the server mirrors the folder you submit from: the spec is read there as it lies here.
     here = Path.cwd()
     folder = Path(os.path.abspath(args.spec)).parent

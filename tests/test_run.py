@@ -30,7 +30,7 @@ from hermes.core.decisions import Resume, Start, Suspend
 from hermes.core.events import TrialReported
 from hermes.core.states import TrialState
 from hermes.report import ExperimentView, open_store, pick_experiment
-from hermes.store import ExperimentStatus, MetricRecord, TrialRecord
+from hermes.store import ExperimentStatus, MetricRecord, SqlStore, TrialRecord
 from hermes.trial import protocol
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -466,7 +466,6 @@ def test_a_runner_that_dies_between_two_of_its_writes_leaves_a_store_its_success
 ) -> None:
     """A fault injected into the store (a trigger that aborts one write) ends the runner; the
     transaction of that event (its metrics, the event, trial records) leaves nothing behind."""
-    from hermes.store import SqlStore
 
     budget = 5
     spec = spec_of(
@@ -699,6 +698,23 @@ def test_the_fixed_spec_runs_after_a_refused_one(tmp_path: Path) -> None:
     run_ok(write_spec(tmp_path, spec))
     view, _ = load_view(tmp_path / "runs")
     assert [trial.state for trial in view.trials] == [TrialState.COMPLETED] * 2
+
+
+def test_one_spec_runs_twice_under_two_names(tmp_path: Path) -> None:
+    """``--name`` runs a spec as another experiment of the same store, beside the first, which stays as it was."""
+    spec = spec_of("e2e-first", search=search(2, 0, 0.0), budget={"steps": 2})
+    path = write_spec(tmp_path, spec)
+    run_ok(path)
+    again = hermes("run", str(path), "--no-live", "--name", "e2e-second", cwd=tmp_path)
+    assert again.returncode == 0 and "e2e-second: finished;" in again.stdout, again.stderr
+    store = SqlStore(f"sqlite:///{tmp_path / 'runs' / 'hermes.db'}")
+    experiments = {e.name: e for e in store.experiments()}
+    assert set(experiments) == {"e2e-first", "e2e-second"}
+    for experiment in experiments.values():
+        assert experiment.status is ExperimentStatus.FINISHED and experiment.spec["name"] == experiment.name
+        assert [t.state for t in store.trials(experiment.experiment_id)] == [TrialState.COMPLETED] * 2
+    store.close()
+    assert (tmp_path / "runs" / "e2e-second" / "trials").is_dir()
 
 
 # ---------------------------------------------------------------------- 5. unmodified programs

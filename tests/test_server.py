@@ -759,10 +759,11 @@ def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None
                                capture_output=True, text=True, env=env, check=True).stdout.split()
         assert [Path(p).name for p in plots] == ["remote_curves.png", "remote_gpus.png"]
         # cancelling from the command line: a running experiment ends cancelled; a finished or unknown one is refused
-        spec_file.write_text(yaml.safe_dump(real_spec("long", steps=400, trial={"function": "trials.curve:train",
-                                                                                "workdir": ".."})))
-        subprocess.run([*hermes, "submit", "specs/spec.yaml", "--server", url], env=env, cwd=tmp_path, check=True,
-                       capture_output=True)
+        spec_file.write_text(yaml.safe_dump(real_spec("remote", steps=400, trial={"function": "trials.curve:train",
+                                                                                  "workdir": ".."})))
+        renamed = subprocess.run([*hermes, "submit", "specs/spec.yaml", "--name", "long", "--server", url], env=env,
+                                 cwd=tmp_path, capture_output=True, text=True)  # the spec's name is taken: --name
+        assert renamed.returncode == 0 and "submitted long as experiment 2" in renamed.stdout, renamed.stderr
         cancelled = subprocess.run([*hermes, "cancel", "long", "--server", url], capture_output=True, text=True,
                                    env=env)
         assert cancelled.returncode == 0 and "cancelling long (experiment 2" in cancelled.stdout, cancelled.stderr

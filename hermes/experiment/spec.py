@@ -575,9 +575,10 @@ class ExperimentSpec(_Section):
         return (self._base_dir / self.storage.dir).resolve()
 
 
-def load_spec(path: str | Path) -> ExperimentSpec:
+def load_spec(path: str | Path, name: str | None = None) -> ExperimentSpec:
     """Read and validate a YAML spec, and check it against this machine (its workdir, trial function
-    and storage dir); any problem raises SpecError naming the file and the fields."""
+    and storage dir); any problem raises SpecError naming the file and the fields. ``name``: in place of
+    the spec's own (``hermes run --name``)."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -587,6 +588,8 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         raise SpecError(f"{path}: not valid YAML: {error}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: must be a YAML mapping with name, trial, search, metric and budget")
+    if name is not None:
+        data["name"] = name
     return parse_spec(data, source=str(path), base_dir=path.resolve().parent)
 
 
