@@ -20,6 +20,7 @@ from hermes.errors import HermesError, NoSpaceError
 if TYPE_CHECKING:
     from hermes.core.decisions import Decision
     from hermes.core.events import Event
+    from hermes.server.client import Client
     from hermes.session import ExperimentSession, Listener
 
 GPUS_PER_NODE = 8  # default node size when --nodes is not given, like a DGX-class server
@@ -403,13 +404,19 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
     submit.set_defaults(handler=_submit)
 
 
-def _submit(args: argparse.Namespace) -> int:
-    import yaml
-
+def _client(args: argparse.Namespace) -> Client:
+    """The API client of the server a command names (``--server``, ``--token``)."""
     from hermes.server.client import Client
 
     if not args.server:
         raise HermesError("give the server: --server URL or $HERMES_SERVER")
+    return Client(args.server, args.token)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    import yaml
+
+    client = _client(args)
     try:
         spec = yaml.safe_load(Path(args.spec).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as error:
@@ -421,7 +428,7 @@ def _submit(args: argparse.Namespace) -> int:
     # Your area on the server mirrors the folder you submit from: the spec is read there as it lies here.
     here = Path.cwd()
     folder = Path(os.path.abspath(args.spec)).parent
-    experiment = Client(args.server, args.token).submit(
+    experiment = client.submit(
         spec, args.weight, folder.relative_to(here).as_posix() if folder.is_relative_to(here) else ""
     )
     print(f"submitted {experiment['name']} as experiment {experiment['id']} ({experiment['status']}) "
@@ -442,11 +449,7 @@ def _add_cancel(commands: argparse._SubParsersAction) -> None:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from hermes.server.client import Client
-
-    if not args.server:
-        raise HermesError("give the server: --server URL or $HERMES_SERVER")
-    experiment = Client(args.server, args.token).cancel(args.experiment)
+    experiment = _client(args).cancel(args.experiment)
     print(f"cancelling {experiment['name']} (experiment {experiment['id']}, {experiment['status']}) on "
           f"{args.server.rstrip('/')}: its trials stop, then it is recorded cancelled")
     return 0
