@@ -32,6 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_run(commands)
     _add_simulate(commands)
     _add_status(commands)
+    _add_list(commands)
     _add_results(commands)
     _add_plot(commands)
     _add_server(commands)
@@ -269,6 +270,26 @@ def _status(args: argparse.Namespace) -> int:
         lock = None if args.server else Path(args.dir) / LOCK_FILE  # a server's store: its runner is the server
         text = format_status(experiment_status(store, pick_experiment(store, args.experiment), lock))
     print(text)
+    return 0
+
+
+def _add_list(commands: argparse._SubParsersAction) -> None:
+    listing = commands.add_parser(
+        "list",
+        help="list the experiments of a store or a server, a line each",
+        description="One line per experiment, oldest first: id, name, owner, status, trials by state, best value.",
+    )
+    listing.add_argument("dir", nargs="?", help="storage dir of a run (storage.dir in its spec), holding hermes.db")
+    _add_server_arguments(listing, "list the experiments you may see on a Hermes server instead")
+    listing.set_defaults(handler=_list)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from hermes.report.status import format_experiments
+    from hermes.store.lock import LOCK_FILE
+
+    with _reading(args) as store:
+        print(format_experiments(store, None if args.server else Path(args.dir) / LOCK_FILE))
     return 0
 
 

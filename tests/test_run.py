@@ -715,6 +715,11 @@ def test_one_spec_runs_twice_under_two_names(tmp_path: Path) -> None:
         assert [t.state for t in store.trials(experiment.experiment_id)] == [TrialState.COMPLETED] * 2
     store.close()
     assert (tmp_path / "runs" / "e2e-second" / "trials").is_dir()
+    listed = hermes("list", "runs", cwd=tmp_path).stdout.splitlines()  # a line each, oldest first
+    assert listed[0].split() == ["id", "name", "owner", "status", "trials", "best"]
+    assert [line.split()[:5] for line in listed[2:]] == [["1", "e2e-first", "finished", "2", "completed"],
+                                                         ["2", "e2e-second", "finished", "2", "completed"]]
+    assert all(" score " in line and "(trial " in line for line in listed[2:])
 
 
 # ---------------------------------------------------------------------- 5. unmodified programs

@@ -772,6 +772,10 @@ def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None
                 env=env).stdout):
             assert time.monotonic() < deadline + 60, status
             time.sleep(0.5)
+        listed = subprocess.run([*hermes, "list", "--server", url], capture_output=True, text=True, env=env,
+                                check=True).stdout.splitlines()
+        assert [line.split()[:4] for line in listed[2:]] == [["1", "remote", "erin", "finished"],
+                                                             ["2", "long", "erin", "cancelled"]]
         for name, refusal in (("remote", "409 Conflict: experiment 1 is finished already"),
                               ("nope", "no experiment 'nope' that you may see")):
             refused = subprocess.run([*hermes, "cancel", name, "--server", url], capture_output=True, text=True,

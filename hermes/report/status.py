@@ -122,3 +122,21 @@ def _assignment(run: Run | None, now: float) -> list[str]:
     if run.yield_requested_at is not None:
         how += f", asked to yield {format_duration(now - run.yield_requested_at)} ago"
     return [run.trial_id, format_duration(now - run.started_at), how]
+
+
+def format_experiments(store: ExperimentStore, lock: Path | None = None) -> str:
+    """One line per experiment of the store, oldest first: what ``hermes status`` says of each in a few cells."""
+    rows = []
+    for experiment in store.experiments():
+        view = ExperimentView.load(store, experiment)
+        counts = Counter(trial.state for trial in view.trials)
+        ranked = standings(view)
+        best = ranked[0] if ranked and ranked[0].best is not None else None
+        rows.append([
+            str(experiment.experiment_id), experiment.name, experiment.owner or "", _state(experiment, lock),
+            ", ".join(f"{counts[state]} {state.value}" for state in TrialState if counts[state]) or "none yet",
+            "" if best is None else f"{view.target.name} {format_number(best.best)} (trial {best.trial_id})",
+        ])
+    if not rows:
+        return "no experiment yet"
+    return format_table(["id", "name", "owner", "status", "trials", "best"], rows, right=(0,))
