@@ -38,19 +38,24 @@ def experiment_status(store: ExperimentStore, experiment: ExperimentRecord, lock
     events = store.events(experiment.experiment_id)
     decisions = [record.decision for record in store.decisions(experiment.experiment_id)]
     counts = Counter(trial.state for trial in view.trials)
-    ranked = standings(view)
     running = {run.gpu: run for run in view.runs if run.ended_at is None}
     return Status(
         view=view,
         elapsed=events[-1].at - events[0].at if events else 0.0,
         now=max(view.now, events[-1].at if events else 0.0),
         by_state={state: counts[state] for state in TrialState if counts[state]},
-        best=ranked[0] if ranked and ranked[0].best is not None else None,
+        best=_best(view),
         gpus={gpu: running.get(gpu) for gpu in _present_gpus(events)},
         preemptions=sum(isinstance(decision, Suspend) for decision in decisions),
         migrations=sum(isinstance(decision, Resume) and decision.migrated for decision in decisions),
         state=_state(experiment, lock),
     )
+
+
+def _best(view: ExperimentView) -> Standing | None:
+    """The best trial's standing; None until a trial reports."""
+    ranked = standings(view)
+    return ranked[0] if ranked and ranked[0].best is not None else None
 
 
 def _state(experiment: ExperimentRecord, lock: Path | None) -> str:
@@ -130,8 +135,7 @@ def format_experiments(store: ExperimentStore, lock: Path | None = None) -> str:
     for experiment in store.experiments():
         view = ExperimentView.load(store, experiment)
         counts = Counter(trial.state for trial in view.trials)
-        ranked = standings(view)
-        best = ranked[0] if ranked and ranked[0].best is not None else None
+        best = _best(view)
         rows.append([
             str(experiment.experiment_id), experiment.name, experiment.owner or "", _state(experiment, lock),
             ", ".join(f"{counts[state]} {state.value}" for state in TrialState if counts[state]) or "none yet",
