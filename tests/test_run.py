@@ -726,13 +726,13 @@ def test_one_spec_runs_twice_under_two_names(tmp_path: Path) -> None:
 PRINTED = r"step (?P<step>\d+) loss (?P<loss>\S+) score (?P<value>\S+)"
 
 
-def test_an_unmodified_program_is_stopped_and_continued_and_reports_everything(tmp_path: Path) -> None:
-    steps = 6
-    spec = spec_of(
-        "e2e-unmodified",
+def printer_spec(name: str, steps: int, pattern: str = PRINTED) -> dict[str, Any]:
+    """Three unmodified programs (tests/trials/printer.py) time-sharing one CPU slot under round robin."""
+    return spec_of(
+        name,
         trial={
             "command": f"{sys.executable} trials/printer.py --steps {steps} --rate {{rate}} --sleep 0.1",
-            "metrics_regex": PRINTED,
+            "metrics_regex": pattern,
             "workdir": str(TESTS),
         },
         search={"sampler": "random", "trials": 3, "seed": 4, "space": {"rate": RATE}},
@@ -740,6 +740,11 @@ def test_an_unmodified_program_is_stopped_and_continued_and_reports_everything(t
         policy={"name": "rr", "period": 0.2},
         resources={"gpus": "none", "cpu_slots": 1},
     )
+
+
+def test_an_unmodified_program_is_stopped_and_continued_and_reports_everything(tmp_path: Path) -> None:
+    steps = 6
+    spec = printer_spec("e2e-unmodified", steps)
     result = run_ok(write_spec(tmp_path, spec))
     assert "e2e-unmodified: finished" in result.stdout
     storage = tmp_path / "runs"
@@ -768,6 +773,36 @@ def test_an_unmodified_program_is_stopped_and_continued_and_reports_everything(t
         gaps = [(a.ended_at, b.started_at) for a, b in pairwise(runs)]
         for record in grouped[trial.trial_id]:
             assert not any(start < record.at < end for start, end in gaps)
+
+
+@pytest.mark.parametrize("pattern", [PRINTED, r"loss (?P<loss>\S+) score (?P<value>\S+)"], ids=["step", "no-step"])
+def test_unmodified_programs_whose_runner_died_start_again_and_complete(tmp_path: Path, pattern: str) -> None:
+    """A stopped program dies with its runner. Run again, each starts from its beginning, and the lines up to the
+    step the store holds are caught up, not reported again; without a step group, lines count from its start."""
+    steps = 6
+    spec = printer_spec("e2e-unmodified-rerun", steps, pattern)
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    database = storage / "hermes.db"
+    returncode, stderr = run_until(
+        path, lambda: count_suspends(database) >= 2 and count_reports(database) >= 4 and trial_processes(storage),
+        "suspensions")
+    assert returncode == 130, stderr
+
+    result = run_ok(path)
+    assert "e2e-unmodified-rerun: finished (continued)" in result.stdout
+    view, _ = load_view(storage)
+    grouped = metrics_by_trial(view.metrics)
+    started_again = 0
+    for trial in view.trials:
+        assert trial.state is TrialState.COMPLETED and trial.error is None and trial.step == steps
+        own = grouped[trial.trial_id]
+        assert set(own_steps(own)) == set(range(1, steps + 1))
+        rate = trial.params["rate"]
+        assert all(record.values["value"] == round(score(rate, record.step), 4) for record in own)
+        lines = (trial_dir(storage, spec, trial.trial_id) / "stdout.log").read_text().splitlines()
+        started_again += len({line.rsplit(" pid ", 1)[1] for line in lines}) > 1
+    assert started_again  # the trials stopped when the runner died printed from step 1 again, in a new process
 
 
 def test_an_unmodified_program_that_prints_rarely_is_preempted_between_its_lines(tmp_path: Path) -> None:

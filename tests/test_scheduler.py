@@ -13,6 +13,7 @@ from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
 from hermes.core.events import (
     Event,
     GpuAdded,
+    GpuReclaimed,
     GpuRemoved,
     NodeAdded,
     NodeRemoved,
@@ -679,10 +680,57 @@ def test_fill_gives_a_free_gpu_to_a_runnable_trial_ranked_below_blocked_ones() -
     assert core.suspended(13, "x", 1) == [Start("y", "g0")]
     assert core.report(24, "y", 1) == [Suspend("y")]
     assert core.suspended(25, "y", 1) == [Resume("x", "g0", migrated=False)]
-    assert core(NodeRemoved(30, "n0")) == []  # the node restarts with the same GPU names
     assert core.submit(35, "z") == []
-    # Ranked: y (idle since 25), x (30), z (35). y takes g0; x cannot go anywhere else; z may take g1.
-    assert core.node(40, "n0", "g0", "g1") == [Resume("y", "g0", migrated=False), Start("z", "g1")]
+    # Ranked: y (idle since 25), then z. y may only run on g0, which x holds; z takes g1.
+    assert core(GpuAdded(40, "n0", "g1")) == [Start("z", "g1")]
+
+
+def test_a_non_movable_trial_whose_node_died_starts_again_on_another() -> None:
+    """Its state lived in its process, which died with the node: it may run anywhere now (from its beginning)."""
+    core = rr()
+    core.node(0, "n0", "g0")
+    core.node(0, "n1", "h0")
+    assert core.submit(0, "a", movable=False) == [Start("a", "g0")]
+    assert core.submit(0, "b", budget=1) == [Start("b", "h0")]
+    assert core.report(1, "a", 1) == []
+    assert core(NodeRemoved(2, "n0")) == []  # h0 is busy
+    assert core.trial("a").node == "n1" and core.trial("a").step == 0
+    assert core.report(4, "b", 1) == []
+    assert core.exited(4, "b") == [Resume("a", "h0", migrated=False)]
+
+
+def test_a_non_movable_trial_stopped_on_a_gpu_that_failed_runs_again_on_another() -> None:
+    core = rr()
+    core.node(0, "n0", "g0", "g1")
+    assert core.submit(0, "a", movable=False) == [Start("a", "g0")]
+    assert core.submit(0, "b") == [Start("b", "g1")]
+    assert core.submit(0, "c") == []
+    assert core.report(12, "a", 1) == [Suspend("a")]
+    assert core.suspended(13, "a", 1) == [Start("c", "g0")]
+    assert core(GpuRemoved(14, "g0")) == []  # c falls back to its checkpoint; a's stopped process died there
+    assert core.report(15, "b", 1) == [Suspend("b")]
+    assert core.suspended(16, "b", 1) == [Resume("a", "g1", migrated=False)]  # a waited longest
+
+
+def test_leftover_non_movable_trial_without_its_gpu_is_stopped_at_the_end() -> None:
+    """A GPU the pool took back still holds the trial's stopped process: the trial waits for that GPU, and is
+    stopped at the end if it never comes back."""
+    core = rr()
+    core.node(0, "n0", "g0", "g1")
+    assert core.submit(0, "a", movable=False) == [Start("a", "g0")]
+    assert core.submit(0, "b", budget=2) == [Start("b", "g1")]
+    assert core.submit(0, "c", budget=2) == []
+    assert core.report(12, "a", 1) == [Suspend("a")]
+    assert core.suspended(13, "a", 1) == [Start("c", "g0")]
+    assert core(GpuReclaimed(14, "g0", preempt=True)) == [Suspend("c")]
+    assert core.suspended(15, "c", 1) == []  # g0 leaves; a may not take g1
+    assert core(SubmissionsClosed(16)) == []
+    assert core.report(17, "b", 2) == []
+    assert core.exited(17, "b") == [Resume("c", "g1", migrated=True)]
+    assert core.report(18, "c", 2) == []
+    assert core.exited(18, "c") == [Stop("a")]
+    assert core.scheduler.finished
+    assert core.state("a") is TrialState.STOPPED
 
 
 # ---------------------------------------------------------------------------------------- end of the experiment
@@ -730,22 +778,6 @@ def test_leftover_non_runnable_trials_are_stopped_at_the_end() -> None:
     assert core.exited(2, "a") == [Stop("b")]
     assert core.scheduler.finished
     assert core.states() == {"a": TrialState.COMPLETED, "b": TrialState.STOPPED}
-
-
-def test_leftover_non_movable_trial_without_its_gpu_is_stopped_at_the_end() -> None:
-    core = rr()
-    core.node(0, "n0", "g0")
-    core.node(0, "n1", "h0")
-    assert core.submit(0, "a", movable=False) == [Start("a", "g0")]
-    assert core.submit(0, "b", budget=1) == [Start("b", "h0")]
-    assert core.report(1, "a", 1, checkpointed=True) == []
-    assert core(NodeRemoved(2, "n0")) == []
-    assert core.trial("a").node == "n1"
-    assert core(SubmissionsClosed(3)) == []
-    assert core.report(4, "b", 1) == []
-    assert core.exited(4, "b") == [Stop("a")]  # h0 is free but a can only run on g0
-    assert core.scheduler.finished
-    assert core.state("a") is TrialState.STOPPED
 
 
 def test_closing_waits_for_running_trials_and_stops_nothing_runnable() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from hermes.core.cluster import Cluster, Node
 from hermes.core.decisions import Decision, Stop, Suspend
@@ -258,6 +258,8 @@ class Scheduler:
         for trial in node.members.values():
             if trial.state in HOLDING_GPU:
                 self._lose(trial, event.at)
+            if not trial.movable:
+                trial.last_gpu = None  # its process died with the node (see _lose_processes)
             trial.node = None
             if not trial.state.is_terminal:
                 self.unplaced[trial.trial_id] = trial
@@ -274,6 +276,7 @@ class Scheduler:
         if trial is not None:
             self.node_schedulers[node.name].release(trial)
             self._lose(trial, event.at)
+        self._lose_processes(event.gpu, node.members.values())
         self._unplace_if_empty(node)
         return self._place_and_fill(event.at, {node} | set(self.cluster.nodes.values()))
 
@@ -465,6 +468,15 @@ class Scheduler:
         trial.step = trial.checkpoint_step
         if trial.node in self.node_schedulers:
             self.node_schedulers[trial.node].add_waiting(trial, now)
+
+    @staticmethod
+    def _lose_processes(gpu: str, trials: Iterable[Trial]) -> None:
+        """A trial that is not movable keeps its state in a process on its last GPU; when that GPU goes, so
+        does the process. Nothing ties it to a GPU any more, or it would wait for ever: its executor runs
+        it again from the beginning wherever it is given room, catching up to the step the core knows."""
+        for trial in trials:
+            if not trial.movable and trial.last_gpu == gpu:
+                trial.last_gpu = None
 
     def _retire(self, trial: Trial) -> None:
         """A terminal trial leaves its node."""

@@ -320,8 +320,8 @@ class LocalExecutor(Executor[TrialLaunch]):
             trial.timing.migrated = decision.migrated
         slot = self._free_slot(trial, decision.gpu)
         self.occupy(slot, trial)
-        if trial.run is None and trial.launch.cooperative:
-            self._launch(trial, slot)  # from its checkpoint
+        if trial.run is None:  # from its checkpoint; an unmodified program, whose stopped process died
+            self._launch(trial, slot)  # with an earlier runner or its GPU, from its beginning (catching up)
         else:
             self._launcher(trial).resume(trial, slot)
 

@@ -67,6 +67,7 @@ class Run:
     stderr_offset: int = 0  # where this run's stderr starts in stderr.log
     worker: Worker | None = None  # the warm worker it runs in, instead of a process
     buffer: bytes = b""  # a partial line
+    reports: int = 0  # unmodified: the lines read as reports, new or caught up (the step, without a step group)
     suspended_step: int | None = None  # its checkpoint of this step is committed
     paused: bool = False  # SIGSTOPped
     parked: bool = False  # suspended in its worker with its state in memory

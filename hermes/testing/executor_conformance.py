@@ -271,9 +271,8 @@ def test_a_gpu_removed_under_a_running_trial(harness: ExecutorHarness, tmp_path:
         removed = driver.until(lambda e: isinstance(e, GpuRemoved))
         assert removed[-1].gpu == harness.gpus[1]
         assert driver.quiet() == []  # nothing more about the lost run (the monitor checks each event)
-        if not harness.checkpoints:
-            return  # its process is gone, and nothing else can resume it
-        # the trial falls back to its checkpoint (none: step 0) and runs elsewhere from there
+        # the trial falls back to its checkpoint (none: step 0; a program that keeps none starts again from its
+        # beginning) and runs elsewhere from there
         driver.apply(Resume("a", harness.gpus[0], migrated=True))
         events = driver.until(_is(TrialReported, "a"), lambda e: [Stop("a")])
         assert events[-1].step == 1
@@ -312,8 +311,8 @@ def test_wake_from_another_thread_unblocks_next_events(harness: ExecutorHarness,
 
 
 def test_catch_up_reports_are_not_emitted(harness: ExecutorHarness, tmp_path: Path) -> None:
-    if not harness.checkpoints:
-        pytest.skip("this launch mode cannot resume a trial without its process")
+    """Resumed from an older checkpoint (a program that keeps none: from its beginning), a trial emits only the
+    steps past those the core knows."""
     driver = _driver(harness, tmp_path)
     with driver.executor:
         driver.submit("a", harness.work(4, rate=0.6), reported_step=2)

@@ -252,17 +252,13 @@ class ScriptLauncher(ProcessLauncher):
             return
         self._drain(run)
         run.paused = True
+        trial.checkpoint_step = trial.last_step  # its stopped process holds that step, as the core counts it
         host.release(trial, run.slot)
         trial.timing.suspended = host.now()
         host.emit(TrialSuspended(trial.timing.suspended, trial.trial_id, trial.last_step))
 
     def resume(self, trial: LocalTrial, slot: Slot) -> None:
         run = trial.run
-        host = self.host
-        if run is None:  # e.g. the executor was restarted: the stopped process died with it
-            host.release(trial, slot)
-            host.emit(TrialExited(host.now(), trial.trial_id, False, "its stopped process is gone"))
-            return
         if slot is not run.slot:
             raise HermesError(f"unmodified trial {trial.trial_id} cannot move from {run.slot.name} to {slot.name}")
         run.paused = False
@@ -284,13 +280,16 @@ class ScriptLauncher(ProcessLauncher):
         groups = {name: text for name, text in match.groupdict().items() if text is not None}
         try:
             metrics = {name: float(text) for name, text in groups.items() if name != "step"}
-            step = int(groups["step"]) if "step" in groups else run.trial.last_step + 1
+            step = int(groups["step"]) if "step" in groups else run.reports + 1
         except ValueError:
             return  # not a number after all: not a report
-        trial = run.trial
-        objective = metrics.get("value", metrics.get(self.host.metric_of(trial) or ""))
+        trial, host = run.trial, self.host
+        objective = metrics.get("value", metrics.get(host.metric_of(trial) or ""))
         if objective is None:
             return  # the objective's group is optional in the pattern and did not match: not a report
-        if step > trial.last_step:  # a repeated or earlier step is not a new report
-            self.host.emit(trial.reported(step, objective, metrics, False, self.host.now()))
-            self.host.note_report(trial)
+        run.reports += 1
+        if step > trial.last_step:
+            host.emit(trial.reported(step, objective, metrics, False, host.now()))
+            host.note_report(trial)
+        else:  # a repeated step, or one caught up by a run started again from the beginning: known already
+            host.watchdog.reported(trial.trial_id, host.now())  # but a step all the same
