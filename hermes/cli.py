@@ -137,8 +137,8 @@ def _run(args: argparse.Namespace) -> int:
     print(format_results(report, standings(report)[: args.top], "table"))
     if report.trials and all(trial.state is TrialState.FAILED for trial in report.trials):
         first = report.trials[0]  # a script or a spec that cannot work: say so where CI looks, the exit code
-        print(f"hermes: error: every trial failed; trial {first.trial_id}: {summarise_error(first.error or '')}",
-              file=sys.stderr)
+        reason = summarise_error(first.error or "", width=400)  # the line that says what to fix: not cut short
+        print(f"hermes: error: every trial failed; trial {first.trial_id}: {reason}", file=sys.stderr)
         return 1
     return 0
 

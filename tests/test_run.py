@@ -29,6 +29,7 @@ import yaml
 from hermes.core.decisions import Resume, Start, Suspend
 from hermes.core.events import TrialReported
 from hermes.core.states import TrialState
+from hermes.core.scheduler import NO_REPORT
 from hermes.report import ExperimentView, open_store, pick_experiment
 from hermes.store import ExperimentStatus, MetricRecord, SqlStore, TrialRecord
 from hermes.trial import protocol
@@ -726,12 +727,12 @@ def test_one_spec_runs_twice_under_two_names(tmp_path: Path) -> None:
 PRINTED = r"step (?P<step>\d+) loss (?P<loss>\S+) score (?P<value>\S+)"
 
 
-def printer_spec(name: str, steps: int, pattern: str = PRINTED) -> dict[str, Any]:
+def printer_spec(name: str, steps: int, pattern: str = PRINTED, options: str = "") -> dict[str, Any]:
     """Three unmodified programs (tests/trials/printer.py) time-sharing one CPU slot under round robin."""
     return spec_of(
         name,
         trial={
-            "command": f"{sys.executable} trials/printer.py --steps {steps} --rate {{rate}} --sleep 0.1",
+            "command": f"{sys.executable} trials/printer.py --steps {steps} --rate {{rate}} --sleep 0.1 {options}",
             "metrics_regex": pattern,
             "workdir": str(TESTS),
         },
@@ -742,9 +743,11 @@ def printer_spec(name: str, steps: int, pattern: str = PRINTED) -> dict[str, Any
     )
 
 
-def test_an_unmodified_program_is_stopped_and_continued_and_reports_everything(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_an_unmodified_program_is_stopped_and_continued_and_reports_everything(tmp_path: Path, stream: str) -> None:
+    """Its metrics are read wherever it prints them: stdout, or stderr (``logging``'s default), kept in its log."""
     steps = 6
-    spec = printer_spec("e2e-unmodified", steps)
+    spec = printer_spec("e2e-unmodified", steps, options="--log" if stream == "stderr" else "")
     result = run_ok(write_spec(tmp_path, spec))
     assert "e2e-unmodified: finished" in result.stdout
     storage = tmp_path / "runs"
@@ -758,7 +761,7 @@ def test_an_unmodified_program_is_stopped_and_continued_and_reports_everything(t
         assert [record.values["value"] for record in own] == [round(score(rate, s), 4) for s in range(1, steps + 1)]
         assert [record.values["loss"] for record in own] == [round(1 - score(rate, s), 4) for s in range(1, steps + 1)]
         # One process printed every line: it was stopped and continued, never started again.
-        lines = (trial_dir(storage, spec, trial.trial_id) / "stdout.log").read_text().splitlines()
+        lines = (trial_dir(storage, spec, trial.trial_id) / f"{stream}.log").read_text().splitlines()
         assert len(lines) == steps
         assert len({line.rsplit(" pid ", 1)[1] for line in lines}) == 1
     suspended = {d.trial_id for d in decisions if isinstance(d, Suspend)}
@@ -944,6 +947,13 @@ def test_a_printed_line_whose_objective_group_did_not_match_is_no_report(tmp_pat
     assert values == [pytest.approx(score(0.5, step), abs=1e-4) for step in (1, 2)]
 
 
+def test_a_program_whose_lines_never_match_fails_saying_what_to_fix_in_full(tmp_path: Path) -> None:
+    spec = one_printer("e2e-unmodified-unmatched", 2, r"epoch (?P<step>\d+) acc (?P<value>\S+)")
+    result = hermes("run", str(write_spec(tmp_path, spec)), "--no-live", cwd=tmp_path)
+    assert result.returncode == 1
+    assert f"hermes: error: every trial failed; trial 0: {NO_REPORT}\n" in result.stderr  # not cut short
+
+
 def test_a_report_that_lacks_the_objective_on_the_wire_fails_its_trial(tmp_path: Path) -> None:
     """A program that speaks the protocol itself (not through hermes.trial) and omits the objective."""
     spec = spec_of(
@@ -972,7 +982,8 @@ def test_tpe_proposes_trials_as_others_finish_and_a_rerun_continues_the_same_stu
     search_tpe["sampler"] = "tpe"
     spec = spec_of("e2e-tpe", search=search_tpe, budget={"steps": 3}, resources={"gpus": "none", "cpu_slots": 1})
     path = write_spec(tmp_path, spec)
-    run_ok(path)
+    result = run_ok(path)
+    assert "study created" not in result.stderr  # Hermes's study is no news to its user
     view, _ = load_view(tmp_path / "runs")
     assert len(view.trials) == trials
     assert all(trial.state is TrialState.COMPLETED for trial in view.trials)

@@ -24,15 +24,15 @@ class TrialLaunch:
     when suspended, so they may resume on any GPU. With ``warm`` (the default), a function runs
     in its slot's warm worker (hermes/local/worker.py) instead of a process of its own: no start
     or import per trial, and a suspended trial keeps its state in memory. A command with a ``metric_pattern`` is an
-    *unmodified* program: the executor reads its metrics from stdout and suspends it with SIGSTOP;
-    its memory stays resident, so it resumes on its own GPU only.
+    *unmodified* program: the executor reads its metrics from its stdout and stderr and suspends it with SIGSTOP;
+    its memory stays resident, so it resumes on its own GPU only (where its process died, it starts again).
     """
 
     budget: int  # steps the trial trains when never stopped; hermes.trial.budget() in the trial
     function: str | None = None
     command: tuple[str, ...] | None = None
     config: Mapping[str, Any] = field(default_factory=dict)  # JSON-serialisable; hermes.trial.config()
-    metric_pattern: str | None = None  # regex over stdout lines: the objective's group, optionally a ``step`` group
+    metric_pattern: str | None = None  # regex over its output lines: the objective's group, optionally a ``step`` group
     cwd: str | None = None  # working directory; the executor's when None
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment variables
     warm: bool = True  # a function runs in a warm worker (a command never does)

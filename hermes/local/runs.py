@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -52,6 +52,17 @@ class LocalTrial(TrialProgress):
 
 
 @dataclass(slots=True, eq=False)
+class Output:
+    """A pipe a process's lines come out of: a cooperative trial's messages, or an unmodified program's stdout
+    or stderr (its metrics may come on either: ``print``, or ``logging``), copied to ``log`` as they come."""
+
+    fd: int | None  # the read end; None once closed
+    pipe: IO[bytes] | None = None  # the file object that owns ``fd``, if one does
+    log: IO[bytes] | None = None
+    buffer: bytes = b""  # a partial line
+
+
+@dataclass(slots=True, eq=False)
 class Run:
     """One attempt of a trial: a process from launch until it is reaped, or a thread of a warm
     worker from its start until it ends."""
@@ -61,12 +72,10 @@ class Run:
     handshake: Handshake
     process: subprocess.Popen[bytes] | None = None
     pidfd: int = -1
-    channel: int | None = None  # read end of its messages (cooperative) or of its stdout (unmodified)
+    outputs: list[Output] = field(default_factory=list)  # its messages (cooperative), or its stdout and stderr
     answers: int | None = None  # write end of the answers to its reports (cooperative)
-    stdout_log: IO[bytes] | None = None  # unmodified: its stdout is copied here
     stderr_offset: int = 0  # where this run's stderr starts in stderr.log
     worker: Worker | None = None  # the warm worker it runs in, instead of a process
-    buffer: bytes = b""  # a partial line
     reports: int = 0  # unmodified: the lines read as reports, new or caught up (the step, without a step group)
     suspended_step: int | None = None  # its checkpoint of this step is committed
     paused: bool = False  # SIGSTOPped

@@ -42,7 +42,12 @@ class OptunaSearcher(BaseSearcher):
 
         super().__init__(max_pending=max_pending)
         self._states = optuna.trial.TrialState
-        self._study = optuna.create_study(sampler=sampler, direction="maximize" if mode == "max" else "minimize")
+        verbosity = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # "A new study created in memory": Hermes's, not news
+        try:
+            self._study = optuna.create_study(sampler=sampler, direction="maximize" if mode == "max" else "minimize")
+        finally:
+            optuna.logging.set_verbosity(verbosity)
         self._distributions = {name: _distribution(optuna, p) for name, p in search.space.items()}
         self._trials: dict[int, optuna.trial.Trial] = {}
         self._steps: dict[int, set[int]] = {}  # steps reported, per running trial

@@ -2,7 +2,7 @@
 
 A cooperative process talks over two pipes (its reports out, the answers in); suspended, it
 checkpoints and exits, and resumes as a new process anywhere. An unmodified program's metrics are
-read from its stdout with the launch's regex; suspended, its process group is SIGSTOPped, and it
+read from its stdout and stderr with the launch's regex; suspended, its process group is SIGSTOPped, and it
 resumes with SIGCONT on its own slot. Each process has its own group, so suspend and kill reach
 its children too, and a pidfd, so its exit is seen at once.
 """
@@ -22,7 +22,7 @@ from hermes.errors import HermesError, NoSpaceError
 from hermes.local.launchers.base import CHANNEL, EXIT, Launcher
 from hermes.local.resources import Slot
 from hermes.local.handshake import Handshake
-from hermes.local.runs import LocalTrial, Run
+from hermes.local.runs import LocalTrial, Output, Run
 from hermes.local.system import die_with_parent, exit_reason, kill_group, pin, slot_environment, tail, wait_stopped
 from hermes.trial import protocol
 
@@ -57,13 +57,14 @@ class ProcessLauncher(Launcher):
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=stdout_log if launch.cooperative else subprocess.PIPE,
-                stderr=stderr_log,
+                stderr=stderr_log if launch.cooperative else subprocess.PIPE,
                 pass_fds=child_fds,
                 start_new_session=True,  # its own process group: suspend and kill reach its children too
                 preexec_fn=functools.partial(die_with_parent, os.getpid()),
             )
         except OSError as error:
             stdout_log.close()
+            stderr_log.close()
             for fd in parent_fds:
                 os.close(fd)
             host.release(trial, slot)
@@ -72,17 +73,21 @@ class ProcessLauncher(Launcher):
         finally:
             for fd in child_fds:
                 os.close(fd)
-            stderr_log.close()
         pin(process.pid, slot)
+        answers = None
         if launch.cooperative:
             stdout_log.close()
-            channel, answers, copy = messages_read, answers_write, None
+            stderr_log.close()
+            outputs = [Output(messages_read)]
+            answers = answers_write
             os.set_blocking(answers, False)
         else:
-            channel, answers, copy = process.stdout.fileno(), None, stdout_log
-        os.set_blocking(channel, False)
-        run = Run(trial, slot, Handshake(trial), process, os.pidfd_open(process.pid), channel, answers, copy, offset)
-        host.loop.register(run.channel, CHANNEL, self._readable, run)
+            outputs = [Output(process.stdout.fileno(), process.stdout, stdout_log),
+                       Output(process.stderr.fileno(), process.stderr, stderr_log)]
+        run = Run(trial, slot, Handshake(trial), process, os.pidfd_open(process.pid), outputs, answers, offset)
+        for output in outputs:
+            os.set_blocking(output.fd, False)
+            host.loop.register(output.fd, CHANNEL, self._readable, (run, output))
         host.loop.register(run.pidfd, EXIT, self._reap, run)
         self._live.append(run)
         trial.run = run
@@ -127,34 +132,35 @@ class ProcessLauncher(Launcher):
             self._close(run)
 
     # ------------------------------------------------------------------ what its processes say
-    def _readable(self, run: Run) -> None:
-        if run.channel is not None:
-            self._read(run)
+    def _readable(self, source: tuple[Run, Output]) -> None:
+        run, output = source
+        if output.fd is not None:  # not closed by an earlier handler of the same wait
+            self._read(run, output)
 
-    def _read(self, run: Run) -> bool:
-        """Read what is available from the run's channel; False once nothing more is (now or ever)."""
+    def _read(self, run: Run, output: Output) -> bool:
+        """Read what is available from one of the run's pipes; False once nothing more is (now or ever)."""
         try:
-            chunk = os.read(run.channel, 1 << 16)
+            chunk = os.read(output.fd, 1 << 16)
         except BlockingIOError:
             return False
         if not chunk:
-            self.host.loop.unregister(run.channel)
-            self._close_channel(run)
-            if run.buffer:  # a last line without a newline
-                self._line(run, run.buffer)
-                run.buffer = b""
+            self._close_output(output)
+            if output.buffer:  # a last line without a newline
+                self._line(run, output.buffer)
+                output.buffer = b""
             return False
-        if run.stdout_log is not None:
-            run.stdout_log.write(chunk)
-            run.stdout_log.flush()
-        *lines, run.buffer = (run.buffer + chunk).split(b"\n")
+        if output.log is not None:
+            output.log.write(chunk)
+            output.log.flush()
+        *lines, output.buffer = (output.buffer + chunk).split(b"\n")
         for line in lines:
             self._line(run, line)
         return True
 
     def _drain(self, run: Run) -> None:
-        while run.channel is not None and self._read(run):
-            pass
+        for output in run.outputs:
+            while output.fd is not None and self._read(run, output):
+                pass
 
     def _line(self, run: Run, line: bytes) -> None:
         if run.error is not None:
@@ -201,23 +207,24 @@ class ProcessLauncher(Launcher):
             log = tail(trial.directory / "stderr.log", run.stderr_offset)
             host.emit(TrialExited(now, trial.trial_id, False, f"{exit_reason(code)}: {log}" if log else exit_reason(code)))
 
-    def _close_channel(self, run: Run) -> None:
-        if run.stdout_log is None:
-            os.close(run.channel)
+    def _close_output(self, output: Output) -> None:
+        self.host.loop.unregister(output.fd)
+        if output.pipe is None:
+            os.close(output.fd)
         else:
-            run.process.stdout.close()
-        run.channel = None
+            output.pipe.close()
+        output.fd = None
 
     def _close(self, run: Run) -> None:
         loop = self.host.loop
-        if run.channel is not None:
-            loop.unregister(run.channel)
-            self._close_channel(run)
+        for output in run.outputs:
+            if output.fd is not None:
+                self._close_output(output)
+            if output.log is not None:
+                output.log.close()
         if run.answers is not None:
             os.close(run.answers)
             run.answers = None
-        if run.stdout_log is not None:
-            run.stdout_log.close()
         loop.unregister(run.pidfd)
         os.close(run.pidfd)
         self._live.remove(run)
