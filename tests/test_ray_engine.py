@@ -36,6 +36,8 @@ from hermes.session import ExperimentSession  # noqa: E402
 from hermes.testing.executor_conformance import Driver, ExecutorHarness  # noqa: E402
 from hermes.testing.ray_cluster import RayCluster  # noqa: E402
 from tests.test_run import (  # noqa: E402
+    PRINTED,
+    TESTS,
     count_reports,
     hermes_command,
     load_view,
@@ -398,5 +400,43 @@ def test_a_node_joins_and_another_dies_mid_run(cluster: RayCluster, tmp_path: Pa
     placed = nodes_of(decisions)
     assert placed[seen["new"]] >= 1, f"the node that joined got no work: {placed}"
     assert_exact(session, budget)
+    session.store.close()
+    wait_for(lambda: not trial_processes((tmp_path / "runs").resolve()), 30, "every trial process to end")
+
+
+def test_unmodified_programs_stopped_on_a_node_that_dies_start_again_on_another(
+    cluster: RayCluster, tmp_path: Path
+) -> None:
+    """Runs after the churn test, on the nodes it left. A program stopped with SIGSTOP lives only in its process: when
+    its node dies, it starts again from its beginning on another node and catches up, instead of waiting for ever."""
+    budget = 8
+    spec = ray_spec(cluster, "ray-unmodified", 6, budget, 0.0, policy={"name": "rr", "period": 0.4})
+    spec["trial"] = {"command": f"{sys.executable} trials/printer.py --steps {budget} --rate {{rate}} --sleep 0.15",
+                     "metrics_regex": PRINTED, "workdir": str(TESTS)}
+    path = write_spec(tmp_path, spec)
+    alive = {node_name(node.node_id): node for node in cluster.nodes[1:] if cluster.alive().get(node.node_id)}
+    assert len(alive) >= 2, "the churn test leaves two live worker nodes"
+    gpu_of: dict[str, str] = {}
+    seen: dict[str, Any] = {}
+
+    def kill_a_stopped_ones_node(event: Any, decisions: list) -> None:
+        for decision in decisions:
+            if isinstance(decision, (Start, Resume)):
+                gpu_of[decision.trial_id] = decision.gpu
+        if isinstance(event, TrialSuspended) and "killed" not in seen:
+            node = gpu_of[event.trial_id].partition("/")[0]
+            seen["killed"], seen["trial"] = node, event.trial_id
+            cluster.kill_raylet(alive[node])
+
+    session = ExperimentSession(load_spec(path), listeners=[ContractMonitor(), kill_a_stopped_ones_node])
+    session.run()
+    assert "killed" in seen
+    trials = session.scheduler.trials
+    assert all(trial.state is TrialState.COMPLETED for trial in trials.values()), {
+        trial_id: (trial.state, trial.error) for trial_id, trial in trials.items()}
+    for trial in trials.values():
+        assert sorted(set(trial.steps)) == list(range(1, budget + 1))
+        assert trial.values[-1] == pytest.approx(score(trial.params["rate"], budget), abs=1e-4)
+    assert not gpu_of[seen["trial"]].startswith(seen["killed"])  # it ended on another node
     session.store.close()
     wait_for(lambda: not trial_processes((tmp_path / "runs").resolve()), 30, "every trial process to end")
