@@ -104,14 +104,21 @@ def test_a_closed_channel_ends_the_trial_with_an_error(channel: Channel) -> None
 
 
 def test_reports_are_validated_in_the_trial(channel: Channel) -> None:
-    channel.answer(protocol.CONTINUE)
+    channel.answer(protocol.CONTINUE, protocol.CONTINUE, protocol.CONTINUE)
+    with pytest.raises(ValueError, match="steps count from 1"):
+        trial.report(0, accuracy=0.5)  # a loop from 0 that reports its epoch
     trial.report(3, accuracy=0.5)
     with pytest.raises(ValueError, match="must exceed the previous step 3"):
         trial.report(3, accuracy=0.5)
     with pytest.raises(ValueError, match="objective metric 'accuracy'"):
         trial.report(4, loss=1.0)
-    with pytest.raises(TypeError):
-        trial.report(4.0, accuracy=0.5)  # type: ignore[arg-type]
+    for wrong in (4.0, True, "4"):
+        with pytest.raises(TypeError, match="step must be an int"):
+            trial.report(wrong, accuracy=0.5)  # type: ignore[arg-type]
+    trial.report(np.int64(4), accuracy=np.float32(0.6))  # numpy's and torch's numbers are numbers
+    trial.report(torch.tensor(5), accuracy=torch.tensor(0.7))
+    sent = [(message["step"], message["metrics"]) for message in channel.received()]
+    assert sent == [(3, {"accuracy": 0.5}), (4, {"accuracy": pytest.approx(0.6)}), (5, {"accuracy": pytest.approx(0.7)})]
 
 
 def test_a_resumed_trial_without_a_checkpoint_of_its_state_starts_over(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import operator
 import os
 import shutil
 import sys
@@ -152,8 +153,14 @@ class Session:
 
     def report(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Send the metrics of ``step``, wait for the scheduler's answer and obey it."""
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise TypeError(f"step must be an int, got {type(step).__name__}")
+        try:
+            if isinstance(step, bool):
+                raise TypeError
+            step = operator.index(step)  # an int, or numpy's or torch's integers
+        except TypeError:
+            raise TypeError(f"step must be an int, got {type(step).__name__}") from None
+        if step < 1:
+            raise ValueError(f"step {step}: steps count from 1, as budget.steps does (a loop from 0 reports epoch + 1)")
         if step <= self.last_step:
             if not self.last_step == self.start_step > 0:  # not the first report since a resume
                 raise ValueError(f"step {step} must exceed the previous step {self.last_step}")
