@@ -35,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_list(commands)
     _add_results(commands)
     _add_plot(commands)
+    _add_trace(commands)
     _add_server(commands)
     _add_submit(commands)
     _add_cancel(commands)
@@ -167,8 +168,12 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
         help="replay a recorded learning-curve trace under a scheduling policy",
         description="Replay a learning-curve trace in simulated time with the real scheduling core.",
     )
-    sim.add_argument("--trace", required=True, help="CSV with header trial,epoch,metric,seconds[,param_*]")
-    sim.add_argument("--mode", required=True, choices=("max", "min"), help="direction in which the metric improves")
+    sim.add_argument("--trace", required=True,
+                     help="CSV with header trial,epoch,metric,seconds[,param_*]; or the storage dir of a run, "
+                          "whose experiment is replayed (see `hermes trace`)")
+    sim.add_argument("--experiment", help="with a storage dir: the experiment (default: the newest in the store)")
+    sim.add_argument("--mode", choices=("max", "min"),
+                     help="direction in which the metric improves (a CSV needs it; a stored experiment knows it)")
     sim.add_argument("--gpus", required=True, type=int)
     sim.add_argument("--nodes", type=int, help=f"default: one node per {GPUS_PER_NODE} GPUs")
     sim.add_argument("--policy", default="hermes", choices=sorted(POLICIES))
@@ -192,7 +197,14 @@ def _simulate(args: argparse.Namespace) -> int:
     from hermes.sim.simulate import Tolerance
     from hermes.sim.trace import load_trace
 
-    trace = load_trace(args.trace, args.mode, state_mb=args.state_mb)
+    if Path(args.trace).is_dir():
+        trace = _stored_trace(argparse.Namespace(dir=args.trace, experiment=args.experiment, server=None)).trace
+        if args.mode is not None and args.mode != trace.mode:
+            raise HermesError(f"--mode {args.mode}: the experiment's metric improves the other way ({trace.mode})")
+    elif args.mode is None:
+        raise HermesError(f"--mode max or min: in which direction the metric of {args.trace} improves")
+    else:
+        trace = load_trace(args.trace, args.mode, state_mb=args.state_mb)
     nodes = args.nodes or math.ceil(args.gpus / GPUS_PER_NODE)
     try:
         setting = Setting(
@@ -340,6 +352,41 @@ def _plot(args: argparse.Namespace) -> int:
     for path in paths:
         print(path)
     return 0
+
+
+def _add_trace(commands: argparse._SubParsersAction) -> None:
+    trace = commands.add_parser(
+        "trace",
+        help="write an experiment's learning curves as a trace the simulator replays",
+        description="Write a stored experiment's finished trials as a learning-curve trace (CSV): an epoch per "
+                    "report, with the seconds it took. `hermes simulate --trace FILE` replays it under any policy, "
+                    "and bench/policy_panel.py --traces FILE:MODE judges every policy on it.",
+    )
+    _add_storage_arguments(trace)
+    trace.add_argument("--out", help="the CSV file to write (default: standard output)")
+    trace.set_defaults(handler=_trace)
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from hermes.sim.trace import write_trace
+
+    recorded = _stored_trace(args)
+    if not recorded.trace.trials:
+        raise HermesError(f"experiment {recorded.trace.path!r} has no finished trial to replay yet")
+    write_trace(recorded.trace, args.out or sys.stdout)
+    if recorded.left_out:
+        print(f"{recorded.left_out} trials left out: stopped early or not finished, so their curves are unknown",
+              file=sys.stderr)
+    return 0
+
+
+def _stored_trace(args: argparse.Namespace) -> Any:
+    """The trace of the experiment that ``args`` name (a storage dir, or a server, and ``--experiment``)."""
+    from hermes.report import ExperimentView, pick_experiment
+    from hermes.report.trace import experiment_trace
+
+    with _reading(args) as store:
+        return experiment_trace(ExperimentView.load(store, pick_experiment(store, args.experiment)))
 
 
 def _add_server(commands: argparse._SubParsersAction) -> None:

@@ -12,8 +12,8 @@ import pytest
 from hermes.policies.rr import RoundRobinPolicy
 from hermes.sim.costs import CALIBRATION, SwitchCosts, load_calibration
 from hermes.sim.simulate import simulate
-from hermes.sim.synthetic import synthetic_trace, write_trace
-from hermes.sim.trace import Trace, TraceTrial, load_trace
+from hermes.sim.synthetic import synthetic_trace
+from hermes.sim.trace import Trace, TraceTrial, load_trace, write_trace
 
 
 def test_costs_grow_with_state_along_each_path() -> None:

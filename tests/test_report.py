@@ -12,6 +12,7 @@ import io
 import json
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,9 +31,11 @@ from hermes.policies import make_policy
 from hermes.report import STORE_FILE, ExperimentView, open_store, pick_experiment
 from hermes.report.results import format_results, standings
 from hermes.report.status import experiment_status, format_status
+from hermes.report.trace import experiment_trace
 from hermes.sim.costs import SwitchCosts
 from hermes.sim.executor import SimulatedExecutor
 from hermes.sim.synthetic import synthetic_trace
+from hermes.sim.trace import load_trace
 from hermes.store import ExperimentStatus, ExperimentStore, SqlStore, TrialRecord
 
 LAYOUT = {"n0": ("n0/g0", "n0/g1"), "n1": ("n1/g0",)}
@@ -310,6 +313,57 @@ def test_cli_status_results_and_plot(recorded: Recorded, tmp_path: Path, capsys:
     printed = capsys.readouterr().out.split()
     assert printed == [str(tmp_path / "figures" / "sweep_curves.png"), str(tmp_path / "figures" / "sweep_gpus.png")]
     assert all(Path(path).is_file() for path in printed)
+
+
+def test_a_stored_experiment_gives_back_the_trace_it_replayed(recorded: Recorded, store: SqlStore) -> None:
+    """The "sweep" experiment replayed a synthetic trace: exported, each trial has its curve again, diverged where
+    it diverged, and its epochs' seconds plus one start or resume per run, which the trace did not hold."""
+    source = synthetic_trace(10, 6, seed=1, mode="max", epoch_seconds=(5.0, 20.0), diverge_fraction=0.2)
+    original = {trial.name: trial for trial in source.trials}
+    view = view_of(store, "sweep")
+    recorded_trace = experiment_trace(view)
+    assert recorded_trace.left_out == 0 and recorded_trace.trace.mode == "max"
+    assert sorted(trial.name for trial in recorded_trace.trace.trials) == sorted(original)
+    assert any(trial.diverged for trial in recorded_trace.trace.trials)
+    costs = SwitchCosts.profile("process")
+    dearest = max(costs.start, costs.resume_cost(other_gpu=True, other_node=True))
+    for trial in recorded_trace.trace.trials:
+        replayed = original[trial.name]
+        assert (trial.metrics, trial.diverged, trial.epochs) == (replayed.metrics, replayed.diverged, replayed.epochs)
+        runs = sum(run.trial_id == trial.name for run in view.runs)
+        excess = sum(trial.seconds) - sum(replayed.seconds)
+        assert 0 < excess <= runs * dearest + 1e-6, (trial.name, runs, excess)
+        assert trial.params["lr"] in (0.1, 0.01, 0.001)
+
+
+def test_cli_trace_and_simulate_a_stored_experiment(
+    recorded: Recorded, store: SqlStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = str(recorded.directory)
+    assert main(["trace", directory, "--experiment", "cut"]) == 2  # interrupted before any trial finished
+    assert "experiment 'cut' has no finished trial to replay yet" in capsys.readouterr().err
+    halfway = tmp_path / "halfway"
+    halfway.mkdir()
+    writer = SqlStore(f"sqlite:///{halfway / STORE_FILE}")
+    record_simulation(writer, "half", mode="max", seed=4, stop_after=80)  # of 103 events: some trials finished
+    writer.close()
+    written = tmp_path / "half.csv"
+    assert main(["trace", str(halfway), "--out", str(written)]) == 0
+    with closing(open_store(halfway)) as reader:
+        expected = experiment_trace(view_of(reader, "half"))
+    assert 0 < expected.left_out < 10 and f"{expected.left_out} trials left out" in capsys.readouterr().err
+    assert load_trace(written, "max").trials == expected.trace.trials  # written as read, to the last digit
+    assert main(["trace", directory, "--experiment", "loss-sweep"]) == 0
+    assert capsys.readouterr().out.startswith("trial,epoch,metric,seconds,param_lr")
+
+    assert main(["simulate", "--trace", directory, "--experiment", "sweep", "--gpus", "3", "--json",
+                 "--policy", "fifo"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["trials"] == 10 and figures["time_to_best_s"] > 0
+    assert main(["simulate", "--trace", directory, "--experiment", "sweep", "--gpus", "3", "--mode", "min"]) == 2
+    assert "improves the other way (max)" in capsys.readouterr().err
+    assert main(["simulate", "--trace", str(written), "--gpus", "3"]) == 2
+    assert "--mode max or min" in capsys.readouterr().err
 
 
 def test_cli_errors_name_the_problem(recorded: Recorded, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

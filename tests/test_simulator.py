@@ -27,8 +27,8 @@ from hermes.policies.rr import RoundRobinPolicy
 from hermes.sim.costs import SwitchCosts
 from hermes.sim.executor import EpochRecord, SimulatedExecutor
 from hermes.sim.simulate import cluster_layout, simulate
-from hermes.sim.synthetic import synthetic_trace, write_trace
-from hermes.sim.trace import Trace, TraceTrial, load_trace
+from hermes.sim.synthetic import synthetic_trace
+from hermes.sim.trace import Trace, TraceTrial, load_trace, write_trace
 
 COSTS = SwitchCosts()
 TOLERANCE = 1e-6

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from hermes.errors import TraceError
-from hermes.sim.synthetic import CURVES, synthetic_trace, write_trace
-from hermes.sim.trace import Trace, load_trace
+from hermes.sim.synthetic import CURVES, synthetic_trace
+from hermes.sim.trace import Trace, load_trace, write_trace
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 HEADER = "trial,epoch,metric,seconds\n"

@@ -28,13 +28,11 @@ drawn from ``numpy.random.default_rng(seed)``, so a seed fixes the trace.
 
 from __future__ import annotations
 
-import csv
-import os
 from collections.abc import Callable
 
 import numpy as np
 
-from hermes.sim.trace import MODES, PARAM_PREFIX, REQUIRED_COLUMNS, STATE_COLUMN, Trace, TraceTrial
+from hermes.sim.trace import MODES, Trace, TraceTrial
 
 Curve = Callable[[np.random.Generator, np.ndarray], np.ndarray]
 
@@ -163,18 +161,3 @@ def _sized(
         curves[i] = (kind, metrics, (base[i] * jitter).round(3).tolist())
         widths.append(round(float(base[i] * rng.lognormal(0.0, 0.2)), 2))
     return widths
-
-
-def write_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
-    """Write ``trace`` in the format ``load_trace`` reads, so a generated trace can be saved and replayed."""
-    names = list(dict.fromkeys(name for trial in trace.trials for name in trial.params))
-    sized = any(trial.state_mb is not None for trial in trace.trials)
-    with open(path, "w", newline="", encoding="utf-8") as file:
-        writer = csv.writer(file)
-        writer.writerow([*REQUIRED_COLUMNS, *(PARAM_PREFIX + name for name in names), *[STATE_COLUMN] * sized])
-        for trial in trace.trials:
-            params = [trial.params.get(name, "") for name in names]
-            state = ["" if trial.state_mb is None else trial.state_mb] * sized
-            for epoch, seconds in enumerate(trial.seconds, 1):
-                metric = trial.metrics[epoch - 1] if epoch <= len(trial.metrics) else ""
-                writer.writerow([trial.name, epoch, metric, seconds, *params, *state])

@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import groupby
+from typing import TextIO
 
 import numpy as np
 
@@ -79,6 +80,28 @@ class Trace:
         """The trials in a seeded random arrival order, so runs differ only by the seed."""
         order = np.random.default_rng(seed).permutation(len(self.trials))
         return tuple(self.trials[i] for i in order)
+
+
+def write_trace(trace: Trace, out: str | os.PathLike[str] | TextIO) -> None:
+    """Write ``trace`` in the format ``load_trace`` reads, to a path or an open text file (stdout, say)."""
+    if not isinstance(out, (str, os.PathLike)):
+        _write_rows(trace, out)
+        return
+    with open(out, "w", newline="", encoding="utf-8") as file:
+        _write_rows(trace, file)
+
+
+def _write_rows(trace: Trace, file: TextIO) -> None:
+    names = list(dict.fromkeys(name for trial in trace.trials for name in trial.params))
+    sized = any(trial.state_mb is not None for trial in trace.trials)
+    writer = csv.writer(file, lineterminator="\n")
+    writer.writerow([*REQUIRED_COLUMNS, *(PARAM_PREFIX + name for name in names), *[STATE_COLUMN] * sized])
+    for trial in trace.trials:
+        params = [trial.params.get(name, "") for name in names]
+        state = ["" if trial.state_mb is None else trial.state_mb] * sized
+        for epoch, seconds in enumerate(trial.seconds, 1):
+            metric = trial.metrics[epoch - 1] if epoch <= len(trial.metrics) else ""
+            writer.writerow([trial.name, epoch, metric, seconds, *params, *state])
 
 
 def load_trace(path: str | os.PathLike[str], mode: str, *, state_mb: float | None = None) -> Trace:

@@ -1,0 +1,86 @@
+"""A stored experiment as a learning-curve trace: a search Hermes ran, replayed by the simulator under any policy.
+
+``hermes trace runs > search.csv`` writes it, ``hermes simulate --trace runs`` replays it at once, and
+``bench/policy_panel.py --traces search.csv:max`` judges every policy on it, as on the recorded searches of
+``data/``: a user's own searches judge the policies too.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from hermes.core.states import TrialState
+from hermes.report import ExperimentView
+from hermes.sim.trace import Trace, TraceTrial
+from hermes.store import MetricRecord, Run
+
+SHORTEST_EPOCH_S = 1e-3  # an epoch the clock could not tell from nothing still costs something
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedTrace:
+    trace: Trace
+    left_out: int  # trials stopped early or not finished: what they would have reported is unknown
+
+
+def experiment_trace(view: ExperimentView) -> RecordedTrace:
+    """The experiment's finished trials as a trace: an epoch per report, in step order.
+
+    A run's epochs share its time from its start (or resume) to its last report evenly: a report's own arrival
+    time is the executor's, and a program stopped with SIGSTOP has its last lines read together. A failed trial is one that diverged: its last epoch costs the time
+    from its last report to the end of its run, and gives nothing; so does a report whose objective is missing or
+    not finite. A trial stopped early, or not finished, is left out, and counted."""
+    reports: dict[str, list[MetricRecord]] = {}
+    for record in view.metrics:
+        reports.setdefault(record.trial_id, []).append(record)
+    runs: dict[str, list[Run]] = {}
+    for run in sorted(view.runs, key=lambda run: run.started_at):
+        runs.setdefault(run.trial_id, []).append(run)
+    trials, left_out = [], 0
+    for trial in view.trials:
+        if trial.state not in (TrialState.COMPLETED, TrialState.FAILED) or trial.trial_id not in runs:
+            left_out += 1
+            continue
+        recorded = _curve(view, sorted(reports.get(trial.trial_id, []), key=lambda r: r.step), runs[trial.trial_id],
+                          failed=trial.state is TrialState.FAILED)
+        if recorded is None:
+            left_out += 1
+            continue
+        metrics, seconds, diverged = recorded
+        params = {name: value if isinstance(value, str) else float(value) for name, value in trial.params.items()
+                  if isinstance(value, (str, int, float)) and not isinstance(value, bool)}
+        trials.append(TraceTrial(trial.trial_id, tuple(metrics), tuple(seconds), diverged, params))
+    return RecordedTrace(Trace(view.experiment.name, view.target.objective.mode, tuple(trials)), left_out)
+
+
+def _curve(
+    view: ExperimentView, reports: list[MetricRecord], runs: list[Run], *, failed: bool
+) -> tuple[list[float], list[float], bool] | None:
+    """(metrics, seconds, diverged) of one trial; None where its runs do not account for its reports."""
+    starts = [run.started_at for run in runs]
+    by_run: dict[int, list[MetricRecord]] = {}
+    for record in reports:
+        index = bisect_right(starts, record.at) - 1
+        if index < 0:
+            return None
+        by_run.setdefault(index, []).append(record)
+    metrics: list[float] = []
+    seconds: list[float] = []
+    for index, made in sorted(by_run.items()):
+        each = max((made[-1].at - starts[index]) / len(made), SHORTEST_EPOCH_S)
+        for record in made:
+            seconds.append(each)
+            value = view.target.value(record.values)
+            if value is None or not math.isfinite(value):
+                return metrics, seconds, True  # the epoch was paid for and gave no value: diverged
+            metrics.append(value)
+    if failed:
+        last = runs[-1]
+        if last.ended_at is None:
+            return None
+        since = max([last.started_at, *(record.at for record in by_run.get(len(runs) - 1, []))])
+        seconds.append(max(last.ended_at - since, SHORTEST_EPOCH_S))
+        return metrics, seconds, True
+    return (metrics, seconds, False) if metrics else None
