@@ -182,7 +182,8 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--seed", type=int, default=0, help="seed of the random arrival order")
     sim.add_argument("--costs", default="warm", choices=PROFILES,
                      help="switch-cost profile: warm workers (default) or a process per run (hermes/sim/calibration.json)")
-    sim.add_argument("--state-mb", type=float, help="state size of trials whose trace gives none (default 100)")
+    sim.add_argument("--state-mb", type=float,
+                     help="state size of trials whose trace gives none, or that kept no checkpoint (default 100)")
     sim.add_argument("--target-tolerance", default="1%", help="time to target: absolute (0.5) or relative (1%%)")
     sim.add_argument("--json", action="store_true", help="print one JSON object")
     sim.add_argument("--compare", help="comma-separated policies to compare, e.g. fifo,rr,slaq,hermes")
@@ -199,6 +200,10 @@ def _simulate(args: argparse.Namespace) -> int:
 
     if Path(args.trace).is_dir():
         trace = _stored_trace(argparse.Namespace(dir=args.trace, experiment=args.experiment, server=None)).trace
+        if args.state_mb is not None:  # for the trials that kept no checkpoint to size their state by
+            trace = dataclasses.replace(trace, trials=tuple(
+                trial if trial.state_mb is not None else dataclasses.replace(trial, state_mb=args.state_mb)
+                for trial in trace.trials))
         if args.mode is not None and args.mode != trace.mode:
             raise HermesError(f"--mode {args.mode}: the experiment's metric improves the other way ({trace.mode})")
     elif args.mode is None:
@@ -386,7 +391,9 @@ def _stored_trace(args: argparse.Namespace) -> Any:
     from hermes.report.trace import experiment_trace
 
     with _reading(args) as store:
-        return experiment_trace(ExperimentView.load(store, pick_experiment(store, args.experiment)))
+        view = ExperimentView.load(store, pick_experiment(store, args.experiment))
+        trials_dir = None if args.server else Path(args.dir).resolve() / view.experiment.name / "trials"
+        return experiment_trace(view, trials_dir)
 
 
 def _add_server(commands: argparse._SubParsersAction) -> None:

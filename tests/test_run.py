@@ -30,6 +30,7 @@ from hermes.core.decisions import Resume, Start, Suspend
 from hermes.core.events import TrialReported
 from hermes.core.states import TrialState
 from hermes.core.scheduler import NO_REPORT
+from hermes.sim.trace import load_trace
 from hermes.report import ExperimentView, open_store, pick_experiment
 from hermes.store import ExperimentStatus, MetricRecord, SqlStore, TrialRecord
 from hermes.trial import protocol
@@ -213,6 +214,24 @@ def test_an_experiment_runs_to_the_end_with_preemptions_and_its_reports_work(tmp
     assert len(written) == 2
     for png in written:
         assert png.parent == tmp_path / "plots" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # The search as a trace: each trial's curve, the time its steps took, and its state's size for the switches.
+    traced = hermes("trace", str(storage), "--out", str(tmp_path / "search.csv"), cwd=tmp_path)
+    assert traced.returncode == 0 and traced.stderr == "", traced.stderr
+    curves = {curve.name: curve for curve in load_trace(tmp_path / "search.csv", "max").trials}
+    assert sorted(curves) == sorted(trial.trial_id for trial in view.trials)
+    for trial in view.trials:
+        curve = curves[trial.trial_id]
+        assert curve.metrics == tuple(record.values["score"] for record in grouped[trial.trial_id])
+        assert 0.12 * budget <= sum(curve.seconds) < sum(  # each step sleeps 0.12 s; the runs' time holds them all
+            run.ended_at - run.started_at for run in runs_of(view, trial.trial_id))
+        newest = trial_dir(storage, spec, trial.trial_id) / protocol.CHECKPOINTS_DIR / f"step-{budget}"
+        assert curve.state_mb == pytest.approx(sum(f.stat().st_size for f in newest.rglob("*") if f.is_file()) / 1e6)
+        assert curve.params["rate"] == trial.params["rate"]
+    replayed = hermes("simulate", "--trace", str(storage), "--gpus", "2", "--compare", "fifo,hermes", "--seeds", "2",
+                      cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    assert "e2e-small: 6 trials, 2 GPUs" in replayed.stdout
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["warm-workers", "process-per-run"])

@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass
+from pathlib import Path
 
 from hermes.core.states import TrialState
 from hermes.report import ExperimentView
 from hermes.sim.trace import Trace, TraceTrial
 from hermes.store import MetricRecord, Run
+from hermes.trial import protocol
 
 SHORTEST_EPOCH_S = 1e-3  # an epoch the clock could not tell from nothing still costs something
 
@@ -25,13 +27,15 @@ class RecordedTrace:
     left_out: int  # trials stopped early or not finished: what they would have reported is unknown
 
 
-def experiment_trace(view: ExperimentView) -> RecordedTrace:
+def experiment_trace(view: ExperimentView, trials_dir: Path | None = None) -> RecordedTrace:
     """The experiment's finished trials as a trace: an epoch per report, in step order.
 
     A run's epochs share its time from its start (or resume) to its last report evenly: a report's own arrival
     time is the executor's, and a program stopped with SIGSTOP has its last lines read together. A failed trial is one that diverged: its last epoch costs the time
     from its last report to the end of its run, and gives nothing; so does a report whose objective is missing or
-    not finite. A trial stopped early, or not finished, is left out, and counted."""
+    not finite. A trial stopped early, or not finished, is left out, and counted. With ``trials_dir`` (the
+    experiment's ``trials/`` on this machine), a trial's state size, which sets what a switch costs in the
+    simulator, is that of its newest checkpoint; without one, the simulator's default."""
     reports: dict[str, list[MetricRecord]] = {}
     for record in view.metrics:
         reports.setdefault(record.trial_id, []).append(record)
@@ -51,7 +55,8 @@ def experiment_trace(view: ExperimentView) -> RecordedTrace:
         metrics, seconds, diverged = recorded
         params = {name: value if isinstance(value, str) else float(value) for name, value in trial.params.items()
                   if isinstance(value, (str, int, float)) and not isinstance(value, bool)}
-        trials.append(TraceTrial(trial.trial_id, tuple(metrics), tuple(seconds), diverged, params))
+        state_mb = None if trials_dir is None else _checkpoint_mb(trials_dir / trial.trial_id)
+        trials.append(TraceTrial(trial.trial_id, tuple(metrics), tuple(seconds), diverged, params, state_mb))
     return RecordedTrace(Trace(view.experiment.name, view.target.objective.mode, tuple(trials)), left_out)
 
 
@@ -84,3 +89,11 @@ def _curve(
         seconds.append(max(last.ended_at - since, SHORTEST_EPOCH_S))
         return metrics, seconds, True
     return (metrics, seconds, False) if metrics else None
+
+
+def _checkpoint_mb(trial_dir: Path) -> float | None:
+    """MB of the trial's newest committed checkpoint: the state a switch moves (None: it keeps none)."""
+    found = protocol.latest_checkpoint(trial_dir)
+    if found is None:
+        return None
+    return sum(file.stat().st_size for file in found[0].rglob("*") if file.is_file()) / 1e6
