@@ -740,6 +740,10 @@ def test_one_spec_runs_twice_under_two_names(tmp_path: Path) -> None:
     assert [line.split()[:5] for line in listed[2:]] == [["1", "e2e-first", "finished", "2", "completed"],
                                                          ["2", "e2e-second", "finished", "2", "completed"]]
     assert all(" score " in line and "(trial " in line for line in listed[2:])
+    changed = write_spec(tmp_path, {**spec, "budget": {"steps": 2}, "metric": {"name": "score", "mode": "min"}})
+    refused = hermes("run", str(changed), "--no-live", cwd=tmp_path)  # the same name, another spec: says what to do
+    assert refused.returncode == 2 and "(differs in metric.mode); give it a new name (hermes run SPEC --name NEW)" in (
+        refused.stderr)
 
 
 # ---------------------------------------------------------------------- 5. unmodified programs

@@ -256,7 +256,8 @@ class SqlStore(ExperimentStore):
             elif differences:
                 raise StoreError(
                     f"experiment {name!r} already exists in {self.url} with a different spec "
-                    f"(differs in {', '.join(differences)}); give it a new name or use another storage dir"
+                    f"(differs in {', '.join(differences)}); give it a new name (hermes run SPEC --name NEW) or use "
+                    "another storage dir"
                 )
             return int(row.id)
 
