@@ -758,6 +758,9 @@ def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None
         plots = subprocess.run([*hermes, "plot", "--server", url, "--out", str(tmp_path / "plots")],
                                capture_output=True, text=True, env=env, check=True).stdout.split()
         assert [Path(p).name for p in plots] == ["remote_curves.png", "remote_gpus.png"]
+        traced = subprocess.run([*hermes, "trace", "--server", url], capture_output=True, text=True, env=env,
+                                check=True).stdout.splitlines()  # a team's search judges the policies too
+        assert traced[0].startswith("trial,epoch,metric,seconds") and len(traced) > 1 + 3 * 3
         # cancelling from the command line: a running experiment ends cancelled; a finished or unknown one is refused
         spec_file.write_text(yaml.safe_dump(real_spec("remote", steps=400, trial={"function": "trials.curve:train",
                                                                                   "workdir": ".."})))
