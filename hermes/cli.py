@@ -20,6 +20,7 @@ from hermes.errors import HermesError, NoSpaceError
 if TYPE_CHECKING:
     from hermes.core.decisions import Decision
     from hermes.core.events import Event
+    from hermes.report.trace import RecordedTrace
     from hermes.server.client import Client
     from hermes.session import ExperimentSession, Listener
 
@@ -385,7 +386,7 @@ def _trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stored_trace(args: argparse.Namespace) -> Any:
+def _stored_trace(args: argparse.Namespace) -> RecordedTrace:
     """The trace of the experiment that ``args`` name (a storage dir, or a server, and ``--experiment``)."""
     from hermes.report import ExperimentView, pick_experiment
     from hermes.report.trace import experiment_trace
