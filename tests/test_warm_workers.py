@@ -19,6 +19,7 @@ from hermes.core.decisions import Resume, Start, Stop, Suspend
 from hermes.core.events import TrialReported, TrialSuspended
 from hermes.core.states import TrialState
 from hermes.local import LocalExecutor, TrialLaunch, local_slots
+from hermes.local.watchdog import TrialLimits
 from hermes.trial import protocol
 
 TESTS = Path(__file__).resolve().parent
@@ -154,3 +155,18 @@ def test_a_parked_trial_that_is_stopped_ends_silently(tmp_path: Path) -> None:
         executor.apply(Start("b", "local/cpu0"), executor.now())
         assert isinstance(executor.next_events()[0], TrialReported)
     assert not (executor.directory / "trials" / "a" / "result.json").exists()
+
+
+def test_a_trial_that_forks_neither_hangs_nor_reads_the_workers_commands(tmp_path: Path) -> None:
+    """A DataLoader's worker processes are forked from the worker while its command loop blocks reading its
+    commands: they used to wait for ever on that file's lock (multiprocessing closes stdin in every child). A
+    program the trial runs gets /dev/null as stdin, not the worker's commands."""
+    launches = {trial_id: TrialLaunch(3, function="trials.forking:train", cwd=str(TESTS)) for trial_id in "ab"}
+    limits = TrialLimits(stall_after=30.0)  # a hang fails the trial, and so the test, instead of hanging it
+    with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=1), metric="seen", limits=limits) as executor:
+        scheduler, log = run_experiment(executor, launches, period=0.05)
+    assert {trial.trial_id: trial.error for trial in scheduler.trials.values()} == {"a": None, "b": None}
+    assert {trial.state for trial in scheduler.trials.values()} == {TrialState.COMPLETED}
+    assert decisions_of(log, Suspend)  # and they were parked and resumed between their forks
+    for trial_id in "ab":
+        assert [metrics for _, metrics in reports(log, trial_id)] == [{"seen": 1.0, "stdin": 0.0}] * 3

@@ -184,8 +184,24 @@ def main(argv: list[str]) -> None:
     outbox = _Outbox(int(os.environ[protocol.ENV_WORKER_CHANNEL]))
     stdout, stderr = _ThreadStreams(sys.stdout, "stdout.log"), _ThreadStreams(sys.stderr, "stderr.log")
     sys.stdout, sys.stderr = stdout, stderr
+    commands = _commands_apart()
     _warm_up(argv[0] if argv else "")
-    Worker(outbox, stdout, stderr).serve(sys.stdin)
+    Worker(outbox, stdout, stderr).serve(commands)
+
+
+def _commands_apart() -> TextIO:
+    """The executor's commands on a descriptor of their own, with /dev/null as stdin.
+
+    The command loop blocks in a read of its file, holding that file's lock. A trial's process forked
+    meanwhile (a DataLoader's workers: multiprocessing closes ``sys.stdin`` in every child it forks)
+    would wait for ever on that lock, held by a thread it does not have; and a program the trial runs
+    would read the commands meant for the worker."""
+    commands = os.fdopen(os.dup(sys.stdin.fileno()), "r", encoding="utf-8")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, sys.stdin.fileno())
+    os.close(null)
+    sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115  (for the process's life)
+    return commands
 
 
 if __name__ == "__main__":
