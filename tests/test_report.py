@@ -31,11 +31,11 @@ from hermes.policies import make_policy
 from hermes.report import STORE_FILE, ExperimentView, open_store, pick_experiment
 from hermes.report.results import format_results, standings
 from hermes.report.status import experiment_status, format_status
-from hermes.report.trace import experiment_trace
+from hermes.report.trace import _param, experiment_trace
 from hermes.sim.costs import SwitchCosts
 from hermes.sim.executor import SimulatedExecutor
 from hermes.sim.synthetic import synthetic_trace
-from hermes.sim.trace import load_trace
+from hermes.sim.trace import Trace, TraceTrial, load_trace, write_trace
 from hermes.store import ExperimentStatus, ExperimentStore, SqlStore, TrialRecord
 
 LAYOUT = {"n0": ("n0/g0", "n0/g1"), "n1": ("n1/g0",)}
@@ -334,6 +334,15 @@ def test_a_stored_experiment_gives_back_the_trace_it_replayed(recorded: Recorded
         excess = sum(trial.seconds) - sum(replayed.seconds)
         assert 0 < excess <= runs * dearest + 1e-6, (trial.name, runs, excess)
         assert trial.params["lr"] in (0.1, 0.01, 0.001)
+
+
+def test_a_trace_keeps_every_kind_of_hyper_parameter(tmp_path: Path) -> None:
+    """Numbers as numbers; a choice, a switch or a list as text, which the trace loader reads back as a category."""
+    trial = TraceTrial("t", (0.5,), (1.0,), False, {name: _param(value) for name, value in {
+        "lr": 0.1, "width": 64, "optimizer": "adam", "batch_norm": True, "layers": [64, 32]}.items()})
+    write_trace(Trace("kinds", "max", (trial,)), tmp_path / "kinds.csv")
+    assert load_trace(tmp_path / "kinds.csv", "max").trials[0].params == {
+        "lr": 0.1, "width": 64.0, "optimizer": "adam", "batch_norm": "true", "layers": "[64, 32]"}
 
 
 def test_cli_trace_and_simulate_a_stored_experiment(

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -53,8 +54,7 @@ def experiment_trace(view: ExperimentView, trials_dir: Path | None = None) -> Re
             left_out += 1
             continue
         metrics, seconds, diverged = recorded
-        params = {name: value if isinstance(value, str) else float(value) for name, value in trial.params.items()
-                  if isinstance(value, (str, int, float)) and not isinstance(value, bool)}
+        params = {name: _param(value) for name, value in trial.params.items()}
         state_mb = None if trials_dir is None else _checkpoint_mb(trials_dir / trial.trial_id)
         trials.append(TraceTrial(trial.trial_id, tuple(metrics), tuple(seconds), diverged, params, state_mb))
     return RecordedTrace(Trace(view.experiment.name, view.target.objective.mode, tuple(trials)), left_out)
@@ -89,6 +89,13 @@ def _curve(
         seconds.append(max(last.ended_at - since, SHORTEST_EPOCH_S))
         return metrics, seconds, True
     return (metrics, seconds, False) if metrics else None
+
+
+def _param(value: object) -> float | str:
+    """A hyper-parameter as a trace holds it: a number, or else its text (a choice, a switch, a list)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _checkpoint_mb(trial_dir: Path) -> float | None:
