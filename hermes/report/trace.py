@@ -24,6 +24,8 @@ SHORTEST_EPOCH_S = 1e-3  # an epoch the clock could not tell from nothing still 
 
 @dataclass(frozen=True, slots=True)
 class RecordedTrace:
+    """A stored experiment's trace, and how many of its trials it could not hold."""
+
     trace: Trace
     left_out: int  # trials stopped early or not finished: what they would have reported is unknown
 
@@ -31,12 +33,13 @@ class RecordedTrace:
 def experiment_trace(view: ExperimentView, trials_dir: Path | None = None) -> RecordedTrace:
     """The experiment's finished trials as a trace: an epoch per report, in step order.
 
-    A run's epochs share its time from its start (or resume) to its last report evenly: a report's own arrival
-    time is the executor's, and a program stopped with SIGSTOP has its last lines read together. A failed trial is one that diverged: its last epoch costs the time
-    from its last report to the end of its run, and gives nothing; so does a report whose objective is missing or
-    not finite. A trial stopped early, or not finished, is left out, and counted. With ``trials_dir`` (the
-    experiment's ``trials/`` on this machine), a trial's state size, which sets what a switch costs in the
-    simulator, is that of its newest checkpoint; without one, the simulator's default."""
+    A run's epochs share its time from its start (or resume) to its last report evenly: a report's own
+    arrival time is the executor's, and a program stopped with SIGSTOP has its last lines read together.
+    A failed trial is one that diverged: its last epoch costs the time from its last report to the end of
+    its run, and gives nothing; so does a report whose objective is missing or not finite. A trial stopped
+    early, or not finished, is left out, and counted. With ``trials_dir`` (the experiment's ``trials/`` on
+    this machine), a trial's state size, which sets what a switch costs in the simulator, is that of its
+    newest checkpoint; without one, the simulator's default."""
     reports: dict[str, list[MetricRecord]] = {}
     for record in view.metrics:
         reports.setdefault(record.trial_id, []).append(record)
