@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Collection, Iterable, Sequence
 
 from hermes.core.cluster import Cluster, Node
 from hermes.core.decisions import Decision, Stop, Suspend
@@ -258,11 +258,10 @@ class Scheduler:
         for trial in node.members.values():
             if trial.state in HOLDING_GPU:
                 self._lose(trial, event.at)
-            if not trial.movable:
-                trial.last_gpu = None  # its process died with the node (see _lose_processes)
             trial.node = None
             if not trial.state.is_terminal:
                 self.unplaced[trial.trial_id] = trial
+        self._lose_processes(node.occupant.keys(), node.members.values())
         self.unplaced = dict(sorted(self.unplaced.items(), key=lambda item: item[1].seq))
         return self._place_and_fill(event.at, set())
 
@@ -276,7 +275,7 @@ class Scheduler:
         if trial is not None:
             self.node_schedulers[node.name].release(trial)
             self._lose(trial, event.at)
-        self._lose_processes(event.gpu, node.members.values())
+        self._lose_processes({event.gpu}, node.members.values())
         self._unplace_if_empty(node)
         return self._place_and_fill(event.at, {node} | set(self.cluster.nodes.values()))
 
@@ -470,12 +469,12 @@ class Scheduler:
             self.node_schedulers[trial.node].add_waiting(trial, now)
 
     @staticmethod
-    def _lose_processes(gpu: str, trials: Iterable[Trial]) -> None:
-        """A trial that is not movable keeps its state in a process on its last GPU; when that GPU goes, so
-        does the process. Nothing ties it to a GPU any more, or it would wait for ever: its executor runs
+    def _lose_processes(gpus: Collection[str], trials: Iterable[Trial]) -> None:
+        """A trial that is not movable keeps its state in a process on its last GPU; when that GPU goes (one
+        of ``gpus``, which left with their node or alone), so does the process. Nothing ties it to a GPU any more, or it would wait for ever: its executor runs
         it again from the beginning wherever it is given room, catching up to the step the core knows."""
         for trial in trials:
-            if not trial.movable and trial.last_gpu == gpu:
+            if not trial.movable and trial.last_gpu in gpus:
                 trial.last_gpu = None
 
     def _retire(self, trial: Trial) -> None:
