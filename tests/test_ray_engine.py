@@ -31,6 +31,7 @@ from hermes.core.states import TrialState  # noqa: E402
 from hermes.execution.contract import ContractMonitor  # noqa: E402
 from hermes.experiment import load_spec  # noqa: E402
 from hermes.local.launch import TrialLaunch  # noqa: E402
+from hermes.local.resources import discover_gpus  # noqa: E402
 from hermes.ray.executor import RayExecutor, node_name  # noqa: E402
 from hermes.session import ExperimentSession  # noqa: E402
 from hermes.testing.executor_conformance import Driver, ExecutorHarness  # noqa: E402
@@ -39,6 +40,7 @@ from tests.test_run import (  # noqa: E402
     PRINTED,
     TESTS,
     count_reports,
+    environment,
     hermes_command,
     load_view,
     run_until,
@@ -102,6 +104,45 @@ def nodes_of(decisions: list) -> Counter:
     """Node -> how many distinct trials were started or resumed there."""
     placed = {(d.gpu.partition("/")[0], d.trial_id) for d in decisions if isinstance(d, (Start, Resume))}
     return Counter(node for node, _ in placed)
+
+
+def session_processes(session_id: int) -> list[int]:
+    """Live processes of the session ``session_id`` (those a run started, unless they left its session)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rpartition(")")[2].split()[4]) == session_id:
+                pids.append(int(entry.name))
+        except (OSError, IndexError):  # gone meanwhile
+            continue
+    return pids
+
+
+def test_ray_address_local_runs_on_a_ray_of_its_own_and_ends_it(tmp_path: Path) -> None:
+    """``ray: {address: local}`` needs no cluster: ``hermes run`` starts a Ray instance of its own on this machine
+    (on CPU slots where it has no GPU, as the local engine), runs every trial exactly, and leaves no process of
+    that instance behind."""
+    budget = 4
+    spec = spec_of("ray-local", search=search(4, 5, 0.05), budget={"steps": budget}, engine="ray",
+                   ray={"address": "local"}, resources={"gpus": "all", "cpu_slots": 2})
+    write_spec(tmp_path, spec)
+    env = {key: value for key, value in environment().items() if key != "RAY_ADDRESS"}
+    runner = subprocess.Popen(hermes_command("run", "experiment.yaml", "--no-live"), cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = runner.communicate(timeout=180)
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+    assert runner.returncode == 0, output
+    view, decisions = load_view(tmp_path / "runs")
+    assert len(view.trials) == 4 and {trial.state for trial in view.trials} == {TrialState.COMPLETED}
+    last = {m.trial_id: m.values["score"] for m in view.metrics if m.step == budget}
+    assert last == {trial.trial_id: score(trial.params["rate"], budget) for trial in view.trials}
+    slots = {d.gpu.rpartition("/")[2] for d in decisions if isinstance(d, Start)}
+    assert discover_gpus() or slots == {"cpu0", "cpu1"}, slots
+    wait_for(lambda: not session_processes(runner.pid) and not trial_processes((tmp_path / "runs").resolve()), 30,
+             "the run's Ray instance and trial processes to end")
 
 
 def test_a_whole_experiment_on_ray_spreads_its_trials_and_resumes_exactly(cluster: RayCluster, tmp_path: Path) -> None:

@@ -487,7 +487,8 @@ class StorageSpec(_Section):
 class RaySpec(_Section):
     """The Ray engine's settings (docs/ray.md); used with ``engine: ray`` only."""
 
-    address: str = Field(default="auto", min_length=1)  # ray.init's: "auto" on a cluster's node, or "<ip>:<port>"
+    # ray.init's: "auto" on a cluster's node, "<ip>:<port>", or "local" for a Ray of this run's own
+    address: str = Field(default="auto", min_length=1)
     poll: PositiveFloat = 0.25  # seconds between reads of Ray's node table, for joining and lost nodes
 
 

@@ -1,6 +1,7 @@
 """The Ray engine: a spec's trials on the GPU nodes of a Ray cluster, one node agent per node.
 
-``engine: ray`` in a spec, with ``ray.address`` (``auto``: the cluster this machine belongs to) and
+``engine: ray`` in a spec, with ``ray.address`` (``auto``: the cluster this machine belongs to; ``local``: a
+Ray instance started for this run, on this machine alone) and
 ``storage.uri`` for durable checkpoints; the trials themselves run as with the local engine. With
 ``resources.gpus: none`` every node runs ``resources.cpu_slots`` CPU slots instead, as one machine
 without GPUs does.
@@ -23,8 +24,9 @@ if TYPE_CHECKING:
 
 
 def connect(address: str, setting: str) -> None:
-    """Make this process the driver of the Ray cluster at ``address`` (``auto``: the one this machine belongs to),
-    unless it is one already; a HermesError names the ``setting`` that gave the address."""
+    """Make this process the driver of the Ray cluster at ``address`` (``auto``: the one this machine belongs to;
+    ``local``: a new instance of this process's own, ended with it), unless it is one already; a HermesError names
+    the ``setting`` that gave the address."""
     try:
         import ray
     except ImportError:
@@ -33,7 +35,9 @@ def connect(address: str, setting: str) -> None:
         try:
             ray.init(address=address, log_to_driver=False)
         except ConnectionError as error:
-            raise HermesError(f"{setting}: cannot connect to {address!r}: {error}") from None
+            hint = ("; start a cluster on this machine (ray start --head), give the address of another, or set "
+                    f"{setting}: local to start Ray for this run only")
+            raise HermesError(f"{setting}: cannot connect to {address!r}: {str(error).rstrip('.')}{hint}") from None
 
 
 class RayEngine(ExecutionEngine):
@@ -45,7 +49,10 @@ class RayEngine(ExecutionEngine):
         import ray
 
         resources = spec.resources
-        self._cpu_slots = resources.cpu_slots if resources.gpus == "none" else None
+        # A Ray of this run's own is this machine alone: without a GPU, no GPU node will ever join, so it runs
+        # on CPU slots as the local engine does.
+        alone_without_gpus = spec.ray.address == "local" and not ray.cluster_resources().get("GPU")
+        self._cpu_slots = resources.cpu_slots if resources.gpus == "none" or alone_without_gpus else None
         nodes = sum(1 for node in ray.nodes() if node["Alive"])
         self._slots = nodes * self._cpu_slots if self._cpu_slots else int(ray.cluster_resources().get("GPU", 0))
 
