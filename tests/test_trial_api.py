@@ -110,8 +110,11 @@ def test_reports_are_validated_in_the_trial(channel: Channel) -> None:
     trial.report(3, accuracy=0.5)
     with pytest.raises(ValueError, match="must exceed the previous step 3"):
         trial.report(3, accuracy=0.5)
-    with pytest.raises(ValueError, match="objective metric 'accuracy'"):
-        trial.report(4, loss=1.0)
+    with pytest.raises(ValueError, match="objective metric 'accuracy' .*; it reported 'acc', 'loss'"):
+        trial.report(4, acc=0.5, loss=1.0)  # what a misspelt metric name gives
+    for wrong, shown in ((None, "NoneType None"), ("high", "str 'high'"), (torch.ones(2), "Tensor tensor")):
+        with pytest.raises(TypeError, match=f"metric 'accuracy' must be a number, got {shown}"):
+            trial.report(4, accuracy=wrong)
     for wrong in (4.0, True, "4"):
         with pytest.raises(TypeError, match="step must be an int"):
             trial.report(wrong, accuracy=0.5)  # type: ignore[arg-type]

@@ -177,8 +177,11 @@ class Session:
         if self.metric is None and len(metrics) > 1:
             raise ValueError("several metrics reported but the experiment names no objective metric")
         if self.metric is not None and self.metric not in metrics:
-            raise ValueError(f"report() must include the objective metric {self.metric!r}")
-        values = {name: float(value) for name, value in metrics.items()}
+            raise ValueError(
+                f"report() must include the objective metric {self.metric!r} (metric.name in the spec); it "
+                f"reported {', '.join(map(repr, metrics))}"
+            )
+        values = {name: _number(name, value) for name, value in metrics.items()}
         checkpointed = self.checkpoint_every > 0 and step % self.checkpoint_every == 0
         if checkpointed:
             self.save(step, values)
@@ -350,3 +353,11 @@ def current() -> Session:
 def bind(session: Session | None) -> None:
     """Make ``session`` the current one of the calling thread (a warm worker's trial thread)."""
     _in_thread.session = session
+
+
+def _number(name: str, value: Any) -> float:
+    """A metric as the store keeps it: a float (a Python or numpy number, a one-element tensor)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"metric {name!r} must be a number, got {type(value).__name__} {value!r:.80}") from None
