@@ -11,6 +11,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
@@ -415,7 +416,7 @@ def _add_server(commands: argparse._SubParsersAction) -> None:
                              "the users' areas must be a shared mount on every node")
     server.add_argument("--storage-uri", metavar="URI",
                         help="on Ray, where durable checkpoints go (default: ROOT/pool/checkpoints)")
-    actions = server.add_subparsers(dest="action", metavar="{add-user,add-token}")
+    actions = server.add_subparsers(dest="action", metavar="{add-user,add-token,tokens,revoke-token}")
     add_user = actions.add_parser("add-user", help="create a user and print their first token")
     _add_server_places(add_user, quiet=True)
     add_user.add_argument("name")
@@ -424,6 +425,18 @@ def _add_server(commands: argparse._SubParsersAction) -> None:
     _add_server_places(add_token, quiet=True)
     add_token.add_argument("name")
     add_token.add_argument("--label", default="", help="what the token is for")
+    tokens = actions.add_parser("tokens", help="list the users' tokens: id, label, age (never the tokens)")
+    _add_server_places(tokens, quiet=True)
+    tokens.add_argument("name", nargs="?", help="only this user's")
+    revoke = actions.add_parser(
+        "revoke-token", help="revoke tokens of a user at once, on the running server too",
+        description="Revoke a user's tokens: each TOKEN is a token id from `hermes server tokens` (4 of its hex "
+                    "digits are enough when they are unique) or a leaked token itself. Their experiments stay.",
+    )
+    _add_server_places(revoke, quiet=True)
+    revoke.add_argument("name")
+    revoke.add_argument("token", nargs="*", help="token ids, or tokens")
+    revoke.add_argument("--all", action="store_true", help="every token of the user (someone who left)")
     server.set_defaults(handler=_server)
 
 
@@ -439,7 +452,7 @@ def _add_server_places(parser: argparse.ArgumentParser, quiet: bool) -> None:
 def _server(args: argparse.Namespace) -> int:
     try:
         from hermes.server.app import ServerConfig, serve
-        from hermes.server.auth import Accounts
+        from hermes.server.auth import Accounts, TokenInfo, token_id
     except ImportError as error:
         raise HermesError(f"the server needs its extra: pip install 'hermes-hpo[server]' ({error})") from None
 
@@ -452,8 +465,17 @@ def _server(args: argparse.Namespace) -> int:
             config = dataclasses.replace(config, resources=ResourcesSpec(gpus="none", cpu_slots=args.cpu_slots))
         serve(config, args.host, args.port)
         return 0
+    if args.action == "revoke-token" and bool(args.token) == args.all:
+        raise HermesError("hermes server revoke-token: name the tokens to revoke, or give --all (not both)")
     accounts = Accounts(config.database_url)
     try:
+        if args.action == "tokens":
+            _print_tokens(accounts.tokens(args.name))
+            return 0
+        if args.action == "revoke-token":
+            revoked = accounts.revoke(args.name, None if args.all else args.token)
+            print(f"revoked {len(revoked)} token(s) of {args.name}{': ' if revoked else ''}{', '.join(revoked)}")
+            return 0
         if args.action == "add-user":
             token = accounts.add_user(args.name, admin=args.admin)
             print(f"{args.name}'s area, where every file their specs name must lie: {config.area(args.name)}")
@@ -461,8 +483,16 @@ def _server(args: argparse.Namespace) -> int:
             token = accounts.add_token(args.name, args.label)
     finally:
         accounts.close()
-    print(f"token for {args.name} (shown once; the server keeps only its hash):\n{token}")
+    print(f"token for {args.name} (shown once; the server keeps only its hash; id {token_id(token)}):\n{token}")
     return 0
+
+
+def _print_tokens(tokens: list[TokenInfo]) -> None:
+    from hermes.report import format_table
+
+    rows = [(info.user + (" (admin)" if info.admin else ""), info.token_id, info.label,
+             time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created_at))) for info in tokens]
+    print(format_table(("user", "token id", "label", "created"), rows) if rows else "no tokens")
 
 
 def _add_submit(commands: argparse._SubParsersAction) -> None:

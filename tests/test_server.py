@@ -27,6 +27,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from hermes.experiment.spec import ResourcesSpec  # noqa: E402
 from hermes.server.app import ServerConfig, create_app  # noqa: E402
+from hermes.server.auth import token_id  # noqa: E402
 from hermes.server.client import Client, RemoteStore  # noqa: E402
 from hermes.store import ExperimentStatus, SqlStore, build_runs  # noqa: E402
 from hermes.testing.recorded import experiment_spec, record_simulated  # noqa: E402
@@ -630,7 +631,7 @@ def test_a_restarted_server_continues_its_experiments(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------- the command line
-def test_server_command_adds_users_binds_locally_and_keeps_tokens_out_of_logs(tmp_path: Path) -> None:
+def test_server_command_adds_users_binds_locally_keeps_tokens_out_of_logs_and_revokes_them(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     root = tmp_path / "srv"
     made = subprocess.run([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), "add-user", "carol"],
@@ -654,6 +655,35 @@ def test_server_command_adds_users_binds_locally_and_keeps_tokens_out_of_logs(tm
         assert httpx.get(f"{url}/api/me", headers={"Authorization": f"Bearer {token}x"}).status_code == 401
         assert httpx.get(f"{url}/api/experiments/{token}").status_code == 401  # a token pasted into a path
         assert _listening_addresses(port) == ["127.0.0.1"]
+
+        # Tokens are listed by id, never shown again, and revoked on the running server at once.
+        def accounts(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "hermes.cli", "server", "--root", str(root), *args],
+                                  capture_output=True, text=True, env=env, check=False)
+
+        def me(bearer: str) -> int:
+            return httpx.get(f"{url}/api/me", headers={"Authorization": f"Bearer {bearer}"}).status_code
+
+        laptop = re.search(r"hermes_\S+", accounts("add-token", "carol", "--label", "laptop").stdout)[0]  # type: ignore[index]
+        leaked = re.search(r"hermes_\S+", accounts("add-token", "carol", "--label", "ci").stdout)[0]  # type: ignore[index]
+        listed = accounts("tokens", "carol").stdout
+        ids = {label: token_id(secret) for label, secret in (("first token", token), ("laptop", laptop), ("ci", leaked))}
+        for label, shown in ids.items():
+            assert re.search(rf"^carol +{shown} +{label} +20\d\d-", listed, re.MULTILINE), listed
+        assert not any(secret in listed or secret.removeprefix("hermes_") in listed for secret in (token, laptop, leaked))
+        assert {me(token), me(laptop), me(leaked)} == {200}
+        assert accounts("revoke-token", "carol", ids["laptop"][:4]).stdout == f"revoked 1 token(s) of carol: {ids['laptop']}\n"
+        assert (me(token), me(laptop), me(leaked)) == (200, 401, 200)  # no restart needed
+        assert accounts("revoke-token", "carol", leaked).returncode == 0  # a leaked token, pasted
+        assert (me(token), me(leaked)) == (200, 401)
+        for wrong, refusal in ((ids["laptop"], f"'carol' has no token with id '{ids['laptop']}'"),
+                               ("ab", "'ab' is neither a token id"), (leaked, "'carol' has no such token")):
+            refused = accounts("revoke-token", "carol", wrong)
+            assert refused.returncode == 2 and refusal in refused.stderr, refused.stderr
+        refused = accounts("revoke-token", "nobody", "--all")
+        assert refused.returncode == 2 and "no user 'nobody'" in refused.stderr
+        assert accounts("revoke-token", "carol", "--all").stdout == f"revoked 1 token(s) of carol: {ids['first token']}\n"
+        assert me(token) == 401 and accounts("tokens").stdout == "no tokens\n"
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=20)
