@@ -79,6 +79,7 @@ def test_dashboard_of_a_running_experiment(server: tuple[str, str, str]) -> None
                                     args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1400, "height": 1600})
         page.on("pageerror", lambda error: errors.append(str(error)))
+        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)  # a 404
         page.goto(url)
         page.fill("#token", token)
         page.click("#login button")

@@ -507,7 +507,7 @@ function clusterView(root) {
         .map((v) => el("td", {}, v)))),
       ...(c.users.length ? [] : [el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No experiment is running."))]));
     chart.setOption({
-      tooltip: {}, legend: {}, grid: { left: 60, right: 20, top: 40, bottom: 30 },
+      tooltip: {}, legend: { top: 4, right: 20 }, grid: { left: 60, right: 20, top: 40, bottom: 30 },
       xAxis: { type: "category", data: c.users.map((u) => u.user) },
       yAxis: { type: "value", max: c.gpus, name: `GPUs (of ${c.gpus})` },
       series: [{ name: "GPUs held now", type: "bar", data: c.users.map((u) => u.gpus_now) },
