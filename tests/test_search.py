@@ -249,6 +249,10 @@ def test_a_sampler_whose_package_is_missing_fails_at_spec_check(monkeypatch: pyt
     monkeypatch.setitem(sys.modules, "cmaes", None)  # Python's mark of a module that cannot be imported
     with pytest.raises(SpecError, match=r"search.sampler: optuna.samplers.CmaEsSampler needs the Python package"):
         search_spec(sampler="cmaes", trials=4)
+    monkeypatch.setitem(sys.modules, "optuna", None)  # a bare install: no `tpe` extra
+    with pytest.raises(SpecError, match=r"search.sampler: optuna.samplers.TPESampler needs Optuna, which is not "
+                                        r"installed: pip install 'hermes-hpo\[tpe\]'"):
+        search_spec(sampler="tpe", trials=4)
 
 
 # ---------------------------------------------------------------------- budgets

@@ -84,7 +84,11 @@ def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) 
 
     ``field`` names the spec field that gave the class path, for errors.
     """
-    import optuna
+    try:
+        import optuna
+    except ImportError:
+        raise SamplerError(field, f"{class_path} needs Optuna, which is not installed: "
+                                  "pip install 'hermes-hpo[tpe]'") from None
 
     module, _, name = class_path.rpartition(".")
     try:
