@@ -153,6 +153,11 @@ def _progress_printer(session: ExperimentSession) -> Listener:
     def show(event: Event, decisions: list[Decision]) -> None:
         if isinstance(event, TrialExited):
             trial = session.scheduler.trials[event.trial_id]
+            if not trial.state.is_terminal:  # it crashed, and runs again
+                print(f"[{event.at:8.1f}s] trial {trial.trial_id} crashed ({(event.error or '').splitlines()[0][:80]}); "
+                      f"crash {trial.crashes} of trial.max_failures {session.scheduler.max_failures}, it runs again "
+                      f"from step {trial.step}", flush=True)
+                return
             value = f", {session.spec.metric.name} {trial.values[-1]:.4g}" if trial.values else ""
             error = f" ({trial.error.splitlines()[0][:80]})" if trial.error else ""
             print(f"[{event.at:8.1f}s] trial {trial.trial_id} {trial.state.value} at step {trial.step}{value}{error}",

@@ -73,7 +73,10 @@ class ExperimentSession:
         stopper = spec.policy.stopper
         self.objective = Objective(spec.metric.mode)
         self.scheduler = Scheduler(
-            policy, objective=self.objective, stopper=make_stopper(stopper.name, **stopper.params) if stopper else None
+            policy,
+            objective=self.objective,
+            stopper=make_stopper(stopper.name, **stopper.params) if stopper else None,
+            max_failures=spec.trial.max_failures,
         )
         self.searcher: BaseSearcher = make_searcher(spec.search, spec.metric.mode, slots=self.engine.capacity())
         self.budget = Budget.of(spec.search)

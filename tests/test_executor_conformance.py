@@ -21,6 +21,7 @@ PRINTED = r"step (?P<step>\d+) loss \S+ score (?P<value>\S+)"
 class SimulatorHarness(ExecutorHarness):
     gpus = ("n0/g0", "n0/g1")
     blocks = False
+    crashes = False  # a crash in a trace is a divergence
 
     def executor(self, directory: Path) -> SimulatedExecutor:
         return SimulatedExecutor({"n0": self.gpus})

@@ -617,7 +617,11 @@ def test_the_live_view_runs_on_a_terminal(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------- 3. a crashing trial
-def test_a_crashing_trial_fails_with_its_exit_code_and_stderr_and_the_others_complete(tmp_path: Path) -> None:
+def test_a_trial_that_keeps_crashing_fails_with_its_exit_code_and_stderr_and_the_others_complete(
+    tmp_path: Path,
+) -> None:
+    """Each run of a crashing trial crashes at step 2: it is run again from its checkpoint trial.max_failures times
+    (2 by default), then fails with the last crash's reason."""
     budget = 4
     spec = spec_of(
         "e2e-crash-trial",
@@ -646,8 +650,53 @@ def test_a_crashing_trial_fails_with_its_exit_code_and_stderr_and_the_others_com
             assert "RuntimeError: synthetic failure at step 2" in error  # the traceback's tail
         else:
             assert error.startswith("exit code 3: ")
-            assert error.endswith("giving up at step 2 with exit code 3")
+            assert "giving up at step 2 with exit code 3\n" in error
+        assert error.endswith("(its runs crashed 3 times; trial.max_failures is 2)")
+        assert result.stdout.count(f"trial {trial.trial_id} crashed (") == 2
         assert f"trial {trial.trial_id} failed at step 1" in result.stdout
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_trial_that_crashed_once_runs_again_from_its_checkpoint_and_completes_exactly(
+    tmp_path: Path, warm: bool
+) -> None:
+    """A crash after reports (an exception, an exit code, a dead process: a flaky device, the out-of-memory
+    killer) is run again from the last checkpoint, on any slot; the steps past it are trained again but stored
+    once, and the running total comes out as an uninterrupted run's. With trial.max_failures 0 it fails."""
+    budget, crashes = 5, ["none", "raise", "exit3", "hard"]
+    spec = spec_of(
+        "e2e-crash-once",
+        search=search(4, 3, 0.03, crash={"type": "grid", "values": crashes},
+                      crash_step={"type": "choice", "values": [4]}, crash_runs={"type": "choice", "values": [1]}),
+        budget={"steps": budget},
+        trial={"function": "trials.curve:train", "workdir": str(TESTS), "warm_workers": warm},
+    )
+    result = run_ok(write_spec(tmp_path, spec))
+    view, decisions = load_view(tmp_path / "runs")
+    grouped = metrics_by_trial(view.metrics)
+    for trial in view.trials:
+        assert trial.state is TrialState.COMPLETED and trial.error is None, trial
+        steps = grouped[trial.trial_id]
+        assert own_steps(steps) == list(range(1, budget + 1))
+        expected = 0.0
+        for step in range(1, budget + 1):
+            expected += score(trial.params["rate"], step)
+        assert steps[-1].values["total"] == pytest.approx(expected, abs=1e-12)  # resumed from step 2's checkpoint
+        crashed = trial.params["crash"] != "none"
+        assert result.stdout.count(f"trial {trial.trial_id} crashed (") == crashed
+        if crashed:
+            assert f"trial {trial.trial_id} crashed" in result.stdout and "it runs again from step 2" in result.stdout
+            assert sum(isinstance(d, Resume) and d.trial_id == trial.trial_id for d in decisions) >= 1
+    again = run_ok(tmp_path / "experiment.yaml")  # the log, crashes and all, replays into the finished state
+    assert " crashed (" not in again.stdout and load_view(tmp_path / "runs")[0].metrics == view.metrics
+
+    spec["name"], spec["trial"]["max_failures"] = "e2e-crash-once-strict", 0
+    spec["storage"]["dir"] = "strict"
+    run_ok(write_spec(tmp_path, spec))
+    view, _ = load_view(tmp_path / "strict")
+    states = {trial.params["crash"]: trial.state for trial in view.trials}
+    assert states == {"none": TrialState.COMPLETED, "raise": TrialState.FAILED, "exit3": TrialState.FAILED,
+                      "hard": TrialState.FAILED}
 
 
 # ---------------------------------------------------------------------- 4. malformed specs

@@ -12,6 +12,7 @@ import pytest
 from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
 from hermes.core.events import (
     Event,
+    ExperimentCancelled,
     GpuAdded,
     GpuReclaimed,
     GpuRemoved,
@@ -56,8 +57,10 @@ class Core:
     def suspended(self, at: float, trial_id: str, step: int) -> list[Decision]:
         return self(TrialSuspended(at, trial_id, step))
 
-    def exited(self, at: float, trial_id: str, succeeded: bool = True, error: str | None = None) -> list[Decision]:
-        return self(TrialExited(at, trial_id, succeeded, error))
+    def exited(
+        self, at: float, trial_id: str, succeeded: bool = True, error: str | None = None, crashed: bool = False
+    ) -> list[Decision]:
+        return self(TrialExited(at, trial_id, succeeded, error, crashed))
 
     def trial(self, trial_id: str) -> Trial:
         return self.scheduler.trials[trial_id]
@@ -710,6 +713,59 @@ def test_a_non_movable_trial_stopped_on_a_gpu_that_failed_runs_again_on_another(
     assert core(GpuRemoved(14, "g0")) == []  # c falls back to its checkpoint; a's stopped process died there
     assert core.report(15, "b", 1) == [Suspend("b")]
     assert core.suspended(16, "b", 1) == [Resume("a", "g1", migrated=False)]  # a waited longest
+
+
+# ---------------------------------------------------------------------------------------- crashes
+def test_a_run_that_crashed_after_reports_runs_again_from_its_checkpoint_until_max_failures() -> None:
+    core = rr(max_failures=2)
+    core.node(0, "n0", "g0", "g1")
+    assert core.submit(0, "a") == [Start("a", "g0")]
+    assert core.submit(0, "b", budget=1) == [Start("b", "g1")]
+    assert core.report(1, "a", 1, checkpointed=True) == []
+    assert core.report(2, "a", 2) == []
+    assert core.exited(3, "a", False, "uncaught RuntimeError: CUDA error", crashed=True) == [Resume("a", "g0", migrated=False)]
+    trial = core.trial("a")
+    assert (trial.state, trial.step, trial.crashes, trial.error) == (TrialState.RUNNING, 1, 1, None)
+    assert core.report(4, "a", 2) == []  # trains step 2 again
+    assert core.exited(5, "a", False, "exit code -9 (SIGKILL)", crashed=True) == [Resume("a", "g0", migrated=False)]
+    assert core.exited(6, "a", False, "exit code -9 (SIGKILL)", crashed=True) == []  # its third crash: failed
+    assert trial.state is TrialState.FAILED and trial.crashes == 2
+    assert trial.error == "exit code -9 (SIGKILL)\n(its runs crashed 3 times; trial.max_failures is 2)"
+
+
+def test_a_crash_runs_again_only_after_a_report_and_only_when_it_is_a_crash() -> None:
+    """Before any report (a broken script, a typo) and for a limit or a misuse (no ``crashed``) it fails at once;
+    a stop it was told wins over a crash; the default core runs nothing again."""
+    core = rr(max_failures=3)
+    core.node(0, "n0", "g0", "g1", "g2")
+    for trial_id in "abc":
+        core.submit(0, trial_id)
+    assert core.exited(1, "a", False, "uncaught NameError", crashed=True) == []  # before its first report
+    assert core.report(1, "b", 1) == []
+    assert core.exited(2, "b", False, "killed: it exceeded trial.timeout") == []
+    assert core.report(1, "c", 1) == []
+    assert core(ExperimentCancelled(2)) == [Stop("c")]
+    assert core.exited(3, "c", False, "exit code 1", crashed=True) == []
+    assert core.states() == {"a": TrialState.FAILED, "b": TrialState.FAILED, "c": TrialState.STOPPED}
+    plain = rr()
+    plain.node(0, "n0", "g0")
+    plain.submit(0, "a")
+    plain.report(1, "a", 1, checkpointed=True)
+    assert plain.exited(2, "a", False, "exit code 1", crashed=True) == [] and plain.state("a") is TrialState.FAILED
+
+
+def test_a_non_movable_trial_that_crashed_may_run_again_anywhere() -> None:
+    """An unmodified program's state was its process, gone with the crash: it is tied to no GPU any more."""
+    core = rr(max_failures=1)
+    core.node(0, "n0", "g0", "g1")
+    assert core.submit(0, "a", movable=False) == [Start("a", "g0")]
+    assert core.submit(0, "b") == [Start("b", "g1")]
+    assert core.submit(0, "c", budget=1) == []
+    assert core.report(1, "a", 1) == []
+    assert core.exited(2, "a", False, "exit code 1", crashed=True) == [Start("c", "g0")]  # c waited longer
+    assert core.trial("a").last_gpu is None and core.trial("a").step == 0
+    assert core.report(PERIOD + 1, "b", 1) == [Suspend("b")]
+    assert core.suspended(PERIOD + 2, "b", 1) == [Resume("a", "g1", migrated=False)]
 
 
 def test_leftover_non_movable_trial_without_its_gpu_is_stopped_at_the_end() -> None:

@@ -46,12 +46,17 @@ class TrialSuspended:
 
 @dataclass(slots=True)
 class TrialExited:
-    """The trial's process ended: it finished its budget, crashed, or obeyed a stop."""
+    """The trial's process ended: it finished its budget, crashed, or obeyed a stop.
+
+    ``crashed``: its code or process failed (an exception, a signal, an exit code, its worker's death), which
+    running it again from its checkpoint may get past; not a limit that ended it (its timeout, a stall) nor a
+    misuse of the protocol, which would end it the same way again."""
 
     at: float
     trial_id: str
     succeeded: bool
     error: str | None = None
+    crashed: bool = False
 
 
 @dataclass(slots=True)

@@ -74,10 +74,15 @@ class Scheduler:
         objective: Objective | None = None,
         stopper: EarlyStopper | None = None,
         max_trials_per_gpu: int | None = None,
+        max_failures: int = 0,
     ) -> None:
         if max_trials_per_gpu is not None and max_trials_per_gpu < 1:
             raise HermesError(f"max_trials_per_gpu must be at least 1, got {max_trials_per_gpu}")
+        if max_failures < 0:
+            raise HermesError(f"max_failures must be at least 0, got {max_failures}")
         self.policy = policy
+        # A trial that crashes after reporting runs again from its checkpoint, up to this many times.
+        self.max_failures = max_failures
         self.objective = objective or Objective()
         self.stopper = stopper
         # A policy without time-sharing runs one trial per GPU: the rest wait unplaced, in arrival order.
@@ -226,15 +231,34 @@ class Scheduler:
             outcome = STOPPED
         elif event.succeeded and trial.steps:
             outcome = COMPLETED
+        elif event.crashed and trial.steps and trial.state in HOLDING_GPU and trial.crashes < self.max_failures:
+            return self._run_again(trial, event.at)
         else:  # failed, or ended without a single report: nothing to rank it by, most likely a mistake
             outcome = FAILED
             trial.error = event.error if not event.succeeded else NO_REPORT
+            if event.crashed and trial.crashes:
+                trial.error = (f"{trial.error}\n(its runs crashed {trial.crashes + 1} times; trial.max_failures is "
+                               f"{self.max_failures})")
         node = self.cluster.nodes.get(trial.node) if trial.node is not None else None
         if trial.state in HOLDING_GPU:
             self._release_gpu(trial, event.at)
         trial.move_to(outcome)
         self._retire(trial)
         return self._place_and_fill(event.at, {node} if node is not None else set())
+
+    def _run_again(self, trial: Trial, now: float) -> list[Decision]:
+        """A run that crashed after reports falls back to its checkpoint, as on a lost GPU, and waits to run
+        again (a transient fault: a flaky device, the out-of-memory killer, a node's hiccup). A process that
+        held its state is gone with it, so an unmovable trial may run anywhere."""
+        trial.crashes += 1
+        node = self._release_gpu(trial, now)
+        trial.move_to(SUSPENDED)
+        trial.step = trial.checkpoint_step
+        if not trial.movable:
+            trial.last_gpu = None
+        if trial.node in self.node_schedulers:
+            self.node_schedulers[trial.node].add_waiting(trial, now)
+        return self._place_and_fill(now, {node})
 
     def _on_period(self, event: PeriodElapsed) -> list[Decision]:
         decisions: list[Decision] = []

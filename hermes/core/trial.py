@@ -41,6 +41,7 @@ class Trial:
     stop_requested: bool = False
     starts: int = 0
     migrations: int = 0
+    crashes: int = 0  # runs that crashed and were run again from the checkpoint
     error: str | None = None
 
     def move_to(self, state: TrialState) -> None:

@@ -12,7 +12,9 @@ Which events answer each decision (``ANSWERS``):
 decision      the trial's next events
 ============  ==========================================================================
 Start         TrialReported*, then TrialExited (succeeded: it trained its whole budget;
-              failed: it crashed, could not launch or was killed, with ``error``)
+              failed: it crashed, could not launch or was killed, with ``error``). After a
+              ``crashed`` one, the core may Resume the trial from its checkpoint, as after a
+              lost GPU: the executor counts the steps past it as not reported
 Resume        as Start; the trial goes on from its checkpoint (or from memory, parked on
               the same GPU) and never re-reports a step the core already has
 Suspend       TrialReported* (the step in progress), then TrialSuspended at the next step
@@ -210,6 +212,8 @@ class ContractMonitor:
             watched.step = watched.checkpoint = event.step
             watched.phase = Phase.ENDED if watched.phase is Phase.STOPPING else Phase.PARKED
             watched.gpu = None
+        elif event.crashed and watched.phase is not Phase.STOPPING:  # the core may run it again
+            watched.phase, watched.gpu, watched.step = Phase.IDLE, None, watched.checkpoint
         else:
             watched.phase, watched.gpu = Phase.ENDED, None
 

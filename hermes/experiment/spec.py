@@ -56,6 +56,7 @@ FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 # Whole numbers and switches are taken as written: true is not 1, 2.0 is not 2, "3" is not 3.
 StrictPositiveInt = Annotated[int, Strict(), Field(gt=0)]
 MAX_TRIALS = 1_000_000  # per experiment; their configurations are drawn up front
+DEFAULT_MAX_FAILURES = 2  # runs of a trial that may crash before it fails (trial.max_failures)
 
 
 class _PathError(ValueError):
@@ -342,11 +343,23 @@ class TrialSpec(_Section):
     # may change them, so they stay out of the stored spec.
     timeout: PositiveFloat | None = Field(default=None, exclude=True)
     stall: StallSpec = Field(default_factory=StallSpec, exclude=True)
+    # How often a trial whose run crashed after reporting runs again from its checkpoint before it is
+    # failed (Ray Tune's max_failures, Determined's max_restarts). Part of what the experiment is: a
+    # rerun replays its log under the same rule.
+    max_failures: Annotated[int, Strict(), Field(ge=0)] = DEFAULT_MAX_FAILURES
 
     @field_validator("timeout", mode="before")
     @classmethod
     def _timeout(cls, value: Any) -> Any:
         return _seconds(value)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave out max_failures at its default, so specs stored before it existed still match."""
+        data = handler(self)
+        if data.get("max_failures") == DEFAULT_MAX_FAILURES:
+            del data["max_failures"]
+        return data
 
     @field_validator("function")
     @classmethod

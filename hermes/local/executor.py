@@ -249,6 +249,8 @@ class LocalExecutor(Executor[TrialLaunch]):
             self.watchdog.reported(event.trial_id, event.at)
         elif isinstance(event, (TrialSuspended, TrialExited)):
             self.watchdog.stopped(event.trial_id, event.at, ended=isinstance(event, TrialExited))
+            if isinstance(event, TrialExited) and event.crashed:
+                self._trials[event.trial_id].lost()  # the core may run it again from its checkpoint
 
     def occupy(self, slot: Slot, trial: LocalTrial) -> None:
         self._occupied[slot.name] = trial

@@ -34,6 +34,7 @@ from hermes.core.events import (
     NodeAdded,
     NodeRemoved,
     PeriodElapsed,
+    TrialExited,
     TrialReported,
     TrialSubmitted,
     TrialSuspended,
@@ -365,6 +366,8 @@ class RayExecutor(Executor[TrialLaunch]):
         elif isinstance(event, TrialSuspended):
             progress = self._progress[event.trial_id]
             progress.last_step = progress.checkpoint_step = event.step
+        elif isinstance(event, TrialExited) and event.crashed:
+            self._progress[event.trial_id].lost()  # the core may run it again from its checkpoint
         self._events.append(event)
 
     def _lose(self, agent: _Agent) -> None:

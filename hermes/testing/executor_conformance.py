@@ -74,6 +74,7 @@ class ExecutorHarness(ABC):
     checkpoints: bool = True  # a suspended trial is saved: it may resume on another GPU, or after a restart
     precision: float = 1e-12  # how exactly reported values come back (a script prints them rounded)
     timeout: float = 60.0  # wall seconds a test may wait for events
+    crashes: bool = True  # a crash is ``crashed`` (False for a simulated divergence, which would only repeat)
 
     @abstractmethod
     def executor(self, directory: Path) -> Executor:
@@ -255,9 +256,14 @@ def test_a_crash_fails_the_trial_with_a_reason(harness: ExecutorHarness, tmp_pat
         driver.apply(Start("a", harness.gpus[0]))
         events = driver.until(_is(TrialExited, "a"))
         assert [step for step, _ in _reports(events, "a")] == [1]
-        assert not events[-1].succeeded and events[-1].error
+        assert not events[-1].succeeded and events[-1].error and events[-1].crashed is harness.crashes
         driver.apply(Start("b", harness.gpus[0]))  # the GPU still works
         assert driver.until(_is(TrialExited, "b"))[-1].succeeded
+        if harness.crashes:  # the core may run it again from its checkpoint: it catches up there, and crashes again
+            driver.apply(Resume("a", harness.gpus[1]))
+            events = driver.until(_is(TrialExited, "a"))
+            assert [step for step, _ in _reports(events, "a")] in ([], [1])  # [1]: no checkpoint of step 1
+            assert not events[-1].succeeded and events[-1].crashed
 
 
 def test_a_gpu_removed_under_a_running_trial(harness: ExecutorHarness, tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ Config (every key optional):
 - ``sleep``: seconds of "training" per step;
 - ``crash``: ``"none"``, ``"raise"`` (an exception at step ``crash_step``), ``"exit3"``
   (``sys.exit(3)`` there) or ``"hard"`` (``os._exit(7)``: the whole process ends at once, a warm
-  worker with it), to test failing trials;
+  worker with it), to test failing trials; ``crash_runs``: only the first runs that reach that step crash
+  (default: all), to test a trial run again after a crash;
 - ``leak_mb``: megabytes the trial allocates and never frees at every step, to test memory limits;
 - ``report``: ``"ok"``, ``"nan"`` (reports NaN as the objective), ``"unnamed"`` (reports a
   metric that is not the spec's) or ``"never"`` (trains and returns without a report), to test bad reports;
@@ -47,6 +48,7 @@ def train(config: dict[str, Any]) -> None:
     sleep = float(config.get("sleep", 0.05))
     crash = str(config.get("crash", "none"))
     crash_step = int(config.get("crash_step", 2))
+    crash_runs = int(config.get("crash_runs", 1 << 30))
     report = str(config.get("report", "ok"))
     hold_save = int(config.get("hold_save", 0))
     leak_mb = int(config.get("leak_mb", 0))
@@ -72,6 +74,12 @@ def train(config: dict[str, Any]) -> None:
         if step == hang_after + 1:
             time.sleep(3600)
         time.sleep(sleep)
+        if step == crash_step and crash != "none":
+            crashes = trial.trial_dir() / "crashes"
+            crashed = int(crashes.read_text()) if crashes.exists() else 0
+            crashes.write_text(str(crashed + 1))
+            if crashed >= crash_runs:
+                crash = "none"
         if step == crash_step and crash == "raise":
             print(f"about to fail at step {step}", file=sys.stderr)
             raise RuntimeError(f"synthetic failure at step {step}")

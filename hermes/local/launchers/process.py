@@ -205,7 +205,8 @@ class ProcessLauncher(Launcher):
             raise NoSpaceError(f"trial {trial.trial_id}: {tail(trial.directory / 'stderr.log', run.stderr_offset)}")
         else:
             log = tail(trial.directory / "stderr.log", run.stderr_offset)
-            host.emit(TrialExited(now, trial.trial_id, False, f"{exit_reason(code)}: {log}" if log else exit_reason(code)))
+            reason = f"{exit_reason(code)}: {log}" if log else exit_reason(code)
+            host.emit(TrialExited(now, trial.trial_id, False, reason, crashed=True))
 
     def _close_output(self, output: Output) -> None:
         self.host.loop.unregister(output.fd)

@@ -255,7 +255,7 @@ class WarmLauncher(Launcher):
         else:
             log = tail(trial.directory / "stderr.log", run.stderr_offset)
             reason = error or f"the trial ended: {outcome}"
-            host.emit(TrialExited(now, trial.trial_id, False, f"{reason}: {log}" if log else reason))
+            host.emit(TrialExited(now, trial.trial_id, False, f"{reason}: {log}" if log else reason, crashed=True))
         self._end_retired(worker)
 
     def _end(self, worker: Worker) -> None:
@@ -291,7 +291,7 @@ class WarmLauncher(Launcher):
             del worker.runs[run.trial.trial_id]
             if not (run.parked or run.silent):
                 reason = run.error or f"its worker died, {exit_reason(code)}: {tail(worker.log, 0)}"
-                host.emit(TrialExited(host.now(), run.trial.trial_id, False, reason))
+                host.emit(TrialExited(host.now(), run.trial.trial_id, False, reason, crashed=run.error is None))
             host.forget(run)
 
     def _drain(self, worker: Worker) -> None:
