@@ -687,6 +687,8 @@ def test_a_trial_that_crashed_once_runs_again_from_its_checkpoint_and_completes_
         if crashed:
             assert f"trial {trial.trial_id} crashed" in result.stdout and "it runs again from step 2" in result.stdout
             assert sum(isinstance(d, Resume) and d.trial_id == trial.trial_id for d in decisions) >= 1
+    status = hermes("status", "runs", cwd=tmp_path).stdout
+    assert ", 3 runs again after a crash\n" in status and "errors" not in status
     again = run_ok(tmp_path / "experiment.yaml")  # the log, crashes and all, replays into the finished state
     assert " crashed (" not in again.stdout and load_view(tmp_path / "runs")[0].metrics == view.metrics
 
@@ -694,6 +696,7 @@ def test_a_trial_that_crashed_once_runs_again_from_its_checkpoint_and_completes_
     spec["storage"]["dir"] = "strict"
     run_ok(write_spec(tmp_path, spec))
     view, _ = load_view(tmp_path / "strict")
+    assert "after a crash" not in hermes("status", "strict", cwd=tmp_path).stdout  # 3 crashes, each the last
     states = {trial.params["crash"]: trial.state for trial in view.trials}
     assert states == {"none": TrialState.COMPLETED, "raise": TrialState.FAILED, "exit3": TrialState.FAILED,
                       "hard": TrialState.FAILED}

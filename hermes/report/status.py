@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes.core.decisions import Resume, Suspend
-from hermes.core.events import Event, GpuAdded, GpuRemoved, NodeAdded, NodeRemoved
+from hermes.core.events import Event, GpuAdded, GpuRemoved, NodeAdded, NodeRemoved, TrialExited
 from hermes.core.states import TrialState
 from hermes.report import ExperimentView, format_duration, format_number, format_table, summarise_error
 from hermes.report.results import Standing, standings
@@ -26,6 +26,7 @@ class Status:
     gpus: dict[str, Run | None]  # every GPU the cluster has now -> the run on it, if any
     preemptions: int  # Suspend decisions
     migrations: int  # resumes on another GPU
+    reruns: int  # runs that crashed, after which their trial ran again from its checkpoint
     state: str  # the stored status, with who runs it, or that nobody does although it says running
 
 
@@ -48,8 +49,21 @@ def experiment_status(store: ExperimentStore, experiment: ExperimentRecord, lock
         gpus={gpu: running.get(gpu) for gpu in _present_gpus(events)},
         preemptions=sum(isinstance(decision, Suspend) for decision in decisions),
         migrations=sum(isinstance(decision, Resume) and decision.migrated for decision in decisions),
+        reruns=_reruns(view, events),
         state=_state(experiment, lock),
     )
+
+
+def _reruns(view: ExperimentView, events: Sequence[Event]) -> int:
+    """Crashed runs that did not end their trial: all its crashes, less the last one of a trial that failed by it."""
+    crashes: Counter[str] = Counter()
+    last_exit: dict[str, TrialExited] = {}
+    for event in events:
+        if isinstance(event, TrialExited):
+            crashes[event.trial_id] += event.crashed
+            last_exit[event.trial_id] = event
+    failed = {trial.trial_id for trial in view.trials if trial.state is TrialState.FAILED}
+    return sum(crashes.values()) - sum(last_exit[trial_id].crashed for trial_id in failed if trial_id in last_exit)
 
 
 def _best(view: ExperimentView) -> Standing | None:
@@ -111,7 +125,8 @@ def format_status(status: Status) -> str:
             f"  trial {trial.trial_id} ({trial.state.value} at step {trial.step}): {summarise_error(trial.error or '')}"
             for trial in failed
         ]
-    lines.append(f"switches    {status.preemptions} preemptions, {status.migrations} migrations")
+    reruns = f", {status.reruns} run{'s' if status.reruns != 1 else ''} again after a crash" if status.reruns else ""
+    lines.append(f"switches    {status.preemptions} preemptions, {status.migrations} migrations{reruns}")
     busy = sum(run is not None for run in status.gpus.values())
     lines.append(f"GPUs        {busy} of {len(status.gpus)} busy")
     if status.gpus:
