@@ -154,9 +154,10 @@ def _progress_printer(session: ExperimentSession) -> Listener:
         if isinstance(event, TrialExited):
             trial = session.scheduler.trials[event.trial_id]
             if not trial.state.is_terminal:  # it crashed, and runs again
-                print(f"[{event.at:8.1f}s] trial {trial.trial_id} crashed ({(event.error or '').splitlines()[0][:80]}); "
-                      f"crash {trial.crashes} of trial.max_failures {session.scheduler.max_failures}, it runs again "
-                      f"from step {trial.step}", flush=True)
+                reason = (event.error or "no reason given").splitlines()[0][:80]
+                print(f"[{event.at:8.1f}s] trial {trial.trial_id} crashed ({reason}); crash {trial.crashes} of "
+                      f"trial.max_failures {session.scheduler.max_failures}, it runs again from step {trial.step}",
+                      flush=True)
                 return
             value = f", {session.spec.metric.name} {trial.values[-1]:.4g}" if trial.values else ""
             error = f" ({trial.error.splitlines()[0][:80]})" if trial.error else ""
