@@ -95,7 +95,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("spec", help="experiment spec (YAML)")
     run.add_argument("--name", help="the experiment's name, in place of the spec's (to run one spec twice)")
     run.add_argument("--no-live", action="store_true", help="no live view; print a line per finished trial")
-    run.add_argument("--top", type=int, default=5, help="trials in the final leaderboard")
+    run.add_argument("--top", type=_positive_int, default=5, help="trials in the final leaderboard")
     run.set_defaults(handler=_run)
 
 
@@ -182,11 +182,11 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--experiment", help="with a storage dir: the experiment (default: the newest in the store)")
     sim.add_argument("--mode", choices=("max", "min"),
                      help="direction in which the metric improves (a CSV needs it; a stored experiment knows it)")
-    sim.add_argument("--gpus", required=True, type=int)
-    sim.add_argument("--nodes", type=int, help=f"default: one node per {GPUS_PER_NODE} GPUs")
+    sim.add_argument("--gpus", required=True, type=_positive_int)
+    sim.add_argument("--nodes", type=_positive_int, help=f"default: one node per {GPUS_PER_NODE} GPUs")
     sim.add_argument("--policy", default="hermes", choices=sorted(POLICIES))
     sim.add_argument("--stopper", choices=sorted(STOPPERS), help="optional early stopping")
-    sim.add_argument("--period", type=float, help="scheduling period in seconds (default: the policy's)")
+    sim.add_argument("--period", type=_positive_float, help="scheduling period in seconds (default: the policy's)")
     sim.add_argument("--seed", type=int, default=0, help="seed of the random arrival order")
     sim.add_argument("--costs", default="warm", choices=PROFILES,
                      help="switch-cost profile: warm workers (default) or a process per run (hermes/sim/calibration.json)")
@@ -195,8 +195,8 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--target-tolerance", default="1%", help="time to target: absolute (0.5) or relative (1%%)")
     sim.add_argument("--json", action="store_true", help="print one JSON object")
     sim.add_argument("--compare", help="comma-separated policies to compare, e.g. fifo,rr,slaq,hermes")
-    sim.add_argument("--seeds", type=int, default=10, help="with --compare: seeds 0..K-1 to average over")
-    sim.add_argument("--workers", type=int, default=1, help="with --compare: processes to use")
+    sim.add_argument("--seeds", type=_positive_int, default=10, help="with --compare: seeds 0..K-1 to average over")
+    sim.add_argument("--workers", type=_positive_int, default=1, help="with --compare: processes to use")
     sim.set_defaults(handler=_simulate)
 
 
@@ -219,6 +219,8 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         trace = load_trace(args.trace, args.mode, state_mb=args.state_mb)
     nodes = args.nodes or math.ceil(args.gpus / GPUS_PER_NODE)
+    if nodes > args.gpus:
+        raise HermesError(f"--nodes {nodes}: more nodes than the {args.gpus} GPUs (each node needs one)")
     try:
         setting = Setting(
             gpus=args.gpus, nodes=nodes, period=args.period, stopper=args.stopper,
@@ -227,7 +229,13 @@ def _simulate(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise HermesError(str(error)) from None
     if args.compare:
+        from hermes.policies import POLICIES
+
         policies = [name.strip() for name in args.compare.split(",") if name.strip()]
+        unknown = [name for name in policies if name not in POLICIES]
+        if unknown or not policies:
+            problem = f"unknown policy {unknown[0]!r}" if unknown else "no policy"
+            raise HermesError(f"--compare {args.compare!r}: {problem}; choose among {', '.join(sorted(POLICIES))}")
         summaries = compare(trace, policies, range(args.seeds), setting, workers=args.workers)
         if args.json:
             print(json.dumps([dataclasses.asdict(s) for s in summaries]))
@@ -414,7 +422,7 @@ def _add_server(commands: argparse._SubParsersAction) -> None:
     _add_server_places(server, quiet=False)
     server.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     server.add_argument("--port", type=int, default=8600)
-    server.add_argument("--cpu-slots", type=int, metavar="N",
+    server.add_argument("--cpu-slots", type=_positive_int, metavar="N",
                         help="run trials on N CPU slots instead of the GPUs (default: the GPUs, else one slot; "
                              "on Ray: N per node)")
     server.add_argument("--ray", metavar="ADDRESS",
@@ -573,6 +581,16 @@ def _naming_damage(directory: str) -> AbstractContextManager[None]:
     from hermes.report.integrity import naming_damage
 
     return naming_damage(Path(directory) / STORE_FILE)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (0 < value < math.inf):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:

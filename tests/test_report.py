@@ -373,6 +373,17 @@ def test_cli_trace_and_simulate_a_stored_experiment(
     assert "improves the other way (max)" in capsys.readouterr().err
     assert main(["simulate", "--trace", str(written), "--gpus", "3"]) == 2
     assert "--mode max or min" in capsys.readouterr().err
+    simulate = ["simulate", "--trace", str(written), "--mode", "max"]
+    for wrong, told in ((["--gpus", "0"], "argument --gpus: must be a positive whole number, got '0'"),
+                        (["--gpus", "2", "--period", "-3"], "argument --period: must be a positive number"),
+                        (["--gpus", "2", "--seeds", "0"], "argument --seeds: must be a positive whole number")):
+        with pytest.raises(SystemExit):  # argparse's refusal, with the usage
+            main([*simulate, *wrong])
+        assert told in capsys.readouterr().err
+    for wrong, told in ((["--gpus", "2", "--nodes", "3"], "--nodes 3: more nodes than the 2 GPUs"),
+                        (["--gpus", "2", "--compare", "fifo,hermse"], "unknown policy 'hermse'; choose among")):
+        assert main([*simulate, *wrong]) == 2  # was a ValueError's traceback
+        assert told in capsys.readouterr().err
 
 
 def test_cli_errors_name_the_problem(recorded: Recorded, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
