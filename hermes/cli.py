@@ -367,9 +367,13 @@ def _plot(args: argparse.Namespace) -> int:
     from hermes.report import ExperimentView, pick_experiment
     from hermes.report.plot import plot_experiment
 
+    out = args.out or Path(args.dir or ".") / "plots"
     with _reading(args) as store:
         view = ExperimentView.load(store, pick_experiment(store, args.experiment))
-        paths = plot_experiment(view, args.out or Path(args.dir or ".") / "plots")
+        try:
+            paths = plot_experiment(view, out)
+        except OSError as error:
+            raise HermesError(f"cannot write the plots into {out}: {error.strerror or error}") from None
     for path in paths:
         print(path)
     return 0
@@ -394,7 +398,12 @@ def _trace(args: argparse.Namespace) -> int:
     recorded = _stored_trace(args)
     if not recorded.trace.trials:
         raise HermesError(f"experiment {recorded.trace.path!r} has no finished trial to replay yet")
-    write_trace(recorded.trace, args.out or sys.stdout)
+    try:
+        write_trace(recorded.trace, args.out or sys.stdout)
+    except OSError as error:
+        if args.out is None:
+            raise  # stdout: a closed pipe is main's to handle
+        raise HermesError(f"--out {args.out}: cannot write it: {error.strerror or error}") from None
     if recorded.left_out:
         print(f"{recorded.left_out} trials left out: stopped early or not finished, so their curves are unknown",
               file=sys.stderr)

@@ -364,6 +364,11 @@ def test_cli_trace_and_simulate_a_stored_experiment(
     assert load_trace(written, "max").trials == expected.trace.trials  # written as read, to the last digit
     assert main(["trace", directory, "--experiment", "loss-sweep"]) == 0
     assert capsys.readouterr().out.startswith("trial,epoch,metric,seconds,param_lr")
+    nowhere = tmp_path / "no-such-folder" / "x.csv"
+    assert main(["trace", directory, "--experiment", "loss-sweep", "--out", str(nowhere)]) == 2  # a traceback before
+    assert f"--out {nowhere}: cannot write it: No such file or directory" in capsys.readouterr().err
+    assert main(["plot", directory, "--experiment", "loss-sweep", "--out", str(written)]) == 2  # a file, no folder
+    assert f"cannot write the plots into {written}: " in capsys.readouterr().err
 
     assert main(["simulate", "--trace", directory, "--experiment", "sweep", "--gpus", "3", "--json",
                  "--policy", "fifo"]) == 0
