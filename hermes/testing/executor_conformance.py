@@ -304,9 +304,11 @@ def test_wake_from_another_thread_unblocks_next_events(harness: ExecutorHarness,
         pytest.skip("this executor never blocks")
     driver = _driver(harness, tmp_path)
     with driver.executor as executor:
-        driver.submit("slow", harness.work(2, seconds=30.0))
+        driver.submit("slow", harness.work(2, seconds=5.0))
         driver.apply(Start("slow", harness.gpus[0]))
-        executor.next_events()  # nothing new yet, or whatever starting it said
+        # Whatever starting it said, or else its first report after 5 s, which then waits unanswered: either
+        # way no report can come during the wait below.
+        executor.next_events()
         waker = threading.Timer(0.3, executor.wake)
         started = time.monotonic()
         waker.start()
