@@ -252,12 +252,9 @@ class Scheduler:
         held its state is gone with it, so an unmovable trial may run anywhere."""
         trial.crashes += 1
         node = self._release_gpu(trial, now)
-        trial.move_to(SUSPENDED)
-        trial.step = trial.checkpoint_step
         if not trial.movable:
             trial.last_gpu = None
-        if trial.node in self.node_schedulers:
-            self.node_schedulers[trial.node].add_waiting(trial, now)
+        self._fall_back(trial, now)
         return self._place_and_fill(now, {node})
 
     def _on_period(self, event: PeriodElapsed) -> list[Decision]:
@@ -487,6 +484,10 @@ class Scheduler:
             trial.move_to(STOPPED)
             self._retire(trial)
             return
+        self._fall_back(trial, now)
+
+    def _fall_back(self, trial: Trial, now: float) -> None:
+        """Its run is gone without a suspension: it waits again from its last checkpoint."""
         trial.move_to(SUSPENDED)
         trial.step = trial.checkpoint_step
         if trial.node in self.node_schedulers:
