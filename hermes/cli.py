@@ -256,7 +256,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def _add_storage_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("dir", nargs="?", help="storage dir of a run (storage.dir in its spec), holding hermes.db")
-    command.add_argument("--experiment", help="experiment name (default: the newest in the store)")
+    command.add_argument("--experiment",
+                         help="experiment name, or OWNER/NAME for a pool's (default: the newest in the store)")
     _add_server_arguments(command, "read the experiment from a Hermes server instead of a storage dir")
 
 
@@ -527,7 +528,8 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
                     "work as they do here when your area holds what this folder holds.",
     )
     submit.add_argument("spec", help="experiment spec (YAML)")
-    submit.add_argument("--name", help="the experiment's name, in place of the spec's (names are unique on a server)")
+    submit.add_argument("--name",
+                        help="the experiment's name, in place of the spec's (each user's are unique on a server)")
     submit.add_argument("--weight", type=float, default=1.0, help="share of the GPU pool against other experiments")
     _add_server_arguments(submit, "the server")
     submit.set_defaults(handler=_submit)
@@ -572,7 +574,7 @@ def _add_cancel(commands: argparse._SubParsersAction) -> None:
         description="Ask a Hermes server to stop an experiment's trials and end it (recorded cancelled); a queued "
                     "experiment never starts. Each trial keeps what it reported and its checkpoints.",
     )
-    cancel.add_argument("experiment", help="the experiment's name")
+    cancel.add_argument("experiment", help="the experiment's name (an admin may need OWNER/NAME)")
     _add_server_arguments(cancel, "the server")
     cancel.set_defaults(handler=_cancel)
 

@@ -205,7 +205,7 @@ class PoolSession:
                 try:
                     self.store.set_status(member.record.experiment_id, ExperimentStatus.INTERRUPTED)
                 except HermesError:
-                    log.exception("could not mark experiment %s interrupted", member.record.name)
+                    log.exception("could not mark experiment %s interrupted", member.record.full_name)
 
     def _executor(self, clock: float) -> LocalExecutor | RayExecutor:
         directory = self.directory / "pool"
@@ -247,10 +247,10 @@ class PoolSession:
             if spec.engine != "local":
                 raise HermesError(f"experiment {record.name}: engine: {spec.engine!r}; the pool decides where its "
                                   "trials run (leave engine out)")
-            session = ExperimentSession(spec, store=self.store)
+            session = ExperimentSession(spec, store=self.store, experiment_id=record.experiment_id)
             session.replay()
         except HermesError as error:
-            log.warning("experiment %s cannot run: %s", record.name, error)
+            log.warning("experiment %s cannot run: %s", record.full_name, error)
             self.store.set_status(record.experiment_id, ExperimentStatus.FAILED, error=str(error))
             return None
         return _Member(record, session, StoreRecorder(self.store, record.experiment_id, session.scheduler),
@@ -379,7 +379,7 @@ class PoolSession:
         self.members.pop(member.key, None)
         self.executor.end_worker_group(member.key)
         self._set_period()
-        log.info("experiment %s %s", member.record.name, status.value)
+        log.info("experiment %s %s", member.record.full_name, status.value)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -57,11 +57,18 @@ class ExperimentSession:
     """Runs ``spec`` to the end, or continues it from its store.
 
     ``store``: where the experiment is kept (default: SQLite in the spec's storage directory).
+    ``experiment_id``: the stored experiment a host (``hermes.pool``) runs, whose spec is ``spec``;
+    None: the one called ``spec.name`` that a pool does not own, made if missing.
     ``listeners`` see every event and its decisions after the store has them.
     """
 
     def __init__(
-        self, spec: ExperimentSpec, *, store: ExperimentStore | None = None, listeners: list[Listener] | None = None
+        self,
+        spec: ExperimentSpec,
+        *,
+        store: ExperimentStore | None = None,
+        experiment_id: int | None = None,
+        listeners: list[Listener] | None = None,
     ) -> None:
         self.spec = spec
         self.storage = spec.storage_dir
@@ -88,7 +95,7 @@ class ExperimentSession:
             self._lock.acquire()
         self.reserve = SpaceReserve(self.storage)
         try:
-            self._open_store(spec, store)
+            self._open_store(spec, store, experiment_id)
         except BaseException:
             self._lock.release()
             raise
@@ -104,9 +111,14 @@ class ExperimentSession:
         self._origin: float | None = None  # when its first event happened, on the engine's clock
         self._width = len(str(max((spec.search.trials or 1000) - 1, 1)))
 
-    def _open_store(self, spec: ExperimentSpec, store: ExperimentStore | None) -> None:
+    def _open_store(self, spec: ExperimentSpec, store: ExperimentStore | None, experiment_id: int | None) -> None:
         self.store = store or SqlStore(f"sqlite:///{self.storage / STORE_FILE}")
-        stored = next((e.spec for e in self.store.experiments() if e.name == spec.name), None)
+        if experiment_id is not None:
+            self._budget_changed = False  # a host runs the spec as stored
+            self.experiment_id = experiment_id
+            self.store.claim_writer(experiment_id, describe(self._lock.who))
+            return
+        stored = next((e.spec for e in self.store.experiments() if e.name == spec.name and not e.owner), None)
         budget = {field: getattr(spec.search, field) for field in BUDGET_FIELDS}
         self._budget_changed = stored is not None and any(
             stored.get("search", {}).get(field) != value for field, value in budget.items()

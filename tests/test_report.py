@@ -418,6 +418,27 @@ def test_an_empty_store_and_an_experiment_without_trials(tmp_path: Path) -> None
         store.close()
 
 
+def test_a_name_two_owners_share_is_picked_as_owner_slash_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path / STORE_FILE}")  # a server's store: names are per owner
+    try:
+        alices, bobs = (store.submit_experiment("run", spec("run", "accuracy", "max"), owner)
+                        for owner in ("alice", "bob"))
+        solo = store.create_or_open_experiment("solo", spec("solo", "accuracy", "max"))
+        assert pick_experiment(store, "bob/run").experiment_id == bobs
+        assert pick_experiment(store, "alice/run").experiment_id == alices
+        assert pick_experiment(store, "solo").experiment_id == solo
+        with pytest.raises(HermesError, match="2 experiments in .* are called 'run': alice/run, bob/run; name one"):
+            pick_experiment(store, "run")
+        with pytest.raises(HermesError, match="no experiment 'carol/run' in .*; it holds alice/run, bob/run, solo"):
+            pick_experiment(store, "carol/run")
+    finally:
+        store.close()
+    assert main(["status", str(tmp_path), "--experiment", "bob/run"]) == 0
+    assert f"experiment  run (id {bobs}): queued" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------------- reads never write, and survive damage
 def copy_store(recorded: Recorded, directory: Path) -> Path:
     """A private copy of the recorded store, to damage."""

@@ -205,10 +205,14 @@ def test_oversized_payloads_are_refused(server: Server) -> None:
     assert server.hermes.store.experiments() == []
 
 
-def test_a_taken_name_is_a_conflict(server: Server) -> None:
+def test_names_are_per_user_and_a_users_taken_name_is_a_conflict(server: Server) -> None:
     server.simulated("bob", "taken")
     response = server.client.post("/api/experiments", json={"spec": real_spec("taken")}, headers=server.as_("alice"))
-    assert response.status_code == 409 and "another name" in response.json()["detail"]
+    assert response.status_code == 201, response.text  # bob's name is not alice's business
+    again = server.client.post("/api/experiments", json={"spec": real_spec("taken")}, headers=server.as_("alice"))
+    assert again.status_code == 409 and "you have an experiment named 'taken'" in again.json()["detail"]
+    assert [(e["name"], e["owner"]) for e in server.get("/api/experiments", "root")] == [("taken", "bob"),
+                                                                                        ("taken", "alice")]
 
 
 # ---------------------------------------------------------------------- the user's area
@@ -556,8 +560,8 @@ def test_submitted_experiments_run_and_can_be_cancelled(running_server: Server) 
 def test_two_users_experiments_share_the_pool_at_once(running_server: Server) -> None:
     server = running_server
     ids = {}
-    for user, name in (("alice", "alices-run"), ("bob", "bobs-run")):
-        response = server.client.post("/api/experiments", json={"spec": real_spec(name, trials=2, steps=30)},
+    for user in ("alice", "bob"):  # of one name: names are per user
+        response = server.client.post("/api/experiments", json={"spec": real_spec("run", trials=2, steps=30)},
                                       headers=server.as_(user))
         assert response.status_code == 201, response.text
         ids[user] = response.json()["id"]
@@ -584,6 +588,12 @@ def test_two_users_experiments_share_the_pool_at_once(running_server: Server) ->
     (a_start, a_end), (b_start, b_end) = ((min(r["started_at"] for r in rs), max(r["ended_at"] for r in rs))
                                           for rs in runs.values())
     assert a_start < b_end and b_start < a_end  # their runs overlapped in time
+    for user, experiment_id in ids.items():  # each kept its own log, trials and files, in its owner's area
+        trials = server.get(f"/api/experiments/{experiment_id}/trials", user)["trials"]
+        assert len(trials) == 2 and len(server.get(f"/api/experiments/{experiment_id}/events", user)["events"]) > 4
+        trials_dir = server.hermes.config.root / "users" / user / "runs" / "run" / "trials"
+        checkpoints = list(trials_dir.glob("*/checkpoints/step-*"))
+        assert checkpoints, f"no checkpoint of {user}'s run in their area"
     deadline = time.monotonic() + 5  # the pool's shares are as of its last look at the store (poll)
     while server.get("/api/cluster", "root")["users"]:
         assert time.monotonic() < deadline, "finished experiments still hold a share"
@@ -810,7 +820,7 @@ def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None
         assert [line.split()[:4] for line in listed[2:]] == [["1", "remote", "erin", "finished"],
                                                              ["2", "long", "erin", "cancelled"]]
         for name, refusal in (("remote", "409 Conflict: experiment 1 is finished already"),
-                              ("nope", "no experiment 'nope' that you may see")):
+                              ("nope", "no experiment 'nope' in http")):
             refused = subprocess.run([*hermes, "cancel", name, "--server", url], capture_output=True, text=True,
                                      env=env)
             assert refused.returncode == 2 and refusal in refused.stderr, refused.stderr

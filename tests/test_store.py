@@ -150,11 +150,18 @@ def test_pool_experiments_are_queued_with_owner_and_weight(store: ExperimentStor
     assert [e.name for e in store.experiments(status=ExperimentStatus.QUEUED)] == ["queued"]
     both = [ExperimentStatus.QUEUED, ExperimentStatus.RUNNING]
     assert [e.name for e in store.experiments(status=both)] == ["ran", "queued"]
-    assert store.create_or_open_experiment("queued", SPEC) == queued  # its runner opens it as any other
-    with pytest.raises(StoreError, match="'queued' exists already"):
-        store.submit_experiment("queued", SPEC)
-    with pytest.raises(StoreError, match="'ran' exists already"):
+    with pytest.raises(StoreError, match=r"'queued' exists already in .* \(of ann\)"):
+        store.submit_experiment("queued", SPEC, owner="ann")
+    with pytest.raises(StoreError, match="'ran' exists already"):  # a pool's without owner shares hermes run's names
         store.submit_experiment("ran", SPEC)
+    # names are per owner: bob's and hermes run's "queued" are experiments of their own
+    bobs = store.submit_experiment("queued", SPEC, owner="bob")
+    runners = store.create_or_open_experiment("queued", SPEC)
+    assert len({queued, bobs, runners}) == 3
+    assert [(e.name, e.owner, e.full_name) for e in store.experiments()][-3:] == [
+        ("queued", "ann", "ann/queued"), ("queued", "bob", "bob/queued"), ("queued", None, "queued")]
+    with pytest.raises(StoreError, match="cannot hold a '/'"):
+        store.submit_experiment("other", SPEC, owner="ann/x")
 
 
 def test_weights_cancellations_and_errors(store: ExperimentStore) -> None:
@@ -320,6 +327,22 @@ def test_a_store_made_before_the_metrics_key_gets_it_keeping_first_reports(tmp_p
     with sqlite3.connect(path) as connection, pytest.raises(sqlite3.IntegrityError):
         connection.execute("INSERT INTO metrics (experiment_id, trial_id, step, at, metric_values) "
                            "VALUES (1, 't0', 1, 5.0, '{}')")
+
+
+def test_a_pool_experiment_stored_before_names_were_per_owner_still_holds_its_name(tmp_path: Path) -> None:
+    path = tmp_path / "hermes.db"
+    store = SqlStore(f"sqlite:///{path}")
+    try:
+        old = store.submit_experiment("digits", SPEC, owner="ann")
+        with sqlite3.connect(path) as connection:  # as an older Hermes keyed it: by its name alone
+            connection.execute("UPDATE experiments SET name = 'digits' WHERE id = ?", (old,))
+        assert (store.experiment(old).name, store.experiment(old).owner) == ("digits", "ann")
+        with pytest.raises(StoreError, match="'digits' exists already"):  # its runs/digits is ann's still
+            store.submit_experiment("digits", SPEC, owner="ann")
+        bobs = store.submit_experiment("digits", SPEC, owner="bob")
+        assert [e.full_name for e in store.experiments()] == ["ann/digits", "bob/digits"] and bobs != old
+    finally:
+        store.close()
 
 
 def test_records_read_are_copies(store: ExperimentStore) -> None:
@@ -496,7 +519,7 @@ def test_server_experiments_are_queued_owned_weighted_and_cancellable(store: Exp
     assert (record.status, record.owner, record.weight, record.cancel_requested) == (
         ExperimentStatus.QUEUED, "alice", 2.5, False)
     with pytest.raises(StoreError, match="exists already"):
-        store.submit_experiment("mine", SPEC, "bob")
+        store.submit_experiment("mine", SPEC, "alice")
     store.set_weight(own, 0.5)
     store.request_cancel(own)
     record = store.experiment(own)

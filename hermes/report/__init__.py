@@ -89,17 +89,26 @@ def open_store(directory: str | Path) -> SqlStore:
 
 
 def pick_experiment(store: ExperimentStore, name: str | None) -> ExperimentRecord:
-    """The experiment called ``name``, or the newest one when no name is given."""
+    """The experiment called ``name`` (see ``named``), or the newest one when no name is given."""
     experiments = store.experiments()
     if not experiments:
         raise HermesError(f"{store_location(store)} holds no experiment yet")
     if name is None:
         return experiments[-1]
-    for experiment in experiments:
-        if experiment.name == name:
-            return experiment
-    names = ", ".join(experiment.name for experiment in experiments)
-    raise HermesError(f"no experiment {name!r} in {store_location(store)}; it holds {names}")
+    return named(experiments, name, store_location(store))
+
+
+def named(experiments: Sequence[ExperimentRecord], name: str, where: str) -> ExperimentRecord:
+    """The one of ``experiments`` (those of ``where``) called ``name``, or ``owner/name``: a pool's
+    names are per owner, so an admin may see several of one name."""
+    found = [experiment for experiment in experiments if name in (experiment.name, experiment.full_name)]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        names = ", ".join(experiment.full_name for experiment in found)
+        raise HermesError(f"{len(found)} experiments in {where} are called {name!r}: {names}; name one as OWNER/NAME")
+    names = ", ".join(experiment.full_name for experiment in experiments) or "none"
+    raise HermesError(f"no experiment {name!r} in {where}; it holds {names}")
 
 
 def store_location(store: ExperimentStore) -> str:

@@ -129,7 +129,7 @@ def submit(body: SubmitRequest, hermes: HermesDep, user: UserDep) -> Experiment:
         experiment_id = hermes.store.submit_experiment(spec.name, hermes.stored(spec), user.name, body.weight)
     except StoreError:  # its message names the database, which is not the caller's business
         raise HTTPException(
-            status.HTTP_409_CONFLICT, f"an experiment named {spec.name!r} exists already; give yours another name "
+            status.HTTP_409_CONFLICT, f"you have an experiment named {spec.name!r} already; give this one another name "
             "(`hermes submit --name NAME` leaves the spec as it is)"
         ) from None
     return _summary(hermes.store.experiment(experiment_id), None, spec=True)

@@ -66,11 +66,12 @@ class Client:
         return self.request("POST", "/experiments", {"spec": dict(spec), "weight": weight, "folder": folder})
 
     def cancel(self, name: str) -> dict[str, Any]:
-        """Ask the server to stop the experiment called ``name`` (one the token's user may see) and end it."""
-        found = [e for e in self.request("GET", "/experiments") if e["name"] == name]
-        if not found:
-            raise ServerError(f"{self.url}: no experiment {name!r} that you may see")
-        return self.request("POST", f"/experiments/{found[0]['id']}/cancel")
+        """Ask the server to stop the experiment called ``name`` (one the token's user may see; an
+        admin who sees several of that name gives ``owner/name``) and end it."""
+        from hermes.report import named
+
+        seen = [RemoteStore.record(summary, {}) for summary in self.request("GET", "/experiments")]
+        return self.request("POST", f"/experiments/{named(seen, name, self.url).experiment_id}/cancel")
 
 
 class RemoteStore(ExperimentStore):
@@ -86,13 +87,13 @@ class RemoteStore(ExperimentStore):
         wanted = None if status is None else {
             ExperimentStatus(one) for one in ([status] if isinstance(status, str) else status)
         }
-        return [self._record(e, self.client.request("GET", f"/experiments/{e['id']}")["spec"])
+        return [self.record(e, self.client.request("GET", f"/experiments/{e['id']}")["spec"])
                 for e in self.client.request("GET", "/experiments")
                 if wanted is None or ExperimentStatus(e["status"]) in wanted]
 
     def experiment(self, experiment_id: int) -> ExperimentRecord:
         found = self.client.request("GET", f"/experiments/{experiment_id}")
-        return self._record(found, found["spec"])
+        return self.record(found, found["spec"])
 
     def trials(self, experiment_id: int) -> list[TrialRecord]:
         found = self.client.request("GET", f"/experiments/{experiment_id}/trials")["trials"]
@@ -156,7 +157,8 @@ class RemoteStore(ExperimentStore):
         pass
 
     @staticmethod
-    def _record(summary: Mapping[str, Any], spec: dict[str, Any]) -> ExperimentRecord:
+    def record(summary: Mapping[str, Any], spec: dict[str, Any]) -> ExperimentRecord:
+        """The record of an experiment's summary in the API (``GET /experiments``) and its spec."""
         return ExperimentRecord(
             summary["id"], summary["name"], spec, summary["created_at"], ExperimentStatus(summary["status"]),
             owner=summary["owner"], weight=summary["weight"], cancel_requested=summary["cancel_requested"],

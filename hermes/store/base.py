@@ -62,6 +62,11 @@ class ExperimentRecord:
     gpu_seconds_used: float = 0.0  # a pool's fair-share accounts: GPU seconds it held so far,
     gpu_seconds_owed: float = 0.0  # and what its share came to (``save_accounts``)
 
+    @property
+    def full_name(self) -> str:
+        """``owner/name`` for a pool's experiment (names are per owner), else its name."""
+        return f"{self.owner}/{self.name}" if self.owner else self.name
+
 
 @dataclass(frozen=True, slots=True)
 class TrialRecord:
@@ -157,7 +162,8 @@ class ExperimentStore(ABC):
     # ------------------------------------------------------------------ a pool's experiments (hermes.pool)
     @abstractmethod
     def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str = "", weight: float = 1.0) -> int:
-        """Queue a new experiment for a pool (status queued); a name in use raises StoreError.
+        """Queue a new experiment for a pool (status queued); a name the owner uses already raises
+        StoreError. Names are per owner: two owners may each have an experiment called ``mnist``.
 
         ``spec`` as ``ExperimentSpec.model_dump(mode="json")`` gives it (what a runner stores), so
         that the pool's session reopens it as is."""

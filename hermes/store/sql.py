@@ -44,7 +44,7 @@ EXPERIMENTS = sa.Table(
     "experiments",
     METADATA,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("name", sa.String(255), nullable=False, unique=True),
+    sa.Column("name", sa.String(255), nullable=False, unique=True),  # its key: ``_key``
     sa.Column("spec", sa.Text, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("status", sa.String(32), nullable=False),
@@ -298,12 +298,18 @@ class SqlStore(ExperimentStore):
             raise StoreError("an experiment needs a non-empty name")
         _check_weight(weight)
         spec_json = _dumps(spec)
+        if "/" in str(owner):
+            raise StoreError(f"an owner's name cannot hold a '/': {owner!r}")
+        key = _key(name, str(owner))
         with self._writing() as connection:
-            if connection.execute(sa.select(EXPERIMENTS.c.id).where(EXPERIMENTS.c.name == name)).first() is not None:
-                raise StoreError(f"an experiment named {name!r} exists already in {self.url}")
+            # Before names were per owner, a pool's experiment was keyed by its name alone.
+            taken = connection.execute(self._experiment_rows.where(EXPERIMENTS.c.name.in_({key, name}))).all()
+            if any(row.name == key or row.owner == owner for row in taken):
+                raise StoreError(f"an experiment named {name!r} exists already in {self.url}"
+                                 + (f" (of {owner})" if owner else ""))
             inserted = connection.execute(
                 EXPERIMENTS.insert().values(
-                    name=name, spec=spec_json, created_at=time.time(), status=ExperimentStatus.QUEUED.value
+                    name=key, spec=spec_json, created_at=time.time(), status=ExperimentStatus.QUEUED.value
                 )
             )
             experiment_id = int(inserted.inserted_primary_key[0])  # type: ignore[index]  # set by a one-row insert
@@ -683,9 +689,15 @@ def _metric_values(trial_id: str, step: int, metrics: Mapping[str, float]) -> st
 
 
 
+def _key(name: str, owner: str) -> str:
+    """An experiment's key in the store: a pool's experiment names are per owner (``owner/name``),
+    others' are their names. Neither a name nor an owner holds a '/', so keys never clash."""
+    return f"{owner}/{name}" if owner else name
+
+
 def _experiment(row: sa.Row[Any]) -> ExperimentRecord:
     return ExperimentRecord(
-        row.id, row.name, json.loads(row.spec), row.created_at, ExperimentStatus(row.status),
+        row.id, row.name.rpartition("/")[2], json.loads(row.spec), row.created_at, ExperimentStatus(row.status),
         owner=row.owner,
         weight=1.0 if row.weight is None else row.weight,
         cancel_requested=bool(row.cancel_requested),
