@@ -13,7 +13,7 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -181,7 +181,11 @@ def view_of(store: SqlStore, name: str) -> ExperimentView:
 def test_status_agrees_with_the_core(recorded: Recorded, store: SqlStore, name: str) -> None:
     recording = {"sweep": recorded.finished, "loss-sweep": recorded.minimised, "cut": recorded.interrupted}[name]
     core = recording.scheduler
-    status = experiment_status(store, pick_experiment(store, name))
+    experiment = pick_experiment(store, name)
+    if name == "cut":  # interrupted: nothing holds a GPU now; as its runner saw it while running, its trials did
+        assert not any(experiment_status(store, experiment).gpus.values())
+        experiment = replace(experiment, status=ExperimentStatus.RUNNING)
+    status = experiment_status(store, experiment)
 
     counts = Counter(trial.state for trial in core.trials.values())
     assert status.by_state == {state: counts[state] for state in TrialState if counts[state]}
@@ -210,14 +214,19 @@ def test_the_runs_exercise_what_the_status_shows(recorded: Recorded) -> None:
 
 
 def test_status_text(recorded: Recorded, store: SqlStore) -> None:
-    text = format_status(experiment_status(store, pick_experiment(store, "cut")))
+    cut = pick_experiment(store, "cut")
+    text = format_status(experiment_status(store, cut))
     core = recorded.interrupted.scheduler
     best = best_by_core(core)
     assert text.startswith("experiment  cut (id 3): interrupted\nmetric      score (max)\n")
     assert f"best        trial {best.trial_id}: score " in text
     assert f"{recorded.interrupted.preemptions} preemptions, {recorded.interrupted.migrations} migrations" in text
     busy = sum(t.gpu is not None for t in core.trials.values())
-    assert f"GPUs        {busy} of 3 busy" in text
+    by_state = Counter(t.state for t in core.trials.values())
+    assert f"trials      {len(core.trials)}: {busy} interrupted, " in text and " running" not in text
+    assert by_state[TrialState.RUNNING] == busy and "GPUs        0 of 3 busy" in text  # no runner: nothing runs
+    text = format_status(experiment_status(store, replace(cut, status=ExperimentStatus.RUNNING)))
+    assert f"GPUs        {busy} of 3 busy" in text and f"{busy} running" in text  # as its runner saw it
     for trial in core.trials.values():
         if trial.gpu is not None:
             assert any(line.split()[:2] == [trial.gpu, trial.trial_id] for line in text.splitlines())

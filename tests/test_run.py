@@ -77,6 +77,7 @@ def search(trials: int, seed: int, sleep: float, **space: Any) -> dict[str, Any]
 
 
 def write_spec(directory: Path, spec: dict[str, Any]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "experiment.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
@@ -579,6 +580,8 @@ def test_sigterm_interrupts_a_run_like_ctrl_c(tmp_path: Path) -> None:
     status = hermes("status", str(storage), cwd=tmp_path)
     assert status.returncode == 0, status.stderr
     assert status.stdout.startswith("experiment  e2e-sigterm (id 1): interrupted\n")
+    assert " interrupted, " in status.stdout and " running" not in status.stdout, status.stdout
+    assert "GPUs        0 of 2 busy" in status.stdout  # its trials are stopped: they go on from their checkpoints
 
 
 def test_the_live_view_runs_on_a_terminal(tmp_path: Path) -> None:
@@ -993,6 +996,37 @@ def test_an_unmodified_programs_objective_group_may_carry_the_metrics_name(tmp_p
     assert [sorted(record.values) for record in view.metrics] == [["loss", "score"]] * 3
     scores = [record.values["score"] for record in view.metrics]
     assert scores == [pytest.approx(score(0.5, step), abs=1e-4) for step in (1, 2, 3)]
+
+
+def test_an_unmodified_program_that_trains_past_its_budget_is_stopped_there_and_completes(tmp_path: Path) -> None:
+    spec = one_printer("e2e-past-budget", 30, PRINTED, "--sleep", "0.1")  # it trains 30 steps, whatever the budget
+    spec["budget"] = {"steps": 3}
+    run_ok(write_spec(tmp_path, spec))
+    view, _ = load_view(tmp_path / "runs")
+    [trial] = view.trials
+    assert trial.state is TrialState.COMPLETED and 4 <= trial.step < 30  # stopped at its first report past 3
+
+
+def test_an_unmodified_programs_lines_give_their_numbers_and_say_which_group_was_none(tmp_path: Path) -> None:
+    """Groups that are not numbers (a phase's name) are left out; an objective or a step that is not a number,
+    or a step that no store keeps (a timestamp), is named in the trial's error."""
+    worded = one_printer("e2e-words", 3, r"(?P<phase>[a-z]+) (?P<step>\d+) loss (?P<loss>\S+) score (?P<value>\S+)")
+    run_ok(write_spec(tmp_path / "worded", worded))
+    view, _ = load_view(tmp_path / "worded" / "runs")
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED]
+    assert [sorted(record.values) for record in view.metrics] == [["loss", "value"]] * 3
+    for name, pattern, options, error in (
+        ("e2e-misread", r"step (?P<step>\d+) (?P<value>loss)", (),
+         "ended without a report: lines matched trial.metrics_regex, but its group 'value' read 'loss', not a "
+         "number, in the line 'step 1 loss"),
+        ("e2e-huge-step", PRINTED, ("--first-step", str(2**40)),
+         f"trial.metrics_regex's group 'step' read {2**40} in the line 'step {2**40} loss"),
+    ):
+        result = hermes("run", str(write_spec(tmp_path / name, one_printer(name, 3, pattern, *options))), "--no-live",
+                        cwd=tmp_path / name)
+        assert result.returncode == 1 and error in result.stderr, result.stderr
+        view, _ = load_view(tmp_path / name / "runs")
+        assert [trial.state for trial in view.trials] == [TrialState.FAILED] and error in view.trials[0].error
 
 
 def test_a_run_whose_every_trial_failed_exits_with_code_1_and_the_first_error(tmp_path: Path) -> None:

@@ -345,6 +345,23 @@ def test_budget_reaching_report_makes_no_decision_and_exit_frees_the_gpu() -> No
     assert "a" not in core.scheduler.cluster.nodes["n0"].members
 
 
+def test_a_trial_that_reports_past_its_budget_is_stopped_there_and_completed() -> None:
+    core = rr(period=1)
+    core.node(0, "n0", "g0")
+    core.submit(0, "a", budget=2)
+    core.submit(0, "b", budget=2)
+    assert core.report(0.5, "a", 2) == []
+    assert core.report(0.6, "a", 3) == [Stop("a")]  # it ignores its budget: ended here, not when it likes
+    assert core.exited(0.7, "a", succeeded=False, error="stopped") == [Start("b", "g0")]
+    assert core.state("a") is TrialState.COMPLETED
+    # one told to suspend, whose report past its budget comes first, is completed once its checkpoint lands
+    assert core.submit(1, "c", budget=2) == []
+    assert core.report(2, "b", 1) == [Suspend("b")]  # its turn is over
+    assert core.report(2.1, "b", 5) == [Stop("b")]
+    assert core.suspended(2.2, "b", 5) == [Start("c", "g0")]
+    assert core.state("b") is TrialState.COMPLETED
+
+
 def test_stopper_stops_a_running_trial_which_ends_stopped_on_exit() -> None:
     core = rr(stopper=StopBelow(0.3))
     core.node(0, "n0", "g0")

@@ -107,6 +107,8 @@ def test_reports_are_validated_in_the_trial(channel: Channel) -> None:
     channel.answer(protocol.CONTINUE, protocol.CONTINUE, protocol.CONTINUE)
     with pytest.raises(ValueError, match="steps count from 1"):
         trial.report(0, accuracy=0.5)  # a loop from 0 that reports its epoch
+    with pytest.raises(ValueError, match="at most 2147483647"):
+        trial.report(2**31, accuracy=0.5)  # no store could keep it
     trial.report(3, accuracy=0.5)
     with pytest.raises(ValueError, match="must exceed the previous step 3"):
         trial.report(3, accuracy=0.5)

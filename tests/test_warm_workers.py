@@ -109,12 +109,25 @@ def test_a_trial_that_kills_its_worker_fails_alone_and_the_parked_one_catches_up
     ) as executor:
         scheduler, log = run_experiment(executor, launches, period=0.05)
     a, b = scheduler.trials["a"], scheduler.trials["b"]
-    assert b.state is TrialState.FAILED and b.error.startswith("its worker died, exit code 7")
+    assert b.state is TrialState.FAILED and b.error == "its worker died, exit code 7"  # it said nothing
     assert a.state is TrialState.COMPLETED
     assert a.steps == list(range(1, BUDGET + 1))  # the steps it did again after the crash were not re-reported
     assert [step for step, _ in reports(log, "a")] == list(range(1, BUDGET + 1))
     assert result(executor, "a")["total"] == pytest.approx(expected_total(0.4), abs=1e-12)
     assert len(set(result(executor, "a")["pids"])) == 2  # it lost its worker and went on in the new one
+
+
+def test_a_worker_that_dies_importing_the_trials_module_says_why_once(tmp_path: Path) -> None:
+    """Each trial's error quotes its own worker's last lines, whole, not those of the slot's workers before it."""
+    (tmp_path / "broken.py").write_text("import no_such_module_anywhere\n\ndef train(config):\n    pass\n")
+    launches = {t: TrialLaunch(BUDGET, function="broken:train", cwd=str(tmp_path)) for t in "abc"}
+    with LocalExecutor(tmp_path / "run", slots=local_slots(cpu_slots=1), metric="score") as executor:
+        scheduler, _ = run_experiment(executor, launches, policy="fifo")
+    for trial in scheduler.trials.values():
+        assert trial.state is TrialState.FAILED and trial.error.startswith("its worker died, exit code 1: ")
+        said = trial.error.removeprefix("its worker died, exit code 1: ")
+        assert said.count("Traceback") <= 1 and said.endswith("No module named 'no_such_module_anywhere'")
+        assert said.startswith(("Traceback", "File ", "  File ")), said  # a whole line, the first one quoted
 
 
 def test_an_exception_fails_only_its_trial_and_the_worker_lives_on(tmp_path: Path) -> None:

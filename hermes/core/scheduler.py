@@ -200,9 +200,9 @@ class Scheduler:
         verdict = self.policy.observe(trial, event.at)
         if self.stopper is not None and self.stopper.should_stop(trial):
             verdict = STOP
-        if self._replaying or event.step >= trial.budget:
+        if self._replaying or event.step == trial.budget:
             return []  # the log says what followed; or, at its budget, it exits by itself
-        if verdict is STOP:
+        if verdict is STOP or event.step > trial.budget:  # past its budget: it ignores it, and ends here
             return self._stop(trial)
         if trial.state is SUSPENDING:
             return []  # it is leaving its GPU already
@@ -218,7 +218,7 @@ class Scheduler:
         trial.checkpoint_step = trial.step = event.step
         node = self._release_gpu(trial, event.at)
         if trial.stop_requested:  # told to stop while suspending: the Stop drops the checkpoint
-            trial.move_to(STOPPED)
+            trial.move_to(COMPLETED if trial.step >= trial.budget else STOPPED)
             self._retire(trial)
             return self._place_and_fill(event.at, {node})
         trial.move_to(SUSPENDED)
@@ -228,7 +228,7 @@ class Scheduler:
     def _on_exited(self, event: TrialExited) -> list[Decision]:
         trial = self._trial(event.trial_id)
         if trial.stop_requested:
-            outcome = STOPPED
+            outcome = COMPLETED if trial.step >= trial.budget else STOPPED  # stopped once it trained its budget
         elif event.succeeded and trial.steps:
             outcome = COMPLETED
         elif event.crashed and trial.steps and trial.state in HOLDING_GPU and trial.crashes < self.max_failures:

@@ -49,6 +49,7 @@ from pydantic_core import ErrorDetails
 from hermes.errors import SpecError
 from hermes.experiment.command import CommandError, parse_template, validate_template
 from hermes.experiment.locate import missing_function
+from hermes.trial.protocol import MAX_STEP
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -412,7 +413,8 @@ class MetricSpec(_Section):
 
 
 class BudgetSpec(_Section):
-    steps: StrictPositiveInt  # steps (usually epochs) a trial trains unless the scheduler stops it
+    # steps (usually epochs) a trial trains unless the scheduler stops it; one that reports past them is stopped there
+    steps: Annotated[StrictPositiveInt, Field(le=MAX_STEP)]
 
 
 class StopperSpec(_Section):

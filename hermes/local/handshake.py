@@ -43,6 +43,8 @@ class TrialProgress:
         """A new report (past ``last_step``), as the event the core gets."""
         if step <= self.last_step:
             raise ValueError(f"reported step {step} after step {self.last_step}")
+        if step > protocol.MAX_STEP:
+            raise ValueError(f"reported step {step}, past the largest, {protocol.MAX_STEP}")
         self.last_step = step
         if checkpointed:
             self.checkpoint_step = step

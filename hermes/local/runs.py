@@ -77,6 +77,7 @@ class Run:
     stderr_offset: int = 0  # where this run's stderr starts in stderr.log
     worker: Worker | None = None  # the warm worker it runs in, instead of a process
     reports: int = 0  # unmodified: the lines read as reports, new or caught up (the step, without a step group)
+    misread: str | None = None  # unmodified: why the last line that matched its pattern was no report
     suspended_step: int | None = None  # its checkpoint of this step is committed
     paused: bool = False  # SIGSTOPped
     parked: bool = False  # suspended in its worker with its state in memory

@@ -91,10 +91,14 @@ def exit_reason(code: int) -> str:
 
 
 def tail(path: Path, offset: int) -> str:
-    """The end of a log from ``offset`` on, for an error message."""
+    """The end of a log from ``offset`` on, for an error message: its last lines, the first of them whole."""
     with open(path, "rb") as log:
-        log.seek(max(offset, log.seek(0, os.SEEK_END) - _STDERR_TAIL))
-        return log.read().decode(errors="replace").strip()
+        start = max(offset, log.seek(0, os.SEEK_END) - _STDERR_TAIL)
+        log.seek(start)
+        text = log.read()
+    if start > offset:  # cut inside a line, most likely: start at the next one (if the text holds one)
+        text = text.partition(b"\n")[2] or text
+    return text.decode(errors="replace").strip()
 
 
 def wait_stopped(pid: int, patience: float = 5.0) -> bool:

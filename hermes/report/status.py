@@ -28,6 +28,7 @@ class Status:
     migrations: int  # resumes on another GPU
     reruns: int  # runs that crashed, after which their trial ran again from its checkpoint
     state: str  # the stored status, with who runs it, or that nobody does although it says running
+    live: bool  # a runner runs it now: otherwise no GPU is busy, whatever runs the log left open
 
 
 def experiment_status(store: ExperimentStore, experiment: ExperimentRecord, lock: Path | None = None) -> Status:
@@ -39,7 +40,8 @@ def experiment_status(store: ExperimentStore, experiment: ExperimentRecord, lock
     events = store.events(experiment.experiment_id)
     decisions = [record.decision for record in store.decisions(experiment.experiment_id)]
     counts = Counter(trial.state for trial in view.trials)
-    running = {run.gpu: run for run in view.runs if run.ended_at is None}
+    live = _live(experiment, lock)
+    running = {run.gpu: run for run in view.runs if run.ended_at is None and live}
     return Status(
         view=view,
         elapsed=events[-1].at - events[0].at if events else 0.0,
@@ -51,6 +53,7 @@ def experiment_status(store: ExperimentStore, experiment: ExperimentRecord, lock
         migrations=sum(isinstance(decision, Resume) and decision.migrated for decision in decisions),
         reruns=_reruns(view, events),
         state=_state(experiment, lock),
+        live=live,
     )
 
 
@@ -75,10 +78,28 @@ def _best(view: ExperimentView) -> Standing | None:
 def _state(experiment: ExperimentRecord, lock: Path | None) -> str:
     if experiment.status is not ExperimentStatus.RUNNING or lock is None:
         return experiment.status.value
-    who = holder(lock)
-    if who is not None and who.get("experiment") in (experiment.name, None):
-        return f"running, by {describe(who)}"
+    if _live(experiment, lock):
+        return f"running, by {describe(holder(lock) or {})}"
     return "running when its runner ended without a word (killed?): `hermes run` continues it"
+
+
+def _live(experiment: ExperimentRecord, lock: Path | None) -> bool:
+    """Whether a runner runs it now: it says running, and the storage dir's runner holds its lock (when known)."""
+    if experiment.status is not ExperimentStatus.RUNNING:
+        return False
+    if lock is None:
+        return True
+    who = holder(lock)
+    return who is not None and who.get("experiment") in (experiment.name, None)
+
+
+def _trial_counts(counts: Counter[TrialState], live: bool) -> str:
+    """Trials by state; where no runner runs the experiment, those the log left on a GPU are interrupted
+    (they go on from their checkpoints when it continues)."""
+    left = () if live else (TrialState.RUNNING, TrialState.SUSPENDING)
+    interrupted = sum(counts[state] for state in left)
+    shown = [f"{counts[state]} {state.value}" for state in TrialState if counts[state] and state not in left]
+    return ", ".join([f"{interrupted} interrupted"] * bool(interrupted) + shown)
 
 
 def _present_gpus(events: Sequence[Event]) -> list[str]:
@@ -102,7 +123,7 @@ def format_status(status: Status) -> str:
     """A few labelled lines for people, then one line per GPU."""
     view = status.view
     experiment, target = view.experiment, view.target
-    trials = ", ".join(f"{count} {state.value}" for state, count in status.by_state.items())
+    trials = _trial_counts(Counter(status.by_state), status.live)
     lines = [
         f"experiment  {experiment.name} (id {experiment.experiment_id}): {status.state}",
         f"metric      {target.name} ({target.objective.mode})",
@@ -153,7 +174,7 @@ def format_experiments(store: ExperimentStore, lock: Path | None = None) -> str:
         best = _best(view)
         rows.append([
             str(experiment.experiment_id), experiment.name, experiment.owner or "", _state(experiment, lock),
-            ", ".join(f"{counts[state]} {state.value}" for state in TrialState if counts[state]) or "none yet",
+            _trial_counts(counts, _live(experiment, lock)) or "none yet",
             "" if best is None else f"{view.target.name} {format_number(best.best)} (trial {best.trial_id})",
         ])
     if not rows:

@@ -24,6 +24,8 @@ ENV_REPORTED_STEP = "HERMES_REPORTED_STEP"  # the last step of this trial the sc
 ENV_WORKER_CHANNEL = "HERMES_WORKER_CHANNEL"  # a warm worker's fd for its messages
 ENV_WORKER_OF = "HERMES_WORKER_OF"  # the executor directory a warm worker serves: whose it is, for ps and tests
 
+MAX_STEP = 2**31 - 1  # the largest step: stores keep steps as 32-bit integers (PostgreSQL's INTEGER)
+
 CONFIG_FILE = "config.json"
 CHECKPOINTS_DIR = "checkpoints"  # holds committed checkpoints "step-<n>/" and the pointer file
 LATEST_FILE = "latest"  # names the newest committed checkpoint; replaced atomically

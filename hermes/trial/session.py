@@ -161,6 +161,8 @@ class Session:
             raise TypeError(f"step must be an int, got {type(step).__name__}") from None
         if step < 1:
             raise ValueError(f"step {step}: steps count from 1, as budget.steps does (a loop from 0 reports epoch + 1)")
+        if step > protocol.MAX_STEP:
+            raise ValueError(f"step {step}: steps count epochs or iterations, at most {protocol.MAX_STEP}")
         if step <= self.last_step:
             if not self.last_step == self.start_step > 0:  # not the first report since a resume
                 raise ValueError(f"step {step} must exceed the previous step {self.last_step}")

@@ -25,6 +25,7 @@ from hermes.local.handshake import Handshake
 from hermes.local.runs import LocalTrial, Output, Run
 from hermes.local.system import die_with_parent, exit_reason, kill_group, pin, slot_environment, tail, wait_stopped
 from hermes.trial import protocol
+from hermes.trial.protocol import MAX_STEP
 
 
 class ProcessLauncher(Launcher):
@@ -199,6 +200,9 @@ class ProcessLauncher(Launcher):
             host.emit(TrialExited(now, trial.trial_id, False, "stopped"))
         elif run.error is not None:
             host.emit(TrialExited(now, trial.trial_id, False, run.error))
+        elif code == 0 and run.misread is not None and not trial.last_step:
+            host.emit(TrialExited(now, trial.trial_id, False, f"ended without a report: lines matched "
+                                  f"trial.metrics_regex, but {run.misread}"))
         elif code == 0:
             host.emit(TrialExited(now, trial.trial_id, True))
         elif code == protocol.EXIT_NO_SPACE and trial.launch.function is not None:
@@ -282,22 +286,46 @@ class ScriptLauncher(ProcessLauncher):
         self.kill(run)
 
     def _parse(self, run: Run, line: bytes) -> None:
-        match = run.trial.launch.pattern.search(line.decode(errors="replace"))
+        """A line that matches the pattern is a report when its objective and step are numbers; other
+        groups are recorded when they are numbers too, and left out when not (a phase's name, say)."""
+        text = line.decode(errors="replace")
+        match = run.trial.launch.pattern.search(text)
         if match is None:
             return
-        groups = {name: text for name, text in match.groupdict().items() if text is not None}
+        trial, host = run.trial, self.host
+        groups = {name: found for name, found in match.groupdict().items() if found is not None}
+        metrics = {name: number for name, found in groups.items() if name != "step"
+                   for number in [_number(found)] if number is not None}
+        name = "value" if "value" in groups else host.metric_of(trial) or ""
+        if name not in groups:
+            return  # the objective's group is optional in the pattern and did not match: not a report
+        if name not in metrics:
+            run.misread = run.misread or f"its group {name!r} read {groups[name]!r}, not a number, {_in(text)}"
+            return
+        objective = metrics[name]
         try:
-            metrics = {name: float(text) for name, text in groups.items() if name != "step"}
             step = int(groups["step"]) if "step" in groups else run.reports + 1
         except ValueError:
-            return  # not a number after all: not a report
-        trial, host = run.trial, self.host
-        objective = metrics.get("value", metrics.get(host.metric_of(trial) or ""))
-        if objective is None:
-            return  # the objective's group is optional in the pattern and did not match: not a report
+            run.misread = run.misread or f"its group 'step' read {groups['step']!r}, not a whole number, {_in(text)}"
+            return
+        if step > MAX_STEP:
+            host.fail(run, f"trial.metrics_regex's group 'step' read {step} {_in(text)}: steps count epochs or "
+                           f"iterations, at most {MAX_STEP} (a timestamp is no step)")
+            return
         run.reports += 1
         if step > trial.last_step:
             host.emit(trial.reported(step, objective, metrics, False, host.now()))
             host.note_report(trial)
         else:  # a repeated step, or one caught up by a run started again from the beginning: known already
             host.watchdog.reported(trial.trial_id, host.now())  # but a step all the same
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _in(line: str) -> str:
+    return f"in the line {line.strip()!r}"

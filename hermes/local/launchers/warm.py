@@ -48,7 +48,8 @@ class Worker:
     process: subprocess.Popen[bytes]
     pidfd: int
     channel: int | None  # read end of its messages
-    log: Path  # its own stdout and stderr
+    log: Path  # its own stdout and stderr, after those of the slot's workers before it
+    log_start: int  # where its own output starts in the log
     runs: dict[str, Run] = field(default_factory=dict)  # trial id -> its run in here: live, parked or ending
     buffer: bytes = b""
     retiring: bool = False  # over its memory limit: spill what it holds, then end it
@@ -155,6 +156,7 @@ class WarmLauncher(Launcher):
             protocol.ENV_WORKER_OF: str(host.directory),
         }
         with open(log, "ab") as output:
+            log_start = output.tell()
             process = subprocess.Popen(
                 [sys.executable, "-m", "hermes.local.worker", function.partition(":")[0]],
                 cwd=cwd or host.cwd,
@@ -169,7 +171,7 @@ class WarmLauncher(Launcher):
         os.close(messages_write)
         pin(process.pid, slot)
         os.set_blocking(messages_read, False)
-        worker = Worker(slot, group, process, os.pidfd_open(process.pid), messages_read, log)
+        worker = Worker(slot, group, process, os.pidfd_open(process.pid), messages_read, log, log_start)
         host.loop.register(messages_read, WORKER_CHANNEL, self._drain, worker)
         host.loop.register(worker.pidfd, WORKER_EXIT, self._exited, worker)
         self._workers[slot.name, group] = worker
@@ -290,7 +292,8 @@ class WarmLauncher(Launcher):
         for run in list(worker.runs.values()):
             del worker.runs[run.trial.trial_id]
             if not (run.parked or run.silent):
-                reason = run.error or f"its worker died, {exit_reason(code)}: {tail(worker.log, 0)}"
+                said = tail(worker.log, worker.log_start)
+                reason = run.error or f"its worker died, {exit_reason(code)}" + (f": {said}" if said else "")
                 host.emit(TrialExited(host.now(), run.trial.trial_id, False, reason, crashed=run.error is None))
             host.forget(run)
 
