@@ -138,6 +138,9 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{spec.name}: {outcome.status.value}{' (continued)' if outcome.resumed else ''}; "
           f"store {session.storage / 'hermes.db'}")
     print(format_results(report, standings(report)[: args.top], "table"))
+    if session.failure is not None:
+        print(f"hermes: error: {session.failure}", file=sys.stderr)
+        return 1
     if report.trials and all(trial.state is TrialState.FAILED for trial in report.trials):
         first = report.trials[0]  # a script or a spec that cannot work: say so where CI looks, the exit code
         reason = summarise_error(first.error or "", width=400)  # the line that says what to fix: not cut short

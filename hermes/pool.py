@@ -375,7 +375,9 @@ class PoolSession:
 
     def _finished(self, member: _Member) -> None:
         status = ExperimentStatus.CANCELLED if member.cancelled else ExperimentStatus.FINISHED
-        self.store.set_status(member.record.experiment_id, status)
+        if member.session.failure is not None:  # its searcher raised
+            status = ExperimentStatus.FAILED
+        self.store.set_status(member.record.experiment_id, status, error=member.session.failure)
         self.members.pop(member.key, None)
         self.executor.end_worker_group(member.key)
         self._set_period()

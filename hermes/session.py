@@ -37,6 +37,7 @@ from hermes.experiment import ExperimentSpec
 from hermes.policies import make_policy, make_stopper
 from hermes.recovery import Recovered, replay
 from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, make_searcher
+from hermes.search.errors import SamplerFailed
 from hermes.store.base import ExperimentStatus, ExperimentStore, StoreError
 from hermes.store.lock import RunnerLock, SpaceReserve, describe
 from hermes.store.recorder import StoreRecorder
@@ -108,6 +109,7 @@ class ExperimentSession:
         self._told: set[str] = set()  # trials whose end the searcher has been told
         self._cancel_lock = threading.Lock()
         self._cancel_reason: str | None = None  # cancel() was called
+        self.search_failure: SamplerFailed | None = None  # the searcher raised: the experiment ends failed
         self._origin: float | None = None  # when its first event happened, on the engine's clock
         self._width = len(str(max((spec.search.trials or 1000) - 1, 1)))
 
@@ -156,15 +158,15 @@ class ExperimentSession:
                 executor,
                 [StoreRecorder(self.store, self.experiment_id, self.scheduler), self._after, *self.listeners],
             )
-            for submission in self._submissions(recovered.now):
-                loop.post(submission)
-            with self._cancel_lock:  # from here on, cancel() posts to the loop itself
-                self._post = loop.post
-                if self._cancel_reason is not None:
-                    loop.post(ExperimentCancelled(recovered.now, self._cancel_reason))
-            self.store.set_status(self.experiment_id, ExperimentStatus.RUNNING)
-            first.extend(recovered.lost_nodes)
             try:
+                self.store.set_status(self.experiment_id, ExperimentStatus.RUNNING)
+                for submission in self._submissions(recovered.now):  # the searcher may fail from the first
+                    loop.post(submission)
+                with self._cancel_lock:  # from here on, cancel() posts to the loop itself
+                    self._post = loop.post
+                    if self._cancel_reason is not None:
+                        loop.post(ExperimentCancelled(recovered.now, self._cancel_reason))
+                first.extend(recovered.lost_nodes)
                 self._loop = loop
                 loop.run(first=first)
                 self._loop = None
@@ -182,7 +184,9 @@ class ExperimentSession:
                 raise
             # cancel() ends it as cancelled; a spent budget of time or GPU hours ends it as finished
             status = ExperimentStatus.FINISHED if self._cancel_reason is None else ExperimentStatus.CANCELLED
-            self.store.set_status(self.experiment_id, status)
+            if self.search_failure is not None:
+                status = ExperimentStatus.FAILED
+            self.store.set_status(self.experiment_id, status, error=self.failure)
         finally:
             self._loop = None
             executor.close()
@@ -251,7 +255,10 @@ class ExperimentSession:
         searcher = self.searcher
         while searcher.wants_more:
             allowed = self.budget.may_ask(searcher.asked, self._elapsed(now), self._gpu_seconds(now))
-            config = searcher.ask() if allowed else None
+            try:
+                config = searcher.ask() if allowed else None
+            except SamplerFailed as failure:
+                return [*events, self._fail_search(failure, now)]
             if config is None:
                 events.append(SubmissionsClosed(now))
                 self._closed = True
@@ -259,6 +266,12 @@ class ExperimentSession:
             trial_id = f"{config.index:0{self._width}d}"
             events.append(self.executor.submit(trial_id, self.engine.work(config.params), at=now))
         return events
+
+    def _fail_search(self, failure: SamplerFailed, now: float) -> ExperimentCancelled:
+        """The searcher raised: end the experiment (its trials stopped, what they reported kept), recorded failed."""
+        self.search_failure = failure
+        self._cancelled = self._closed = True
+        return ExperimentCancelled(now, str(failure))
 
     def _extended(self, now: float) -> bool:
         """Whether the budget now allows what the log's experiment had stopped asking for."""
@@ -283,9 +296,20 @@ class ExperimentSession:
             for trial in self.scheduler.trials.values()
         )
 
+    @property
+    def failure(self) -> str | None:
+        """Why the experiment failed as a whole (its searcher raised); None otherwise."""
+        return None if self.search_failure is None else str(self.search_failure)
+
     def _after(self, event: Event, decisions: list[Decision]) -> None:
         """After the store has the event: tell the searcher, and submit more trials when some ended."""
-        self._follow(event, decisions, replaying=False)
+        if self.search_failure is not None:
+            return  # the experiment is ending: its searcher is told nothing more
+        try:
+            self._follow(event, decisions, replaying=False)
+        except SamplerFailed as failure:
+            self._post(self._fail_search(failure, event.at))
+            return
         ended = isinstance(event, TrialExited) or any(
             self.scheduler.trials[d.trial_id].state.is_terminal for d in decisions
         )

@@ -250,6 +250,37 @@ def test_a_trial_that_kills_its_worker_takes_no_other_experiments_trials_along(t
 
 
 # ---------------------------------------------------------------------- unmodified programs in a pool
+def test_a_sampler_that_raises_fails_its_experiment_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One user's Optuna sampler that raises ends that user's experiment, failed with the reason; the pool, and the
+    other experiment sharing it, go on."""
+    (tmp_path / "failing_sampler.py").write_text(
+        "import optuna\n\n\nclass FailingSampler(optuna.samplers.RandomSampler):\n"
+        "    def after_trial(self, study, trial, state, values):\n"
+        "        raise RuntimeError('boom')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    failing = pool_spec("failing", 4, 0.05, budget=6)
+    failing["search"]["sampler"] = {"optuna": "failing_sampler.FailingSampler"}
+    failing_id = submit(store, parse_spec(failing).model_dump(mode="json"), owner="ann")
+    calm = submit(store, pool_spec("calm", 3, 0.05, budget=6), owner="bob")
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        wait_for(lambda: status(store, failing_id) is ExperimentStatus.FAILED, TIMEOUT, "the failing one to fail")
+        wait_for(lambda: status(store, calm) is ExperimentStatus.FINISHED, TIMEOUT, "the calm one to finish")
+        assert runner.is_alive()
+    finally:
+        pool.stop()
+        runner.join(TIMEOUT)
+    error = store.experiment(failing_id).error or ""
+    assert "search.sampler failing_sampler.FailingSampler failed when told trial" in error and "boom" in error
+    assert all(trial.state.is_terminal for trial in store.trials(failing_id))
+    check_completed(store, tmp_path, calm, 3, 6)
+    store.close()
+
+
 def test_an_unmodified_program_that_prints_rarely_is_preempted_between_its_lines_in_a_pool(tmp_path: Path) -> None:
     """Its steps take 1.5 s and its experiment's period is 0.3 s: the pool ticks for it, as ``hermes run`` does,
     so the core suspends it mid-step; once it is done the pool stops ticking."""

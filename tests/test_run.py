@@ -1029,6 +1029,29 @@ def test_an_unmodified_programs_lines_give_their_numbers_and_say_which_group_was
         assert [trial.state for trial in view.trials] == [TrialState.FAILED] and error in view.trials[0].error
 
 
+def test_a_sampler_that_raises_ends_the_experiment_failed_with_its_reason(tmp_path: Path) -> None:
+    """Any Optuna sampler may be named, so any may raise: the experiment ends, recorded failed with the reason, its
+    trials stopped with what they reported; no traceback, no experiment left looking as if it ran."""
+    (tmp_path / "failing_sampler.py").write_text(
+        "import optuna\n\n\nclass FailingSampler(optuna.samplers.RandomSampler):\n"
+        "    def after_trial(self, study, trial, state, values):\n"
+        "        if trial.number == 1:\n"
+        "            raise RuntimeError('boom')\n"
+    )
+    sampler = {"optuna": "failing_sampler.FailingSampler"}
+    spec = spec_of("e2e-sampler-fails", search={**search(4, 0, 0.05), "sampler": sampler},
+                   budget={"steps": 20})
+    result = hermes("run", str(write_spec(tmp_path, spec)), "--no-live", cwd=tmp_path)
+    reason = "search.sampler failing_sampler.FailingSampler failed when told trial 1's end: RuntimeError: boom"
+    assert result.returncode == 1 and f"hermes: error: {reason}" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    view, _ = load_view(tmp_path / "runs")
+    assert view.experiment.status is ExperimentStatus.FAILED and reason in (view.experiment.error or "")
+    assert all(trial.state.is_terminal for trial in view.trials) and len(view.trials) == 4
+    status = hermes("status", "runs", cwd=tmp_path)
+    assert f"error       {reason}" in status.stdout and "0 of 2 busy" in status.stdout, status.stdout
+
+
 def test_a_run_whose_every_trial_failed_exits_with_code_1_and_the_first_error(tmp_path: Path) -> None:
     """A broken training script fails CI: the experiment is recorded as finished, but the command says what went
     wrong and exits with 1 (a run with some trials completed exits with 0)."""

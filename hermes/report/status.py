@@ -130,6 +130,8 @@ def format_status(status: Status) -> str:
         f"elapsed     {format_duration(status.elapsed)}",
         f"trials      {len(view.trials)}" + (f": {trials}" if trials else ""),
     ]
+    if experiment.error:  # why it failed as a whole: its spec could not run, or its searcher raised
+        lines.insert(1, f"error       {summarise_error(experiment.error)}")
     best = status.best
     if best is None:
         lines.append("best        none yet (no trial has reported)")

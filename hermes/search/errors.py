@@ -1,8 +1,8 @@
-"""The error a wrong sampler in the spec raises, naming its field below ``search``."""
+"""The errors of samplers: a wrong one in the spec, naming its field below ``search``; one that fails while searching."""
 
 from __future__ import annotations
 
-from hermes.errors import SpecError
+from hermes.errors import HermesError, SpecError
 
 
 class SamplerError(SpecError):
@@ -12,3 +12,7 @@ class SamplerError(SpecError):
         super().__init__(f"search.{field}: {reason}")
         self.field = field
         self.reason = reason
+
+
+class SamplerFailed(HermesError):
+    """A sampler raised while proposing or learning (an Optuna sampler is anyone's code): the experiment ends failed."""

@@ -14,10 +14,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from hermes.search.base import BaseSearcher
-from hermes.search.errors import SamplerError
+from hermes.search.errors import SamplerError, SamplerFailed
 
 if TYPE_CHECKING:
     import optuna
@@ -49,6 +51,7 @@ class OptunaSearcher(BaseSearcher):
         finally:
             optuna.logging.set_verbosity(verbosity)
         self._distributions = {name: _distribution(optuna, p) for name, p in search.space.items()}
+        self._sampler = search.sampler_name
         self._trials: dict[int, optuna.trial.Trial] = {}
         self._steps: dict[int, set[int]] = {}  # steps reported, per running trial
 
@@ -58,7 +61,8 @@ class OptunaSearcher(BaseSearcher):
         return self._study
 
     def _propose(self, index: int) -> dict[str, Any]:
-        trial = self._trials[index] = self._study.ask(self._distributions)
+        with self._failing(f"proposing trial {index}"):
+            trial = self._trials[index] = self._study.ask(self._distributions)
         self._steps[index] = set()
         return {name: trial.params[name] for name in self._distributions}
 
@@ -66,17 +70,28 @@ class OptunaSearcher(BaseSearcher):
         if step in self._steps[index]:  # a trial resumed from an older checkpoint reports a step again: keep the first
             return
         self._steps[index].add(step)
-        self._trials[index].report(value, step)
+        with self._failing(f"when told trial {index}'s step {step}"):
+            self._trials[index].report(value, step)
 
     def _end(self, index: int, value: float | None, stopped: bool) -> None:
         trial = self._trials.pop(index)
         del self._steps[index]
-        if value is None:
-            self._study.tell(trial, state=self._states.FAIL)
-        elif stopped:
-            self._study.tell(trial, state=self._states.PRUNED)
-        else:
-            self._study.tell(trial, value)
+        with self._failing(f"when told trial {index}'s end"):
+            if value is None:
+                self._study.tell(trial, state=self._states.FAIL)
+            elif stopped:
+                self._study.tell(trial, state=self._states.PRUNED)
+            else:
+                self._study.tell(trial, value)
+
+    @contextmanager
+    def _failing(self, doing: str) -> Iterator[None]:
+        """Whatever the sampler raises ends the experiment with a reason that names it, not a traceback."""
+        try:
+            yield
+        except Exception as error:
+            raise SamplerFailed(f"search.sampler {self._sampler} failed {doing}: {type(error).__name__}: {error} "
+                                "(a sampler of Hermes's own may suit: docs/search.md)") from error
 
 
 def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) -> optuna.samplers.BaseSampler:
