@@ -79,6 +79,12 @@ def test_grid_passes_over_the_grid_and_list_gives_the_real_params() -> None:
     with_space = search_spec(sampler="list", configs=[{k: v for k, v in c.items() if k != "opt"} for c in configs],
                              space={"lr": SPACE["lr"], "width": SPACE["width"]})
     assert with_space.trials == 2
+    reordered = [{"width": 64, "lr": 0.1}, {"lr": 0.01, "width": 32}]  # a mapping's order is no part of it
+    assert parse_spec({**BASE, "search": {"configs": reordered}}).search.trials == 2
+    space = {"lr": SPACE["lr"], "width": SPACE["width"]}
+    assert search_spec(sampler="list", configs=reordered, space=space).trials == 2
+    choices = search_spec(trials=2, space={"flag": {"type": "choice", "values": [1, 2, "1"]}}).space["flag"]
+    assert choices.contains(1) and not choices.contains(True) and not choices.contains(1.0)  # true is not 1
 
 
 OPTUNA = [
@@ -231,6 +237,11 @@ BAD = [
     ({"configs": [{"lr": 0.1}, {"lr": 0.2}], "trials": 3, "space": None}, "search.trials: must be at most the 2"),
     ({"sampler": "random"}, "search.trials: required for sampler random, unless max_time or max_gpu_hours is given"),
     ({"trials": 2, "max_time": "2 weeks"}, "search.max_time: must be seconds or a duration like '90m'"),
+    ({"configs": [{"lr": 0.1, "momentum": 0.1, "layers": True, "width": 64}]}, "search.configs.0.layers: True is out"),
+    ({"configs": [{"lr": 0.1, "momentum": 0.1, "layers": 1, "width": 64.0}]}, "search.configs.0.width: 64.0 is out"),
+    ({"max_time": 60, "space": {"a": {"type": "grid", "values": list(range(1000))},
+                                "b": {"type": "grid", "values": list(range(1001))}}},
+     "search.trials: the grid has 1001000 combinations, more than the 1000000"),  # random lists them up front too
     ({"trials": 2, "max_gpu_hours": 0}, "search.max_gpu_hours: Input should be greater than 0"),
 ]
 
@@ -268,6 +279,7 @@ def test_the_budget_ends_asking_at_whichever_limit_comes_first() -> None:
     assert make_searcher(timed, "max", slots=3).max_pending == 12  # bounded, or asking would never stop
     assert make_searcher(search_spec(trials=10), "max").max_pending is None  # all at once, as before
     assert [search_spec(max_time=t).max_time for t in ("90m", "2h", "1d", "30s", "45")] == [5400, 7200, 86400, 30, 45]
+    assert [search_spec(max_time=t).max_time for t in ("1e1", "1.5e2s", "2E1m")] == [10, 150, 1200]  # YAML: text
 
 
 def test_a_larger_budget_is_the_same_experiment_and_keeps_its_proposals() -> None:

@@ -52,7 +52,7 @@ from hermes.experiment.locate import missing_function
 from hermes.trial.protocol import MAX_STEP
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a directory's name, and the store's key with its owner
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 # Whole numbers and switches are taken as written: true is not 1, 2.0 is not 2, "3" is not 3.
 StrictPositiveInt = Annotated[int, Strict(), Field(gt=0)]
@@ -95,6 +95,8 @@ class Uniform(_Section):
         low = info.data.get("low")
         if low is not None and not high > low:
             raise ValueError(f"must be greater than low ({low})")
+        if low is not None and not math.isfinite(high - low):
+            raise ValueError(f"high - low must be a finite number: floats cannot sample from {low} to {high}")
         return high
 
     def contains(self, value: Any) -> bool:
@@ -141,16 +143,23 @@ class Choice(_Section):
         for index, value in enumerate(values):
             if not _scalar(value):
                 raise _PathError(str(index), f"must be a string, a finite number or a boolean, got {value!r}")
-            if value in values[:index]:
-                raise _PathError(str(index), f"{value!r} is listed twice")
+            if value in values[:index]:  # Optuna finds a choice by equality: 1, 1.0 and True would be one
+                earlier = values[values.index(value)]
+                twice = f"{value!r} is listed twice" if _same(value, earlier) else f"{value!r} equals {earlier!r}"
+                raise _PathError(str(index), f"{twice}; a choice's values must differ")
         return values
 
     def contains(self, value: Any) -> bool:
-        return value in self.values  # equality as for "listed twice": 1, 1.0 and True are one value
+        """Whether ``value`` is one of the values, as written: true is not 1, and 2.0 is not 2."""
+        return any(_same(value, listed) for listed in self.values)
 
 
 class Grid(Choice):
     type: Literal["grid"]  # type: ignore[assignment]
+
+
+def _same(value: Any, other: Any) -> bool:
+    return type(value) is type(other) and value == other
 
 
 def _scalar(value: Any) -> bool:
@@ -171,7 +180,7 @@ class SearchSpec(_Section):
     max_time: PositiveFloat | None = None  # seconds of wall-clock time, or "90m", "2h", "1d"
     max_gpu_hours: PositiveFloat | None = None
     max_pending: StrictPositiveInt | None = None  # unfinished trials in flight; default in hermes.search.make_searcher
-    seed: StrictInt = 0
+    seed: Annotated[int, Strict(), Field(ge=0, le=2**32 - 1)] = 0  # what NumPy's and Optuna's generators take
     space: dict[str, Parameter] = {}  # for sampler list, derived from configs when not given
     configs: list[dict[str, Any]] | None = None  # sampler list: the configurations, in trial order
 
@@ -200,7 +209,7 @@ class SearchSpec(_Section):
             raise ValueError("must define at least one parameter")
         for name in space:
             if not _IDENTIFIER.fullmatch(name):
-                raise _PathError(name, "parameter names must be Python identifiers (letters, digits, _)")
+                raise _PathError(name, "parameter names must be ASCII Python identifiers (letters, digits, _)")
         return space
 
     @field_validator("configs")
@@ -209,11 +218,11 @@ class SearchSpec(_Section):
         if configs is not None and not configs:
             raise ValueError("must list at least one configuration")
         for index, config in enumerate(configs or []):
-            if list(config) != list(configs[0]):
+            if set(config) != set(configs[0]):
                 raise _PathError(str(index), f"must set the same parameters as configs.0 ({', '.join(configs[0])})")
             for name, value in config.items():
                 if not _IDENTIFIER.fullmatch(name):
-                    raise _PathError(f"{index}.{name}", "parameter names must be Python identifiers")
+                    raise _PathError(f"{index}.{name}", "parameter names must be ASCII Python identifiers")
                 if not _scalar(value):
                     raise _PathError(f"{index}.{name}", f"must be a string, a finite number or a boolean: {value!r}")
         return configs
@@ -271,8 +280,8 @@ class SearchSpec(_Section):
             self.trials = len(self.configs) if self.configs is not None else self.grid_size
         if self.trials is None and self.max_time is None and self.max_gpu_hours is None:
             raise _PathError("trials", f"required for sampler {name}, unless max_time or max_gpu_hours is given")
-        size = self.grid_size
-        if self.trials is not None and size > MAX_TRIALS and name == "grid":
+        size = self.grid_size  # each sampler that takes grid parameters lists their combinations up front
+        if size > MAX_TRIALS:
             raise _PathError("trials", f"the grid has {size} combinations, more than the {MAX_TRIALS} trials an "
                                        "experiment may have")
         if self.trials is not None and self.trials % size:
@@ -295,7 +304,7 @@ class SearchSpec(_Section):
             self.space = {name: Choice(type="choice", values=values[name]) for name in names}
             return
         for index, config in enumerate(self.configs):
-            if list(config) != list(self.space):
+            if set(config) != set(self.space):
                 names = ", ".join(self.space)
                 raise _PathError(f"configs.{index}", f"must set exactly the parameters of space ({names})")
             for param, value in config.items():
@@ -306,7 +315,7 @@ class SearchSpec(_Section):
 def _seconds(value: Any) -> Any:
     """A duration like '90m', '2h', '1d' in seconds; anything else as it is, for the field to check."""
     if isinstance(value, str):
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", value)
+        match = re.fullmatch(r"\s*((?:[0-9]*\.)?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([smhd]?)\s*", value)
         if not match:
             raise ValueError(f"must be seconds or a duration like '90m', '2h', '1d', got {value!r}")
         return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
@@ -526,7 +535,8 @@ class ExperimentSpec(_Section):
     @classmethod
     def _slug(cls, name: str) -> str:
         if not _NAME.fullmatch(name):
-            raise ValueError("must start with a letter or digit and use only letters, digits, '.', '_' and '-'")
+            raise ValueError("must start with a letter or digit and use only letters, digits, '.', '_' and '-', "
+                             "128 characters at most")
         return name
 
     @model_validator(mode="after")
