@@ -109,7 +109,7 @@ class ExperimentSession:
         self._told: set[str] = set()  # trials whose end the searcher has been told
         self._cancel_lock = threading.Lock()
         self._cancel_reason: str | None = None  # cancel() was called
-        self.search_failure: SamplerFailed | None = None  # the searcher raised: the experiment ends failed
+        self.failure: str | None = None  # why the experiment failed as a whole (its searcher raised)
         self._origin: float | None = None  # when its first event happened, on the engine's clock
         self._width = len(str(max((spec.search.trials or 1000) - 1, 1)))
 
@@ -184,7 +184,7 @@ class ExperimentSession:
                 raise
             # cancel() ends it as cancelled; a spent budget of time or GPU hours ends it as finished
             status = ExperimentStatus.FINISHED if self._cancel_reason is None else ExperimentStatus.CANCELLED
-            if self.search_failure is not None:
+            if self.failure is not None:
                 status = ExperimentStatus.FAILED
             self.store.set_status(self.experiment_id, status, error=self.failure)
         finally:
@@ -269,7 +269,7 @@ class ExperimentSession:
 
     def _fail_search(self, failure: SamplerFailed, now: float) -> ExperimentCancelled:
         """The searcher raised: end the experiment (its trials stopped, what they reported kept), recorded failed."""
-        self.search_failure = failure
+        self.failure = str(failure)
         self._cancelled = self._closed = True
         return ExperimentCancelled(now, str(failure))
 
@@ -296,14 +296,9 @@ class ExperimentSession:
             for trial in self.scheduler.trials.values()
         )
 
-    @property
-    def failure(self) -> str | None:
-        """Why the experiment failed as a whole (its searcher raised); None otherwise."""
-        return None if self.search_failure is None else str(self.search_failure)
-
     def _after(self, event: Event, decisions: list[Decision]) -> None:
         """After the store has the event: tell the searcher, and submit more trials when some ended."""
-        if self.search_failure is not None:
+        if self.failure is not None:
             return  # the experiment is ending: its searcher is told nothing more
         try:
             self._follow(event, decisions, replaying=False)
