@@ -190,7 +190,7 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--policy", default="hermes", choices=sorted(POLICIES))
     sim.add_argument("--stopper", choices=sorted(STOPPERS), help="optional early stopping")
     sim.add_argument("--period", type=_positive_float, help="scheduling period in seconds (default: the policy's)")
-    sim.add_argument("--seed", type=int, default=0, help="seed of the random arrival order")
+    sim.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the random arrival order")
     sim.add_argument("--costs", default="warm", choices=PROFILES,
                      help="switch-cost profile: warm workers (default) or a process per run (hermes/sim/calibration.json)")
     sim.add_argument("--state-mb", type=float,
@@ -239,9 +239,12 @@ def _simulate(args: argparse.Namespace) -> int:
         if unknown or not policies:
             problem = f"unknown policy {unknown[0]!r}" if unknown else "no policy"
             raise HermesError(f"--compare {args.compare!r}: {problem}; choose among {', '.join(sorted(POLICIES))}")
+        twice = next((name for i, name in enumerate(policies) if name in policies[:i]), None)
+        if twice:  # its runs would merge into one row that counts each seed twice
+            raise HermesError(f"--compare {args.compare!r}: policy {twice!r} is named twice")
         summaries = compare(trace, policies, range(args.seeds), setting, workers=args.workers)
         if args.json:
-            print(json.dumps([dataclasses.asdict(s) for s in summaries]))
+            _print_json([_nan_as_null(dataclasses.asdict(s)) for s in summaries])
         else:
             print(f"{trace.path}: {len(trace.trials)} trials, {args.gpus} GPUs on {nodes} node(s), {args.seeds} seeds")
             print(format_table(summaries))
@@ -249,12 +252,26 @@ def _simulate(args: argparse.Namespace) -> int:
     result = run_one(trace, args.policy, args.seed, setting)
     figures = result.figures()
     if args.json:
-        print(json.dumps(figures))
+        _print_json(_nan_as_null(figures))
     else:
         for key, value in figures.items():
             if key != "best_curve":
                 print(f"{key:>24}: {value}")
     return 0
+
+
+def _nan_as_null(figures: dict[str, Any]) -> dict[str, Any]:
+    """A figure that no run produced is NaN (time to best where no seed reached the best); JSON says null."""
+    return {key: None if isinstance(value, float) and math.isnan(value) else value for key, value in figures.items()}
+
+
+def _print_json(value: Any) -> None:
+    """Print standard JSON, as strict parsers reject NaN and Infinity: a figure that overflowed is an error."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except ValueError:
+        raise HermesError("--json: a figure is not a finite number (an overflow?), which JSON cannot hold") from None
+    print(text)
 
 
 def _add_storage_arguments(command: argparse.ArgumentParser) -> None:
@@ -614,6 +631,16 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
     return value
 
 

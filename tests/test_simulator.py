@@ -8,6 +8,8 @@ executor wired as ``simulate`` wires them; a test checks that both runs agree.
 from __future__ import annotations
 
 import functools
+import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,11 +17,13 @@ from types import MappingProxyType
 
 import pytest
 
+from hermes.cli import _print_json, main
 from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
 from hermes.core.events import Event, SubmissionsClosed, TrialExited, TrialSubmitted, TrialSuspended
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
+from hermes.errors import HermesError
 from hermes.execution.engine import Engine
 from hermes.core.policy import EarlyStopper, SchedulingPolicy
 from hermes.policies.fifo import FifoPolicy
@@ -28,7 +32,7 @@ from hermes.sim.costs import SwitchCosts
 from hermes.sim.executor import EpochRecord, SimulatedExecutor
 from hermes.sim.simulate import cluster_layout, simulate
 from hermes.sim.synthetic import synthetic_trace
-from hermes.sim.trace import Trace, TraceTrial, load_trace, write_trace
+from hermes.sim.trace import MAX_EPOCH_SECONDS, Trace, TraceTrial, load_trace, write_trace
 
 COSTS = SwitchCosts()
 TOLERANCE = 1e-6
@@ -498,3 +502,55 @@ def test_cluster_layout_spreads_gpus_evenly() -> None:
         cluster_layout(2, 3)
     with pytest.raises(ValueError):
         cluster_layout(0, 1)
+
+
+# ---------------------------------------------------------------------------------------- command line
+DIGITS = str(Path(__file__).resolve().parent.parent / "data" / "digits_mlp.csv")
+
+
+def _strict_json(text: str) -> object:
+    """Parse as strict parsers do (JavaScript's, Go's): NaN and Infinity are no JSON."""
+    def refuse(token: str) -> None:
+        raise ValueError(f"non-standard JSON token {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_cli_simulate_refuses_a_negative_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):  # argparse's refusal, with the usage; was numpy's ValueError traceback
+        main(["simulate", "--trace", DIGITS, "--mode", "max", "--gpus", "2", "--seed", "-1"])
+    assert "argument --seed: must be a whole number >= 0, got '-1'" in capsys.readouterr().err
+    assert main(["simulate", "--trace", DIGITS, "--mode", "max", "--gpus", "2", "--seed", "0", "--policy", "fifo"]) == 0
+
+
+def test_cli_compare_refuses_a_policy_named_twice(capsys: pytest.CaptureFixture[str]) -> None:
+    """Its runs would merge into one row: 6/6 under a header of 3 seeds."""
+    compare = ["simulate", "--trace", DIGITS, "--mode", "max", "--gpus", "2", "--seeds", "1", "--compare"]
+    assert main([*compare, "fifo,fifo,hermes"]) == 2
+    assert "--compare 'fifo,fifo,hermes': policy 'fifo' is named twice" in capsys.readouterr().err
+    assert main([*compare, "fifo, rr,rr ", "--json"]) == 2
+    assert "policy 'rr' is named twice" in capsys.readouterr().err
+
+
+def test_cli_refuses_an_epoch_longer_than_a_year(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """1e308 seconds is finite, but the simulated clock overflowed to inf and --json printed Infinity and NaN."""
+    path = tmp_path / "huge.csv"
+    path.write_text(f"trial,epoch,metric,seconds\na,1,0.5,{MAX_EPOCH_SECONDS}\na,2,0.6,1e308\nb,1,0.4,1\n")
+    assert main(["simulate", "--trace", str(path), "--mode", "max", "--gpus", "1", "--json", "--policy", "fifo"]) == 2
+    assert f"huge.csv:3: seconds must be at most {MAX_EPOCH_SECONDS} (a year) per epoch, got '1e308'" in (
+        capsys.readouterr().err
+    )
+    path.write_text(f"trial,epoch,metric,seconds\na,1,0.5,{MAX_EPOCH_SECONDS}\nb,1,0.4,1\n")  # a year is allowed
+    assert main(["simulate", "--trace", str(path), "--mode", "max", "--gpus", "1", "--json", "--policy", "fifo"]) == 0
+    assert _strict_json(capsys.readouterr().out)["makespan_s"] > MAX_EPOCH_SECONDS  # type: ignore[index]
+
+
+def test_cli_json_is_standard_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """A figure no seed produced is null, not NaN; on one GPU, ASHA stops digits' final-best trial early."""
+    assert main(["simulate", "--trace", DIGITS, "--mode", "max", "--gpus", "1", "--stopper", "asha",
+                 "--compare", "fifo", "--seeds", "1", "--json"]) == 0
+    [summary] = _strict_json(capsys.readouterr().out)  # type: ignore[misc]
+    assert summary["best_reached"] == 0 and summary["time_to_best_s"] is None
+    assert summary["makespan_s"] > 0
+    with pytest.raises(HermesError, match="--json: a figure is not a finite number"):
+        _print_json({"makespan_s": math.inf})  # an overflow is an error, not a token that strict parsers reject

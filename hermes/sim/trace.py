@@ -4,7 +4,7 @@ A trace is a CSV file with the header ``trial,epoch,metric,seconds`` and optiona
 ``param_<name>`` columns and an optional ``state_mb`` column (the size of the trial's state, which
 sets what a switch costs in the simulator; its first row counts), one row per trial per epoch. The rows of a trial are
 contiguous and number its epochs 1, 2, ... in order. ``seconds`` is the time the
-epoch took on one GPU. An empty ``metric`` means the trial diverged in that epoch
+epoch took on one GPU, at most a year. An empty ``metric`` means the trial diverged in that epoch
 and produced no value, so it must be the trial's last row.
 
 The loader is strict because a silently misread trace would make every scheduler
@@ -29,6 +29,9 @@ REQUIRED_COLUMNS = ("trial", "epoch", "metric", "seconds")
 STATE_COLUMN = "state_mb"
 PARAM_PREFIX = "param_"
 MODES = ("max", "min")
+# A year: far beyond any real epoch, yet low enough that no sum of a trace's epochs overflows to
+# infinity (1e308 passes a finiteness check, and the simulated clock and its figures become inf and NaN).
+MAX_EPOCH_SECONDS = 365 * 24 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +205,10 @@ def _read_trial(
         epoch_seconds = _number(where, "seconds", row[columns.seconds], float)
         if not (math.isfinite(epoch_seconds) and epoch_seconds >= 0):
             raise TraceError(f"{where}: seconds must be finite and >= 0, got {row[columns.seconds]!r}")
+        if epoch_seconds > MAX_EPOCH_SECONDS:
+            raise TraceError(
+                f"{where}: seconds must be at most {MAX_EPOCH_SECONDS} (a year) per epoch, got {row[columns.seconds]!r}"
+            )
         seconds.append(epoch_seconds)
         if row[columns.metric].strip():
             metric = _number(where, "metric", row[columns.metric], float)
