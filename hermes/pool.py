@@ -247,6 +247,7 @@ class PoolSession:
             if spec.engine != "local":
                 raise HermesError(f"experiment {record.name}: engine: {spec.engine!r}; the pool decides where its "
                                   "trials run (leave engine out)")
+            spec = spec.model_copy(update={"resources": self.resources})  # the pool's run it, not its spec's
             session = ExperimentSession(spec, store=self.store, experiment_id=record.experiment_id)
             session.replay()
         except HermesError as error:

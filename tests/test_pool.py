@@ -250,7 +250,7 @@ def test_a_trial_that_kills_its_worker_takes_no_other_experiments_trials_along(t
 
 
 # ---------------------------------------------------------------------- unmodified programs in a pool
-def test_a_sampler_that_raises_fails_its_experiment_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_sampler_that_raises_fails_its_experiment_alone_and_a_specs_resources_are_the_pools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One user's Optuna sampler that raises ends that user's experiment, failed with the reason; the pool, and the
     other experiment sharing it, go on."""
     (tmp_path / "failing_sampler.py").write_text(
@@ -263,7 +263,8 @@ def test_a_sampler_that_raises_fails_its_experiment_alone(tmp_path: Path, monkey
     failing = pool_spec("failing", 4, 0.05, budget=6)
     failing["search"]["sampler"] = {"optuna": "failing_sampler.FailingSampler"}
     failing_id = submit(store, parse_spec(failing).model_dump(mode="json"), owner="ann")
-    calm = submit(store, pool_spec("calm", 3, 0.05, budget=6), owner="bob")
+    # the pool's slots run it, whatever its spec names: not a GPU this machine lacks, nor a thousand slots
+    calm = submit(store, pool_spec("calm", 3, 0.05, budget=6, resources={"gpus": [7], "cpu_slots": 1000}), owner="bob")
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
     runner = threading.Thread(target=pool.run)
     runner.start()

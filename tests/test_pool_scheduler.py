@@ -37,6 +37,8 @@ def test_water_fill_divides_by_weight_and_passes_on_what_a_capped_member_cannot_
     assert water_fill(4.0, {"a": 1.0, "b": 3.0}, {"a": 10, "b": 2}) == pytest.approx({"a": 2.0, "b": 2.0})
     assert water_fill(4.0, {"a": 1.0, "b": 1.0}, {"a": 1, "b": 1}) == pytest.approx({"a": 1.0, "b": 1.0})
     assert water_fill(4.0, {"a": 1.0, "b": 1.0}, {"a": 0, "b": 9}) == pytest.approx({"a": 0.0, "b": 4.0})
+    # only the ratios count: weights whose sum overflows (a store written before weights were bounded) split alike
+    assert water_fill(2.0, {"a": 1e308, "b": 1e308}, {"a": 9, "b": 9}) == pytest.approx({"a": 1.0, "b": 1.0})
 
 
 def test_nested_shares_split_the_pool_by_owner_then_by_experiment() -> None:
@@ -193,8 +195,9 @@ def test_an_experiment_that_ends_returns_its_gpus() -> None:
 
 def test_weights_and_keys_are_checked() -> None:
     pool = PoolScheduler()
-    with pytest.raises(HermesError, match="positive"):
-        pool.add_experiment("a", Scheduler(make_policy("rr")), at=0.0, weight=0.0)
+    for weight in (0.0, 1e-7, 1e7, float("inf"), float("nan")):
+        with pytest.raises(HermesError, match="a weight must be a number from 1e-06 to 1e\\+06"):
+            pool.add_experiment("a", Scheduler(make_policy("rr")), at=0.0, weight=weight)
     with pytest.raises(HermesError, match="free of"):
         pool.add_experiment("a.b", Scheduler(make_policy("rr")), at=0.0)
 

@@ -442,10 +442,14 @@ def test_a_name_two_owners_share_is_picked_as_owner_slash_name(
             pick_experiment(store, "run")
         with pytest.raises(HermesError, match="no experiment 'carol/run' in .*; it holds alice/run, bob/run, solo"):
             pick_experiment(store, "carol/run")
+        store.set_status(alices, ExperimentStatus.RUNNING)
     finally:
         store.close()
     assert main(["status", str(tmp_path), "--experiment", "bob/run"]) == 0
     assert f"experiment  run (id {bobs}): queued" in capsys.readouterr().out
+    # a pool runs alice's, and holds no runner's lock: that no `hermes run` holds it says nothing of it
+    assert main(["status", str(tmp_path), "--experiment", "alice/run"]) == 0
+    assert f"experiment  run (id {alices}): running\n" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------- reads never write, and survive damage

@@ -171,8 +171,8 @@ def test_weights_cancellations_and_errors(store: ExperimentStore) -> None:
     store.request_cancel(experiment)
     record = store.experiment(experiment)
     assert (record.weight, record.cancel_requested, record.owner) == (0.5, True, "ann")
-    for weight in (0, -1.0, float("nan"), float("inf"), True):
-        with pytest.raises(StoreError, match="positive number"):
+    for weight in (0, -1.0, float("nan"), float("inf"), True, 1e308, 1e-9):
+        with pytest.raises(StoreError, match="a weight must be a number from 1e-06 to 1e"):
             store.set_weight(experiment, weight)
     store.set_status(experiment, ExperimentStatus.FAILED, error="trial.workdir: /nowhere does not exist")
     store.set_status(experiment, ExperimentStatus.FAILED)  # keeps the reason
@@ -524,8 +524,8 @@ def test_server_experiments_are_queued_owned_weighted_and_cancellable(store: Exp
     store.request_cancel(own)
     record = store.experiment(own)
     assert (record.weight, record.cancel_requested) == (0.5, True)
-    for weight in (0, -1, float("nan"), float("inf"), True):
-        with pytest.raises(StoreError, match="positive number"):
+    for weight in (0, -1, float("nan"), float("inf"), True, 1e7):
+        with pytest.raises(StoreError, match="a weight must be a number"):
             store.set_weight(own, weight)  # type: ignore[arg-type]
     with pytest.raises(StoreError):
         store.request_cancel(own + 1)

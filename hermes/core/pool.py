@@ -53,7 +53,7 @@ from hermes.core.events import (
     TrialSuspended,
 )
 from hermes.core.scheduler import Scheduler
-from hermes.core.share import nested_shares
+from hermes.core.share import MAX_WEIGHT, MIN_WEIGHT, nested_shares
 from hermes.core.states import HOLDING_GPU, RUNNING
 from hermes.errors import HermesError
 
@@ -399,5 +399,5 @@ class PoolScheduler:
 
 
 def _check_weight(weight: float) -> None:
-    if not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight > 0):
-        raise HermesError(f"a weight must be a positive number, got {weight!r}")
+    if not (isinstance(weight, (int, float)) and MIN_WEIGHT <= weight <= MAX_WEIGHT):
+        raise HermesError(f"a weight must be a number from {MIN_WEIGHT:g} to {MAX_WEIGHT:g}, got {weight!r}")

@@ -12,6 +12,8 @@ from typing import TypeVar
 Key = TypeVar("Key")
 
 _EPSILON = 1e-12
+# Weights are ratios: a million to one is more than a team needs, and their sums stay far from overflow.
+MIN_WEIGHT, MAX_WEIGHT = 1e-6, 1e6
 
 
 def water_fill(capacity: float, weights: Mapping[Key, float], caps: Mapping[Key, float]) -> dict[Key, float]:
@@ -19,8 +21,11 @@ def water_fill(capacity: float, weights: Mapping[Key, float], caps: Mapping[Key,
 
     What a capped member cannot use goes to the others, in proportion to their weights, so
     nothing is left idle while someone could use it (max-min fairness with weights). Keys are
-    visited in their mapping order, which fixes the floating-point sums."""
+    visited in their mapping order, which fixes the floating-point sums. Only the weights' ratios
+    count: they are taken relative to the largest, so that no sum of them overflows."""
     rates = dict.fromkeys(weights, 0.0)
+    top = max(weights.values(), default=0.0)
+    weights = {key: weight / top for key, weight in weights.items()} if top > 0 else weights
     open_keys = [key for key in weights if caps[key] > 0 and weights[key] > 0]
     left = capacity
     while open_keys and left > _EPSILON:

@@ -56,6 +56,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a directory's name, a
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 # Whole numbers and switches are taken as written: true is not 1, 2.0 is not 2, "3" is not 3.
 StrictPositiveInt = Annotated[int, Strict(), Field(gt=0)]
+MAX_SLOTS = 1024  # CPU slots (or threads per slot) of one machine: far above its cores, well below a hang
 MAX_TRIALS = 1_000_000  # per experiment; their configurations are drawn up front
 DEFAULT_MAX_FAILURES = 2  # runs of a trial that may crash before it fails (trial.max_failures)
 
@@ -477,8 +478,9 @@ class PolicySpec(_Section):
 
 class ResourcesSpec(_Section):
     gpus: Literal["all", "none"] | list[int] = "all"  # or the indices of the GPUs to use
-    cpu_slots: StrictPositiveInt = 1  # trials run at once where there is no GPU
-    threads_per_slot: StrictPositiveInt = 1
+    # trials run at once where there is no GPU; each slot's warm worker starts with the first trial
+    cpu_slots: Annotated[StrictPositiveInt, Field(le=MAX_SLOTS)] = 1
+    threads_per_slot: Annotated[StrictPositiveInt, Field(le=MAX_SLOTS)] = 1
 
     @field_validator("gpus", mode="before")
     @classmethod

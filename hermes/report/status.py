@@ -76,7 +76,7 @@ def _best(view: ExperimentView) -> Standing | None:
 
 
 def _state(experiment: ExperimentRecord, lock: Path | None) -> str:
-    if experiment.status is not ExperimentStatus.RUNNING or lock is None:
+    if experiment.status is not ExperimentStatus.RUNNING or lock is None or experiment.owner is not None:
         return experiment.status.value
     if _live(experiment, lock):
         return f"running, by {describe(holder(lock) or {})}"
@@ -84,10 +84,11 @@ def _state(experiment: ExperimentRecord, lock: Path | None) -> str:
 
 
 def _live(experiment: ExperimentRecord, lock: Path | None) -> bool:
-    """Whether a runner runs it now: it says running, and the storage dir's runner holds its lock (when known)."""
+    """Whether a runner runs it now: it says running, and the storage dir's runner holds its lock (when
+    known; a pool, which runs the experiments with an owner, holds none)."""
     if experiment.status is not ExperimentStatus.RUNNING:
         return False
-    if lock is None:
+    if lock is None or experiment.owner is not None:
         return True
     who = holder(lock)
     return who is not None and who.get("experiment") in (experiment.name, None)

@@ -23,6 +23,7 @@ from sqlalchemy.pool import StaticPool
 
 from hermes.core.decisions import Decision
 from hermes.core.events import Event, TrialReported
+from hermes.core.share import MAX_WEIGHT, MIN_WEIGHT
 from hermes.core.states import TrialState
 from hermes.store.base import (
     DecisionRecord,
@@ -708,8 +709,8 @@ def _experiment(row: sa.Row[Any]) -> ExperimentRecord:
 
 
 def _check_weight(weight: float) -> None:
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
-        raise StoreError(f"a weight must be a positive number, got {weight!r}")
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not MIN_WEIGHT <= weight <= MAX_WEIGHT:
+        raise StoreError(f"a weight must be a number from {MIN_WEIGHT:g} to {MAX_WEIGHT:g}, got {weight!r}")
 
 
 def _dumps(data: Any) -> str:
