@@ -197,6 +197,7 @@ BAD = [
     (put("resources", "gpus", value=[0, -1]), "resources.gpus.1: must be a GPU index"),
     (put("resources", "gpus", value=[1, 1]), "resources.gpus.1: GPU 1 is listed twice"),
     (put("resources", "cpu_slots", value=0), "resources.cpu_slots: Input should be greater than 0"),
+    (put("resources", "cpu_slots", value=10**8), "resources.cpu_slots: Input should be less than or equal to 1024"),
     (put("storage", "checkpoint_every", value=0), "storage.checkpoint_every: Input should be greater than 0"),
     (put("engine", value="kubernetes"), "engine: Input should be 'local' or 'ray'"),
     (put("trial", "command", value="train {lr:>99999999}"), "trial.command: {lr:>99999999}: format specs are not"),
