@@ -170,8 +170,9 @@ def test_malformed_requests_are_refused_naming_the_field(server: Server) -> None
     assert response.status_code == 422 and response.json()["detail"][0]["type"] == "json_invalid"
     response = submit({"weight": 1})
     assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "spec"]
-    response = submit({"spec": real_spec("w"), "weight": -1})
-    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "weight"]
+    for weight in (-1, 1e308, 1e-9):  # weights are ratios, from a millionth to a million: sums never overflow
+        response = submit({"spec": real_spec("w"), "weight": weight})
+        assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "weight"]
     bad = real_spec("bad")
     bad["search"] = {"trials": 3, "space": {"lr": {"type": "loguniform", "low": 0, "high": 1}}}
     response = submit({"spec": bad})
@@ -203,6 +204,74 @@ def test_oversized_payloads_are_refused(server: Server) -> None:
     )
     assert response.status_code == 413
     assert server.hermes.store.experiments() == []
+
+
+def test_an_id_no_store_holds_is_not_found_and_a_cursor_past_one_is_refused_naming_it(server: Server) -> None:
+    """A store's integers have 64 bits: an id past them is answered as a missing experiment (as another user's);
+    a cursor past them, which no answer gives, with 422 naming it."""
+    alices = server.simulated("alice", "alices")
+    bobs = server.simulated("bob", "bobs")
+    past = 2**63
+    for experiment_id in (past, -past - 1, bobs):
+        for path in EXPERIMENT_ROUTES:
+            response = server.client.get(path.format(id=experiment_id), headers=server.as_("alice"))
+            assert response.status_code == 404, (path, response.text)
+            assert response.json() == {"detail": f"no experiment {experiment_id}"}
+        response = server.client.post(f"/api/experiments/{experiment_id}/cancel", headers=server.as_("alice"))
+        assert response.status_code == 404, response.text
+        response = server.client.put(f"/api/experiments/{experiment_id}/weight", json={"weight": 2},
+                                     headers=server.as_("alice"))
+        assert response.status_code == 404, response.text
+    for route, cursor in [("metrics", "after"), ("curves", "after"), ("events", "after"), ("decisions", "after"),
+                          ("trials", "since"), ("timeline", "since")]:
+        response = server.client.get(f"/api/experiments/{alices}/{route}", params={cursor: past},
+                                     headers=server.as_("alice"))
+        assert response.status_code == 422, (route, response.text)
+        assert response.json()["detail"][0]["loc"] == ["query", cursor], route
+        server.get(f"/api/experiments/{alices}/{route}", **{cursor: past - 1})  # the last a store holds: nothing after
+    response = server.client.get("/api/cluster/timeline", params={"since": f"{alices}:{'9' * 5000}"},
+                                 headers=server.as_("alice"))
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["query", "since"]
+    assert server.hermes.store.experiment(bobs).weight == 1.0
+
+
+def test_a_nul_character_is_refused_naming_its_field(server: Server) -> None:
+    """No path, command argument or environment variable can carry a NUL: one is refused like any bad field."""
+    refusals = [
+        ({"spec": real_spec("w", trial={"function": "trials.curve:train", "workdir": "a\0b"})},
+         ["body", "spec", "trial", "workdir"]),
+        ({"spec": real_spec("s", storage={"dir": "a\0b"})}, ["body", "spec", "storage", "dir"]),
+        ({"spec": real_spec("c", trial={"command": "python a\0b.py"})}, ["body", "spec", "trial", "command"]),
+        ({"spec": real_spec("f"), "folder": "a\0b"}, ["body", "folder"]),
+    ]
+    for body, loc in refusals:
+        response = server.client.post("/api/experiments", json=body, headers=server.as_("alice"))
+        assert response.status_code == 422, (loc, response.text)
+        [problem] = response.json()["detail"]
+        assert problem["loc"] == loc and "NUL" in problem["msg"], problem
+    assert server.hermes.store.experiments() == []
+
+
+def test_a_body_nested_too_deep_is_refused_at_any_depth(server: Server) -> None:
+    """A body nesting arrays and objects past 64 levels is refused before it is parsed, however deep: parsing
+    it, echoing it in a 422, or walking the spec would recurse past Python's stack."""
+    json_headers = {**server.as_("alice"), "content-type": "application/json"}
+    spec = json.dumps({"spec": {**real_spec("deep"), "description": "HOLE"}})
+    experiment_id = server.simulated("alice", "weighed")
+    for depth in (64, 500, 1_000, 30_000):
+        deep = "[" * depth + "]" * depth
+        for method, path, body in [("post", "/api/experiments", spec.replace('"HOLE"', deep)),
+                                   ("post", "/api/experiments", f'{{"spec": {deep}}}'),
+                                   ("put", f"/api/experiments/{experiment_id}/weight", f'{{"weight": {deep}}}')]:
+            response = server.client.request(method, path, content=body, headers=json_headers)
+            assert response.status_code == 422, (depth, path, response.text)
+            [problem] = response.json()["detail"]
+            assert problem["loc"] == ["body"] and "deeper than 64 levels" in problem["msg"], problem
+    assert [e.name for e in server.hermes.store.experiments()] == ["weighed"]
+    # brackets in strings are no nesting
+    response = server.client.post("/api/experiments", content=spec.replace("HOLE", '\\"' + "[{" * 100),
+                                  headers=json_headers)
+    assert response.status_code == 201, response.text
 
 
 def test_names_are_per_user_and_a_users_taken_name_is_a_conflict(server: Server) -> None:
@@ -347,6 +416,17 @@ def test_a_trial_log_is_read_only_inside_its_experiments_directory(server: Serve
     for trial in ("..", "..%2F..%2F..", "0%2F..%2F.."):
         assert server.client.get(f"/api/experiments/{experiment_id}/trials/{trial}/log",
                                  headers=server.as_("alice")).status_code == 404, trial
+    # a user's area may be a link to a shared mount: their trials' logs are read there
+    mount = tmp_path / "mount" / "carol"
+    mount.mkdir(parents=True)
+    (server.hermes.config.root / "users" / "carol").symlink_to(mount)
+    carol = server.hermes.accounts.add_user("carol")
+    linked = server.simulated("carol", "linked")
+    (mount / "runs" / "linked" / "trials" / "0").mkdir(parents=True)
+    (mount / "runs" / "linked" / "trials" / "0" / "stdout.log").write_text("epoch 1 on the mount\n")
+    response = server.client.get(f"/api/experiments/{linked}/trials/0/log",
+                                 headers={"Authorization": f"Bearer {carol}"})
+    assert response.status_code == 200 and response.json()["text"] == "epoch 1 on the mount\n", response.text
     # an experiment that `hermes run` wrote into the server's database: no owner, its files beside the database
     store = server.hermes.store
     local = store.create_or_open_experiment("local", experiment_spec("local", 2, 2))
@@ -369,7 +449,7 @@ def test_an_admin_sets_a_users_weight(server: Server) -> None:
         response = put(name, {"weight": 5}, user="alice")
         assert response.status_code == 403 and "admin" in response.json()["detail"]
     assert put("nobody", {"weight": 2}).status_code == 404
-    for bad in ({"weight": 0}, {"weight": -1}, {"weight": "heavy"}, {}, {"weight": 2, "extra": 1}):
+    for bad in ({"weight": 0}, {"weight": -1}, {"weight": 1e308}, {"weight": "heavy"}, {}, {"weight": 2, "extra": 1}):
         response = put("bob", bad)
         assert response.status_code == 422, bad
         assert response.json()["detail"][0]["loc"][:2] == ["body", "weight" if "extra" not in bad else "extra"]

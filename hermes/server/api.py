@@ -6,13 +6,20 @@ one, so a client that polls fetches only what is new.
 
 from __future__ import annotations
 
+import itertools
 import math
+import re
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import ClientDisconnect
 
+from hermes.core.share import MAX_WEIGHT, MIN_WEIGHT
 from hermes.errors import SpecError
 from hermes.server.app import Hermes
 from hermes.server.auth import User
@@ -20,11 +27,48 @@ from hermes.server.digest import ExperimentDigest, describe, explain
 from hermes.store import ExperimentRecord, StoreError
 from hermes.store.codec import to_dict
 
-router = APIRouter()
 _bearer = HTTPBearer(auto_error=False, description="a token from `hermes server add-user` or `add-token`")
 LOG_TAIL = 64 * 1024  # bytes of a log sent at most per request
 PAGE_MAX = 10_000  # trials or runs per page
 RECENT_EXPERIMENTS = 50  # ended experiments whose runs the pool's timeline still shows: its recent past, bounded
+STORE_INT_MAX = 2**63 - 1  # a store's integer columns hold 64 bits: no id or cursor lies above, and none is asked for
+MAX_DEPTH = 64  # arrays and objects a request body nests at most: a spec nests a few; Python's parser stops near 1000
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NESTING = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_NOT_BRACKETS = bytes(set(range(256)) - set(_NESTING))
+
+Cursor = Annotated[int, Query(ge=0, le=STORE_INT_MAX)]  # what an answer gave to ask from next; 0: from the start
+
+
+class _Route(APIRoute):
+    """A route that refuses a JSON body nested past ``MAX_DEPTH`` with 422 before it is parsed: Python's parser,
+    a 422 that echoes the input and the checks of a spec all recurse, so one nested some hundred levels deep
+    would exhaust the stack (a 500, or FastAPI's 400 for a body it cannot parse)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                body = await request.body()
+            except ClientDisconnect:  # gone, or refused by BodyLimit, which answered 413: no one to answer
+                return Response()
+            if _nesting(body) > MAX_DEPTH:
+                raise RequestValidationError([{"type": "too_deep", "loc": ("body",), "input": None,
+                                               "msg": f"nests arrays and objects deeper than {MAX_DEPTH} levels"}])
+            return await handler(request)
+
+        return handle
+
+
+def _nesting(body: bytes) -> int:
+    """How deep a JSON text nests arrays and objects (brackets inside its strings left out), read without
+    parsing it: parsing recurses."""
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    return max(itertools.accumulate(_NESTING[bracket] for bracket in brackets), default=0)
+
+
+router = APIRouter(route_class=_Route)
 
 
 def _hermes(request: Request) -> Hermes:
@@ -49,8 +93,10 @@ UserDep = Annotated[User, Depends(_user)]
 
 
 def _experiment(hermes: Hermes, user: User, experiment_id: int) -> ExperimentRecord:
+    """The experiment, if the user may see it; else 404, exactly as for a missing one (an id no store
+    holds, too large for its column, is one), so that an answer never tells another user's apart."""
     try:
-        experiment = hermes.store.experiment(experiment_id)
+        experiment = hermes.store.experiment(experiment_id) if 0 < experiment_id <= STORE_INT_MAX else None
     except StoreError:
         experiment = None
     if experiment is None or not user.may_see(experiment.owner):
@@ -67,14 +113,14 @@ def _digest(hermes: Hermes, user: User, experiment_id: int) -> tuple[ExperimentR
 class SubmitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     spec: dict[str, Any] = Field(description="the experiment spec, as its YAML file would hold it")
-    weight: float = Field(1.0, gt=0, allow_inf_nan=False, description="share of the GPU pool against others")
+    weight: float = Field(1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT, description="share of the GPU pool against others")
     folder: str = Field("", max_length=4096, description="where the spec's file lies in your area, relative to it: "
                                                          "the spec's relative paths start there (default: the area)")
 
 
 class WeightRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    weight: float = Field(gt=0, allow_inf_nan=False)
+    weight: float = Field(ge=MIN_WEIGHT, le=MAX_WEIGHT)
 
 
 class Experiment(BaseModel):
@@ -171,7 +217,7 @@ def set_weight(experiment_id: int, body: WeightRequest, hermes: HermesDep, user:
 @router.get("/experiments/{experiment_id}/trials", summary="trial records with their best and last value")
 def trials(
     experiment_id: int, hermes: HermesDep, user: UserDep,
-    since: Annotated[int, Query(ge=0, description="only trials changed after this version")] = 0,
+    since: Annotated[Cursor, Query(description="only trials changed after this version")] = 0,
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_MAX,
 ) -> dict[str, Any]:
     _, digest = _digest(hermes, user, experiment_id)
@@ -191,7 +237,7 @@ def trial(experiment_id: int, trial_id: str, hermes: HermesDep, user: UserDep) -
 @router.get("/experiments/{experiment_id}/metrics", summary="every report, in the order recorded")
 def metrics(
     experiment_id: int, hermes: HermesDep, user: UserDep,
-    after: Annotated[int, Query(ge=0, description="the cursor of the last report you have")] = 0,
+    after: Annotated[Cursor, Query(description="the cursor of the last report you have")] = 0,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
     trial: str | None = None,
 ) -> dict[str, Any]:
@@ -209,7 +255,7 @@ def metrics(
 @router.get("/experiments/{experiment_id}/curves", summary="the objective per report, as columns (for charts)")
 def curves(
     experiment_id: int, hermes: HermesDep, user: UserDep,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Cursor = 0,
     limit: Annotated[int, Query(ge=1, le=200_000)] = 50_000,
 ) -> dict[str, Any]:
     _, digest = _digest(hermes, user, experiment_id)
@@ -227,7 +273,7 @@ def curves(
 @router.get("/experiments/{experiment_id}/events", summary="the event log, from sequence number after+1")
 def events(
     experiment_id: int, hermes: HermesDep, user: UserDep,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Cursor = 0,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
 ) -> dict[str, Any]:
     pooled = _experiment(hermes, user, experiment_id).owner is not None
@@ -239,7 +285,7 @@ def events(
 @router.get("/experiments/{experiment_id}/decisions", summary="scheduling decisions with their reasons")
 def decisions(
     experiment_id: int, hermes: HermesDep, user: UserDep,
-    after: Annotated[int, Query(ge=0, description="decisions of events after this sequence number")] = 0,
+    after: Annotated[Cursor, Query(description="decisions of events after this sequence number")] = 0,
     limit: Annotated[int, Query(ge=1, le=100_000, description="events to cover")] = 10_000,
 ) -> dict[str, Any]:
     pooled = _experiment(hermes, user, experiment_id).owner is not None
@@ -258,7 +304,7 @@ def decisions(
 @router.get("/experiments/{experiment_id}/timeline", summary="the GPU timeline: runs changed after a version")
 def timeline(
     experiment_id: int, hermes: HermesDep, user: UserDep,
-    since: Annotated[int, Query(ge=0)] = 0,
+    since: Cursor = 0,
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_MAX,
 ) -> dict[str, Any]:
     _, digest = _digest(hermes, user, experiment_id)
@@ -341,7 +387,7 @@ def cluster(hermes: HermesDep, user: UserDep) -> dict[str, Any]:
 @router.get("/cluster/timeline", summary="the pool's GPU timeline: every experiment's runs changed after a cursor")
 def cluster_timeline(
     hermes: HermesDep, user: UserDep,
-    since: Annotated[str, Query(max_length=100_000, pattern=r"^(\d+:\d+(,\d+:\d+)*)?$",
+    since: Annotated[str, Query(max_length=100_000, pattern=r"^(\d{1,19}:\d{1,19}(,\d{1,19}:\d{1,19})*)?$",
                                 description="the cursor the last answer gave (empty: from the start)")] = "",
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_MAX,
 ) -> dict[str, Any]:

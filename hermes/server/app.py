@@ -90,6 +90,8 @@ class Hermes:
         say whether the file exists, or which functions a module outside defines).
         """
         area = self.config.area(owner)
+        if "\0" in folder:  # no path holds one: resolving it would fail
+            raise SpecError(f"folder: {folder!r} holds a NUL character", [("folder", "must not hold a NUL character")])
         base = (area / folder).resolve()
         if not base.is_relative_to(area.resolve()):
             raise SpecError(f"folder: {folder!r} is outside your area on the server",
@@ -111,7 +113,7 @@ class Hermes:
         wrote into the server's database (no owner) keeps them beside it, in the root. Resolved."""
         if experiment.owner is None:
             return (self.config.root / experiment.name).resolve()
-        area = self.config.area(experiment.owner)
+        area = self.config.area(experiment.owner).resolve()  # a link to a shared mount, say
         storage = experiment.spec.get("storage", {}).get("dir", "runs")
         directory = (area / str(storage) / experiment.name).resolve()
         return directory if directory.is_relative_to(area) else None

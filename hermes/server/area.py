@@ -36,8 +36,9 @@ def document_problems(data: dict[str, Any]) -> list[Problem]:
     the server's own process: only Optuna's samplers may be named, never a module found elsewhere.
     Non-finite numbers (the JSON parser reads ``Infinity`` and ``NaN``) are refused wherever they
     are: in free-form parameters they would be stored as null, and the pool would read another spec.
+    So are NUL characters, which no path, command argument or environment variable can carry.
     """
-    problems = [(path, "must be a finite number") for path in _non_finite(data, "")]
+    problems = _value_problems(data)
     search = data.get("search")
     sampler = search.get("sampler") if isinstance(search, dict) else None
     class_path = sampler.get("optuna") if isinstance(sampler, dict) else None
@@ -48,11 +49,21 @@ def document_problems(data: dict[str, Any]) -> list[Problem]:
     return problems
 
 
-def _non_finite(data: Any, path: str) -> list[str]:
-    if isinstance(data, float):
-        return [] if math.isfinite(data) else [path]
-    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
-    return [found for key, value in items for found in _non_finite(value, f"{path}.{key}" if path else str(key))]
+def _value_problems(data: dict[str, Any]) -> list[Problem]:
+    """Non-finite numbers and NUL characters, in document order; walked with a stack of its own, so that no
+    nesting can exhaust Python's."""
+    problems: list[Problem] = []
+    unread: list[tuple[str, Any]] = [("", data)]  # (dotted path, value) still to read, the last first
+    while unread:
+        path, value = unread.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append((path, "must be a finite number"))
+        elif isinstance(value, str) and "\0" in value:
+            problems.append((path, "must not hold a NUL character"))
+        elif isinstance(value, (dict, list)):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            unread.extend(reversed([(f"{path}.{key}" if path else str(key), item) for key, item in items]))
+    return problems
 
 
 def spec_problems(spec: ExperimentSpec, area: Path, root: Path, folder: Path | None = None) -> list[Problem]:
