@@ -159,8 +159,8 @@ class PoolSession:
 
     @staticmethod
     def submit(store: ExperimentStore, spec: ExperimentSpec, *, owner: str = "", weight: float = 1.0) -> int:
-        """Queue ``spec`` for a pool, stored as a runner stores it; return its experiment id."""
-        return store.submit_experiment(spec.name, spec.model_dump(mode="json"), owner=owner, weight=weight)
+        """Queue ``spec`` for a pool, stored as ``stored_form`` has it; return its experiment id."""
+        return store.submit_experiment(spec.name, stored_form(spec), owner=owner, weight=weight)
 
     def gpus(self) -> int:
         """How many GPUs (or CPU slots) the pool has now; any thread. On Ray, those of the nodes that joined."""
@@ -241,9 +241,9 @@ class PoolSession:
             spec = self.read_spec(record)
             if spec.name != record.name:
                 raise HermesError(f"experiment {record.name}: its spec is named {spec.name!r}")
-            if spec.model_dump(mode="json") != record.spec:
-                raise HermesError(f"experiment {record.name}: its stored spec is not as a runner stores it; submit "
-                                  "ExperimentSpec.model_dump(mode='json') (PoolSession.submit does)")
+            if record.spec not in (stored_form(spec), spec.model_dump(mode="json")):  # the latter: before limits
+                raise HermesError(f"experiment {record.name}: its stored spec is not as a pool stores it; submit "
+                                  "hermes.pool.stored_form(spec) (PoolSession.submit does)")
             if spec.engine != "local":
                 raise HermesError(f"experiment {record.name}: engine: {spec.engine!r}; the pool decides where its "
                                   "trials run (leave engine out)")
@@ -383,6 +383,15 @@ class PoolSession:
         self.executor.end_worker_group(member.key)
         self._set_period()
         log.info("experiment %s %s", member.record.full_name, status.value)
+
+
+def stored_form(spec: ExperimentSpec) -> dict[str, Any]:
+    """A spec as a pool's store keeps it: as a runner's (``model_dump``), and with the limits of its trials
+    (``trial.timeout`` and ``trial.stall``), which a runner's store leaves out so that a rerun may change
+    them; a pool has only the store to read them from."""
+    data = spec.model_dump(mode="json")
+    data["trial"] |= {"timeout": spec.trial.timeout, "stall": spec.trial.stall.model_dump(mode="json")}
+    return data
 
 
 def main(argv: list[str] | None = None) -> None:

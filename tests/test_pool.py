@@ -26,7 +26,7 @@ from hermes.core.states import TrialState
 from hermes.experiment import parse_spec
 from hermes.experiment.spec import ResourcesSpec
 from hermes.policies import make_policy
-from hermes.pool import PoolSession
+from hermes.pool import PoolSession, stored_form
 from hermes.store import ExperimentStatus, SqlStore
 from tests.test_run import (
     PRINTED,
@@ -49,7 +49,7 @@ def pool_spec(
 ) -> dict[str, Any]:
     searching = search(trials, 1, sleep) | ({"max_time": max_time} if max_time is not None else {})
     spec = spec_of(name, search=searching, budget={"steps": budget}, **sections)
-    return parse_spec(spec).model_dump(mode="json")  # as a runner stores it
+    return stored_form(parse_spec(spec))  # as a pool stores it
 
 
 def submit(store: SqlStore, spec: dict[str, Any], owner: str = "ann", weight: float = 1.0) -> int:
@@ -115,7 +115,7 @@ def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(
         wait_for(lambda: status(store, late) is ExperimentStatus.FINISHED, TIMEOUT, "the time budget to end it")
         broken = store.submit_experiment("broken", {**pool_spec("broken", 2, 0.05), "trial": {"function": "x:y",
                                                                                                "workdir": "/nowhere"}})
-        raw = store.submit_experiment("raw", spec_of("raw"))  # defaults left out: not as a runner stores it
+        raw = store.submit_experiment("raw", spec_of("raw"))  # defaults left out: not as a pool stores it
         wait_for(lambda: status(store, never) is ExperimentStatus.CANCELLED, TIMEOUT, "a queued cancellation")
         wait_for(lambda: status(store, raw) is ExperimentStatus.FAILED, TIMEOUT, "the raw spec to fail")
         wait_for(lambda: status(store, broken) is ExperimentStatus.FAILED, TIMEOUT, "the broken spec to fail")
@@ -223,8 +223,8 @@ def test_a_trial_that_kills_its_worker_takes_no_other_experiments_trials_along(t
     budget = 6
     configs = [{"rate": 0.3 + 0.1 * i, "sleep": 0.08, "crash": "hard" if i == 0 else "none", "crash_step": 3}
                for i in range(4)]
-    crashy = submit(store, parse_spec(spec_of("crashy", search={"sampler": "list", "configs": configs},
-                                              budget={"steps": budget})).model_dump(mode="json"), owner="ann")
+    crashy = submit(store, stored_form(parse_spec(spec_of("crashy", search={"sampler": "list", "configs": configs},
+                                                          budget={"steps": budget}))), owner="ann")
     calm = submit(store, pool_spec("calm", 4, 0.08, budget=budget), owner="bob")
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
     runner = threading.Thread(target=pool.run)
@@ -262,7 +262,7 @@ def test_a_sampler_that_raises_fails_its_experiment_alone_and_a_specs_resources_
     store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
     failing = pool_spec("failing", 4, 0.05, budget=6)
     failing["search"]["sampler"] = {"optuna": "failing_sampler.FailingSampler"}
-    failing_id = submit(store, parse_spec(failing).model_dump(mode="json"), owner="ann")
+    failing_id = submit(store, stored_form(parse_spec(failing)), owner="ann")
     # the pool's slots run it, whatever its spec names: not a GPU this machine lacks, nor a thousand slots
     calm = submit(store, pool_spec("calm", 3, 0.05, budget=6, resources={"gpus": [7], "cpu_slots": 1000}), owner="bob")
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
@@ -282,6 +282,27 @@ def test_a_sampler_that_raises_fails_its_experiment_alone_and_a_specs_resources_
     store.close()
 
 
+def test_a_hung_trial_in_a_pool_is_failed_by_its_own_specs_limit(tmp_path: Path) -> None:
+    """Each experiment's trial.timeout holds for its trials in the shared pool (each launch carries its limits)."""
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    configs = [{"rate": 0.5, "sleep": 0.05, "hang_after": 2}, {"rate": 0.7, "sleep": 0.05, "hang_after": -1}]
+    spec = spec_of("hung", search={"sampler": "list", "configs": configs}, budget={"steps": 4})
+    spec["trial"]["timeout"] = 2
+    experiment_id = submit(store, stored_form(parse_spec(spec)))
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        wait_for(lambda: status(store, experiment_id) is ExperimentStatus.FINISHED, 30, "the experiment to end")
+    finally:
+        pool.stop()
+        runner.join(TIMEOUT)
+    trials = {trial.trial_id: trial for trial in store.trials(experiment_id)}
+    assert trials["0"].state is TrialState.FAILED and "trial.timeout" in (trials["0"].error or "")
+    assert trials["1"].state is TrialState.COMPLETED
+    store.close()
+
+
 def test_an_unmodified_program_that_prints_rarely_is_preempted_between_its_lines_in_a_pool(tmp_path: Path) -> None:
     """Its steps take 1.5 s and its experiment's period is 0.3 s: the pool ticks for it, as ``hermes run`` does,
     so the core suspends it mid-step; once it is done the pool stops ticking."""
@@ -294,7 +315,7 @@ def test_an_unmodified_program_that_prints_rarely_is_preempted_between_its_lines
         policy={"name": "rr", "period": 0.3},
     )
     store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
-    experiment_id = submit(store, parse_spec(spec).model_dump(mode="json"))
+    experiment_id = submit(store, stored_form(parse_spec(spec)))
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
     runner = threading.Thread(target=pool.run)
     runner.start()

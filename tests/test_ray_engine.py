@@ -41,6 +41,7 @@ from tests.test_run import (  # noqa: E402
     TESTS,
     count_reports,
     environment,
+    hermes,
     hermes_command,
     load_view,
     run_until,
@@ -118,6 +119,16 @@ def session_processes(session_id: int) -> list[int]:
     return pids
 
 
+@pytest.mark.parametrize("address", ["garbage", "localhost:abc"])
+def test_an_address_that_is_none_names_the_setting(address: str, tmp_path: Path) -> None:
+    """Ray reads the address before it connects: what it refuses is named as ray.address, not a traceback."""
+    spec = spec_of("bad-address", engine="ray", ray={"address": address}, resources={"gpus": "none", "cpu_slots": 1})
+    result = hermes("run", str(write_spec(tmp_path, spec)), "--no-live", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert f"hermes: error: ray.address: {address!r} is not an address: " in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_ray_address_local_runs_on_a_ray_of_its_own_and_ends_it(tmp_path: Path) -> None:
     """``ray: {address: local}`` needs no cluster: ``hermes run`` starts a Ray instance of its own on this machine
     (on CPU slots where it has no GPU, as the local engine), runs every trial exactly, and leaves no process of
@@ -193,6 +204,23 @@ def test_cpu_slots_on_every_node_of_the_cluster(cluster: RayCluster, tmp_path: P
     decisions = [record.decision for record in session.store.decisions(session.experiment_id)]
     slots = {d.gpu for d in decisions if isinstance(d, (Start, Resume))}
     assert slots == {f"{node_name(node.node_id)}/cpu0" for node in cluster.nodes}  # the head's slot included
+    session.store.close()
+    assert not trial_processes((tmp_path / "runs").resolve())
+
+
+def test_a_hung_trial_on_ray_is_failed_by_its_specs_limit(cluster: RayCluster, tmp_path: Path) -> None:
+    """``trial.timeout`` reaches the node that runs the trial (each launch carries its limits): a trial that hangs
+    fails after the spec's 3 s, not the 60 s of the defaults, and the other completes."""
+    spec = ray_spec(cluster, "ray-hung", 2, 4, 0.05, resources={"gpus": "none", "cpu_slots": 1})
+    spec["search"] = {"sampler": "list", "configs": [{"rate": 0.5, "sleep": 0.05, "hang_after": 2},
+                                                     {"rate": 0.7, "sleep": 0.05, "hang_after": -1}]}
+    spec["trial"]["timeout"] = 3
+    session = ExperimentSession(load_spec(write_spec(tmp_path, spec)), listeners=[ContractMonitor()])
+    session.run()
+    hung, healthy = session.scheduler.trials["0"], session.scheduler.trials["1"]
+    assert hung.state is TrialState.FAILED and "timed out: it ran 3s in all (trial.timeout)" in (hung.error or "")
+    assert healthy.state is TrialState.COMPLETED
+    assert hung.gpu_time < 30  # the spec's limit, not the default stall of 60 s
     session.store.close()
     assert not trial_processes((tmp_path / "runs").resolve())
 

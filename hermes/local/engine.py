@@ -42,12 +42,6 @@ class LocalEngine(ExecutionEngine):
             period=tick_period(spec),
             clock_offset=clock_offset,
             cwd=spec.workdir,
-            limits=TrialLimits(
-                timeout=spec.trial.timeout,
-                stall_factor=spec.trial.stall.factor,
-                stall_min=spec.trial.stall.min,
-                stall_after=spec.trial.stall.after,
-            ),
         )
 
 
@@ -72,7 +66,9 @@ def trial_profile(spec: ExperimentSpec) -> ExecutionProfile:
 def trial_launch(spec: ExperimentSpec, params: Mapping[str, Any]) -> TrialLaunch:
     """What runs for a trial of the spec with these hyper-parameters."""
     trial = spec.trial
-    common = dict(budget=spec.budget.steps, config=dict(params), cwd=str(spec.workdir))
+    limits = TrialLimits(timeout=trial.timeout, stall_factor=trial.stall.factor, stall_min=trial.stall.min,
+                         stall_after=trial.stall.after)  # carried by each launch: a pool's or a Ray node's too
+    common = dict(budget=spec.budget.steps, config=dict(params), cwd=str(spec.workdir), limits=limits)
     if trial.function is not None:
         return TrialLaunch(function=trial.function, warm=trial.warm_workers, **common)
     return TrialLaunch(command=command_argv(trial.command, params), metric_pattern=trial.metrics_regex, **common)

@@ -132,10 +132,10 @@ class LocalExecutor(Executor[TrialLaunch]):
                 raise HermesError(f"trial {trial.trial_id} already runs on {trial.run.slot.name}")
             shutil.rmtree(trial.directory / protocol.CHECKPOINTS_DIR, ignore_errors=True)
             trial.last_step = trial.checkpoint_step = 0
-            self.watchdog.started(trial.trial_id, self.now())
+            self.watchdog.started(trial.trial_id, self.now(), trial.launch.limits)
             self._launch(trial, self._free_slot(trial, decision.gpu))
         elif isinstance(decision, Resume):
-            self.watchdog.started(trial.trial_id, self.now())
+            self.watchdog.started(trial.trial_id, self.now(), trial.launch.limits)
             self._resume(trial, decision)
         elif isinstance(decision, Suspend):
             self._suspend(trial)

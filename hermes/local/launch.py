@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from hermes.errors import HermesError
+from hermes.local.watchdog import TrialLimits
 
 # Seconds of slot time a suspend and resume cost, by how a trial runs (bench/switching.py, docs/trials.md).
 WARM_SWITCH_COST = 0.05  # a warm worker: 0.3 ms on the same slot, 38 ms to migrate 10 MB of state
@@ -41,6 +42,7 @@ class TrialLaunch:
     checkpoint_every: int | None = None  # steps between its checkpoints
     directory: str | None = None  # its config, logs and checkpoints (default: the executor's trials/<id>)
     worker_group: str | None = None  # whose warm workers it shares (a pool's experiment); None: the executor's
+    limits: TrialLimits | None = None  # when it counts as hung (its spec's trial.timeout and trial.stall)
 
     def __post_init__(self) -> None:
         if self.budget < 1:

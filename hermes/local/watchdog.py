@@ -43,6 +43,7 @@ class _Watch:
     heard_at: float = 0.0  # its last report, or the start of the run
     last_report_at: float | None = None  # its last report in this run: the next one times a step
     slowest_step: float = 0.0
+    limits: TrialLimits | None = None  # the trial's own; None: the watchdog's
 
 
 @dataclass(slots=True)
@@ -51,9 +52,10 @@ class Watchdog:
     _watches: dict[str, _Watch] = field(default_factory=dict)  # every trial that ran and has not ended
     _watched: dict[str, _Watch] = field(default_factory=dict)  # those holding their slot now
 
-    def started(self, trial_id: str, now: float) -> None:
-        """A run began (or a suspended trial continues): its clocks run from now."""
-        watch = self._watches.setdefault(trial_id, _Watch())
+    def started(self, trial_id: str, now: float, limits: TrialLimits | None = None) -> None:
+        """A run began (or a suspended trial continues): its clocks run from now, against ``limits``
+        (the trial's own, else the watchdog's)."""
+        watch = self._watches.setdefault(trial_id, _Watch(limits=limits))
         if watch.since is None:
             watch.since = watch.heard_at = now
             watch.last_report_at = None
@@ -95,7 +97,7 @@ class Watchdog:
     def _limits(self, watch: _Watch) -> list[tuple[float, str]]:
         if watch.since is None:
             return []
-        limits, found = self.limits, []
+        limits, found = watch.limits or self.limits, []
         if limits.timeout is not None:
             found.append((watch.since + limits.timeout - watch.ran,
                           f"timed out: it ran {limits.timeout:g}s in all (trial.timeout)"))

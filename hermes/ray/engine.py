@@ -38,6 +38,10 @@ def connect(address: str, setting: str) -> None:
             hint = ("; start a cluster on this machine (ray start --head), give the address of another, or set "
                     f"{setting}: local to start Ray for this run only")
             raise HermesError(f"{setting}: cannot connect to {address!r}: {str(error).rstrip('.')}{hint}") from None
+        except ValueError as error:  # Ray reads the address first: "garbage", "host:abc"
+            raise HermesError(f"{setting}: {address!r} is not an address: {error}; give HOST:PORT of a cluster's "
+                              "head, auto (the cluster this machine belongs to) or local (Ray for this run only)"
+                              ) from None
 
 
 class RayEngine(ExecutionEngine):

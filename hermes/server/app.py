@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hermes.errors import SpecError
 from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.spec import ResourcesSpec
-from hermes.pool import PoolSession
+from hermes.pool import PoolSession, stored_form
 from hermes.server.area import document_problems, spec_problems
 from hermes.server.auth import Accounts
 from hermes.server.digest import ExperimentDigest
@@ -120,7 +120,7 @@ class Hermes:
 
     def stored(self, spec: ExperimentSpec) -> dict[str, Any]:
         """The spec as the store keeps it: its paths resolved in its owner's area, so that the pool reads it alike."""
-        data = spec.model_dump(mode="json")
+        data = stored_form(spec)
         data["trial"]["workdir"] = str(spec.workdir)
         data["storage"]["dir"] = str(spec.storage_dir)
         return data
