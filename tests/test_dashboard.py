@@ -59,6 +59,9 @@ def server(tmp_path: Path) -> Iterator[tuple[str, str, str]]:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
+        log.close()
+        lines = [line for line in (tmp_path / "server.log").read_text().splitlines() if '" 200 OK' not in line]
+        print("the server's log, less its requests answered 200:", *lines[-80:], sep="\n")  # shown if a test failed
 
 
 def submit(url: str, token: str, spec: dict[str, object]) -> int:
