@@ -25,7 +25,6 @@ from hermes.local.handshake import Handshake
 from hermes.local.runs import LocalTrial, Output, Run
 from hermes.local.system import die_with_parent, exit_reason, kill_group, pin, slot_environment, tail, wait_stopped
 from hermes.trial import protocol
-from hermes.trial.protocol import MAX_STEP
 
 
 class ProcessLauncher(Launcher):
@@ -308,9 +307,9 @@ class ScriptLauncher(ProcessLauncher):
         except ValueError:
             run.misread = run.misread or f"its group 'step' read {groups['step']!r}, not a whole number, {_in(text)}"
             return
-        if step > MAX_STEP:
+        if step > protocol.MAX_STEP:
             host.fail(run, f"trial.metrics_regex's group 'step' read {step} {_in(text)}: steps count epochs or "
-                           f"iterations, at most {MAX_STEP} (a timestamp is no step)")
+                           f"iterations, at most {protocol.MAX_STEP} (a timestamp is no step)")
             return
         run.reports += 1
         if step > trial.last_step:
