@@ -113,7 +113,11 @@ def _run(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec, args.name)
     again = f"hermes run {args.spec}" + (f" --name {shlex.quote(args.name)}" if args.name is not None else "")
-    session = ExperimentSession(spec)
+    try:
+        session = ExperimentSession(spec)
+    except KeyboardInterrupt:  # while its engine started (a Ray of its own): nothing ran yet
+        print("interrupted before the experiment started", file=sys.stderr)
+        return 130
     console = Console()
     if args.no_live or not console.is_terminal:
         session.listeners.append(_progress_printer(session))
@@ -367,8 +371,8 @@ def _results(args: argparse.Namespace) -> int:
 
     with _reading(args) as store:
         view = ExperimentView.load(store, pick_experiment(store, args.experiment))
-        trials_dir = None if args.server else Path(args.dir).resolve() / view.experiment.name / "trials"
-        text = format_results(view, standings(view)[: args.top], args.format, trials_dir)
+        experiment_dir = None if args.server else Path(args.dir).resolve() / view.experiment.name
+        text = format_results(view, standings(view)[: args.top], args.format, experiment_dir)
     print(text)
     return 0
 
@@ -438,8 +442,7 @@ def _stored_trace(args: argparse.Namespace) -> RecordedTrace:
 
     with _reading(args) as store:
         view = ExperimentView.load(store, pick_experiment(store, args.experiment))
-        trials_dir = None if args.server else Path(args.dir).resolve() / view.experiment.name / "trials"
-        return experiment_trace(view, trials_dir)
+        return experiment_trace(view, None if args.server else Path(args.dir).resolve() / view.experiment.name)
 
 
 def _add_server(commands: argparse._SubParsersAction) -> None:

@@ -146,7 +146,9 @@ class PoolSession:
         self.storage_uri = storage_uri or (self.directory / "pool" / "checkpoints").as_uri()
         if engine == "ray":
             from hermes.ray.engine import connect
+            from hermes.ray.storage import checked_store
 
+            checked_store(self.storage_uri, "the pool's storage URI")
             connect(ray_address, "the pool's Ray address")
         self.poll = poll
         self.read_spec = read_spec or self._read_spec

@@ -73,30 +73,16 @@ class ExperimentSession:
     ) -> None:
         self.spec = spec
         self.storage = spec.storage_dir
-        # Before the store: a spec this machine cannot run (a GPU it lacks) must leave no experiment
-        # behind, or the corrected spec would clash with it under the same name.
-        self.engine = make_engine(spec)
-        policy = make_policy(spec.policy.name, **spec.policy.settings)
-        policy.configure(self.engine.profile())
-        stopper = spec.policy.stopper
-        self.objective = Objective(spec.metric.mode)
-        self.scheduler = Scheduler(
-            policy,
-            objective=self.objective,
-            stopper=make_stopper(stopper.name, **stopper.params) if stopper else None,
-            max_failures=spec.trial.max_failures,
-        )
-        self.searcher: BaseSearcher = make_searcher(spec.search, spec.metric.mode, slots=self.engine.capacity())
-        self.budget = Budget.of(spec.search)
         # One runner per storage dir (flock: released by the kernel however this process ends), and
         # the store refuses any earlier writer of the experiment, should a second runner get past it.
-        # A host that passes its store (hermes.pool) holds the directory itself.
+        # A host that passes its store (hermes.pool) holds the directory itself. A second runner is refused
+        # before it starts an engine (a Ray instance takes seconds); where the directory does not exist yet,
+        # no runner holds it, and none is made before the engine has accepted the spec.
         self._lock = RunnerLock(self.storage, spec.name)
-        if store is None:
+        if store is None and self.storage.is_dir():
             self._lock.acquire()
-        self.reserve = SpaceReserve(self.storage)
         try:
-            self._open_store(spec, store, experiment_id)
+            self._set_up(spec, store, experiment_id)
         except BaseException:
             self._lock.release()
             raise
@@ -112,6 +98,28 @@ class ExperimentSession:
         self.failure: str | None = None  # why the experiment failed as a whole (its searcher raised)
         self._origin: float | None = None  # when its first event happened, on the engine's clock
         self._width = len(str(max((spec.search.trials or 1000) - 1, 1)))
+
+    def _set_up(self, spec: ExperimentSpec, store: ExperimentStore | None, experiment_id: int | None) -> None:
+        """The engine, the core, the searcher and the store. Before the store: a spec this machine cannot run (a
+        GPU it lacks) must leave no experiment behind, or the corrected spec would clash with it under the same
+        name."""
+        self.engine = make_engine(spec)
+        if store is None and not self._lock.held:
+            self._lock.acquire()
+        policy = make_policy(spec.policy.name, **spec.policy.settings)
+        policy.configure(self.engine.profile())
+        stopper = spec.policy.stopper
+        self.objective = Objective(spec.metric.mode)
+        self.scheduler = Scheduler(
+            policy,
+            objective=self.objective,
+            stopper=make_stopper(stopper.name, **stopper.params) if stopper else None,
+            max_failures=spec.trial.max_failures,
+        )
+        self.searcher: BaseSearcher = make_searcher(spec.search, spec.metric.mode, slots=self.engine.capacity())
+        self.budget = Budget.of(spec.search)
+        self.reserve = SpaceReserve(self.storage)
+        self._open_store(spec, store, experiment_id)
 
     def _open_store(self, spec: ExperimentSpec, store: ExperimentStore | None, experiment_id: int | None) -> None:
         self.store = store or SqlStore(f"sqlite:///{self.storage / STORE_FILE}")

@@ -10,7 +10,10 @@ gets right. The test that kills a node runs last: the cluster is not the same af
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +31,7 @@ pytest.importorskip("ray")
 from hermes.core.decisions import Resume, Start, Suspend  # noqa: E402
 from hermes.core.events import NodeAdded, NodeRemoved, TrialExited, TrialReported, TrialSuspended  # noqa: E402
 from hermes.core.states import TrialState  # noqa: E402
+from hermes.errors import HermesError  # noqa: E402
 from hermes.execution.contract import ContractMonitor  # noqa: E402
 from hermes.experiment import load_spec  # noqa: E402
 from hermes.local.launch import TrialLaunch  # noqa: E402
@@ -129,6 +133,69 @@ def test_an_address_that_is_none_names_the_setting(address: str, tmp_path: Path)
     assert "Traceback" not in result.stderr
 
 
+def test_an_address_where_nothing_listens_is_refused_at_once(tmp_path: Path) -> None:
+    """Ray retries a head it cannot reach for about 14 minutes, deaf to Ctrl-C; Hermes tries the port first."""
+    spec = spec_of("no-head", engine="ray", ray={"address": "127.0.0.1:1"}, resources={"gpus": "none", "cpu_slots": 1})
+    started = time.monotonic()
+    result = hermes("run", str(write_spec(tmp_path, spec)), "--no-live", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "hermes: error: ray.address: cannot reach '127.0.0.1:1' (Connection refused)" in result.stderr
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize(("uri", "expected"), [
+    ("s3://bucket/checkpoints", "storage.uri: 's3://bucket/checkpoints' cannot be opened: Install s3fs"),
+    ("nosuch://x", "storage.uri: 'nosuch://x' cannot be opened: Protocol not known: nosuch"),
+    ("file:///proc/hermes", "storage.uri: cannot write checkpoints to 'file:///proc/hermes': "),
+])
+def test_a_storage_uri_that_cannot_take_checkpoints_is_refused_before_ray_starts(
+    uri: str, expected: str, tmp_path: Path
+) -> None:
+    """Unchecked, a missing filesystem package failed in the nodes' agents, where no one saw it (the run waited
+    for good), and a path that cannot be written lost every upload without a word."""
+    spec = spec_of("bad-uri", engine="ray", ray={"address": "local"}, resources={"gpus": "none", "cpu_slots": 1},
+                   storage={"dir": "runs", "uri": uri})
+    result = hermes("run", str(write_spec(tmp_path, spec)), "--no-live", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert f"hermes: error: {expected}" in result.stderr
+    assert "Started a local Ray instance" not in result.stderr
+    assert not (tmp_path / "runs" / "hermes.db").exists()
+
+
+def test_a_second_runner_is_refused_before_it_starts_ray(tmp_path: Path) -> None:
+    """The storage directory's lock comes first: a second runner used to start a Ray of its own (seconds) before
+    it learnt that the directory is taken."""
+    from hermes.store.lock import RunnerLock
+
+    spec = spec_of("taken", engine="ray", ray={"address": "local"}, resources={"gpus": "none", "cpu_slots": 1})
+    path = write_spec(tmp_path, spec)
+    with RunnerLock(tmp_path / "runs", "taken"):
+        result = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "is in use by another runner" in result.stderr
+    assert "Started a local Ray instance" not in result.stderr
+
+
+def test_ctrl_c_while_its_own_ray_starts_ends_that_ray(tmp_path: Path) -> None:
+    """Ctrl-C in the seconds ``address: local`` takes to start Ray gave a traceback and left Ray's processes
+    running; it is now taken once Ray has started, which is then ended, and the run says it was interrupted."""
+    spec = spec_of("interrupted", engine="ray", ray={"address": "local"}, resources={"gpus": "none", "cpu_slots": 1})
+    write_spec(tmp_path, spec)
+    env = {key: value for key, value in environment().items() if key != "RAY_ADDRESS"}
+    runner = subprocess.Popen(hermes_command("run", "experiment.yaml", "--no-live"), cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        time.sleep(1.5)  # Ray takes 5 s or more to start here
+        runner.send_signal(signal.SIGINT)
+        output, _ = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+    assert runner.returncode == 130, output
+    assert "interrupted before the experiment started" in output and "Traceback" not in output, output
+    wait_for(lambda: not session_processes(runner.pid), 30, "the run's Ray instance to end")
+
+
 def test_ray_address_local_runs_on_a_ray_of_its_own_and_ends_it(tmp_path: Path) -> None:
     """``ray: {address: local}`` needs no cluster: ``hermes run`` starts a Ray instance of its own on this machine
     (on CPU slots where it has no GPU, as the local engine), runs every trial exactly, and leaves no process of
@@ -152,6 +219,14 @@ def test_ray_address_local_runs_on_a_ray_of_its_own_and_ends_it(tmp_path: Path) 
     assert last == {trial.trial_id: score(trial.params["rate"], budget) for trial in view.trials}
     slots = {d.gpu.rpartition("/")[2] for d in decisions if isinstance(d, Start)}
     assert discover_gpus() or slots == {"cpu0", "cpu1"}, slots
+    # Where the winner's files are: a Ray run keeps them per node, and its checkpoints in storage.uri.
+    results = hermes("results", "runs", "--format", "json", cwd=tmp_path)
+    for row in json.loads(results.stdout):
+        directory, checkpoint = Path(row["directory"]), Path(row["checkpoint"])
+        assert directory.match(f"runs/ray-local/nodes/*/trials/{row['trial']}") and (directory / "config.json").exists()
+        assert json.loads((checkpoint / "hermes.json").read_text())["step"] == budget
+    trace = hermes("trace", "runs", cwd=tmp_path).stdout.splitlines()
+    assert trace[0].endswith(",state_mb") and all(line.rpartition(",")[2] for line in trace[1:]), trace[:3]
     wait_for(lambda: not session_processes(runner.pid) and not trial_processes((tmp_path / "runs").resolve()), 30,
              "the run's Ray instance and trial processes to end")
 
@@ -375,11 +450,42 @@ def test_a_migration_across_nodes_resumes_bitwise(cluster: RayCluster, tmp_path:
     for event in reports:
         total += score(rate, event.step)
         assert event.value == score(rate, event.step) and event.metrics["total"] == total
-    import json
 
     result = json.loads((tmp_path / "nodes" / second / "trials" / "a" / "result.json").read_text())
     assert len(result["pids"]) == 2  # two processes, on two nodes, one uninterrupted sum
     assert not (tmp_path / "nodes" / first / "trials" / "a" / "result.json").exists()
+
+
+def test_an_agent_that_cannot_start_names_its_node_and_why(cluster: RayCluster, tmp_path: Path) -> None:
+    """An agent that raised as it started (here: a node without s3fs) was lost before it was ready, without a
+    word, and the driver waited for good."""
+    with pytest.raises(HermesError, match=r"Hermes could not start on Ray node [0-9a-f]{12}: .*Install s3fs"):
+        RayExecutor(tmp_path, storage_uri="s3://bucket/checkpoints", metric="score")
+    wait_for(lambda: not trial_processes(tmp_path), 30, "no trial process")
+
+
+def test_a_checkpoint_that_cannot_be_uploaded_is_not_durable_and_the_user_is_told(
+    cluster: RayCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Storage that fails after the start (here its folder became a file) lost every upload without a word."""
+    durable = tmp_path / "durable"
+    executor = RayExecutor(tmp_path, storage_uri=durable.as_uri(), metric="score", checkpoint_every=1)
+    shutil.rmtree(durable)
+    durable.write_text("no longer a folder")
+    driver = Driver(executor, _Harness())
+    node = node_name(cluster.nodes[1].node_id)
+    with executor, caplog.at_level(logging.WARNING, logger="hermes.ray"):
+        driver.start_membership()
+        driver.submit("a", TrialLaunch(3, function="tests.trials.curve:train", config={"rate": 0.5, "sleep": 0.01},
+                                       cwd=str(ROOT)))
+        driver.apply(Start("a", f"{node}/gpu0"))
+        events = driver.until(lambda e: isinstance(e, TrialExited))
+    assert events[-1].succeeded
+    reports = [e for e in events if isinstance(e, TrialReported)]
+    assert [e.step for e in reports] == [1, 2, 3] and not any(e.checkpointed for e in reports)
+    warnings = [r.getMessage() for r in caplog.records if "could not be uploaded" in r.getMessage()]
+    assert len(warnings) == 1, warnings  # once per node, not once per report
+    assert f"Ray node {node}: trial a's checkpoint of step 1 could not be uploaded to {durable.as_uri()}" in warnings[0]
 
 
 def signalled_driver(cluster: RayCluster, tmp_path: Path, name: str, trials: int, budget: int, reports: int,

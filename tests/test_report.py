@@ -24,11 +24,12 @@ from hermes.core.events import Event, SubmissionsClosed, TrialReported, TrialSub
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
-from hermes.execution.engine import Engine
 from hermes.errors import HermesError
+from hermes.execution.engine import Engine
 from hermes.experiment import parse_spec
 from hermes.policies import make_policy
 from hermes.report import STORE_FILE, ExperimentView, open_store, pick_experiment
+from hermes.report.files import TrialFiles, trial_files
 from hermes.report.results import format_results, standings
 from hermes.report.status import experiment_status, format_status
 from hermes.report.trace import _param, experiment_trace
@@ -265,6 +266,31 @@ def test_results_as_csv_and_json(recorded: Recorded, store: SqlStore) -> None:
     ]
     assert parsed[0]["params"] == top[0].params
     assert parsed[0]["directory"] is None and parsed[0]["checkpoint"] is None  # no trial files given
+
+
+def _commit_checkpoint(root: Path, name: str, step: int) -> Path:
+    """A checkpoint published as the trial API (or a Ray run's durable storage) publishes one."""
+    (root / name).mkdir(parents=True)
+    (root / name / "hermes.json").write_text(json.dumps({"step": step}))
+    (root / "latest").write_text(name)
+    return root / name
+
+
+def test_trial_files_on_one_machine_and_across_ray_nodes(tmp_path: Path) -> None:
+    """One machine: ``trials/<id>``. A Ray run: the node where the trial last saved (here it moved from ``a`` to
+    ``b``), and the newest checkpoint, the durable one on a tie."""
+    single = tmp_path / "single"
+    _commit_checkpoint(single / "trials" / "3" / "checkpoints", "step-2", 2)
+    assert trial_files(single, "3") == TrialFiles(single / "trials" / "3", single / "trials" / "3" / "checkpoints" / "step-2")
+    ray = tmp_path / "ray"
+    _commit_checkpoint(ray / "nodes" / "a" / "trials" / "3" / "checkpoints", "step-2", 2)
+    _commit_checkpoint(ray / "nodes" / "b" / "trials" / "3" / "checkpoints", "step-5", 5)
+    durable = _commit_checkpoint(ray / "checkpoints" / "3", "step-5-0a1b2c3d", 5)
+    assert trial_files(ray, "3") == TrialFiles(ray / "nodes" / "b" / "trials" / "3", durable)
+    _commit_checkpoint(ray / "nodes" / "c" / "trials" / "4" / "checkpoints", "step-1", 1)
+    (ray / "nodes" / "a" / "trials" / "4").mkdir(parents=True)  # ran there later, saved nothing: c has its state
+    assert trial_files(ray, "4").directory == ray / "nodes" / "c" / "trials" / "4"
+    assert trial_files(ray, "5") == TrialFiles(None, None)
 
 
 def test_results_table_lists_params_and_units(store: SqlStore) -> None:

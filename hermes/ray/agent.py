@@ -34,7 +34,7 @@ from hermes.core.events import Event, TrialReported
 from hermes.local.executor import LocalExecutor
 from hermes.local.launch import TrialLaunch
 from hermes.local.resources import local_slots
-from hermes.ray.storage import CheckpointStore
+from hermes.ray.storage import checked_store
 from hermes.trial import protocol
 
 State = dict[str, Any]  # {"step": n, "files": {relative path: bytes}}: a trial's newest checkpoint
@@ -62,7 +62,7 @@ class NodeAgent:
         else:
             slots = local_slots(node, cpu_slots=cpu_slots, threads_per_slot=threads_per_slot)
         self.node = node
-        self.storage = CheckpointStore(storage_uri)
+        self.storage = checked_store(storage_uri, "storage.uri")  # a node that cannot write there must not run trials
         self.local = LocalExecutor(
             Path(directory),
             slots=slots,
@@ -74,10 +74,11 @@ class NodeAgent:
         self._calls: dict[int, tuple[list[tuple], Future]] = {}  # seq -> commands waiting for the pump
         self._done = 0  # the last seq the pump has run
         self._arrived: set[int] = set()  # seqs received and not yet run
-        self._outbox: list[tuple[int, Event]] = []  # numbered events the driver may not have yet
+        self._outbox: list[tuple[int, Event | str]] = []  # numbered events (and warnings) the driver may not have yet
         self._numbered = 0
         self._local_busy = True  # whether any run of the local executor may still report
         self._uploads = 0  # checkpoint uploads under way, each with a report to post
+        self._upload_failed = False  # whether the user was warned that an upload failed
         self._uploader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hermes-upload")
         self._replied: tuple[bool, int] | None = None  # (busy, done) of the last next_events reply
         self._woken = False
@@ -108,10 +109,10 @@ class NodeAgent:
         self.local.wake()
         return future.result()
 
-    def next_events(self, after: int) -> tuple[list[Event], int, bool, int]:
+    def next_events(self, after: int) -> tuple[list[Event | str], int, bool, int]:
         """Wait for events numbered past ``after`` (or a wake, or a change of what ``busy`` and
-        ``done`` say); return them, the number of the last, whether anything may still report, and
-        the last call run."""
+        ``done`` say); return them (a string is a warning for the user), the number of the last,
+        whether anything may still report, and the last call run."""
         with self._changed:
             self._outbox = [(n, e) for n, e in self._outbox if n > after]
             self._changed.wait_for(
@@ -244,13 +245,20 @@ class NodeAgent:
         upload.add_done_callback(lambda done: self._uploaded(event, done))
 
     def _uploaded(self, event: TrialReported, upload: Future) -> None:
-        if upload.exception() is not None:  # not durable: the core must not count on it
+        error = upload.exception()
+        if error is not None:  # not durable: the core must not count on it, and the user must know
             event = dataclasses.replace(event, checkpointed=False)
+            if not self._upload_failed:
+                self._upload_failed = True
+                self._post(f"trial {event.trial_id}'s checkpoint of step {event.step} could not be uploaded to "
+                           f"{self.storage.uri} ({type(error).__name__}: {error}); until uploads work again, a trial "
+                           "that leaves this node resumes from an older checkpoint (further failures not shown)")
         with self._changed:
             self._uploads -= 1
         self._post(event)
 
-    def _post(self, event: Event) -> None:
+    def _post(self, event: Event | str) -> None:
+        """Queue an event, or a warning for the user (a string), for the driver."""
         with self._changed:
             self._numbered += 1
             self._outbox.append((self._numbered, event))

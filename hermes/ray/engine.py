@@ -9,8 +9,11 @@ without GPUs does.
 
 from __future__ import annotations
 
+import signal
+import socket
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from hermes.core.policy import ExecutionProfile
 from hermes.errors import HermesError
@@ -18,9 +21,12 @@ from hermes.execution.registry import ExecutionEngine
 from hermes.local.engine import trial_launch, trial_profile
 from hermes.local.launch import TrialLaunch
 from hermes.ray.executor import RayExecutor
+from hermes.ray.storage import checked_store
 
 if TYPE_CHECKING:
     from hermes.experiment.spec import ExperimentSpec
+
+CONNECT_TIMEOUT_S = 10.0  # to reach a cluster's head: a live one answers in milliseconds, even across regions
 
 
 def connect(address: str, setting: str) -> None:
@@ -33,7 +39,11 @@ def connect(address: str, setting: str) -> None:
         raise HermesError(f'{setting}: Ray is not installed: pip install "hermes-hpo[ray]"') from None
     if not ray.is_initialized():
         try:
-            ray.init(address=address, log_to_driver=False)
+            if address == "local":
+                _start_undisturbed(lambda: ray.init(address=address, log_to_driver=False), ray.shutdown)
+            else:
+                _check_reachable(address, setting)
+                ray.init(address=address, log_to_driver=False)
         except ConnectionError as error:
             hint = ("; start a cluster on this machine (ray start --head), give the address of another, or set "
                     f"{setting}: local to start Ray for this run only")
@@ -44,11 +54,54 @@ def connect(address: str, setting: str) -> None:
                               ) from None
 
 
+def _check_reachable(address: str, setting: str) -> None:
+    """Refuse at once a HOST:PORT that takes no connection: Ray itself retries an unreachable head for about
+    14 minutes, deaf to Ctrl-C. Addresses Ray reads otherwise (``auto``, or no port) are left to it."""
+    host, _, port = address.partition("://")[2 if "://" in address else 0].rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as error:
+        reason = f"no answer in {CONNECT_TIMEOUT_S:g} s" if isinstance(error, TimeoutError) else error.strerror or error
+        raise HermesError(f"{setting}: cannot reach {address!r} ({reason}); is the cluster's head running there "
+                          "(ray start --head), and is its port open to this machine?") from None
+
+
+def _start_undisturbed(start: Callable[[], object], stop: Callable[[], None]) -> None:
+    """Run ``start`` with Ctrl-C held back until it returns; then, if it came, ``stop`` and raise
+    KeyboardInterrupt. Cut short, Ray's start left some of its processes running, with no one to end them. A
+    second Ctrl-C is taken at once. (SIGTERM is Ray's: ``ray.init`` sets its own handler first thing.)"""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler  # ignored, or someone else's
+    ):
+        start()
+        return
+    received = False
+
+    def hold(_signum: int, _frame: object) -> None:
+        nonlocal received
+        received = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        start()
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if received:
+        stop()
+        raise KeyboardInterrupt
+
+
 class RayEngine(ExecutionEngine):
     """Connects this process to the cluster as its driver (unless it is already connected)."""
 
     def __init__(self, spec: ExperimentSpec) -> None:
         super().__init__(spec)
+        # Before Ray starts: a storage URI that cannot be written is the spec's error, not a node's.
+        self._storage_uri = spec.storage.uri or (spec.storage_dir / spec.name / "checkpoints").as_uri()
+        checked_store(self._storage_uri, "storage.uri")
         connect(spec.ray.address, "ray.address")
         import ray
 
@@ -73,7 +126,7 @@ class RayEngine(ExecutionEngine):
         spec = self.spec
         return RayExecutor(
             directory,
-            storage_uri=spec.storage.uri or (Path(directory) / "checkpoints").resolve().as_uri(),
+            storage_uri=self._storage_uri,
             metric=spec.metric.name,
             checkpoint_every=spec.storage.checkpoint_every,
             period=(spec.policy.period or 60.0) if spec.trial.metrics_regex else None,

@@ -125,10 +125,14 @@ class RayExecutor(Executor[TrialLaunch]):
         self._woken = False
         self._closed = False
         self._next_poll = 0.0
-        self._poll_membership()
-        deadline = time.monotonic() + agent_timeout
-        while any(not a.ready for a in self._agents.values()) and time.monotonic() < deadline:
-            self._wait(min(1.0, deadline - time.monotonic()))
+        try:
+            self._poll_membership()
+            deadline = time.monotonic() + agent_timeout
+            while any(not a.ready for a in self._agents.values()) and time.monotonic() < deadline:
+                self._wait(min(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.close()  # the agents that did start
+            raise
 
     # ------------------------------------------------------------------ the contract
     def now(self) -> float:
@@ -323,13 +327,16 @@ class RayExecutor(Executor[TrialLaunch]):
             events, numbered, busy, done = ray.get(ref)
         except ray.exceptions.ActorUnavailableError:
             return False  # transient: listen again
-        except ray.exceptions.RayActorError:
-            self._lose(agent)
+        except ray.exceptions.RayActorError as error:
+            self._lose(agent, error)
             return True
         changed = bool(events) or (busy, done) != (agent.busy, agent.done)
         agent.after, agent.busy, agent.done = numbered, busy, done
         for event in events:
-            self._take(agent, dataclasses.replace(event, at=self.now()))
+            if isinstance(event, str):
+                log.warning("Ray node %s: %s", agent.node, event)
+            else:
+                self._take(agent, dataclasses.replace(event, at=self.now()))
         return changed
 
     def _answered(self, ref: Any) -> None:
@@ -343,8 +350,8 @@ class RayExecutor(Executor[TrialLaunch]):
         except ray.exceptions.ActorUnavailableError:
             retry = agent.handle.call.remote(*arguments)  # the agent ignores it if the first one arrived
             self._calls[retry] = (agent, arguments)
-        except ray.exceptions.RayActorError:
-            self._lose(agent)
+        except ray.exceptions.RayActorError as error:
+            self._lose(agent, error)
         except ray.exceptions.RayTaskError as error:
             raise error.as_instanceof_cause() from None
 
@@ -370,8 +377,9 @@ class RayExecutor(Executor[TrialLaunch]):
             self._progress[event.trial_id].lost()  # the core may run it again from its checkpoint
         self._events.append(event)
 
-    def _lose(self, agent: _Agent) -> None:
-        """The agent or its node died: its trials fall back to their durable checkpoints."""
+    def _lose(self, agent: _Agent, error: Exception | None = None) -> None:
+        """The agent or its node died (``error``: how the driver learnt it): its trials fall back to their
+        durable checkpoints. An agent that raised as it started cannot work on any node: a HermesError says why."""
         import ray
 
         del self._agents[agent.node]
@@ -379,6 +387,10 @@ class RayExecutor(Executor[TrialLaunch]):
         ray.kill(agent.handle, no_restart=True)  # a live node's stray agent must not run on
         for ref in [ref for ref, (owner, _) in self._calls.items() if owner is agent]:
             del self._calls[ref]
+        if isinstance(error, ray.exceptions.RayActorError) and error.actor_init_failed:
+            cause = next((line for line in reversed(str(error).splitlines()) if line.strip()), "no reason given")
+            raise HermesError(f"Hermes could not start on Ray node {agent.node}: "
+                              f"{cause.strip().removeprefix('hermes.errors.HermesError: ')}")
         if not agent.ready:
             return
         for gpu in [gpu for gpu, node in self._gpus.items() if node == agent.node]:

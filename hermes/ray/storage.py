@@ -24,8 +24,25 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from hermes.errors import HermesError
 from hermes.trial import protocol
 from hermes.trial.session import _sync, _sync_tree
+
+
+def checked_store(uri: str, setting: str) -> CheckpointStore:
+    """The checkpoint store at ``uri``, once an object was written, read back and deleted there; else a
+    HermesError naming ``setting``. Unchecked, a missing filesystem package (``s3://`` without s3fs) failed on
+    the nodes alone, where no one saw it, and a path that cannot be written lost every upload."""
+    try:
+        store = CheckpointStore(uri)
+    except (ImportError, ValueError) as error:  # fsspec: "Install s3fs to access S3", "Protocol not known: x"
+        raise HermesError(f"{setting}: {uri!r} cannot be opened: {error}") from None
+    try:
+        store.probe()
+    except Exception as error:  # whatever the filesystem raises: OSError, botocore's NoCredentialsError, ...
+        raise HermesError(f"{setting}: cannot write checkpoints to {uri!r}: {type(error).__name__}: {error}"
+                          ) from None
+    return store
 
 
 class CheckpointStore:
@@ -43,6 +60,19 @@ class CheckpointStore:
         self.root = self.root.rstrip("/")
         protocols = (self.fs.protocol,) if isinstance(self.fs.protocol, str) else self.fs.protocol
         self._local = bool({"file", "local"} & set(protocols))  # a local disk or a shared mount
+
+    def probe(self) -> None:
+        """Write an object of its own under the root, read it back and delete it; raise whatever fails."""
+        path = f"{self.root}/.hermes-probe-{secrets.token_hex(4)}"
+        data = secrets.token_bytes(16)
+        if self._local:
+            self.fs.makedirs(self.root, exist_ok=True)
+        self.fs.pipe_file(path, data)
+        try:
+            if self.fs.cat_file(path) != data:
+                raise OSError(f"{path} read back other bytes than were written")
+        finally:
+            self.fs.rm(path)
 
     def upload(self, trial_id: str, checkpoint: Path) -> int:
         """Upload a committed local checkpoint (a ``step-<n>`` directory), publish it as the trial's

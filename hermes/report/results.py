@@ -18,8 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from hermes.core.states import TrialState
-from hermes.report import ExperimentView, format_duration, format_number, format_table, summarise_error
-from hermes.trial import protocol
+from hermes.report import (
+    ExperimentView,
+    format_duration,
+    format_number,
+    format_table,
+    summarise_error,
+)
+from hermes.report.files import TrialFiles, trial_files
 
 FORMATS = ("table", "csv", "json")
 ERROR_WIDTH = 60  # characters of a trial's error in the table; csv and json carry all of it
@@ -81,15 +87,17 @@ def standings(view: ExperimentView) -> list[Standing]:
     return [replace(standing, rank=rank) for rank, standing in enumerate(ranked, start=1)]
 
 
-def format_results(view: ExperimentView, top: list[Standing], output: str, trials_dir: Path | None = None) -> str:
+def format_results(
+    view: ExperimentView, top: list[Standing], output: str, experiment_dir: Path | None = None
+) -> str:
     """``top`` as an aligned table for people, or as CSV or JSON (non-finite numbers as null) for programs.
 
-    With ``trials_dir`` (the experiment's ``trials/`` on this machine), CSV and JSON also give each
-    trial's directory and its newest committed checkpoint there, as Ray Tune's results give the best
-    trial's path and checkpoint: where to load the winner's model from."""
+    With ``experiment_dir`` (the experiment's folder on this machine), CSV and JSON also give each
+    trial's directory and its newest committed checkpoint (``hermes.report.files``), as Ray Tune's results
+    give the best trial's path and checkpoint: where to load the winner's model from."""
     names = list(dict.fromkeys(name for standing in top for name in standing.params))
     metric = view.target.name
-    files = {s.trial_id: _files(trials_dir, s.trial_id) for s in top}
+    files = {s.trial_id: _files(experiment_dir, s.trial_id) for s in top}
     if output == "json":
         return json.dumps([_as_json(s) | files[s.trial_id] for s in top], indent=2, allow_nan=False)
     if output == "csv":
@@ -138,13 +146,14 @@ def _as_json(standing: Standing) -> dict[str, Any]:
     }
 
 
-def _files(trials_dir: Path | None, trial_id: str) -> dict[str, str | None]:
+def _files(experiment_dir: Path | None, trial_id: str) -> dict[str, str | None]:
     """The trial's directory, if it is on this machine, and its newest committed checkpoint (None: none)."""
-    directory = trials_dir / trial_id if trials_dir is not None else None
-    if directory is None or not directory.is_dir():
-        return {"directory": None, "checkpoint": None}
-    latest = protocol.latest_checkpoint(directory)
-    return {"directory": str(directory), "checkpoint": str(latest[0]) if latest is not None else None}
+    files = trial_files(experiment_dir, trial_id) if experiment_dir is not None else TrialFiles(None, None)
+    return {"directory": _text(files.directory), "checkpoint": _text(files.checkpoint)}
+
+
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 def _finite(value: float | None) -> float | None:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from hermes.core.states import TrialState
 from hermes.report import ExperimentView
+from hermes.report.files import trial_files
 from hermes.sim.trace import Trace, TraceTrial
 from hermes.store import MetricRecord, Run
-from hermes.trial import protocol
 
 SHORTEST_EPOCH_S = 1e-3  # an epoch the clock could not tell from nothing still costs something
 
@@ -30,14 +30,14 @@ class RecordedTrace:
     left_out: int  # trials stopped early or not finished: what they would have reported is unknown
 
 
-def experiment_trace(view: ExperimentView, trials_dir: Path | None = None) -> RecordedTrace:
+def experiment_trace(view: ExperimentView, experiment_dir: Path | None = None) -> RecordedTrace:
     """The experiment's finished trials as a trace: an epoch per report, in step order.
 
     A run's epochs share its time from its start (or resume) to its last report evenly: a report's own
     arrival time is the executor's, and a program stopped with SIGSTOP has its last lines read together.
     A failed trial is one that diverged: its last epoch costs the time from its last report to the end of
     its run, and gives nothing; so does a report whose objective is missing or not finite. A trial stopped
-    early, or not finished, is left out, and counted. With ``trials_dir`` (the experiment's ``trials/`` on
+    early, or not finished, is left out, and counted. With ``experiment_dir`` (the experiment's folder on
     this machine), a trial's state size, which sets what a switch costs in the simulator, is that of its
     newest checkpoint; without one, the simulator's default."""
     reports: dict[str, list[MetricRecord]] = {}
@@ -58,7 +58,7 @@ def experiment_trace(view: ExperimentView, trials_dir: Path | None = None) -> Re
             continue
         metrics, seconds, diverged = recorded
         params = {name: _param(value) for name, value in trial.params.items()}
-        state_mb = None if trials_dir is None else _checkpoint_mb(trials_dir / trial.trial_id)
+        state_mb = None if experiment_dir is None else _checkpoint_mb(experiment_dir, trial.trial_id)
         trials.append(TraceTrial(trial.trial_id, tuple(metrics), tuple(seconds), diverged, params, state_mb))
     return RecordedTrace(Trace(view.experiment.name, view.target.objective.mode, tuple(trials)), left_out)
 
@@ -101,9 +101,9 @@ def _param(value: object) -> float | str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _checkpoint_mb(trial_dir: Path) -> float | None:
+def _checkpoint_mb(experiment_dir: Path, trial_id: str) -> float | None:
     """MB of the trial's newest committed checkpoint: the state a switch moves (None: it keeps none)."""
-    found = protocol.latest_checkpoint(trial_dir)
-    if found is None:
+    checkpoint = trial_files(experiment_dir, trial_id).checkpoint
+    if checkpoint is None:
         return None
-    return sum(file.stat().st_size for file in found[0].rglob("*") if file.is_file()) / 1e6
+    return sum(file.stat().st_size for file in checkpoint.rglob("*") if file.is_file()) / 1e6

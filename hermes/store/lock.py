@@ -66,6 +66,10 @@ class RunnerLock:
         self._file = file
         return self
 
+    @property
+    def held(self) -> bool:
+        return self._file is not None
+
     def release(self) -> None:
         if self._file is not None:
             self._file.truncate(0)  # no holder any more; the file stays, so that no racer locks a deleted one

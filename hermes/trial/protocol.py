@@ -57,7 +57,12 @@ def encode(message: dict[str, Any]) -> bytes:
 
 def latest_checkpoint(trial_dir: Path) -> tuple[Path, int] | None:
     """The newest committed checkpoint of a trial and its step; None when it has none."""
-    root = trial_dir / CHECKPOINTS_DIR
+    return published_checkpoint(trial_dir / CHECKPOINTS_DIR)
+
+
+def published_checkpoint(root: Path) -> tuple[Path, int] | None:
+    """The checkpoint that ``root``'s ``latest`` pointer names, and its step (the layout of a trial's
+    ``checkpoints/`` and of a trial's folder in a Ray run's durable storage); None when there is none."""
     try:
         directory = root / (root / LATEST_FILE).read_text().strip()
         meta = json.loads((directory / META_FILE).read_text())
