@@ -270,7 +270,7 @@ class PoolSession:
             shared.submit(trial.trial_id, session.engine.work(trial.params), at=trial.submitted_at,
                           reported_step=trial.checkpoint_step)
         if scheduler.finished:
-            self.store.set_status(experiment_id, ExperimentStatus.FINISHED)
+            self._finished(member)
             return
         for node in list(scheduler.cluster.nodes):  # the dead pool's runs died with it
             event = NodeRemoved(now, node)
@@ -278,8 +278,8 @@ class PoolSession:
             member.recorder(event, decisions)
             session.after(event, decisions)
         member.recorder.flush()
-        if scheduler.finished:
-            self.store.set_status(experiment_id, ExperimentStatus.FINISHED)
+        if scheduler.finished:  # its last trials were ending when the pool stopped: a cancel's stops, say
+            self._finished(member)
             return
         self.members[member.key] = member
         self._set_period()
@@ -377,7 +377,8 @@ class PoolSession:
             self.executor.apply(decision, at)
 
     def _finished(self, member: _Member) -> None:
-        status = ExperimentStatus.CANCELLED if member.cancelled else ExperimentStatus.FINISHED
+        cancelled = member.cancelled or member.record.cancel_requested  # asked before the pool restarted, too
+        status = ExperimentStatus.CANCELLED if cancelled else ExperimentStatus.FINISHED
         if member.session.failure is not None:  # its searcher raised
             status = ExperimentStatus.FAILED
         self.store.set_status(member.record.experiment_id, status, error=member.session.failure)

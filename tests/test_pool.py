@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from hermes.core.decisions import Start, Suspend
-from hermes.core.events import GpuReclaimed, NodeAdded, PeriodElapsed, TrialReported, TrialSuspended
+from hermes.core.events import ExperimentCancelled, GpuReclaimed, NodeAdded, PeriodElapsed, TrialReported, TrialSuspended
 from hermes.core.scheduler import Scheduler
 from hermes.core.states import TrialState
 from hermes.experiment import parse_spec
@@ -163,6 +163,38 @@ def test_a_pool_started_again_goes_on_from_the_latest_time_in_its_store(tmp_path
         ran.append([event.at for event in store.events(experiment_id)])
     before, after = ran
     assert max(before) > 0.5 and min(after) >= max(before)
+    store.close()
+
+
+def test_an_experiment_whose_cancel_was_under_way_when_the_pool_stopped_ends_cancelled(tmp_path: Path) -> None:
+    """The cancel's Stops were decided, and its running trial had not ended yet, when the pool stopped: the next
+    pool ended that trial on taking the experiment up, and recorded the experiment finished."""
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    experiment_id = submit(store, pool_spec("slow", 1, 3.0, budget=4))
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        wait_for(lambda: any(isinstance(e, Start) for e in (r.decision for r in store.decisions(experiment_id))),
+                 TIMEOUT, "its trial to start")
+        store.request_cancel(experiment_id)
+        wait_for(lambda: any(isinstance(e, ExperimentCancelled) for e in store.events(experiment_id)), TIMEOUT,
+                 "the cancel to be decided")
+    finally:
+        pool.stop()  # within the trial's 3 s step: it is still running, asked to stop at its next report
+        runner.join(TIMEOUT)
+    assert [t.state for t in store.trials(experiment_id)] == [TrialState.RUNNING]
+    assert status(store, experiment_id) is ExperimentStatus.INTERRUPTED
+    again = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
+    runner = threading.Thread(target=again.run)
+    runner.start()
+    try:
+        wait_for(lambda: status(store, experiment_id) is not ExperimentStatus.INTERRUPTED, TIMEOUT, "its end")
+    finally:
+        again.stop()
+        runner.join(TIMEOUT)
+    assert status(store, experiment_id) is ExperimentStatus.CANCELLED
+    assert [t.state for t in store.trials(experiment_id)] == [TrialState.STOPPED]
     store.close()
 
 

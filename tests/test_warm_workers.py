@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 from test_local_executor import StopAtStep, decisions_of, reports, run_experiment
+from test_run import wait_for
 
 from hermes.core.decisions import Resume, Start, Stop, Suspend
-from hermes.core.events import TrialReported, TrialSuspended
+from hermes.core.events import TrialExited, TrialReported, TrialSuspended
 from hermes.core.states import TrialState
 from hermes.local import LocalExecutor, TrialLaunch, local_slots
 from hermes.local.watchdog import TrialLimits
@@ -168,6 +169,30 @@ def test_a_parked_trial_that_is_stopped_ends_silently(tmp_path: Path) -> None:
         executor.apply(Start("b", "local/cpu0"), executor.now())
         assert isinstance(executor.next_events()[0], TrialReported)
     assert not (executor.directory / "trials" / "a" / "result.json").exists()
+
+
+def test_a_trial_stopped_while_it_moves_to_another_slot_ends_with_an_event(tmp_path: Path) -> None:
+    """From its Resume on, the core counts a trial resumed on another slot as running. A Stop that came while its
+    old worker was still spilling it to disk ended it without a word, and a cancelled experiment waited for that
+    trial for ever (seen on a server, where a cancel stops every trial at once)."""
+    with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=2), metric="score", checkpoint_every=1000) as executor:
+        executor.next_events()  # the node's NodeAdded
+        executor.submit("a", curve(rate=0.4, hold_save=1))
+        executor.apply(Start("a", "local/cpu0"), executor.now())
+        [report] = executor.next_events()
+        executor.apply(Suspend("a"), executor.now())
+        executor.settled(report)
+        [suspended] = executor.next_events()
+        assert isinstance(suspended, TrialSuspended) and suspended.step == 1  # parked: nothing on disk yet
+        executor.apply(Resume("a", "local/cpu1", migrated=True), executor.now())  # spilled first, held half written
+        directory = executor.directory / "trials" / "a"
+        wait_for(lambda: (directory / "saving-1").exists(), 30, "the spill to begin")
+        executor.apply(Stop("a"), executor.now())
+        (directory / "go-1").touch()
+        events = executor.next_events()
+        assert [(type(e), e.trial_id, e.succeeded, e.error) for e in events] == [(TrialExited, "a", False, "stopped")]
+        assert executor.next_events() == [] and executor.idle()
+    assert not (directory / "result.json").exists()  # it never started on the other slot
 
 
 def test_a_trial_that_forks_neither_hangs_nor_reads_the_workers_commands(tmp_path: Path) -> None:

@@ -328,10 +328,13 @@ class LocalExecutor(Executor[TrialLaunch]):
             self._launcher(trial).resume(trial, slot)
 
     def _stop(self, trial: LocalTrial) -> None:
+        run = trial.run
         if trial.destination is not None:  # it was moving: it stays where it is, and ends there
             self._occupied.pop(trial.destination.name, None)
             trial.destination = None
-        run = trial.run
+            if run is not None:  # still spilling: the core counts it as resumed, so its end is said once it has
+                run.handshake.stop_requested = True
+                return
         if run is None:
             return  # suspended with its checkpoint, or never started: nothing runs
         self._launcher(trial).stop(run)

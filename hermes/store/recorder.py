@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hermes.core.decisions import Decision
-from hermes.core.events import Event, NodeAdded, NodeRemoved
+from hermes.core.events import Event, GpuRemoved, NodeAdded, NodeRemoved
 from hermes.core.scheduler import Scheduler
 from hermes.core.trial import Trial
 from hermes.faults import crash_point
@@ -42,6 +42,8 @@ class StoreRecorder:
             changed.add(trial_id)
         if isinstance(event, (NodeAdded, NodeRemoved)):
             changed.update(t.trial_id for t in self.scheduler.trials.values() if not t.state.is_terminal)
+        if isinstance(event, (NodeRemoved, GpuRemoved)):  # the runs lost with it: stopped, if asked to stop
+            changed.update(t.trial_id for t in self.scheduler.trials.values() if t.idle_since == event.at)
         return [trial_record(self.scheduler.trials[changed_id], event.at) for changed_id in sorted(changed)]
 
 

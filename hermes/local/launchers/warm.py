@@ -244,8 +244,8 @@ class WarmLauncher(Launcher):
         now = host.now()
         if run.silent:
             pass
-        elif outcome == protocol.SUSPENDED and run.spilling:
-            pass  # on disk now, as the core believes it suspended
+        elif outcome == protocol.SUSPENDED and run.spilling and not run.handshake.stop_requested:
+            pass  # on disk now, as the core believes it suspended (or resumed elsewhere, where it starts now)
         elif run.handshake.stop_requested:
             host.emit(TrialExited(now, trial.trial_id, False, "stopped"))
         elif run.error is not None:
