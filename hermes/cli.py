@@ -136,6 +136,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"hermes: error: no space left: {error}\ninterrupted: free some space, then run "
               f"`{again}` again to continue", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `hermes run spec.yaml | head`: the reader went away
+        print(f"interrupted: its output was closed; run `{again}` again to continue", file=sys.stderr)
+        raise
     with closing(session.store) as store:
         experiment = store.experiment(outcome.experiment_id)
         report = ExperimentView.load(store, experiment)

@@ -178,7 +178,8 @@ class ExperimentSession:
                 self._loop = loop
                 loop.run(first=first)
                 self._loop = None
-            except (KeyboardInterrupt, NoSpaceError):  # not the experiment's fault: running it again continues it
+            # Not the experiment's fault, running it again continues it: Ctrl-C, a full disk, the output's reader gone
+            except (KeyboardInterrupt, NoSpaceError, BrokenPipeError):
                 self._record_end(ExperimentStatus.INTERRUPTED)
                 raise
             except OSError as error:

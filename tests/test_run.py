@@ -584,6 +584,30 @@ def test_sigterm_interrupts_a_run_like_ctrl_c(tmp_path: Path) -> None:
     assert "GPUs        0 of 2 busy" in status.stdout  # its trials are stopped: they go on from their checkpoints
 
 
+def test_a_run_whose_output_is_closed_is_interrupted_not_failed(tmp_path: Path) -> None:
+    """``hermes run spec.yaml | head -1``: the next line printed met a closed pipe, and the experiment was recorded
+    failed, without a word. Its reader going away is no fault of the experiment: it is interrupted, and says so."""
+    path = write_spec(tmp_path, spec_of("e2e-pipe", budget={"steps": 3}))
+    storage = (tmp_path / "runs").resolve()
+    runner = subprocess.Popen(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=environment(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert runner.stdout.readline().startswith("[")  # the first trial's line
+        runner.stdout.close()
+        stderr = runner.stderr.read()
+        runner.wait(RUN_TIMEOUT)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 1, stderr
+    assert f"interrupted: its output was closed; run `hermes run {path}` again to continue" in stderr, stderr
+    assert "Traceback" not in stderr
+    view, _ = load_view(storage)
+    assert view.experiment.status is ExperimentStatus.INTERRUPTED
+    assert not trial_processes(storage)
+    assert "(continued)" in run_ok(path).stdout
+
+
 def test_the_live_view_runs_on_a_terminal(tmp_path: Path) -> None:
     """Without --no-live on a terminal, the run shows Rich's live view, then the same leaderboard."""
     import pty
