@@ -161,14 +161,16 @@ class YieldOnce(SchedulingPolicy):
 def test_digits_trials_resume_bitwise_exactly_across_slots(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warm: bool
 ) -> None:
-    budget = 3
     configs = {
         "a": {"seed": 1, "width": 1024, "lr": 0.05},
         "b": {"seed": 2, "width": 1024, "lr": 0.1, "momentum": 0.5},
         "c": {"seed": 3, "width": 1024, "lr": 0.02, "weight_decay": 1e-4, "batch_size": 64},
     }
+    # c, which takes the slot a yields, must still run when b yields, or a would resume on its own slot: twice
+    # the steps of the others keep it there even when other processes slow b's first step (seen under load).
+    budgets = {"a": 3, "b": 3, "c": 6}
     launches = {
-        trial_id: TrialLaunch(budget, function="examples.digits.train:train", config=config, warm=warm)
+        trial_id: TrialLaunch(budgets[trial_id], function="examples.digits.train:train", config=config, warm=warm)
         for trial_id, config in configs.items()
     }
     with LocalExecutor(
@@ -184,10 +186,11 @@ def test_digits_trials_resume_bitwise_exactly_across_slots(
         assert timing.suspend_latency is not None and timing.suspend_latency > 0
         assert timing.resume_latency is not None and timing.resume_latency > 0
     checkpointed = [event for event, _ in log if getattr(event, "checkpointed", False)]
-    assert {event.step for event in checkpointed} == {2}
+    assert {(event.trial_id, event.step) for event in checkpointed} == {("a", 2), ("b", 2), ("c", 2), ("c", 4),
+                                                                          ("c", 6)}
 
     for trial_id, config in configs.items():
-        expected = reference_run(config, budget, tmp_path / "reference" / trial_id, monkeypatch)
+        expected = reference_run(config, budgets[trial_id], tmp_path / "reference" / trial_id, monkeypatch)
         assert [metrics for _, metrics in reports(log, trial_id)] == expected
         weights = torch.load(tmp_path / "run" / "trials" / trial_id / "model.pt")
         reference = torch.load(tmp_path / "reference" / trial_id / "model.pt")
