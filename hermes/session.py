@@ -10,6 +10,7 @@ out. A session started on a store that already holds the experiment continues it
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
@@ -123,6 +124,7 @@ class ExperimentSession:
 
     def _open_store(self, spec: ExperimentSpec, store: ExperimentStore | None, experiment_id: int | None) -> None:
         self.store = store or SqlStore(f"sqlite:///{self.storage / STORE_FILE}")
+        self._store_file = None if store is not None else _identity(self.storage / STORE_FILE)
         if experiment_id is not None:
             self._budget_changed = False  # a host runs the spec as stored
             self.experiment_id = experiment_id
@@ -196,12 +198,21 @@ class ExperimentSession:
             if self.failure is not None:
                 status = ExperimentStatus.FAILED
             self.store.set_status(self.experiment_id, status, error=self.failure)
+            self._check_store_file()
         finally:
             self._loop = None
             executor.close()
             self.reserve.release()
             self._lock.release()
         return Outcome(self.experiment_id, recovered.events > 0, status)
+
+    def _check_store_file(self) -> None:
+        """SQLite writes on into a store file deleted (or replaced) under it: the run would end "finished" with
+        its record gone. Say so instead."""
+        path = self.storage / STORE_FILE
+        if self._store_file is not None and _identity(path) != self._store_file:
+            raise HermesError(f"{path} was deleted or replaced while the experiment ran: what the run recorded is "
+                              "lost with it; run it again to start over")
 
     def interrupt(self, exception: BaseException) -> bool:
         """Have ``run`` raise ``exception`` between two of its engine loop's batches, so that no store
@@ -351,3 +362,12 @@ class ExperimentSession:
                 best = trial.best_score
                 value = None if best is None else self.objective.value(best)
                 self.searcher.on_end(int(trial.trial_id), value, stopped=trial.state is STOPPED)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The file's device and inode; None where it is gone."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino

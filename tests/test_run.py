@@ -608,6 +608,25 @@ def test_a_run_whose_output_is_closed_is_interrupted_not_failed(tmp_path: Path) 
     assert "(continued)" in run_ok(path).stdout
 
 
+def test_a_store_deleted_while_the_experiment_runs_is_an_error_not_a_finished_run(tmp_path: Path) -> None:
+    """SQLite writes on into a deleted file: the run ended "finished" and exit 0, with every record gone."""
+    path = write_spec(tmp_path, spec_of("e2e-deleted", budget={"steps": 4}))
+    storage = (tmp_path / "runs").resolve()
+    runner = subprocess.Popen(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=environment(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: count_reports(storage / "hermes.db") >= 2, RUN_TIMEOUT, "2 reports")
+        for name in ("hermes.db", "hermes.db-wal", "hermes.db-shm"):
+            (storage / name).unlink(missing_ok=True)
+        _, stderr = runner.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 2, stderr
+    assert f"hermes: error: {storage / 'hermes.db'} was deleted or replaced while the experiment ran" in stderr
+    assert not trial_processes(storage)
+
+
 def test_the_live_view_runs_on_a_terminal(tmp_path: Path) -> None:
     """Without --no-live on a terminal, the run shows Rich's live view, then the same leaderboard."""
     import pty
