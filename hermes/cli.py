@@ -187,8 +187,8 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
         description="Replay a learning-curve trace in simulated time with the real scheduling core.",
     )
     sim.add_argument("--trace", required=True,
-                     help="CSV with header trial,epoch,metric,seconds[,param_*]; or the storage dir of a run, "
-                          "whose experiment is replayed (see `hermes trace`)")
+                     help="CSV with header trial,epoch,metric,seconds[,param_*][,state_mb]; or the storage dir of a "
+                          "run, whose experiment is replayed (see `hermes trace`)")
     sim.add_argument("--experiment", help="with a storage dir: the experiment (default: the newest in the store)")
     sim.add_argument("--mode", choices=("max", "min"),
                      help="direction in which the metric improves (a CSV needs it; a stored experiment knows it)")

@@ -11,7 +11,7 @@ from hermes.errors import HermesError
 from hermes.local.watchdog import TrialLimits
 
 # Seconds of slot time a suspend and resume cost, by how a trial runs (bench/switching.py, docs/trials.md).
-WARM_SWITCH_COST = 0.05  # a warm worker: 0.3 ms on the same slot, 38 ms to migrate 10 MB of state
+WARM_SWITCH_COST = 0.05  # a warm worker: about 1 ms on the same slot, 63 ms to migrate 10 MB (calibration.json)
 PROCESS_SWITCH_COST = 3.2  # a process per run: checkpoint, exit, start Python, import torch, restore
 SIGSTOP_SWITCH_COST = 0.01  # an unmodified program: stopped and continued in place
 

@@ -28,8 +28,8 @@ from typing import Any
 CALIBRATION = Path(__file__).with_name("calibration.json")
 
 _BUILT_IN: dict[str, dict[str, float]] = {
-    # bench/switching.py on 2 CPU slots (10 MB): suspend + resume 0.3 ms, migration 33-38 ms; PCIe 4.0 x16
-    # pageable copies (about 12 GB/s) and 10 GbE are assumptions, not measurements.
+    # bench/switching.py on 2 CPU slots (10 MB, calibration.json): suspend + resume 1.2 ms, migration 63 ms;
+    # PCIe 4.0 x16 pageable copies (about 12 GB/s) and 10 GbE are assumptions, not measurements.
     "warm": {"start": 0.05, "suspend": 0.0002, "resume": 0.0001, "spill": 0.01, "spill_mb_s": 400.0,
              "migration": 0.1, "network_mb_s": 1250.0, "device_mb_s": 12000.0},
     # a process per run (bench/real_example.py, bench/switching.py): start and resume about 3 s, suspend 0.2 s
