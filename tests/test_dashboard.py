@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,154 @@ def test_the_pool_timeline_shows_every_users_runs_to_an_admin_and_others_as_anon
         own.locator("#pool-timeline canvas").first.click(position={"x": point["x"], "y": point["y"]})
         own.wait_for_function(f"() => location.hash === '#/experiments/{watched}/trials/{point['trial']}'")
         own.wait_for_selector(f'#leaderboard tr.selected[data-trial="{point["trial"]}"]', timeout=30_000)
+        browser.close()
+    assert errors == []
+
+
+def signed_in(browser: Any, url: str, token: str, errors: list[str], **page_options: Any) -> Any:
+    """A new page signed in with ``token``, on the experiment list; page errors go to ``errors``."""
+    page = browser.new_page(**page_options)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(url)
+    page.fill("#token", token)
+    page.click("#login button")
+    page.wait_for_selector("#experiments")
+    return page
+
+
+def launch(p: Any) -> Any:
+    return p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox", "--disable-gpu"])
+
+
+def test_first_reports_single_reports_and_failure_marks_show(server: tuple[str, str, str]) -> None:
+    """Trials of one step each, and one that fails before its first report. The leaderboard and the chart give the
+    time from each trial's submission to its first report (not the pool's clock at it); a trial's one report shows
+    as a point on the learning curves; the failed run's ✕ is drawn on the GPU timeline."""
+    import httpx
+
+    url, token, _ = server
+    time.sleep(1.5)  # the pool's clock runs from its start: its time at a first report is no time to first report
+    spec = real_spec("one-step", trials=3, steps=1, sleep=0.3)
+    for config in spec["search"]["configs"]:  # type: ignore[index]
+        config["crash_step"] = 1  # trial 1 fails at once: no report, so no second run
+    experiment_id = submit(url, token, spec)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    with playwright.sync_playwright() as p:
+        browser = launch(p)
+        page = signed_in(browser, url, token, errors, viewport={"width": 1400, "height": 1600})
+        page.goto(f"{url}/#/experiments/{experiment_id}")
+        page.wait_for_selector("h2 .status.finished", timeout=60_000)
+        updates = page.evaluate("() => window.hermesDashboard.updates")
+        page.wait_for_function(f"() => window.hermesDashboard.updates >= {updates + 1}")  # drawn once finished
+
+        # the leaderboard's "first report" and the chart's points: seconds after the trial's submission
+        trials = httpx.get(f"{url}/api/experiments/{experiment_id}/trials",
+                           headers={"Authorization": f"Bearer {token}"}).json()["trials"]
+        delays = {t["trial"]: t["first_report_at"] - t["submitted_at"] for t in trials if t["first_report_at"]}
+        assert set(delays) == {"0", "2"} and all(t["submitted_at"] > 1 for t in trials)
+        column = page.locator("#leaderboard th").all_inner_texts().index("first report")
+        for trial, delay in delays.items():
+            cell = page.locator(f'#leaderboard tr[data-trial="{trial}"] td').nth(column).inner_text()
+            assert cell == f"{delay:.1f}s", (trial, cell, delay)
+        plotted = page.evaluate("() => window.hermesDashboard.charts.first.getOption().series[0].data")
+        assert sorted(point[1] for point in plotted) == pytest.approx(sorted(delays.values()))
+
+        # the learning curves: each trial's one report is a point, painted in its colour
+        assert page.evaluate("() => window.hermesDashboard.charts.curves.series.length - 1") == 2
+        assert painted(page, "#curves canvas") > 20
+
+        # the GPU timeline: the failed run ends in a ✕ of the mark's red, over its row
+        failed = page.evaluate("""() => {
+            const chart = window.hermesDashboard.charts.timeline, option = chart.getOption();
+            const run = window.hermesDashboard.state.runs.find(r => r && r.ended_by === 'failed');
+            const [x, y] = chart.convertToPixel({ gridIndex: 0 }, [run.ended_at, option.yAxis[0].data.indexOf(run.gpu)]);
+            const canvas = document.querySelector('#timeline canvas'), ratio = canvas.width / canvas.clientWidth;
+            const box = canvas.getContext('2d').getImageData(Math.round((x - 6) * ratio), Math.round((y - 6) * ratio),
+                                                             Math.round(12 * ratio), Math.round(12 * ratio)).data;
+            let red = 0;
+            for (let i = 0; i < box.length; i += 4) {  // #b00020; a trial's colour (hsl, 45% light) has green >= 40
+                if (box[i] > 120 && box[i + 1] < 25 && box[i + 2] < 70 && box[i + 3] > 200) red++;
+            }
+            return { red, trial: run.trial };
+        }""")
+        assert failed["trial"] == "1" and failed["red"] >= 10, failed
+        page.locator("#timeline").screenshot(path=str(ARTIFACTS / "dashboard-failure-mark.png"))
+        page.locator("#curves").screenshot(path=str(ARTIFACTS / "dashboard-single-reports.png"))
+        browser.close()
+    assert errors == []
+
+
+def test_a_running_bar_grows_and_a_refused_token_stops_the_view(server: tuple[str, str, str]) -> None:
+    """An experiment's view while its trial trains: the running bar of the GPU timeline grows with the pool's clock
+    at every poll, though no run changed. Then the token is refused: the sign-in form replaces the view, whose
+    polling stops. Signing in again builds the view anew; once the user leaves it, nothing asks for that
+    experiment."""
+    url, token, _ = server
+    experiment_id = submit(url, token, real_spec("watched", trials=1, steps=10, sleep=1.0))
+    errors: list[str] = []
+    with playwright.sync_playwright() as p:
+        browser = launch(p)
+        page = signed_in(browser, url, token, errors)
+        page.goto(f"{url}/#/experiments/{experiment_id}")
+        page.wait_for_function("() => window.hermesDashboard?.state.runs.some(r => r && r.ended_at === null)",
+                               timeout=30_000)
+        drawn = """() => ({ updates: window.hermesDashboard.updates, runs: JSON.stringify(window.hermesDashboard.state.runs),
+                            end: window.hermesDashboard.charts.timeline.getOption().xAxis[0].max })"""
+        before = page.evaluate(drawn)
+        page.wait_for_function(f"() => window.hermesDashboard.updates >= {before['updates'] + 1}")  # 2 s on
+        after = page.evaluate(drawn)
+        assert after["runs"] == before["runs"] and after["end"] > before["end"], (before, after)  # no run changed
+
+        page.evaluate("() => { state.token = 'hermes_revoked'; }")  # as a revoked token: the next poll gets 401
+        page.wait_for_selector("#login:not([hidden])")
+        page.fill("#token", token)
+        page.click("#login button")
+        page.wait_for_selector("#leaderboard tbody tr")
+        page.goto(f"{url}/#/")  # leave the view: its polls stop
+        page.wait_for_selector(f'#experiments tr[data-id="{experiment_id}"]')
+        page.wait_for_timeout(300)  # a request already on its way when the view was left
+        asked: list[str] = []
+        page.on("request", lambda request: asked.append(request.url))
+        page.wait_for_timeout(2500)  # a poll and more
+        assert any(u.endswith("/api/experiments") for u in asked)  # the list polls
+        assert [u for u in asked if f"/api/experiments/{experiment_id}" in u] == []
+        browser.close()
+    assert errors == []
+
+
+def test_a_long_name_wraps_and_a_phone_gets_one_column(server: tuple[str, str, str]) -> None:
+    """An experiment named with 127 characters leaves the page as wide as the window; on a phone the panels
+    stack in one column as wide as the screen, and a wide table scrolls in its box, not the page."""
+    url, token, _ = server
+    name = ("a_very_long_experiment_name_" * 5)[:127]
+    experiment_id = submit(url, token, real_spec(name, trials=2, steps=2))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    overflow = "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    with playwright.sync_playwright() as p:
+        browser = launch(p)
+        page = signed_in(browser, url, token, errors, viewport={"width": 1400, "height": 900})
+        page.wait_for_selector(f'#experiments tr[data-id="{experiment_id}"]')
+        page.goto(f"{url}/#/experiments/{experiment_id}")
+        page.wait_for_selector("#leaderboard tbody tr")
+        page.wait_for_function("() => (window.hermesDashboard?.updates ?? 0) >= 1")
+        assert page.locator("h2").inner_text().startswith(name[:40])
+        assert page.evaluate(overflow) == 0
+
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.wait_for_timeout(300)
+        assert page.evaluate(overflow) == 0
+        columns = page.evaluate("() => getComputedStyle(document.querySelector('.grid')).gridTemplateColumns")
+        assert len(columns.split()) == 1, columns
+        widths = page.locator(".grid > .panel").evaluate_all("panels => panels.map(p => p.offsetWidth)")
+        assert len(widths) == 6 and min(widths) >= 340, widths
+        assert page.evaluate("() => document.querySelector('#leaderboard').parentElement.clientWidth") <= 390
+        page.screenshot(path=str(ARTIFACTS / "dashboard-phone.png"), full_page=True)
+
+        page.goto(f"{url}/#/")  # the list too: its long name scrolls in the table's box
+        page.wait_for_selector(f'#experiments tr[data-id="{experiment_id}"]')
+        assert page.evaluate(overflow) == 0
         browser.close()
     assert errors == []
 

@@ -637,6 +637,77 @@ def test_submitted_experiments_run_and_can_be_cancelled(running_server: Server) 
     assert server.get("/api/experiments/" + str(second_id) + "/trials")["trials"][0]["step"] < 200
 
 
+def _hanging_spec(name: str, *more: dict[str, Any]) -> dict[str, Any]:
+    """A spec whose trial 0 trains slowly, silent for 2 s between its reports (a stop lands at its next one);
+    ``more``: the configs of further trials."""
+    spec = real_spec(name, trials=1, steps=5)
+    spec["search"]["configs"] = [{"rate": 0.5, "sleep": 2.0, "crash": "none"}, *more]
+    return spec
+
+
+def _until(check: Any, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return found
+
+
+def test_a_running_experiments_clock_goes_on_between_its_events(running_server: Server) -> None:
+    """Its trial trains on without a report: the experiment's timeline and trials give the pool's clock as their
+    ``now``, not the time of its last event, so that the running bar grows; once it ended, the clock stops."""
+    server = running_server
+    experiment_id = server.client.post("/api/experiments", json={"spec": _hanging_spec("quiet")},
+                                       headers=server.as_("alice")).json()["id"]
+    path = f"/api/experiments/{experiment_id}"
+    _until(lambda: [t["reports"] for t in server.get(f"{path}/trials")["trials"]] == [1])
+    time.sleep(1.0)  # the trial trains on silently meanwhile: its experiment records nothing
+    last_event = server.get(f"{path}/events")["events"][-1]["at"]
+    before = server.hermes.pool.executor.now()
+    timeline = server.get(f"{path}/timeline")
+    trials = server.get(f"{path}/trials")
+    assert [run["ended_at"] for run in timeline["runs"]] == [None]  # still running
+    assert timeline["now"] >= before >= last_event + 0.9, (timeline["now"], before, last_event)
+    assert trials["now"] >= before
+    cluster = server.get("/api/cluster/timeline")
+    assert cluster["now"] >= before  # the pool's timeline extends it alike
+
+    assert server.client.post(f"{path}/cancel", headers=server.as_("alice")).status_code == 202
+    assert server.wait(experiment_id)["status"] == "cancelled"
+    ended = server.get(f"{path}/timeline")
+    time.sleep(0.3)
+    assert server.get(f"{path}/timeline")["now"] == ended["now"] == server.get(f"{path}/events")["events"][-1]["at"]
+
+
+def test_a_stopped_trial_is_described_as_stopped_and_a_crashed_one_as_crashed(running_server: Server) -> None:
+    """Cancelling stops trial 0 (its process answers the Stop with error 'stopped'): its exit is described as a
+    stop, in the events and in its run's end reason, never as a failure; trial 1's crashes are crashes."""
+    server = running_server
+    crashing = {"rate": 0.3, "sleep": 0.05, "crash": "raise"}  # at step 2 of every run: it fails in the end
+    experiment_id = server.client.post("/api/experiments", json={"spec": _hanging_spec("stopped", crashing)},
+                                       headers=server.as_("alice")).json()["id"]
+    path = f"/api/experiments/{experiment_id}"
+    _until(lambda: {t["trial"]: t["state"] for t in server.get(f"{path}/trials")["trials"]} == {
+        "0": "running", "1": "failed"})
+    assert server.client.post(f"{path}/cancel", headers=server.as_("alice")).status_code == 202
+    assert server.wait(experiment_id)["by_state"] == {"stopped": 1, "failed": 1}
+
+    exits: dict[str, list[dict[str, Any]]] = {}
+    for event in server.get(f"{path}/events")["events"]:
+        if event["type"] == "TrialExited":
+            exits.setdefault(event["trial_id"], []).append(event)
+    assert [(e["error"], e["description"].split(" at ")[0]) for e in exits["0"]] == [("stopped", "trial 0 stopped")]
+    assert exits["1"] and all(e["crashed"] and e["description"].startswith("trial 1 crashed (") for e in exits["1"])
+    runs = server.get(f"{path}/timeline")["runs"]
+    stopped = [run for run in runs if run["trial"] == "0"]
+    assert [run["ended_by"] for run in stopped] == ["stopped"]
+    assert stopped[0]["end_reason"].startswith("trial 0 stopped at "), stopped[0]
+    assert stopped[0]["yield_reason"].startswith("asked to stop because the experiment was cancelled")
+    crashed = [run for run in runs if run["trial"] == "1"]
+    assert crashed and all(run["ended_by"] == "failed" and run["end_reason"].startswith("trial 1 crashed (")
+                           for run in crashed), crashed
+
+
 def test_two_users_experiments_share_the_pool_at_once(running_server: Server) -> None:
     server = running_server
     ids = {}

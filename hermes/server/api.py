@@ -24,7 +24,7 @@ from hermes.errors import SpecError
 from hermes.server.app import Hermes
 from hermes.server.auth import User
 from hermes.server.digest import ExperimentDigest, describe, explain
-from hermes.store import ExperimentRecord, StoreError
+from hermes.store import ExperimentRecord, ExperimentStatus, StoreError
 from hermes.store.codec import to_dict
 
 _bearer = HTTPBearer(auto_error=False, description="a token from `hermes server add-user` or `add-token`")
@@ -107,6 +107,16 @@ def _experiment(hermes: Hermes, user: User, experiment_id: int) -> ExperimentRec
 def _digest(hermes: Hermes, user: User, experiment_id: int) -> tuple[ExperimentRecord, ExperimentDigest]:
     experiment = _experiment(hermes, user, experiment_id)
     return experiment, hermes.digest(experiment)
+
+
+def _now(hermes: Hermes, experiment: ExperimentRecord, digest: ExperimentDigest) -> float:
+    """The time on the experiment's clock now, where its running bars end. An experiment the pool runs is on the
+    pool's clock, which goes on between its events: its runs grow while they last. Any other has no clock that
+    goes on here: its last event's time."""
+    executor = hermes.pool.executor
+    if experiment.owner is None or experiment.status is not ExperimentStatus.RUNNING or executor is None:
+        return digest.now
+    return max(digest.now, executor.now())
 
 
 # ---------------------------------------------------------------------- models
@@ -220,9 +230,9 @@ def trials(
     since: Annotated[Cursor, Query(description="only trials changed after this version")] = 0,
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_MAX,
 ) -> dict[str, Any]:
-    _, digest = _digest(hermes, user, experiment_id)
+    record, digest = _digest(hermes, user, experiment_id)
     found, version = digest.trials_since(since, limit)
-    return {"version": version, "more": version < digest.version, "now": digest.now, "trials": found}
+    return {"version": version, "more": version < digest.version, "now": _now(hermes, record, digest), "trials": found}
 
 
 @router.get("/experiments/{experiment_id}/trials/{trial_id}", summary="one trial")
@@ -307,10 +317,10 @@ def timeline(
     since: Cursor = 0,
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_MAX,
 ) -> dict[str, Any]:
-    _, digest = _digest(hermes, user, experiment_id)
+    record, digest = _digest(hermes, user, experiment_id)
     found, version = digest.runs_since(since, limit)
-    return {"version": version, "more": version < digest.version, "now": digest.now, "gpus": list(digest.gpus),
-            "runs": found}
+    return {"version": version, "more": version < digest.version, "now": _now(hermes, record, digest),
+            "gpus": list(digest.gpus), "runs": found}
 
 
 @router.get("/experiments/{experiment_id}/trials/{trial_id}/log", summary="a trial's output, from a byte offset")
@@ -408,7 +418,7 @@ def cluster_timeline(
         more = more or version < digest.version
         cursor[record.experiment_id] = version
         gpus.update(dict.fromkeys(digest.gpus))
-        now = max(now, digest.now)
+        now = max(now, _now(hermes, record, digest))
         visible = user.may_see(record.owner)
         runs += [_cluster_run(record, run, visible) for run in found]
     return {"cursor": ",".join(f"{key}:{value}" for key, value in cursor.items()), "more": more, "now": now,

@@ -43,6 +43,7 @@ from hermes.store import (
     TrialRecord,
 )
 
+STOPPED_ERROR = "stopped"  # the error of the TrialExited that answers a Stop (hermes.execution.contract)
 REFRESH_INTERVAL = 0.5  # seconds: polls from many tabs within this share one read of the store
 
 
@@ -151,8 +152,10 @@ class ExperimentDigest:
                     key = "start_reason" if isinstance(record.decision, (Start, Resume)) else "yield_reason"
                     self.run_reasons[index].setdefault(key, explain(event, record.decision, self.pooled))
             for index in changed:
-                if "end_reason" not in self.run_reasons[index] and self.timeline.runs[index].ended_at is not None:
-                    self.run_reasons[index]["end_reason"] = describe(event, self.pooled)
+                run = self.timeline.runs[index]
+                if "end_reason" not in self.run_reasons[index] and run.ended_at is not None:
+                    self.run_reasons[index]["end_reason"] = describe(event, self.pooled,
+                                                                     stopped=run.ended_by == "stopped")
             self.run_versions += [0] * (len(self.timeline.runs) - len(self.run_versions))
             for index in sorted(changed):  # a version each, so that pages of runs end between two versions
                 self.version += 1
@@ -192,9 +195,10 @@ class ExperimentDigest:
 
 
 # ---------------------------------------------------------------------- reasons of decisions
-def describe(event: Event, pooled: bool = False) -> str:
+def describe(event: Event, pooled: bool = False, stopped: bool = False) -> str:
     """What happened, in words, for the timeline's tooltips. ``pooled``: in a pool's experiment, GPUs come as the
-    pool's grants, not as nodes that join."""
+    pool's grants, not as nodes that join. ``stopped``: the trial that exited had been told to stop (a Stop
+    decision), which the core records as stopped whatever its process said."""
     at = f"at {event.at:.1f}s"
     if pooled and isinstance(event, (NodeAdded, GpuAdded)):
         gpus = event.gpus if isinstance(event, NodeAdded) else (event.gpu,)
@@ -206,8 +210,7 @@ def describe(event: Event, pooled: bool = False) -> str:
     if isinstance(event, TrialSuspended):
         return f"trial {event.trial_id} released its GPU after step {event.step} ({at})"
     if isinstance(event, TrialExited):
-        how = "completed" if event.succeeded else f"failed ({(event.error or '').splitlines()[0][:80]})"
-        return f"trial {event.trial_id} {how} {at}"
+        return f"trial {event.trial_id} {_exit(event, stopped)} {at}"
     if isinstance(event, PeriodElapsed):
         return f"the scheduling period elapsed {at}: the policy ranked the trials again"
     if isinstance(event, NodeAdded):
@@ -229,6 +232,19 @@ def describe(event: Event, pooled: bool = False) -> str:
     if isinstance(event, SubmissionsReopened):
         return f"a larger budget reopened submissions {at}"
     return f"{type(event).__name__} {at}"
+
+
+def _exit(event: TrialExited, stopped: bool) -> str:
+    """How a trial's process ended. The execution contract answers a Stop with ``TrialExited(succeeded=False,
+    error="stopped")``: that is the trial obeying, no failure (the core records it stopped, as it does any trial
+    it told to stop). ``crashed``: its code or process failed, and the core may run it again from its checkpoint;
+    any other error (a limit, a launch that failed, a misuse of the protocol) fails it."""
+    if event.succeeded:
+        return "completed"
+    if event.error == STOPPED_ERROR or stopped:
+        return "stopped"
+    reason = ((event.error or "").strip().splitlines() or ["no reason given"])[0][:80]
+    return f"{'crashed' if event.crashed else 'failed'} ({reason})"
 
 
 def explain(event: Event, decision: Decision, pooled: bool = False) -> str:

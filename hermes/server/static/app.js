@@ -32,7 +32,12 @@ const fmt = (v, digits = 4) => v === null || v === undefined ? "-" :
   typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toPrecision(digits)) : String(v);
 const seconds = (v) => v === null || v === undefined ? "-" : v < 60 ? v.toFixed(1) + "s" :
   v < 3600 ? (v / 60).toFixed(1) + "m" : (v / 3600).toFixed(2) + "h";
+const scrolling = (table) => el("div", { class: "scroll" }, table);  // a wide table scrolls in its box, not the page
 const trialColour = (index) => `hsl(${(index * 137.508) % 360}, 65%, 45%)`;
+// Seconds from a trial's submission to its first report: both are on the experiment's clock, which in a pool
+// is the pool's (it counts from the pool's start, so first_report_at alone says nothing of the trial).
+const toFirstReport = (t) => t.first_report_at === null || t.first_report_at === undefined ||
+  t.submitted_at === null || t.submitted_at === undefined ? null : t.first_report_at - t.submitted_at;
 
 function every(ms, tick) {
   let timer = null, stopped = false;
@@ -45,6 +50,8 @@ function every(ms, tick) {
 }
 
 function showLogin(message = "") {
+  state.view?.stop();  // its polls would go on, with the next token, beside the view built after signing in
+  state.view = null;
   document.getElementById("login").hidden = false;
   document.getElementById("login-error").textContent = message;
   document.getElementById("view").replaceChildren();
@@ -56,7 +63,7 @@ function listView(root) {
   const table = el("table", { id: "experiments" },
     el("thead", {}, el("tr", {}, ...["id", "name", "owner", "status", "trials", "best", "metric", "weight", "submitted"]
       .map((h) => el("th", {}, h)))), body);
-  root.append(el("h2", {}, "Experiments"), table, el("p", { class: "muted" },
+  root.append(el("h2", {}, "Experiments"), scrolling(table), el("p", { class: "muted" },
     "Submit with: hermes submit spec.yaml --server " + location.origin));
   const rows = new Map();
   return every(POLL_MS, async () => {
@@ -93,7 +100,7 @@ function experimentView(root, id, selectedTrial) {
   const trialBox = el("div", { id: "trial" });
   root.append(header,
     el("div", { class: "grid" },
-      el("div", { class: "panel wide" }, el("h3", {}, "Leaderboard"), pager, board),
+      el("div", { class: "panel wide" }, el("h3", {}, "Leaderboard"), pager, scrolling(board)),
       el("div", { class: "panel" }, el("h3", {}, "Learning curves"), curvesBox),
       el("div", { class: "panel" }, el("h3", {}, "Hyper-parameters against the metric"), parallelBox),
       el("div", { class: "panel wide" }, el("h3", {}, "GPU timeline"), el("p", { class: "muted" },
@@ -103,9 +110,13 @@ function experimentView(root, id, selectedTrial) {
       el("div", { class: "panel" }, trialBox)));
   const charts = { timeline: echarts.init(timelineBox), parallel: echarts.init(parallelBox),
                    first: echarts.init(firstBox), curves: null, curveCount: -1 };
-  const resize = () => { charts.timeline.resize(); charts.parallel.resize(); charts.first.resize(); };
+  const resize = () => {
+    charts.timeline.resize(); charts.parallel.resize(); charts.first.resize();
+    charts.curves?.setSize({ width: curvesBox.clientWidth || 500, height: 300 });
+  };
   window.addEventListener("resize", resize);
   window.hermesDashboard = { state: s, charts };
+  let alive = true;  // a poll under way when the view is stopped draws nothing after
 
   const stopPolling = every(POLL_MS, async () => {
     s.experiment = await api(`/experiments/${id}`);
@@ -142,10 +153,12 @@ function experimentView(root, id, selectedTrial) {
       s.now = Math.max(s.now, timeline.now);
       more = timeline.more;
     }
+    if (!alive) return;
     renderHeader();
     renderBoard();
     if (trialsChanged || !charts.curves) { renderCurves(); renderParallel(); renderFirstReports(); }
-    if (runsChanged || !charts.timelineDrawn) renderTimeline();
+    const running = s.runs.some((r) => r && r.ended_at === null);  // its bar grows with the clock
+    if (runsChanged || !charts.timelineDrawn || (running && s.now !== charts.timelineNow)) renderTimeline();
     window.hermesDashboard.updates = (window.hermesDashboard.updates || 0) + 1;
   });
   const stopTrial = trialPanel(trialBox, id, () => s.selected, s);
@@ -180,7 +193,7 @@ function experimentView(root, id, selectedTrial) {
     return [
       ["rank", "#", null], ["trial", "trial", (t) => t.trial], ["state", "state", (t) => t.state],
       ["best", "best", (t) => t.best], ["best_step", "at step", (t) => t.best_step], ["last", "last", (t) => t.last],
-      ["step", "steps", (t) => t.step], ["first_report", "first report", (t) => t.first_report_at],
+      ["step", "steps", (t) => t.step], ["first_report", "first report", toFirstReport],
       ["gpu", "GPU", (t) => t.gpu], ...params.map((p) => ["param:" + p, p, (t) => t.params[p]]),
     ];
   }
@@ -221,7 +234,7 @@ function experimentView(root, id, selectedTrial) {
       "data-trial": t.trial, class: t.trial === s.selected ? "selected" : undefined,
       onclick: () => { location.hash = `#/experiments/${id}/trials/${encodeURIComponent(t.trial)}`; },
     }, ...cols.map(([key, , get]) => {
-      const v = key === "rank" ? t.rank : key === "first_report" ? seconds(t.first_report_at) : get(t);
+      const v = key === "rank" ? t.rank : key === "first_report" ? seconds(toFirstReport(t)) : get(t);
       return el("td", { class: typeof v === "number" ? "num" : undefined }, fmt(v));
     })));
     board.replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
@@ -236,6 +249,8 @@ function experimentView(root, id, selectedTrial) {
     const ids = s.order.filter((t) => s.curves.has(t));
     const xs = Array.from({ length: s.maxStep }, (_, i) => i + 1);
     const data = [xs, ...ids.map((t) => { const c = s.curves.get(t); return xs.map((x) => c.get(x) ?? null); })];
+    // a series of one report draws no line: it shows as a point (its index in data is its series' in the plot)
+    charts.curveSingles = data.map((column, i) => i > 0 && column.filter((v) => v !== null).length === 1);
     if (!charts.curves || charts.curveCount !== ids.length) {
       const scales = charts.curves && charts.curvesZoomed ?
         { x: { ...charts.curves.scales.x }, y: { ...charts.curves.scales.y } } : null;
@@ -246,7 +261,9 @@ function experimentView(root, id, selectedTrial) {
         scales: { x: { time: false } },
         axes: [{ label: "step" }, { label: s.experiment.metric }],
         series: [{}, ...ids.map((t) => ({ label: "trial " + t, stroke: trialColour(s.position.get(t)),
-                                         width: 1, spanGaps: true, points: { show: false } }))],
+                                         width: 1, spanGaps: true,
+                                         points: { show: (u, i) => charts.curveSingles[i] === true, size: 7,
+                                                   fill: trialColour(s.position.get(t)) } }))],
         hooks: { setSelect: [() => { charts.curvesZoomed = true; }] },
       }, data, curvesBox);
       charts.curveCount = ids.length;
@@ -283,14 +300,15 @@ function experimentView(root, id, selectedTrial) {
 
   // ---------------------------------------------------------------- time to first report
   function renderFirstReports() {
-    const points = s.order.map((t) => s.trials.get(t)).filter((t) => t.first_report_at !== null)
-      .map((t) => [s.position.get(t.trial), t.first_report_at, t.trial, t.first_report_at - (t.submitted_at ?? 0)]);
+    const points = s.order.map((t) => s.trials.get(t)).filter((t) => toFirstReport(t) !== null)
+      .map((t) => [s.position.get(t.trial), toFirstReport(t), t.trial, t.first_report_at]);
     charts.first.setOption({
-      grid: { left: 50, right: 20, top: 20, bottom: 40 },
-      tooltip: { formatter: (p) => `trial ${p.data[2]}: first report at ${seconds(p.data[1])}` +
-                 ` (${seconds(p.data[3])} after its submission)` },
-      xAxis: { name: "trial (submission order)", nameLocation: "middle", nameGap: 25, type: "value" },
-      yAxis: { name: "seconds", type: "value" },
+      grid: { left: 50, right: 20, top: 30, bottom: 40 },
+      tooltip: { formatter: (p) => `trial ${p.data[2]}: first report ${seconds(p.data[1])} after its submission` +
+                 ` (at ${seconds(p.data[3])} on the experiment's clock)` },
+      xAxis: { name: "trial (submission order)", nameLocation: "middle", nameGap: 25, type: "value", minInterval: 1,
+               min: (extent) => extent.min - 1, max: (extent) => extent.max + 1 },  // no point on the frame
+      yAxis: { name: "seconds after submission", type: "value" },
       series: [{ type: "scatter", symbolSize: 5, data: points,
                  itemStyle: { color: (p) => trialColour(p.data[0]) } }],
     });
@@ -301,9 +319,12 @@ function experimentView(root, id, selectedTrial) {
     charts.timeline.setOption(timelineOption(s.gpus, s.now, s.runs.filter(Boolean),
                                              (r) => trialColour(s.position.get(r.trial)), describeRun));
     charts.timelineDrawn = true;
+    charts.timelineNow = s.now;
   }
 
   return () => {
+    if (!alive) return;
+    alive = false;
     stopPolling(); stopTrial();
     window.removeEventListener("resize", resize);
     charts.timeline.dispose(); charts.parallel.dispose(); charts.first.dispose(); charts.curves?.destroy();
@@ -349,8 +370,9 @@ function timelineOption(gpus, now, runs, colour, describe) {
       mark("resume", "triangle", "#222", (r) => r.resumed && !r.migrated, (r) => r.started_at),
       mark("migration", "diamond", "#d62728", (r) => r.migrated, (r) => r.started_at, 11),
       mark("suspension", "rect", "#222", (r) => r.ended_by === "suspended", (r) => r.ended_at, [3, 14]),
-      mark("stop", "path://M0,0L10,10M10,0L0,10", "#b00020",
-           (r) => ["stopped", "failed", "lost"].includes(r.ended_by), (r) => r.ended_at),
+      // a filled cross: ECharts fills a symbol's path and never strokes it, so a path of lines alone is invisible
+      mark("stop", "path://M0,2L2,0L5,3L8,0L10,2L7,5L10,8L8,10L5,7L2,10L0,8L3,5Z", "#b00020",
+           (r) => ["stopped", "failed", "lost"].includes(r.ended_by), (r) => r.ended_at, 11),
     ],
   };
 }
@@ -389,7 +411,7 @@ function trialPanel(box, id, selected, s) {
     if (!trialId) return;
     if (trialId !== shown) {
       shown = trialId; logOffset = null; metricsCursor = 0; reports = []; plot?.destroy(); plot = null;
-      box.replaceChildren(title, config, el("h3", {}, "Metrics"), metricsTable, plotBox,
+      box.replaceChildren(title, scrolling(config), el("h3", {}, "Metrics"), scrolling(metricsTable), plotBox,
         el("h3", {}, "Log ", streamPick), log);
       log.textContent = "";
     }
@@ -429,11 +451,11 @@ function clusterView(root) {
   const chartBox = el("div", { class: "chart", id: "cluster-chart" });
   root.append(el("h2", {}, "Cluster"), el("p", { class: "muted" },
     "GPUs each user holds now against their fair share of the pool (by their weight, then their experiments')."),
-    table, el("div", { class: "panel" }, chartBox));
+    scrolling(table), el("div", { class: "panel" }, chartBox));
   const users = el("table", { id: "users" });
   const usersError = el("p", { class: "error", id: "users-error" });
   root.append(el("h3", {}, "Users"), el("p", { class: "muted" },
-    "Each user's weight in the fair share of the pool; an admin may change it."), users, usersError);
+    "Each user's weight in the fair share of the pool; an admin may change it."), scrolling(users), usersError);
   const showUsers = async () => {
     const [me, list] = await Promise.all([api("/me"), api("/users")]);
     users.replaceChildren(el("tr", {}, ...["user", "admin", "weight", ""].map((h) => el("th", {}, h))),
@@ -489,13 +511,15 @@ function clusterView(root) {
       pool.now = Math.max(pool.now, t.now);
       more = t.more;
     }
-    if (!changed && pool.drawn) return;
+    const running = [...pool.runs.values()].some((r) => r.ended_at === null);  // its bar grows with the clock
+    if (!changed && pool.drawn && !(running && pool.now !== pool.drawnNow)) return;
     shownRuns = [...pool.runs.values()];
     poolChart.setOption(timelineOption(pool.gpus, pool.now, shownRuns, (r) => ownerColour(r.owner), describePoolRun));
     legend.replaceChildren(...[...pool.owners.keys(), ...(shownRuns.some((r) => r.owner === "(other users)") ?
       ["(other users)"] : [])].map((owner) => el("span", { class: "swatch", "data-owner": owner },
         el("i", { style: `background: ${ownerColour(owner)}` }), owner)));
     pool.drawn = true;
+    pool.drawnNow = pool.now;
   });
   const stop = every(POLL_MS, async () => {
     const c = await api("/cluster");
@@ -533,6 +557,7 @@ async function route() {
     return;
   }
   state.view?.stop();
+  state.view = null;
   root.replaceChildren();
   if (!state.token) { showLogin(); return; }
   document.getElementById("login").hidden = true;
@@ -556,7 +581,8 @@ document.getElementById("login").addEventListener("submit", (event) => {
   event.preventDefault();
   state.token = document.getElementById("token").value.trim();
   localStorage.setItem("hermesToken", state.token);
-  state.view = null;
+  state.view?.stop();
+  state.view = null;  // built again, on the page the login form replaced
   route();
 });
 document.getElementById("logout").addEventListener("click", () => {
