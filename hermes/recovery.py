@@ -6,6 +6,11 @@ otherwise (a log that an older version of Hermes wrote, whose policy has changed
 sampler is replayed alongside, so it proposes what it proposed before. The trials the old run
 believed to be running died with it: the new run first tells the core that the old nodes are gone,
 which falls those trials back to their last checkpoints, and then announces its own resources.
+
+Everything of the experiment that the store holds is read, and so checked, before anything is replayed: a
+damaged record (``hermes.store.base.DamagedRecord``: JSON cut short, a metric that is no number) stops the
+run with the record named, before a trial runs or anything is written, rather than a traceback now or at
+the end of a run whose results could then not be read.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from hermes.core.decisions import Decision
 from hermes.core.events import Event, NodeRemoved
 from hermes.core.scheduler import Scheduler
 from hermes.errors import HermesError
-from hermes.store.base import ExperimentStore
+from hermes.store.base import DamagedRecord, ExperimentStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +40,16 @@ def replay(
     follow: Callable[[Event, list[Decision]], None],
 ) -> Recovered:
     """Feed the stored log to ``scheduler`` and ``follow`` (the session's bookkeeping), in order."""
-    history = store.events(experiment_id)
+    try:
+        history = store.events(experiment_id)
+        decisions = store.decisions(experiment_id)
+        store.trials(experiment_id)  # not replayed, but read at the end of the run (its results) and by reports
+        store.metrics(experiment_id)
+    except DamagedRecord as error:
+        raise DamagedRecord(f"{error}; the experiment cannot continue from it, and was left as it was",
+                            error.record) from None
     decided: dict[int, list[Decision]] = defaultdict(list)
-    for record in store.decisions(experiment_id):
+    for record in decisions:
         decided[record.event_seq].append(record.decision)
     for seq, event in enumerate(history, 1):
         try:

@@ -345,3 +345,49 @@ def test_slots_pin_cores_threads_and_devices(tmp_path: Path) -> None:
         assert isinstance(exited, TrialExited) and exited.trial_id == "show" and exited.succeeded
     expected_cpus = sorted(slots[1].cpus) if slots[1].cpus else cores
     assert (tmp_path / "trials" / "show" / "stdout.log").read_text() == f"{expected_cpus} 1 ''\n"
+
+
+def test_a_long_line_is_read_in_linear_time_and_only_its_end_is_kept() -> None:
+    """A program's output is read 64 KiB at a time: a line of 20 MB (a progress bar redrawn after carriage returns,
+    which end no line) took 15 s when each read copied and split the whole line again, and 200 MB never ended.
+    Now it takes time in proportion to its length, and of a line over MAX_LINE only its end is kept (where its
+    report is), so memory stays bounded; carriage returns are still no line end."""
+    import threading
+
+    from hermes.local.launchers import process
+    from hermes.local.launchers.process import ScriptLauncher
+    from hermes.local.runs import Output
+
+    launcher = ScriptLauncher.__new__(ScriptLauncher)  # no executor: only its reading of a pipe is used
+    lines: list[bytes] = []
+    largest = 0
+
+    def line(run: object, text: bytes) -> None:
+        lines.append(text)
+
+    def close(output: Output) -> None:
+        os.close(output.fd)
+        output.fd = None
+
+    launcher._line, launcher._close_output = line, close  # type: ignore[method-assign]
+    read, write = os.pipe()
+    report = b"\repoch 3 loss 0.5 accuracy 0.75"
+    long_line = b"\r 10%|#      | 1/10 [00:01<00:09]" * (50_000_000 // 34) + report
+
+    def produce() -> None:
+        with os.fdopen(write, "wb") as pipe:
+            pipe.write(b"first\n" + long_line + b"\nshort\rline\nlast")
+
+    producer = threading.Thread(target=produce)
+    started = time.perf_counter()
+    producer.start()
+    output = Output(read)
+    while output.fd is not None:
+        launcher._read(None, output)  # type: ignore[arg-type]
+        largest = max(largest, len(output.buffer))
+    producer.join()
+    elapsed = time.perf_counter() - started
+    assert elapsed < 3.0, f"reading a 50 MB line took {elapsed:.1f}s"  # 8 s before, quadratic
+    assert lines[0] == b"first" and lines[2:] == [b"short\rline", b"last"]
+    assert largest <= 2 * process.MAX_LINE + (1 << 16), f"{largest} bytes of a line kept"
+    assert lines[1] == long_line[-process.MAX_LINE:] and lines[1].endswith(report)

@@ -609,3 +609,43 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(recorded: Record
         stderr = child.stderr.read().decode()
         assert child.wait(timeout=60) == 1, stderr
         assert stderr == ""
+
+
+@pytest.mark.parametrize("ended", ["killed", "interrupted", "live"])
+def test_results_show_the_trials_an_ended_run_left_on_a_gpu_as_interrupted_as_status_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], ended: str
+) -> None:
+    """A run killed (it still says running, but its runner holds no lock) or interrupted leaves trials running or
+    suspending in the store: ``hermes status`` counts them interrupted, and so do the table, CSV and JSON of
+    ``hermes results``; while a runner runs the experiment they are running, in both."""
+    from hermes.store.lock import RunnerLock
+
+    store = SqlStore(f"sqlite:///{tmp_path / STORE_FILE}")
+    lock = RunnerLock(tmp_path, "cut")
+    try:
+        experiment = store.create_or_open_experiment("cut", spec("cut", "accuracy", "max"))
+        states = [TrialState.RUNNING, TrialState.SUSPENDING, TrialState.SUSPENDED, TrialState.COMPLETED]
+        for number, state in enumerate(states):
+            store.upsert_trial(experiment, TrialRecord(str(number), {"lr": 0.01}, state, 6, 0.0, step=2))
+            store.record_metrics(experiment, str(number), 1, 1.0, {"accuracy": 0.5 - number / 10})
+        if ended == "interrupted":
+            store.set_status(experiment, ExperimentStatus.INTERRUPTED)
+        if ended == "live":
+            lock.acquire()
+        left = "running" if ended == "live" else "interrupted"
+        shown = [left, "suspending" if ended == "live" else "interrupted", "suspended", "completed"]
+
+        assert main(["status", str(tmp_path)]) == 0
+        counts = ("1 running, 1 suspending" if ended == "live" else "2 interrupted") + ", 1 suspended, 1 completed"
+        out = capsys.readouterr().out
+        assert f"trials      4: {counts}\n" in out, out
+        assert main(["results", str(tmp_path), "--format", "json"]) == 0
+        assert [row["state"] for row in json.loads(capsys.readouterr().out)] == shown
+        assert main(["results", str(tmp_path), "--format", "csv"]) == 0
+        assert [row["state"] for row in csv.DictReader(io.StringIO(capsys.readouterr().out))] == shown
+        assert main(["results", str(tmp_path)]) == 0
+        rows = capsys.readouterr().out.splitlines()[3:]
+        assert [row.split()[2] for row in rows] == shown
+    finally:
+        lock.release()
+        store.close()

@@ -1209,3 +1209,46 @@ def test_a_rerun_with_a_larger_trial_budget_extends_the_experiment(tmp_path: Pat
     write_spec(tmp_path, spec)
     refused = hermes("run", str(path), "--no-live", cwd=tmp_path)
     assert refused.returncode == 2 and "search.seed" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("statement", "record"),
+    [("UPDATE events SET data = '{\"trial\": ' WHERE seq = (SELECT MAX(seq) FROM events WHERE type = 'TrialReported')",
+      "table events, row with experiment_id 1, seq {seq}: column data is not valid JSON (Expecting value"),
+     ("UPDATE metrics SET metric_values = '{\"score\": \"abc\"}' WHERE id = 3",
+      "table metrics, row with experiment_id 1, id 3: column metric_values holds 'abc' for metric 'score', not a number")],
+    ids=["event", "metrics"],
+)
+def test_a_damaged_record_stops_a_rerun_before_anything_runs_naming_it_as_status_does(
+    tmp_path: Path, statement: str, record: str
+) -> None:
+    """A killed run's store with a record cut short, or a metric that is no number: the rerun says which record
+    is damaged, as ``hermes status`` does (exit 2, no traceback), before any trial runs; it does not crash with a
+    JSONDecodeError, nor run the whole experiment to crash at its end, and it leaves the experiment as it was."""
+    spec = spec_of(f"e2e-damaged-{'event' if 'events' in statement else 'metrics'}", search=search(2, 0, 0.05))
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    database = storage / "hermes.db"
+    returncode, _ = run_until(path, lambda: count_reports(database) >= 4 and trial_processes(storage), "4 reports",
+                              signal.SIGKILL)
+    assert returncode == -signal.SIGKILL
+    wait_for(lambda: not trial_processes(storage), 5, "the trial processes of the killed runner to die")
+    with sqlite3.connect(database) as connection:
+        seq = connection.execute("SELECT MAX(seq) FROM events WHERE type = 'TrialReported'").fetchone()[0]
+        connection.execute(statement)
+    connection.close()
+    counts = lambda: [count_rows(database, f"SELECT count(*) FROM {table}") for table in ("events", "metrics")]
+    before = counts()
+    logs = {log: log.stat().st_size for log in (storage / spec["name"] / "trials").glob("*/stderr.log")}
+
+    result = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"hermes: error: {database} has a damaged record: {record.format(seq=seq)}")
+    assert "the experiment cannot continue from it" in result.stderr and "Traceback" not in result.stderr
+    assert counts() == before  # nothing ran: no event, no report
+    assert {log: log.stat().st_size for log in logs} == logs
+    status = hermes("status", str(storage), cwd=tmp_path)
+    assert status.returncode == 2
+    assert status.stderr.startswith(f"hermes: error: {database} has a damaged record: {record.format(seq=seq)}")
+    row = count_rows(database, "SELECT count(*) FROM experiments WHERE status = 'running'")
+    assert row == 1  # as the killed run left it

@@ -11,6 +11,7 @@ import sys
 import threading
 import typing
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -687,3 +688,86 @@ def test_processes_share_one_database(tmp_path: Path) -> None:
             expected_event(j) for j in range(1, 61)
         ]
     store.close()
+
+
+# ---------------------------------------------------------------------- damaged records
+STATES = ", ".join(sorted(state.value for state in TrialState))
+DAMAGE = [  # (statement, the record and what is wrong with it)
+    ("UPDATE events SET data = '{\"trial\": ' WHERE seq = (SELECT MAX(seq) FROM events WHERE type = 'TrialReported')",
+     "table events, row with experiment_id 1, seq 3: column data is not valid JSON (Expecting value"),
+    ("UPDATE decisions SET data = '[1]' WHERE event_seq = 2",
+     "table decisions, row with experiment_id 1, event_seq 2, position 0: column data holds list JSON, not dict"),
+    ("UPDATE metrics SET metric_values = '{\"score\": \"abc\"}' WHERE id = 1",
+     "table metrics, row with experiment_id 1, id 1: column metric_values holds 'abc' for metric 'score', not a number"),
+    ("UPDATE trials SET state = 'exploded' WHERE trial_id = 'a'",
+     f"table trials, row with experiment_id 1, trial_id 'a': column state holds 'exploded', not one of {STATES}"),
+]
+
+
+@pytest.mark.parametrize(("statement", "record"), DAMAGE, ids=["event", "decision", "metrics", "trial"])
+def test_a_damaged_record_is_named_where_it_is_read_and_stops_a_replay_before_it_begins(
+    tmp_path: Path, statement: str, record: str
+) -> None:
+    """What ``hermes status`` says of a damaged record (``hermes.report.integrity``), the store says as it reads
+    it: a rerun stops before it replays anything (not with a traceback, nor at the end of a run whose results
+    then cannot be read), and leaves the experiment as it was."""
+    database = tmp_path / "runs" / "hermes.db"
+    store = SqlStore(f"sqlite:///{database}")
+    experiment = store.create_or_open_experiment("exp", SPEC)
+    store.append_event(experiment, NodeAdded(0.0, "n0", ("n0/g0",)))
+    running = TrialRecord("a", {"lr": 0.1}, TrialState.RUNNING, 3, 0.0, gpu="n0/g0", started_at=0.0)
+    store.record_events(experiment, [
+        (TrialSubmitted(0.0, "a", 3, {"lr": 0.1}), [Start("a", "n0/g0")], [running]),
+        (TrialReported(1.0, "a", 1, 0.5, metrics={"score": 0.5}), [], [replace(running, step=1)]),
+    ])
+    store.close()
+    with sqlite3.connect(database) as connection:
+        connection.execute(statement)
+    connection.close()
+    before = database.read_bytes()
+
+    store = SqlStore(f"sqlite:///{database}")
+    try:
+        read = {"events": store.events, "decisions": store.decisions, "metrics": store.metrics,
+                "trials": store.trials}[record.split()[1].rstrip(",")]
+        with pytest.raises(StoreError) as raised:
+            read(experiment)
+        assert str(raised.value).startswith(f"{database} has a damaged record: {record}"), raised.value
+        assert raised.value.record.startswith(record)  # type: ignore[attr-defined]
+
+        followed: list[Event] = []
+        with pytest.raises(HermesError) as raised:
+            replay(store, experiment, rr_core(), lambda event, _: followed.append(event))
+        assert str(raised.value).startswith(f"{database} has a damaged record: {record}"), raised.value
+        assert str(raised.value).endswith("; the experiment cannot continue from it, and was left as it was")
+        assert followed == []  # nothing replayed, so nothing runs
+    finally:
+        store.close()
+    assert database.read_bytes() == before
+
+
+def test_a_reserve_that_cannot_be_deleted_is_left_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A storage dir made immutable (``chattr +i``) or read-only while the runner ran: the experiment has run, so
+    giving back the reserve must not end it with a traceback (and exit code 1)."""
+    import errno
+
+    from hermes.store.lock import RESERVE_FILE, SpaceReserve
+
+    reserve = SpaceReserve(tmp_path)
+    reserve.acquire()
+    assert (tmp_path / RESERVE_FILE).stat().st_size > 0
+
+    def refused(path: Path, missing_ok: bool = False) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(path))
+
+    monkeypatch.setattr(Path, "unlink", refused)
+    reserve.release()
+    assert capsys.readouterr().err == (
+        f"hermes: warning: cannot delete the space reserve {tmp_path / RESERVE_FILE} (Operation not permitted); "
+        "delete it by hand\n"
+    )
+    monkeypatch.undo()
+    reserve.release()
+    assert not (tmp_path / RESERVE_FILE).exists()

@@ -331,3 +331,88 @@ def test_runner_rejects_a_malformed_target() -> None:
         [sys.executable, "-m", "hermes.trial.runner", "nofunction"], capture_output=True, text=True, check=False
     )
     assert result.returncode != 0 and "usage" in result.stderr
+
+
+def _suspended_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A trial with a saver, suspended at step 2: its checkpoint of step 2 is committed."""
+    first = Channel(tmp_path / "t1", monkeypatch)
+    trial.Files(lambda directory: (directory / "kept").write_text("state"), lambda directory: None)
+    first.answer(protocol.CONTINUE, protocol.SUSPEND)
+    trial.report(1, accuracy=0.5)
+    with pytest.raises(trial.SuspendExit):
+        trial.report(2, accuracy=0.6)
+    return tmp_path / "t1" / protocol.CHECKPOINTS_DIR
+
+
+def _damage_empty(root: Path) -> Path:
+    (root / "step-2" / protocol.META_FILE).write_text("")
+    return root / "step-2" / protocol.META_FILE
+
+
+def _damage_step(root: Path) -> Path:
+    (root / "step-2" / protocol.META_FILE).write_text('{"step": "x"}')
+    return root / "step-2" / protocol.META_FILE
+
+
+def _damage_pointer(root: Path) -> Path:
+    (root / protocol.LATEST_FILE).unlink()
+    (root / protocol.LATEST_FILE).mkdir()
+    return root / protocol.LATEST_FILE
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [(_damage_empty, "it is empty"), (_damage_step, "its step is 'x', not a whole number"),
+     (_damage_pointer, "Is a directory")],
+    ids=["empty", "step", "pointer"],
+)
+def test_a_damaged_checkpoint_is_named_set_aside_and_the_trial_retrains_from_scratch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], damage, reason: str,
+) -> None:
+    """Its metadata cut short, a step that is no number, ``latest`` replaced by a directory: the error names the
+    file, rather than a JSONDecodeError the trial's code seems to raise; the damaged checkpoints are moved aside,
+    never deleted, and the trial starts from scratch, as without a checkpoint (the executor answers the steps the
+    scheduler has at once). Failing it would lose the trial for good, and running it again meets the same file."""
+    root = _suspended_once(tmp_path, monkeypatch)
+    damaged = damage(root)
+    capsys.readouterr()
+
+    resumed = Channel(tmp_path / "t1", monkeypatch, **{protocol.ENV_REPORTED_STEP: "2"})
+    err = capsys.readouterr().err
+    aside = tmp_path / "t1" / "checkpoints.damaged"
+    assert err.startswith(f"hermes: trial t1: its checkpoint {damaged} is damaged ({reason}")
+    assert f"moved to {aside}" in err and "it retrains from scratch (its steps up to 2 are trained again" in err
+    assert (aside / "step-2" / "files" / "kept").read_text() == "state"  # nothing deleted
+    assert not root.exists() and protocol.latest_checkpoint(tmp_path / "t1") is None
+    moved = aside / damaged.relative_to(root)
+    with pytest.raises(protocol.DamagedCheckpoint, match=f"checkpoint {moved} is damaged \\({reason}"):
+        protocol.published_checkpoint(aside)  # what a report reading it says too
+    assert trial.start_step() == 0
+    files = trial.Files(lambda directory: None, lambda directory: pytest.fail("nothing to load"))
+    assert files.restore() == 0
+    resumed.answer(protocol.CONTINUE, protocol.SUSPEND)
+    trial.report(1, accuracy=0.5)
+    with pytest.raises(trial.SuspendExit):
+        trial.report(2, accuracy=0.6)
+    assert protocol.latest_checkpoint(tmp_path / "t1") == (root / "step-2", 2)  # its new checkpoints work
+    assert (aside / "step-2").is_dir()
+
+
+@pytest.mark.parametrize("lose", ["trial dir", "latest", "checkpoints"])
+def test_a_resume_whose_checkpoint_is_gone_says_it_retrains_from_scratch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], lose: str,
+) -> None:
+    root = _suspended_once(tmp_path, monkeypatch)
+    gone = {"trial dir": tmp_path / "t1", "latest": root / protocol.LATEST_FILE, "checkpoints": root}[lose]
+    shutil.rmtree(gone) if gone.is_dir() else gone.unlink()
+    capsys.readouterr()
+    Channel(tmp_path / "t1", monkeypatch, **{protocol.ENV_REPORTED_STEP: "2"})  # which writes its config again
+    missing = root if lose == "trial dir" else gone
+    assert capsys.readouterr().err == (
+        f"hermes: trial t1: it resumes at step 2, but its checkpoint is gone (there is no {missing}); it retrains "
+        "from scratch (its steps up to 2 are trained again, not recorded again)\n"
+    )
+    assert trial.start_step() == 0
+
+    Channel(tmp_path / "t2", monkeypatch, **{protocol.ENV_REPORTED_STEP: "0"})  # a fresh start says nothing
+    assert capsys.readouterr().err == ""

@@ -12,8 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes.core.scheduler import Objective
+from hermes.core.states import TrialState
 from hermes.errors import HermesError
-from hermes.store import ExperimentRecord, ExperimentStore, MetricRecord, Run, SqlStore, TrialRecord
+from hermes.store import (
+    ExperimentRecord,
+    ExperimentStatus,
+    ExperimentStore,
+    MetricRecord,
+    Run,
+    SqlStore,
+    TrialRecord,
+)
+from hermes.store.lock import holder
 
 STORE_FILE = "hermes.db"  # in the storage dir (``storage.dir`` of the spec); one file holds every experiment
 
@@ -74,6 +84,27 @@ class ExperimentView:
         for run in self.runs:
             times += [time for time in (run.started_at, run.yield_requested_at, run.ended_at) if time is not None]
         return max(times, default=0.0)
+
+
+def is_live(experiment: ExperimentRecord, lock: Path | None) -> bool:
+    """Whether a runner runs it now: it says running, and the storage dir's runner holds its lock (when
+    known; a pool, which runs the experiments with an owner, holds none)."""
+    if experiment.status is not ExperimentStatus.RUNNING:
+        return False
+    if lock is None or experiment.owner is not None:
+        return True
+    who = holder(lock)
+    return who is not None and who.get("experiment") in (experiment.name, None)
+
+
+INTERRUPTED = "interrupted"  # what the reports call a trial the log left on a GPU when no runner runs it
+LEFT_ON_A_GPU = (TrialState.RUNNING, TrialState.SUSPENDING)
+
+
+def shown_state(state: TrialState, live: bool) -> str:
+    """A trial's state as ``hermes status`` and ``hermes results`` show it: where no runner runs the experiment
+    (``is_live``), one the log left on a GPU is interrupted (it goes on from its checkpoint when it continues)."""
+    return INTERRUPTED if not live and state in LEFT_ON_A_GPU else state.value
 
 
 def open_store(directory: str | Path) -> SqlStore:
@@ -166,8 +197,10 @@ __all__ = [
     "format_duration",
     "format_number",
     "format_table",
+    "is_live",
     "open_store",
     "pick_experiment",
+    "shown_state",
     "store_location",
     "summarise_error",
 ]

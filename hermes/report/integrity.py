@@ -9,20 +9,25 @@ on a sound store, and it reads the SQLite file in read-only mode.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hermes.core.states import TrialState
 from hermes.errors import HermesError
 from hermes.store import ExperimentStatus
-from hermes.store.codec import from_dict
-
-Check = Callable[[Any], str | None]  # a problem with a column's value, or None
+from hermes.store.base import DamagedRecord
+from hermes.store.sql import (
+    METRICS_CHECK,
+    PARAMS_CHECK,
+    RECORD_CHECK,
+    STATE_CHECK,
+    Check,
+    json_check,
+    one_of,
+)
 
 
 @contextmanager
@@ -33,6 +38,8 @@ def naming_damage(database: Path) -> Iterator[None]:
     """
     try:
         yield
+    except DamagedRecord as error:  # the store named it as it read it
+        raise HermesError(f"{database} has a damaged record: {error.record}") from None
     except (HermesError, ValueError, TypeError, KeyError, AttributeError) as error:
         damage = find_damage(database)
         if damage is None:
@@ -64,25 +71,6 @@ def find_damage(database: Path) -> str | None:
     return None
 
 
-def _json(expected: type, inner: Check | None = None) -> Check:
-    def check(text: Any) -> str | None:
-        if not isinstance(text, str):
-            return f"holds {text!r}, not JSON text"
-        try:
-            value = json.loads(text)
-        except ValueError as error:
-            return f"is not valid JSON ({error})"
-        if not isinstance(value, expected):
-            return f"holds {type(value).__name__} JSON, not {expected.__name__}"
-        return inner(value) if inner is not None else None
-
-    return check
-
-
-def _one_of(values: set[str]) -> Check:
-    return lambda value: None if value in values else f"holds {value!r}, not one of {', '.join(sorted(values))}"
-
-
 def _integer(value: Any) -> str | None:
     return None if isinstance(value, int) else f"holds {value!r}, not a whole number"
 
@@ -99,34 +87,19 @@ def _text(value: Any) -> str | None:
     return None if isinstance(value, str) else f"holds {value!r}, not text"
 
 
-def _event_or_decision(data: dict[str, Any]) -> str | None:
-    try:
-        from_dict(data)
-    except HermesError as error:
-        return f"does not decode: {error}"
-    return None
-
-
-def _metric_values(values: dict[str, Any]) -> str | None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"holds {value!r} for metric {name!r}, not a number"
-    return None
-
-
 _TABLES: list[tuple[str, tuple[str, ...], dict[str, Check]]] = [
     ("experiments", ("id",), {
-        "name": _text, "spec": _json(dict), "created_at": _number,
-        "status": _one_of({status.value for status in ExperimentStatus}),
+        "name": _text, "spec": json_check(dict), "created_at": _number,
+        "status": one_of({status.value for status in ExperimentStatus}),
     }),
-    ("events", ("experiment_id", "seq"), {"at": _number, "data": _json(dict, _event_or_decision)}),
-    ("decisions", ("experiment_id", "event_seq", "position"), {"at": _number, "data": _json(dict, _event_or_decision)}),
+    ("events", ("experiment_id", "seq"), {"at": _number, "data": RECORD_CHECK}),
+    ("decisions", ("experiment_id", "event_seq", "position"), {"at": _number, "data": RECORD_CHECK}),
     ("trials", ("experiment_id", "trial_id"), {
-        "params": _json(dict), "state": _one_of({state.value for state in TrialState}), "budget": _integer,
+        "params": PARAMS_CHECK, "state": STATE_CHECK, "budget": _integer,
         "step": _integer, "checkpoint_step": _integer, "gpu": _optional(_text), "error": _optional(_text),
         "submitted_at": _number, "started_at": _optional(_number), "ended_at": _optional(_number),
     }),
     ("metrics", ("experiment_id", "id"), {
-        "trial_id": _text, "step": _integer, "at": _number, "metric_values": _json(dict, _metric_values),
+        "trial_id": _text, "step": _integer, "at": _number, "metric_values": METRICS_CHECK,
     }),
 ]

@@ -23,9 +23,12 @@ from hermes.report import (
     format_duration,
     format_number,
     format_table,
+    is_live,
+    shown_state,
     summarise_error,
 )
 from hermes.report.files import TrialFiles, trial_files
+from hermes.store.lock import LOCK_FILE
 
 FORMATS = ("table", "csv", "json")
 ERROR_WIDTH = 60  # characters of a trial's error in the table; csv and json carry all of it
@@ -94,12 +97,19 @@ def format_results(
 
     With ``experiment_dir`` (the experiment's folder on this machine), CSV and JSON also give each
     trial's directory and its newest committed checkpoint (``hermes.report.files``), as Ray Tune's results
-    give the best trial's path and checkpoint: where to load the winner's model from."""
+    give the best trial's path and checkpoint: where to load the winner's model from.
+
+    A trial is in the state ``hermes status`` counts it in: where no runner runs the experiment (``is_live``,
+    with the runner lock of the storage dir that holds ``experiment_dir``), one that the log left on a GPU
+    is ``interrupted``."""
     names = list(dict.fromkeys(name for standing in top for name in standing.params))
     metric = view.target.name
     files = {s.trial_id: _files(experiment_dir, s.trial_id) for s in top}
+    live = is_live(view.experiment, experiment_dir.parent / LOCK_FILE if experiment_dir is not None else None)
+    states = {s.trial_id: shown_state(s.state, live) for s in top}
     if output == "json":
-        return json.dumps([_as_json(s) | files[s.trial_id] for s in top], indent=2, allow_nan=False)
+        return json.dumps([_as_json(s) | {"state": states[s.trial_id]} | files[s.trial_id] for s in top], indent=2,
+                          allow_nan=False)
     if output == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
@@ -109,7 +119,7 @@ def format_results(
         )
         for s in top:
             writer.writerow(
-                [s.rank, s.trial_id, s.state.value, _csv(s.best), _csv(s.best_step), _csv(s.final), s.steps,
+                [s.rank, s.trial_id, states[s.trial_id], _csv(s.best), _csv(s.best_step), _csv(s.final), s.steps,
                  s.budget, round(s.gpu_seconds, 3), *(_csv(s.params.get(name)) for name in names), _csv(s.error),
                  *(_csv(value) for value in files[s.trial_id].values())]
             )
@@ -118,7 +128,7 @@ def format_results(
     header = ["#", "trial", "state", f"best {metric}", "at step", "final", "steps", "GPU time", *names,
               *(["error"] if errors else [])]
     rows = [
-        [str(s.rank), s.trial_id, s.state.value, format_number(s.best), _csv(s.best_step), format_number(s.final),
+        [str(s.rank), s.trial_id, states[s.trial_id], format_number(s.best), _csv(s.best_step), format_number(s.final),
          f"{s.steps}/{s.budget}", format_duration(s.gpu_seconds),
          *(_param(s.params[name]) if name in s.params else "-" for name in names),
          *([summarise_error(s.error, ERROR_WIDTH) if s.error else "-"] if errors else [])]

@@ -8,9 +8,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes.core.decisions import Resume, Suspend
-from hermes.core.events import Event, GpuAdded, GpuRemoved, NodeAdded, NodeRemoved, TrialExited
+from hermes.core.events import (
+    Event,
+    GpuAdded,
+    GpuRemoved,
+    NodeAdded,
+    NodeRemoved,
+    TrialExited,
+)
 from hermes.core.states import TrialState
-from hermes.report import ExperimentView, format_duration, format_number, format_table, summarise_error
+from hermes.report import (
+    INTERRUPTED,
+    ExperimentView,
+    format_duration,
+    format_number,
+    format_table,
+    is_live,
+    shown_state,
+    summarise_error,
+)
 from hermes.report.results import Standing, standings
 from hermes.store import ExperimentRecord, ExperimentStatus, ExperimentStore, Run
 from hermes.store.lock import describe, holder
@@ -83,24 +99,16 @@ def _state(experiment: ExperimentRecord, lock: Path | None) -> str:
     return "running when its runner ended without a word (killed?): `hermes run` continues it"
 
 
-def _live(experiment: ExperimentRecord, lock: Path | None) -> bool:
-    """Whether a runner runs it now: it says running, and the storage dir's runner holds its lock (when
-    known; a pool, which runs the experiments with an owner, holds none)."""
-    if experiment.status is not ExperimentStatus.RUNNING:
-        return False
-    if lock is None or experiment.owner is not None:
-        return True
-    who = holder(lock)
-    return who is not None and who.get("experiment") in (experiment.name, None)
+_live = is_live
 
 
 def _trial_counts(counts: Counter[TrialState], live: bool) -> str:
-    """Trials by state; where no runner runs the experiment, those the log left on a GPU are interrupted
-    (they go on from their checkpoints when it continues)."""
-    left = () if live else (TrialState.RUNNING, TrialState.SUSPENDING)
-    interrupted = sum(counts[state] for state in left)
-    shown = [f"{counts[state]} {state.value}" for state in TrialState if counts[state] and state not in left]
-    return ", ".join([f"{interrupted} interrupted"] * bool(interrupted) + shown)
+    """Trials by state (``shown_state``): where no runner runs the experiment, those the log left on a GPU are
+    interrupted (they go on from their checkpoints when it continues), counted first."""
+    shown: Counter[str] = Counter()
+    for state in sorted(TrialState, key=lambda state: shown_state(state, live) != INTERRUPTED):  # stable: enum order
+        shown[shown_state(state, live)] += counts[state]
+    return ", ".join(f"{count} {name}" for name, count in shown.items() if count)
 
 
 def _present_gpus(events: Sequence[Event]) -> list[str]:

@@ -30,6 +30,15 @@ class StoreError(HermesError):
     """The store cannot do what was asked: unknown experiment, conflicting spec, or a backend failure."""
 
 
+class DamagedRecord(StoreError):
+    """A record the store holds but cannot decode (edited by hand, or damaged on disk). ``record`` names it:
+    its table, its row's key and its column, and what is wrong there."""
+
+    def __init__(self, message: str, record: str) -> None:
+        super().__init__(message)
+        self.record = record
+
+
 class StoreFull(StoreError, NoSpaceError):
     """The store's disk is full: nothing of the write was kept, and the store is intact."""
 

@@ -98,7 +98,14 @@ class SpaceReserve:
             self.release()
 
     def release(self) -> None:
-        self.path.unlink(missing_ok=True)
+        """Give the space back. A reserve that cannot be deleted (a storage dir made read-only or immutable
+        meanwhile) is left with a warning: the experiment has run, and losing its outcome to this would be
+        worse than leaving 1 MiB behind."""
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError as error:
+            print(f"hermes: warning: cannot delete the space reserve {self.path} ({error.strerror or error}); "
+                  "delete it by hand", file=sys.stderr, flush=True)
 
 
 def holder(path: str | Path) -> dict[str, Any] | None:

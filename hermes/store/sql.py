@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from hermes.core.events import Event, TrialReported
 from hermes.core.share import MAX_WEIGHT, MIN_WEIGHT
 from hermes.core.states import TrialState
 from hermes.store.base import (
+    DamagedRecord,
     DecisionRecord,
     ExperimentRecord,
     ExperimentStatus,
@@ -36,7 +37,7 @@ from hermes.store.base import (
     TrialRecord,
 )
 from hermes.store.codec import from_dict, to_dict
-from hermes.errors import NO_SPACE_ERRNOS
+from hermes.errors import NO_SPACE_ERRNOS, HermesError
 from hermes.faults import crash_point
 
 METADATA = sa.MetaData()
@@ -445,20 +446,21 @@ class SqlStore(ExperimentStore):
     def events(self, experiment_id: int) -> list[Event]:
         with self._reading() as connection:
             self._require(connection, experiment_id)
-            data = connection.execute(
-                sa.select(EVENTS.c.data).where(EVENTS.c.experiment_id == experiment_id).order_by(EVENTS.c.seq)
-            ).scalars()
-            return [from_dict(json.loads(item)) for item in data]  # type: ignore[misc]
+            rows = connection.execute(
+                sa.select(EVENTS.c.seq, EVENTS.c.data).where(EVENTS.c.experiment_id == experiment_id)
+                .order_by(EVENTS.c.seq)
+            ).all()
+        return [self._event(experiment_id, seq, data) for seq, data in rows]
 
     def decisions(self, experiment_id: int) -> list[DecisionRecord]:
         with self._reading() as connection:
             self._require(connection, experiment_id)
             rows = connection.execute(
-                sa.select(DECISIONS.c.event_seq, DECISIONS.c.at, DECISIONS.c.data)
+                sa.select(DECISIONS.c.event_seq, DECISIONS.c.position, DECISIONS.c.at, DECISIONS.c.data)
                 .where(DECISIONS.c.experiment_id == experiment_id)
                 .order_by(DECISIONS.c.event_seq, DECISIONS.c.position)
             ).all()
-        return [DecisionRecord(row.event_seq, row.at, from_dict(json.loads(row.data))) for row in rows]  # type: ignore[arg-type]
+        return [self._decision(experiment_id, *row) for row in rows]
 
     def events_after(self, experiment_id: int, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
         query = (
@@ -470,10 +472,10 @@ class SqlStore(ExperimentStore):
         with self._reading() as connection:
             self._require(connection, experiment_id)
             rows = connection.execute(query).all()
-        return [(seq, from_dict(json.loads(data))) for seq, data in rows]  # type: ignore[misc]
+        return [(seq, self._event(experiment_id, seq, data)) for seq, data in rows]
 
     def decisions_after(self, experiment_id: int, after: int, upto: int | None = None) -> list[DecisionRecord]:
-        query = sa.select(DECISIONS.c.event_seq, DECISIONS.c.at, DECISIONS.c.data).where(
+        query = sa.select(DECISIONS.c.event_seq, DECISIONS.c.position, DECISIONS.c.at, DECISIONS.c.data).where(
             DECISIONS.c.experiment_id == experiment_id, DECISIONS.c.event_seq > after
         )
         if upto is not None:
@@ -481,7 +483,7 @@ class SqlStore(ExperimentStore):
         with self._reading() as connection:
             self._require(connection, experiment_id)
             rows = connection.execute(query.order_by(DECISIONS.c.event_seq, DECISIONS.c.position)).all()
-        return [DecisionRecord(seq, at, from_dict(json.loads(data))) for seq, at, data in rows]  # type: ignore[arg-type]
+        return [self._decision(experiment_id, *row) for row in rows]
 
     # ------------------------------------------------------------------ trials and metrics
     def upsert_trial(self, experiment_id: int, trial: TrialRecord) -> None:
@@ -505,8 +507,10 @@ class SqlStore(ExperimentStore):
         return [
             TrialRecord(
                 trial_id=row.trial_id,
-                params=json.loads(row.params),
-                state=TrialState(row.state),
+                params=self._decoded(
+                    "trials", (experiment_id, row.trial_id), "params", row.params, _params, PARAMS_CHECK
+                ),
+                state=self._decoded("trials", (experiment_id, row.trial_id), "state", row.state, TrialState, STATE_CHECK),
                 budget=row.budget,
                 submitted_at=row.submitted_at,
                 step=row.step,
@@ -552,7 +556,10 @@ class SqlStore(ExperimentStore):
         with self._reading() as connection:
             self._require(connection, experiment_id)
             rows = connection.execute(query).all()
-        return [MetricRecord(row.trial_id, row.step, row.at, json.loads(row.metric_values)) for row in rows]
+        return [
+            MetricRecord(row.trial_id, row.step, row.at, self._metric_values(experiment_id, row.id, row.metric_values))
+            for row in rows
+        ]
 
     def metrics_after(self, experiment_id: int, after: int, limit: int | None = None) -> list[tuple[int, MetricRecord]]:
         query = (
@@ -564,7 +571,10 @@ class SqlStore(ExperimentStore):
         with self._reading() as connection:
             self._require(connection, experiment_id)
             rows = connection.execute(query).all()  # unpacked as tuples: a dashboard reads tens of thousands
-        return [(cursor, MetricRecord(trial, step, at, json.loads(values))) for cursor, trial, step, at, values in rows]
+        return [
+            (cursor, MetricRecord(trial, step, at, self._metric_values(experiment_id, cursor, values)))
+            for cursor, trial, step, at, values in rows
+        ]
 
     def latest_event_at(self) -> float:
         with self._reading() as connection:
@@ -572,6 +582,37 @@ class SqlStore(ExperimentStore):
 
     def close(self) -> None:
         self._engine.dispose()
+
+    # ------------------------------------------------------------------ decoding, naming what is damaged
+    def _event(self, experiment_id: int, seq: int, data: Any) -> Event:
+        return self._decoded("events", (experiment_id, seq), "data", data, _record, RECORD_CHECK)  # type: ignore[return-value]
+
+    def _decision(self, experiment_id: int, seq: int, position: int, at: float, data: Any) -> DecisionRecord:
+        decision = self._decoded("decisions", (experiment_id, seq, position), "data", data, _record, RECORD_CHECK)
+        return DecisionRecord(seq, at, decision)  # type: ignore[arg-type]
+
+    def _metric_values(self, experiment_id: int, row_id: int, text: Any) -> dict[str, float]:
+        return self._decoded("metrics", (experiment_id, row_id), "metric_values", text, _metrics, METRICS_CHECK)
+
+    def _decoded(
+        self, table: str, key: tuple[Any, ...], column: str, value: Any, decode: Callable[[Any], Any], check: Check
+    ) -> Any:
+        """``decode(value)``; where it fails, a DamagedRecord that names the table, the row and the column (what
+        ``hermes status`` says of it too: ``hermes.report.integrity``), rather than a traceback far from the cause."""
+        try:
+            return decode(value)
+        except (HermesError, ValueError, TypeError, KeyError, AttributeError) as error:
+            problem = check(value) or f"does not decode ({type(error).__name__}: {error})"
+        names = _KEYS[table]
+        where = ", ".join(f"{name} {part!r}" for name, part in zip(names, key, strict=True))
+        record = f"table {table}, row with {where}: column {column} {problem}"
+        raise DamagedRecord(f"{self.location} has a damaged record: {record}", record)
+
+    @property
+    def location(self) -> str:
+        """The SQLite file, or the database's URL (without its password)."""
+        url = sa.make_url(self.url)
+        return url.database if url.get_backend_name() == "sqlite" and url.database else self.url
 
     # ------------------------------------------------------------------ plumbing
     def _require(self, connection: sa.Connection, experiment_id: int) -> None:
@@ -613,6 +654,80 @@ class SqlStore(ExperimentStore):
             if _disk_full(error):
                 raise StoreFull(f"{self.url}: the disk is full: {error.orig}") from error
             raise StoreError(f"{self.url}: {error}") from error
+
+
+# What is wrong with a column's value, or None: how a damaged record is described, by the store as it reads
+# it and by the reports' scan of the whole file (``hermes.report.integrity``).
+Check = Callable[[Any], str | None]
+
+
+def json_check(expected: type, inner: Check | None = None) -> Check:
+    def check(text: Any) -> str | None:
+        if not isinstance(text, str):
+            return f"holds {text!r}, not JSON text"
+        try:
+            value = json.loads(text)
+        except ValueError as error:
+            return f"is not valid JSON ({error})"
+        if not isinstance(value, expected):
+            return f"holds {type(value).__name__} JSON, not {expected.__name__}"
+        return inner(value) if inner is not None else None
+
+    return check
+
+
+def one_of(values: Collection[str]) -> Check:
+    return lambda value: None if value in values else f"holds {value!r}, not one of {', '.join(sorted(values))}"
+
+
+def record_problem(data: dict[str, Any]) -> str | None:
+    """What is wrong with an event's or a decision's JSON object, or None."""
+    try:
+        from_dict(data)
+    except (HermesError, TypeError, ValueError, KeyError, AttributeError) as error:
+        return f"does not decode: {error}"
+    return None
+
+
+def metric_values_problem(values: dict[str, Any]) -> str | None:
+    """What is wrong with a report's metrics, or None: each must be a number (NaN and infinities included)."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"holds {value!r} for metric {name!r}, not a number"
+    return None
+
+
+RECORD_CHECK = json_check(dict, record_problem)
+METRICS_CHECK = json_check(dict, metric_values_problem)
+PARAMS_CHECK = json_check(dict)
+STATE_CHECK = one_of({state.value for state in TrialState})
+_KEYS = {  # each table's key, as a damaged record is named
+    "events": ("experiment_id", "seq"),
+    "decisions": ("experiment_id", "event_seq", "position"),
+    "trials": ("experiment_id", "trial_id"),
+    "metrics": ("experiment_id", "id"),
+}
+
+
+def _record(text: str) -> Event | Decision:
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise TypeError(f"{type(data).__name__} JSON")
+    return from_dict(data)
+
+
+def _params(text: str) -> dict[str, Any]:
+    params = json.loads(text)
+    if not isinstance(params, dict):
+        raise TypeError(f"{type(params).__name__} JSON")
+    return params
+
+
+def _metrics(text: str) -> dict[str, float]:
+    values = json.loads(text)
+    if not isinstance(values, dict) or metric_values_problem(values) is not None:
+        raise ValueError("not a JSON object of numbers")
+    return values
 
 
 def _disk_full(error: sa.exc.SQLAlchemyError) -> bool:

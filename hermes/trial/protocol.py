@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hermes.errors import HermesError
+
 ENV_TRIAL_ID = "HERMES_TRIAL_ID"
 ENV_TRIAL_DIR = "HERMES_TRIAL_DIR"  # the trial's own directory: config, logs, checkpoints, outputs
 ENV_CHANNEL = "HERMES_CHANNEL"
@@ -55,17 +57,84 @@ def encode(message: dict[str, Any]) -> bytes:
     return (json.dumps(message, separators=(",", ":")) + "\n").encode()
 
 
+class DamagedCheckpoint(HermesError):
+    """A checkpoint's files are there but cannot be read: its pointer or its metadata is damaged (cut short,
+    edited by hand, replaced by something else). ``path``: the damaged file; ``reason``: what is wrong."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"checkpoint {path} is damaged ({reason})")
+        self.path = path
+        self.reason = reason
+
+
 def latest_checkpoint(trial_dir: Path) -> tuple[Path, int] | None:
-    """The newest committed checkpoint of a trial and its step; None when it has none."""
+    """The newest committed checkpoint of a trial and its step; None when it has none (DamagedCheckpoint
+    when it has one that cannot be read)."""
     return published_checkpoint(trial_dir / CHECKPOINTS_DIR)
 
 
 def published_checkpoint(root: Path) -> tuple[Path, int] | None:
     """The checkpoint that ``root``'s ``latest`` pointer names, and its step (the layout of a trial's
-    ``checkpoints/`` and of a trial's folder in a Ray run's durable storage); None when there is none."""
+    ``checkpoints/`` and of a trial's folder in a Ray run's durable storage); None when there is none: no
+    pointer, or it names a checkpoint that is gone (``missing_checkpoint`` says which). A pointer or a
+    checkpoint's metadata that cannot be read raises DamagedCheckpoint, rather than a JSONDecodeError far
+    from the file (or a checkpoint silently taken for none, and deleted by the next one)."""
+    pointer = root / LATEST_FILE
+    for _ in range(3):  # a checkpoint replaced meanwhile (a report reads while the trial commits): read again
+        name = _pointer(pointer)
+        if name is None:
+            return None
+        directory = root / name
+        meta = directory / META_FILE
+        try:
+            text = meta.read_text()
+        except FileNotFoundError:
+            if not directory.is_dir():
+                return None  # gone (deleted by hand): nothing to resume from
+            if _pointer(pointer) != name:
+                continue  # replaced by a newer one, then deleted, while we read
+            raise DamagedCheckpoint(meta, "it is missing") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise DamagedCheckpoint(meta, _why(error)) from None
+        if not text.strip():
+            raise DamagedCheckpoint(meta, "it is empty")
+        try:
+            data = json.loads(text)
+        except ValueError as error:
+            raise DamagedCheckpoint(meta, f"it is not valid JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise DamagedCheckpoint(meta, f"it holds {type(data).__name__} JSON, not an object")
+        step = data.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise DamagedCheckpoint(meta, f"its step is {step!r}, not a whole number")
+        return directory, step
+    return None
+
+
+def missing_checkpoint(trial_dir: Path) -> str:
+    """Why a trial has no checkpoint, for a trial told that it has one: which file is not there."""
+    root = trial_dir / CHECKPOINTS_DIR
+    for path in (trial_dir, root, root / LATEST_FILE):
+        if not path.exists():
+            return f"there is no {path}"
+    name = (root / LATEST_FILE).read_text(errors="replace").strip()
+    return f"{root / LATEST_FILE} names {name}, which is not there"
+
+
+def _pointer(pointer: Path) -> str | None:
+    """The checkpoint name in a ``latest`` pointer; None when there is no pointer."""
     try:
-        directory = root / (root / LATEST_FILE).read_text().strip()
-        meta = json.loads((directory / META_FILE).read_text())
+        name = pointer.read_text().strip()
     except FileNotFoundError:
         return None
-    return directory, int(meta["step"])
+    except (OSError, UnicodeDecodeError) as error:
+        raise DamagedCheckpoint(pointer, _why(error)) from None
+    if not name or name in (".", "..") or "/" in name:
+        raise DamagedCheckpoint(pointer, f"it names {name!r}, not a checkpoint")
+    return name
+
+
+def _why(error: Exception) -> str:
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    return str(error)

@@ -97,7 +97,7 @@ class Session:
         self.checkpoint_every = checkpoint_every
         self.in_worker = in_worker
         self.config: dict[str, Any] = json.loads((directory / protocol.CONFIG_FILE).read_text())
-        latest = protocol.latest_checkpoint(directory)
+        latest = self._checkpoint(reported_step or 0)
         self.start_step = latest[1] if latest is not None else 0
         self._asked_start = False  # whether the trial asked start_step(): then its loop goes on from there
         self.last_step = self.start_step
@@ -106,6 +106,50 @@ class Session:
         self._channel = channel
         if latest is not None and reported_step is not None and self.start_step > reported_step:
             self._report_again(latest[0])
+
+    def _checkpoint(self, reported_step: int) -> tuple[Path, int] | None:
+        """The checkpoint to resume from. One that is damaged is moved aside, never deleted (its state may be
+        sound and worth recovering by hand); one that is gone, or was moved aside, leaves nothing to resume
+        from, so the trial retrains from scratch, and says so on its stderr: the scheduler holds its steps up
+        to ``reported_step`` already, and its executor answers them at once without recording them again.
+        Failing the trial instead would lose it (a failed trial never runs again), and running it again
+        would only meet the same file."""
+        try:
+            latest = protocol.latest_checkpoint(self.directory)
+        except protocol.DamagedCheckpoint as damage:
+            aside = self._set_aside(damage)
+            self._warn(f"its checkpoint {damage.path} is damaged ({damage.reason}); its checkpoints were moved to "
+                       f"{aside} (delete them once you no longer need them), and it retrains from scratch"
+                       + self._again(reported_step))
+            return None
+        if latest is None and reported_step > 0:
+            self._warn(f"it resumes at step {reported_step}, but its checkpoint is gone "
+                       f"({protocol.missing_checkpoint(self.directory)}); it retrains from scratch"
+                       + self._again(reported_step))
+        return latest
+
+    def _set_aside(self, damage: protocol.DamagedCheckpoint) -> Path:
+        """Move the trial's damaged checkpoints out of the way (a new checkpoint would delete them): to
+        ``checkpoints.damaged``, or ``checkpoints.damaged-2``... where that is taken."""
+        root = self.directory / protocol.CHECKPOINTS_DIR
+        for attempt in range(1, 1000):
+            aside = root.with_name(f"{root.name}.damaged" + (f"-{attempt}" if attempt > 1 else ""))
+            if aside.exists():
+                continue
+            try:
+                root.rename(aside)
+            except OSError as error:
+                raise HermesError(f"{damage}, and it cannot be moved aside ({error.strerror or error}): delete {root} "
+                                  "to retrain the trial from scratch, and run the experiment again") from None
+            return aside
+        raise HermesError(f"{damage}: delete {root} to retrain the trial from scratch")
+
+    @staticmethod
+    def _again(step: int) -> str:
+        return f" (its steps up to {step} are trained again, not recorded again)" if step > 0 else ""
+
+    def _warn(self, text: str) -> None:
+        print(f"hermes: trial {self.trial_id}: {text}", file=sys.stderr, flush=True)
 
     def _report_again(self, checkpoint: Path) -> None:
         """The checkpoint is ahead of what the scheduler recorded (its runner died between the two):
