@@ -30,6 +30,7 @@ from hermes.core.events import (
 from hermes.core.policy import ExecutionProfile
 from hermes.errors import HermesError
 from hermes.execution.contract import Executor
+from hermes.local.guard import Guard
 from hermes.local.launch import WARM_SWITCH_COST, TrialLaunch
 from hermes.local.launchers import Launcher, ProcessLauncher, ScriptLauncher, WarmLauncher
 from hermes.local.loop import EventLoop, checked_period, monotonic_clock
@@ -83,6 +84,7 @@ class LocalExecutor(Executor[TrialLaunch]):
         self._clock = monotonic_clock(clock_offset)
         self.loop = EventLoop(period, self._clock)
         self.watchdog = Watchdog(limits or TrialLimits())
+        self.guard = Guard()
         total_memory = meminfo("MemTotal")
         self.launchers: dict[str, Launcher] = {
             "warm": WarmLauncher(
@@ -186,6 +188,7 @@ class LocalExecutor(Executor[TrialLaunch]):
             trial.destination = None  # nothing starts any more
         for launcher in self.launchers.values():
             launcher.close()
+        self.guard.close()
         self._events.clear()
         self.loop.close()
 

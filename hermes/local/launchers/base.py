@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Protocol
 
 from hermes.core.events import Event
+from hermes.local.guard import Guard
 from hermes.local.loop import EventLoop
 from hermes.local.resources import Slot
 from hermes.local.runs import LocalTrial, Run
@@ -23,6 +24,7 @@ class Host(Protocol):
     metric: str | None
     checkpoint_every: int
     loop: EventLoop
+    guard: Guard  # told of every process group a launcher makes, and of each it collects
 
     @property
     def slots(self) -> dict[str, Slot]: ...

@@ -26,6 +26,8 @@ from hermes.local.runs import LocalTrial, Output, Run
 from hermes.local.system import die_with_parent, exit_reason, kill_group, pin, slot_environment, tail, wait_stopped
 from hermes.trial import protocol
 
+MAX_LINE = 1 << 20  # bytes of a line kept: of a longer one (a progress bar redrawn with \r for ever), the last ones
+
 
 class ProcessLauncher(Launcher):
     """Cooperative trials, a process per run."""
@@ -73,6 +75,7 @@ class ProcessLauncher(Launcher):
         finally:
             for fd in child_fds:
                 os.close(fd)
+        host.guard.watch(process.pid)
         pin(process.pid, slot)
         answers = None
         if launch.cooperative:
@@ -146,14 +149,13 @@ class ProcessLauncher(Launcher):
         if not chunk:
             self._close_output(output)
             if output.buffer:  # a last line without a newline
-                self._line(run, output.buffer)
-                output.buffer = b""
+                line, output.buffer = bytes(output.buffer[-MAX_LINE:]), b""
+                self._line(run, line)
             return False
         if output.log is not None:
             output.log.write(chunk)
             output.log.flush()
-        *lines, output.buffer = (output.buffer + chunk).split(b"\n")
-        for line in lines:
+        for line in _lines(output, chunk):
             self._line(run, line)
         return True
 
@@ -171,6 +173,8 @@ class ProcessLauncher(Launcher):
             self.host.fail(run, f"protocol error: {error!r}")
 
     def _parse(self, run: Run, line: bytes) -> None:
+        if len(line) >= MAX_LINE:  # cut to its end (``_lines``); a message of ours is never that long
+            raise ValueError(f"a message of {MAX_LINE} bytes or more")
         message = json.loads(line)
         if message["type"] == protocol.REPORT:
             metrics = {str(name): float(value) for name, value in message["metrics"].items()}
@@ -231,6 +235,7 @@ class ProcessLauncher(Launcher):
             run.answers = None
         loop.unregister(run.pidfd)
         os.close(run.pidfd)
+        self.host.guard.forget(run.process.pid)  # collected: its group id may be anyone's now
         self._live.remove(run)
         self.host.forget(run)
 
@@ -317,6 +322,31 @@ class ScriptLauncher(ProcessLauncher):
             host.note_report(trial)
         else:  # a repeated step, or one caught up by a run started again from the beginning: known already
             host.watchdog.reported(trial.trial_id, host.now())  # but a step all the same
+
+
+def _lines(output: Output, chunk: bytes) -> list[bytes]:
+    """The lines that ``chunk`` completes; the rest of it waits in ``output.buffer`` for the next read.
+
+    Only the new chunk is searched for newlines, and the partial line grows in place, so a line costs time in
+    proportion to its length (adding each chunk to a copy of the whole line and splitting that again took
+    quadratic time: seconds for a line of megabytes, such as a progress bar redrawn after carriage returns,
+    which end no line). Of a line longer than MAX_LINE only its last MAX_LINE bytes are kept: its end is
+    what a report would be (a metrics line is never that long), and the memory stays bounded."""
+    buffer = output.buffer
+    if not isinstance(buffer, bytearray):
+        buffer = output.buffer = bytearray(buffer)
+    end = chunk.rfind(b"\n")
+    if end < 0:
+        buffer += chunk
+        if len(buffer) > 2 * MAX_LINE:  # trimmed once it has grown by MAX_LINE: amortised, a constant per byte
+            del buffer[:-MAX_LINE]
+        return []
+    lines = chunk[:end].split(b"\n")
+    if buffer:
+        buffer += lines[0]
+        lines[0] = bytes(buffer[-MAX_LINE:])
+    output.buffer = bytearray(chunk[end + 1:])
+    return lines
 
 
 def _number(text: str) -> float | None:

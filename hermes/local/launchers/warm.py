@@ -169,6 +169,7 @@ class WarmLauncher(Launcher):
                 preexec_fn=functools.partial(die_with_parent, os.getpid()),
             )
         os.close(messages_write)
+        host.guard.watch(process.pid)
         pin(process.pid, slot)
         os.set_blocking(messages_read, False)
         worker = Worker(slot, group, process, os.pidfd_open(process.pid), messages_read, log, log_start)
@@ -272,6 +273,7 @@ class WarmLauncher(Launcher):
             return  # collected already, in the same wait
         kill_group(worker.process.pid, worker.process.returncode)  # leftover children
         code = worker.process.wait()
+        self.host.guard.forget(worker.process.pid)  # collected: its group id may be anyone's now
         if self._workers.get((worker.slot.name, worker.group)) is worker:
             del self._workers[worker.slot.name, worker.group]
         if worker in self._retiring:

@@ -1,0 +1,69 @@
+"""What a runner killed with SIGKILL leaves behind: nothing, not even its trials' own children.
+
+A trial's process (or warm worker) dies with the runner; the processes the trial started (a data
+loader's workers, ``torchrun``'s ranks) did not, and went on holding their GPU while a restarted
+runner resumed the trial. Real runner, real trials, real SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.test_run import RUN_TIMEOUT, environment, hermes_command, wait_for, write_spec
+
+SPAWNER = '''
+import subprocess, sys, time
+from hermes import trial
+
+def train(config):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    (trial.trial_dir() / "child.pid").write_text(str(child.pid))
+    for step in range(1, 100):
+        time.sleep(0.2)
+        trial.report(step=step, score=step)
+'''
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead and not yet collected by init, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm-worker", "process-per-run"])
+def test_a_trials_children_die_with_a_runner_killed_by_sigkill(tmp_path: Path, warm: bool) -> None:
+    (tmp_path / "spawner.py").write_text(SPAWNER)
+    spec = {
+        "name": "orphans",
+        "trial": {"function": "spawner:train", "workdir": str(tmp_path), "warm_workers": warm},
+        "search": {"sampler": "random", "trials": 1, "seed": 0, "space": {"x": {"type": "choice", "values": [1]}}},
+        "metric": {"name": "score", "mode": "max"},
+        "budget": {"steps": 99},
+        "resources": {"gpus": "none", "cpu_slots": 1},
+        "storage": {"dir": "runs"},
+    }
+    path = write_spec(tmp_path, spec)
+    runner = subprocess.Popen(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=environment(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = tmp_path / "runs" / "orphans" / "trials" / "0" / "child.pid"
+    child = None
+    try:
+        wait_for(lambda: marker.exists() and marker.read_text(), RUN_TIMEOUT, "the trial to start its child")
+        child = int(marker.read_text())
+        assert alive(child)
+        runner.kill()
+        runner.wait()
+        wait_for(lambda: not alive(child), 10, "the trial's child to die with the runner")
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        if child is not None and alive(child):
+            os.kill(child, signal.SIGKILL)
