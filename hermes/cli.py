@@ -54,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # advise, with stdout sent to devnull so that the interpreter's last flush has nowhere to fail.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:  # a command interrupted, or a second Ctrl-C while `run` said it was interrupted
+        return 130
 
 
 class _Terminated(KeyboardInterrupt):
@@ -322,14 +324,19 @@ def _add_status(commands: argparse._SubParsersAction) -> None:
     status.set_defaults(handler=_status)
 
 
+def _runner_lock(args: argparse.Namespace) -> Path | None:
+    """The storage dir's runner lock (``hermes.store.lock``); None for a server's store: its runner is the server."""
+    from hermes.store.lock import LOCK_FILE
+
+    return None if args.server else Path(args.dir) / LOCK_FILE
+
+
 def _status(args: argparse.Namespace) -> int:
     from hermes.report import pick_experiment
     from hermes.report.status import experiment_status, format_status
-    from hermes.store.lock import LOCK_FILE
 
     with _reading(args) as store:
-        lock = None if args.server else Path(args.dir) / LOCK_FILE  # a server's store: its runner is the server
-        text = format_status(experiment_status(store, pick_experiment(store, args.experiment), lock))
+        text = format_status(experiment_status(store, pick_experiment(store, args.experiment), _runner_lock(args)))
     print(text)
     return 0
 
@@ -347,10 +354,9 @@ def _add_list(commands: argparse._SubParsersAction) -> None:
 
 def _list(args: argparse.Namespace) -> int:
     from hermes.report.status import format_experiments
-    from hermes.store.lock import LOCK_FILE
 
     with _reading(args) as store:
-        print(format_experiments(store, None if args.server else Path(args.dir) / LOCK_FILE))
+        print(format_experiments(store, _runner_lock(args)))
     return 0
 
 
@@ -373,7 +379,7 @@ def _results(args: argparse.Namespace) -> int:
     from hermes.report.results import format_results, standings
 
     with _reading(args) as store:
-        view = ExperimentView.load(store, pick_experiment(store, args.experiment))
+        view = ExperimentView.load(store, pick_experiment(store, args.experiment), _runner_lock(args))
         experiment_dir = None if args.server else Path(args.dir).resolve() / view.experiment.name
         text = format_results(view, standings(view)[: args.top], args.format, experiment_dir)
     print(text)
@@ -397,7 +403,7 @@ def _plot(args: argparse.Namespace) -> int:
 
     out = args.out or Path(args.dir or ".") / "plots"
     with _reading(args) as store:
-        view = ExperimentView.load(store, pick_experiment(store, args.experiment))
+        view = ExperimentView.load(store, pick_experiment(store, args.experiment), _runner_lock(args))
         try:
             paths = plot_experiment(view, out)
         except OSError as error:

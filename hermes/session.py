@@ -147,6 +147,7 @@ class ExperimentSession:
     def run(self) -> Outcome:
         recovered = self.replay()
         executor = self.executor = self.engine.executor(self.storage / self.spec.name, recovered.now)
+        self._lock.note_clock(executor.now())  # reports count a running experiment's time from it
         try:
             for trial in self.scheduler.trials.values():
                 executor.submit(  # the trials it ran fall back to their checkpoints, so the core knows that step

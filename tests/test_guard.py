@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_local_executor import alive
 from tests.test_run import RUN_TIMEOUT, environment, hermes_command, wait_for, write_spec
 
 SPAWNER = '''
@@ -27,15 +28,6 @@ def train(config):
         time.sleep(0.2)
         trial.report(step=step, score=step)
 '''
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead and not yet collected by init, does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["warm-worker", "process-per-run"])

@@ -293,6 +293,19 @@ def test_trial_files_on_one_machine_and_across_ray_nodes(tmp_path: Path) -> None
     assert trial_files(ray, "5") == TrialFiles(None, None)
 
 
+def test_tables_align_wide_and_combining_characters_as_a_terminal_shows_them() -> None:
+    """A CJK character takes two cells of a terminal and a combining accent none: padding by len() shifted every
+    column after a parameter holding them."""
+    from rich.cells import cell_len
+
+    from hermes.report import format_table
+
+    lines = format_table(["tag", "rate"], [["日本語日本語", "0.5"], ["ascii", "0.4"], ["e\u0301e\u0301", "0.3"]],
+                         right=(1,)).splitlines()
+    assert len({cell_len(line) for line in lines}) == 1, lines  # every line ends in the same cell
+    assert lines[1].split()[0] == "-" * cell_len("日本語日本語")  # the column is as wide as its widest cell shows
+
+
 def test_results_table_lists_params_and_units(store: SqlStore) -> None:
     view = view_of(store, "loss-sweep")
     lines = format_results(view, standings(view)[:3], "table").splitlines()

@@ -627,6 +627,31 @@ def test_a_store_deleted_while_the_experiment_runs_is_an_error_not_a_finished_ru
     assert not trial_processes(storage)
 
 
+def test_reports_of_a_running_experiment_count_its_time_up_to_now(tmp_path: Path) -> None:
+    """Elapsed time, a GPU's "for" and a trial's GPU seconds stood still at the last event: a trial in a long
+    epoch, or hung, looked as if no time passed. The runner notes its clock in its lock; reports count from it."""
+    spec = spec_of("e2e-clock", search=search(1, 0, 0.05, hang_after={"type": "choice", "values": [1]}),
+                   resources={"gpus": "none", "cpu_slots": 1})
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    runner = subprocess.Popen(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=environment(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: count_reports(storage / "hermes.db") >= 1, RUN_TIMEOUT, "the trial's report")
+        readings = []
+        for _ in range(2):
+            status = hermes("status", str(storage), cwd=tmp_path).stdout
+            elapsed = next(line for line in status.splitlines() if line.startswith("elapsed"))
+            [row] = json.loads(hermes("results", str(storage), "--format", "json", cwd=tmp_path).stdout)
+            readings.append((float(elapsed.split()[1].removesuffix("s")), row["gpu_seconds"]))  # under a minute
+            time.sleep(2.0)
+    finally:
+        runner.send_signal(signal.SIGINT)
+        runner.wait(RUN_TIMEOUT)
+    (elapsed_1, gpu_1), (elapsed_2, gpu_2) = readings
+    assert 1.5 < elapsed_2 - elapsed_1 < 10 and 1.5 < gpu_2 - gpu_1 < 10, readings
+
+
 def test_the_live_view_runs_on_a_terminal(tmp_path: Path) -> None:
     """Without --no-live on a terminal, the run shows Rich's live view, then the same leaderboard."""
     import pty

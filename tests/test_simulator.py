@@ -554,3 +554,25 @@ def test_cli_json_is_standard_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert summary["makespan_s"] > 0
     with pytest.raises(HermesError, match="--json: a figure is not a finite number"):
         _print_json({"makespan_s": math.inf})  # an overflow is an error, not a token that strict parsers reject
+
+
+def test_ctrl_c_ends_a_long_command_quietly() -> None:
+    """Ctrl-C during a long ``hermes simulate`` (or a second one while ``run`` says it was interrupted) gave a
+    traceback; it ends the command with 130 and nothing else."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parent.parent
+    command = [sys.executable, "-m", "hermes.cli", "simulate", "--trace", str(root / "data" / "lcbench_189908.csv"),
+               "--mode", "max", "--gpus", "4", "--compare", "fifo,asha,hyperband,hermes", "--seeds", "10"]
+    process = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2.0)  # imported, and simulating: it takes a minute
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr

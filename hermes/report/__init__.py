@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.cells import cell_len
+
 from hermes.core.scheduler import Objective
 from hermes.core.states import TrialState
 from hermes.errors import HermesError
@@ -23,7 +25,7 @@ from hermes.store import (
     SqlStore,
     TrialRecord,
 )
-from hermes.store.lock import holder
+from hermes.store.lock import clock_now, holder
 
 STORE_FILE = "hermes.db"  # in the storage dir (``storage.dir`` of the spec); one file holds every experiment
 
@@ -64,25 +66,32 @@ class ExperimentView:
     trials: list[TrialRecord]
     metrics: list[MetricRecord]  # in report order
     runs: list[Run]
+    clock: float | None = None  # the experiment's time now, while its runner runs it; None: not known
 
     @classmethod
-    def load(cls, store: ExperimentStore, experiment: ExperimentRecord) -> ExperimentView:
-        """Read it all now; the view does not change when the runner writes more."""
+    def load(cls, store: ExperimentStore, experiment: ExperimentRecord, lock: Path | None = None) -> ExperimentView:
+        """Read it all now; the view does not change when the runner writes more. ``lock``: the storage dir's
+        runner lock, whose holder notes the experiment's clock (``hermes.store.lock.clock_now``)."""
         experiment_id = experiment.experiment_id
+        who = holder(lock) if lock is not None and experiment.owner is None and is_live(experiment, lock) else None
         return cls(
             experiment,
             Target.of(experiment),
             store.trials(experiment_id),
             store.metrics(experiment_id),
             store.runs(experiment_id),
+            clock_now(who) if who else None,
         )
 
     @property
     def now(self) -> float:
-        """The latest time recorded in reports and runs: a run still going counts up to here."""
+        """The experiment's time now while it runs; else the latest time recorded in reports and runs. A run
+        still going counts up to here."""
         times = [record.at for record in self.metrics]
         for run in self.runs:
             times += [time for time in (run.started_at, run.yield_requested_at, run.ended_at) if time is not None]
+        if self.clock is not None:
+            times.append(self.clock)
         return max(times, default=0.0)
 
 
@@ -178,14 +187,16 @@ def format_duration(seconds: float) -> str:
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
-    """Columns padded to their widest cell; the columns numbered in ``right`` (numbers) aligned right."""
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    """Columns padded to their widest cell, in terminal cells (a CJK character takes two, a combining accent
+    none); the columns numbered in ``right`` (numbers) aligned right."""
+    widths = [max(cell_len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            cell.rjust(width) if index in right else cell.ljust(width)
-            for index, (cell, width) in enumerate(zip(cells, widths))
-        ).rstrip()
+        padded = []
+        for index, (cell, width) in enumerate(zip(cells, widths)):
+            padding = " " * (width - cell_len(cell))
+            padded.append(padding + cell if index in right else cell + padding)
+        return "  ".join(padded).rstrip()
 
     return "\n".join([line(header), "  ".join("-" * width for width in widths), *(line(row) for row in rows)])
 

@@ -35,8 +35,8 @@ from hermes.store.lock import describe, holder
 @dataclass(frozen=True, slots=True)
 class Status:
     view: ExperimentView
-    elapsed: float  # from the first event to the last
-    now: float  # the latest time recorded
+    elapsed: float  # from the first event to now
+    now: float  # the latest time recorded; while a runner runs it, the experiment's time now
     by_state: dict[TrialState, int]  # trials in each state, in the state enum's order, zeros left out
     best: Standing | None  # None until a trial reports
     gpus: dict[str, Run | None]  # every GPU the cluster has now -> the run on it, if any
@@ -52,16 +52,17 @@ def experiment_status(store: ExperimentStore, experiment: ExperimentRecord, lock
 
     ``lock``: the storage dir's runner lock (``hermes.store.lock``), to tell whether a "running"
     experiment has a runner, or lost it to ``kill -9`` or a crash of the machine."""
-    view = ExperimentView.load(store, experiment)
+    view = ExperimentView.load(store, experiment, lock)
     events = store.events(experiment.experiment_id)
     decisions = [record.decision for record in store.decisions(experiment.experiment_id)]
     counts = Counter(trial.state for trial in view.trials)
-    live = _live(experiment, lock)
+    live = is_live(experiment, lock)
     running = {run.gpu: run for run in view.runs if run.ended_at is None and live}
+    now = max(view.now, events[-1].at if events else 0.0)  # while it runs, its clock now: it goes on between events
     return Status(
         view=view,
-        elapsed=events[-1].at - events[0].at if events else 0.0,
-        now=max(view.now, events[-1].at if events else 0.0),
+        elapsed=now - events[0].at if events else 0.0,
+        now=now,
         by_state={state: counts[state] for state in TrialState if counts[state]},
         best=_best(view),
         gpus={gpu: running.get(gpu) for gpu in _present_gpus(events)},
@@ -94,12 +95,10 @@ def _best(view: ExperimentView) -> Standing | None:
 def _state(experiment: ExperimentRecord, lock: Path | None) -> str:
     if experiment.status is not ExperimentStatus.RUNNING or lock is None or experiment.owner is not None:
         return experiment.status.value
-    if _live(experiment, lock):
+    if is_live(experiment, lock):
         return f"running, by {describe(holder(lock) or {})}"
     return "running when its runner ended without a word (killed?): `hermes run` continues it"
 
-
-_live = is_live
 
 
 def _trial_counts(counts: Counter[TrialState], live: bool) -> str:
@@ -185,7 +184,7 @@ def format_experiments(store: ExperimentStore, lock: Path | None = None) -> str:
         best = _best(view)
         rows.append([
             str(experiment.experiment_id), experiment.name, experiment.owner or "", _state(experiment, lock),
-            _trial_counts(counts, _live(experiment, lock)) or "none yet",
+            _trial_counts(counts, is_live(experiment, lock)) or "none yet",
             "" if best is None else f"{view.target.name} {format_number(best.best)} (trial {best.trial_id})",
         ])
     if not rows:
