@@ -405,7 +405,7 @@ def _plot(args: argparse.Namespace) -> int:
     with _reading(args) as store:
         view = ExperimentView.load(store, pick_experiment(store, args.experiment), _runner_lock(args))
         try:
-            paths = plot_experiment(view, out)
+            paths = plot_experiment(view, out, store.events(view.experiment.experiment_id))
         except OSError as error:
             raise HermesError(f"cannot write the plots into {out}: {error.strerror or error}") from None
     for path in paths:

@@ -10,12 +10,16 @@ import bisect
 import math
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hermes.core.events import Event, GpuAdded, GpuRemoved, NodeAdded, NodeRemoved
+from hermes.core.states import TrialState
 from hermes.errors import HermesError
 from hermes.report import ExperimentView, format_number
 from hermes.report.results import standings
+from hermes.store import ExperimentStatus
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -23,28 +27,44 @@ if TYPE_CHECKING:
 
 HIGHLIGHTED = 5  # best trials drawn in colour; the rest stay grey, so many curves remain readable
 DPI = 120
+INTERRUPTED = "interrupted"  # a run still open in the log of an experiment no runner runs: its runner stopped
 ENDINGS = {  # how a run ended -> (marker, colour) drawn at its end; completed runs need no mark
     "suspended": ("^", "black"),
     "stopped": ("s", "black"),
-    "failed": ("X", "red"),
-    "lost": ("X", "red"),
+    "failed": ("X", "red"),  # its code or process failed
+    # Not the trial's doing: its runner was interrupted (a restarted runner loses the old run's nodes first, so
+    # those runs end "lost"), or its GPU or node went away. It goes on from its checkpoint.
+    "lost": ("o", "0.45"),
+    INTERRUPTED: ("o", "0.45"),
 }
+NOT_RUNNING = (ExperimentStatus.INTERRUPTED, ExperimentStatus.FAILED, ExperimentStatus.FINISHED,
+               ExperimentStatus.CANCELLED)  # no runner runs it: a run the log left open ended when its runner did
 
 
-def plot_experiment(view: ExperimentView, out_dir: str | Path) -> list[Path]:
-    """Write ``<experiment>_curves.png`` and ``<experiment>_gpus.png`` into ``out_dir``; return their paths."""
+def plot_experiment(view: ExperimentView, out_dir: str | Path, events: Sequence[Event] | None = None) -> list[Path]:
+    """Write ``<experiment>_curves.png`` and ``<experiment>_gpus.png`` into ``out_dir``; return their paths.
+
+    ``events``: the experiment's event log (``store.events``), whence the GPUs it had, idle ones too; without
+    it the timeline shows only the GPUs that ran a trial."""
+    figures = draw_figures(view, events)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{view.experiment.name}_curves.png", out / f"{view.experiment.name}_gpus.png"]
+    for figure, path in zip(figures, paths, strict=True):
+        figure.savefig(path, dpi=DPI)
+    return paths
+
+
+def draw_figures(view: ExperimentView, events: Sequence[Event] | None = None) -> tuple[Figure, Figure]:
+    """The learning curves and the GPU timeline, drawn but not saved (see ``plot_experiment``)."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
         raise HermesError("plotting needs matplotlib: pip install 'matplotlib>=3.7'") from None
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{view.experiment.name}_curves.png", out / f"{view.experiment.name}_gpus.png"]
-    for draw, path in zip((_draw_curves, _draw_timeline), paths, strict=True):
-        figure = Figure(layout="constrained")
-        draw(view, figure)
-        figure.savefig(path, dpi=DPI)
-    return paths
+    curves, timeline = Figure(layout="constrained"), Figure(layout="constrained")
+    _draw_curves(view, curves)
+    _draw_timeline(view, timeline, _gpu_presence(events or ()))
+    return curves, timeline
 
 
 def _draw_curves(view: ExperimentView, figure: Figure) -> None:
@@ -86,14 +106,37 @@ def _draw_curves(view: ExperimentView, figure: Figure) -> None:
                        linestyle="none", label=f"#{s.rank} trial {s.trial_id}: {format_number(s.best)}")
     if top:
         step_axes.legend(title=f"best {target.name}", loc="best", fontsize="small")
+        title = f"{view.experiment.name}: {target.name} of {len(view.trials)} trials, best {len(top)} in colour"
     else:
-        step_axes.text(0.5, 0.5, "no reports yet", transform=step_axes.transAxes, ha="center", color="0.4")
+        headline, detail = _nothing_reported(view)
+        step_axes.text(0.5, 0.5, f"{headline}\n{detail}" if detail else headline, transform=step_axes.transAxes,
+                       ha="center", va="center", color="0.4")
+        for axes in (step_axes, time_axes):  # nothing drawn: a scale around 0 would only mislead
+            axes.set_xticks([])
+            axes.set_yticks([])
+        title = f"{view.experiment.name}: {target.name} of {len(view.trials)} trials, {headline}"
     step_axes.set_xlabel("step")
     step_axes.set_ylabel(f"{target.name} ({'higher' if target.objective.mode == 'max' else 'lower'} is better)")
     time_axes.set_xlabel(f"time since the experiment started ({unit})")
     for axes in (step_axes, time_axes):
         axes.grid(alpha=0.3)
-    figure.suptitle(f"{view.experiment.name}: {target.name} of {len(view.trials)} trials, best {len(top)} in colour")
+    figure.suptitle(title)
+
+
+def _nothing_reported(view: ExperimentView) -> tuple[str, str]:
+    """What the curves say when no trial reported the objective: a headline, and why where the records tell."""
+    running = view.experiment.status not in NOT_RUNNING
+    if not view.trials:
+        return ("no trial yet" if running else "no trial ran"), ""
+    headline = "no reports yet" if running else "no trial reported"
+    if {record.trial_id for record in view.metrics}:
+        return headline, f"the reports hold no {view.target.name}"
+    failed = sum(trial.state is TrialState.FAILED for trial in view.trials)
+    if failed == len(view.trials):
+        return headline, "every trial failed before its first report"
+    if failed:
+        return headline, f"{failed} of {len(view.trials)} trials failed before their first report"
+    return headline, ""
 
 
 def _plot_runs(axes: Axes, points: list[tuple[float, float, int]], style: dict[str, Any]) -> None:
@@ -110,13 +153,46 @@ def _plot_runs(axes: Axes, points: list[tuple[float, float, int]], style: dict[s
     axes.plot(xs, ys, **style)
 
 
-def _draw_timeline(view: ExperimentView, figure: Figure) -> None:
-    """One row per GPU, one bar per run coloured by trial; the tail of a run asked to yield is hatched."""
+Spans = list[tuple[float, float | None]]  # when a GPU joined the experiment's cluster, and left it (None: never)
+
+
+def _gpu_presence(events: Sequence[Event]) -> dict[str, Spans]:
+    """Every GPU the log's cluster had, idle ones too (as ``hermes status`` finds them), with its spans there."""
+    spans: dict[str, Spans] = {}
+    node_gpus: dict[str, list[str]] = {}
+
+    def leave(gpu: str, at: float) -> None:
+        if spans.get(gpu) and spans[gpu][-1][1] is None:
+            spans[gpu][-1] = (spans[gpu][-1][0], at)
+
+    for event in events:
+        if isinstance(event, (NodeAdded, GpuAdded)):
+            joined = event.gpus if isinstance(event, NodeAdded) else (event.gpu,)
+            node = node_gpus.setdefault(event.node, [])
+            for gpu in joined:
+                if gpu not in node:
+                    node.append(gpu)
+                if not spans.get(gpu) or spans[gpu][-1][1] is not None:
+                    spans.setdefault(gpu, []).append((event.at, None))
+        elif isinstance(event, NodeRemoved):
+            for gpu in node_gpus.pop(event.node, []):
+                leave(gpu, event.at)
+        elif isinstance(event, GpuRemoved):
+            for gpus in node_gpus.values():
+                if event.gpu in gpus:
+                    gpus.remove(event.gpu)
+            leave(event.gpu, event.at)
+    return spans
+
+
+def _draw_timeline(view: ExperimentView, figure: Figure, presence: dict[str, Spans]) -> None:
+    """One row per GPU the experiment had, one bar per run coloured by trial; the tail of a run asked to yield is
+    hatched, and a GPU's time out of the cluster shaded."""
     from matplotlib import colormaps
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    gpus = sorted({run.gpu for run in view.runs}, key=_natural)
+    gpus = sorted({run.gpu for run in view.runs} | set(presence), key=_natural)
     row = {gpu: index for index, gpu in enumerate(gpus)}
     tab20 = colormaps["tab20"]
     colours = [tab20(index) for index in range(20) if index not in (14, 15)]  # no greys: bars must not look like idle
@@ -125,10 +201,27 @@ def _draw_timeline(view: ExperimentView, figure: Figure) -> None:
     scale, unit = _time_scale(now)
     figure.set_size_inches(13, max(2.8, 0.5 * len(gpus) + 1.8))
     axes: Axes = figure.subplots()
+    absent = False
+    first = min((spans[0][0] for spans in presence.values()), default=0.0)  # the cluster the experiment began with
+    for gpu, spans in presence.items():  # shade where the GPU was not the experiment's: before it joined, after it left
+        gaps: list[tuple[float, float]] = []
+        since: float | None = spans[0][0] if spans[0][0] == first else 0.0  # the first cluster's: there from the start
+        for joined, left in spans:
+            if since is not None:
+                gaps.append((since, joined - since))
+            since = left
+        if since is not None:
+            gaps.append((since, now - since))
+        gaps = [(start / scale, width / scale) for start, width in gaps if width > now / 200]  # not a restart's blink
+        if gaps:
+            absent = True
+            axes.broken_barh(gaps, (row[gpu] - 0.5, 1.0), facecolors="0.92", edgecolor="none", zorder=0)
+    open_ended = view.experiment.status in NOT_RUNNING  # its runner stopped: an open run ended with it
     for run in view.runs:
         y, colour = row[run.gpu], palette.get(run.trial_id, (0.5, 0.5, 0.5))
         start = run.started_at / scale
         end = (run.ended_at if run.ended_at is not None else now) / scale
+        ended_by = INTERRUPTED if run.ended_at is None and open_ended else run.ended_by
         yielding = run.yield_requested_at / scale if run.yield_requested_at is not None else end
         axes.broken_barh([(start, yielding - start)], (y - 0.38, 0.76), facecolors=colour, edgecolor="white",
                          linewidth=0.6)
@@ -142,27 +235,34 @@ def _draw_timeline(view: ExperimentView, figure: Figure) -> None:
         if run.resumed:
             axes.plot([start], [y - 0.38], marker="D" if run.migrated else "v", markersize=4.5, linestyle="none",
                       color="magenta" if run.migrated else "black", zorder=4)
-        if run.ended_by in ENDINGS:
-            marker, mark_colour = ENDINGS[run.ended_by]
-            axes.plot([end], [y + 0.38 if run.ended_by == "suspended" else y], marker=marker, markersize=5,
-                      color=mark_colour, linestyle="none", zorder=4)
+        if ended_by in ENDINGS:
+            marker, mark_colour = ENDINGS[ended_by]
+            axes.plot([end], [y + 0.38 if ended_by == "suspended" else y], marker=marker, markersize=5.5,
+                      color=mark_colour, markeredgecolor="white" if marker == "o" else mark_colour,
+                      markeredgewidth=0.6, linestyle="none", zorder=4, clip_on=False)  # whole at the axis's end
     axes.set_yticks(range(len(gpus)), gpus)
     axes.set_ylim(len(gpus) - 0.5, -0.5)  # the first GPU at the top
     axes.set_xlim(0, max(now / scale, 1e-9))
     axes.set_xlabel(f"time since the experiment started ({unit})")
     axes.grid(axis="x", alpha=0.3)
-    if not gpus:
-        axes.text(0.5, 0.5, "no trial has run yet", transform=axes.transAxes, ha="center", color="0.4")
+    if not view.runs:
+        axes.text(0.5, 0.5, "no trial has run yet" if not open_ended else "no trial ran", transform=axes.transAxes,
+                  ha="center", color="0.4")
     legend = [
         Patch(facecolor="0.5", alpha=0.45, hatch="////", edgecolor="white", label="asked to yield (suspend or stop)"),
         Line2D([], [], marker="^", color="black", linestyle="none", label="suspended"),
         Line2D([], [], marker="v", color="black", linestyle="none", label="resumed on the same GPU"),
         Line2D([], [], marker="D", color="magenta", linestyle="none", label="resumed on another GPU"),
         Line2D([], [], marker="s", color="black", linestyle="none", label="stopped"),
-        Line2D([], [], marker="X", color="red", linestyle="none", label="failed or lost"),
+        Line2D([], [], marker="X", color="red", linestyle="none", label="failed"),
+        Line2D([], [], marker="o", color="0.45", markeredgecolor="white", markeredgewidth=0.6, linestyle="none",
+               label="interrupted or lost"),
     ]
+    if absent:
+        legend.append(Patch(facecolor="0.92", label="not in the cluster"))
     figure.legend(handles=legend, loc="outside lower center", ncols=len(legend), fontsize="small", frameon=False)
-    axes.set_title(f"{view.experiment.name}: GPU timeline ({len(view.runs)} runs; colour = trial)")
+    runs = f"{len(view.runs)} run{'' if len(view.runs) == 1 else 's'}"
+    axes.set_title(f"{view.experiment.name}: GPU timeline ({runs}; colour = trial)")
 
 
 def _time_scale(span: float) -> tuple[float, str]:
