@@ -10,7 +10,6 @@ import os
 import shlex
 import signal
 import sys
-import threading
 import time
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -58,36 +57,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, taken as Ctrl-C: the runner records the experiment as interrupted and stops its trials."""
-
-
-@contextmanager
-def _interrupts_between_batches(session: ExperimentSession) -> Iterator[None]:
-    """While the block runs, Ctrl-C raises KeyboardInterrupt and SIGTERM _Terminated, between two batches of
-    the session's engine loop (``ExperimentSession.interrupt``): raised inside one, in the middle of a store
-    transaction, the exception left SQLite's write lock held and the interrupted status waited 60 s to be
-    written. A second Ctrl-C raises at once, wherever the run is; a second SIGTERM ends the process."""
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
-        yield
-        return
-
-    def interrupt(signum: int, _frame: Any) -> None:
-        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
-        exception = _Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-        if not session.interrupt(exception):
-            raise exception
-
-    # Ctrl-C only where Python raises on it (a background job started by a shell ignores SIGINT)
-    handled = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-    previous = {signum: signal.signal(signum, interrupt) for signum in handled}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
 def _add_run(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser(
         "run",
@@ -111,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     from hermes.core.states import TrialState
     from hermes.report import ExperimentView, summarise_error
     from hermes.report.results import format_results, standings
-    from hermes.session import ExperimentSession
+    from hermes.session import ExperimentSession, Terminated, interrupts_between_batches
 
     spec = load_spec(args.spec, args.name)
     again = f"hermes run {args.spec}" + (f" --name {shlex.quote(args.name)}" if args.name is not None else "")
@@ -126,14 +95,15 @@ def _run(args: argparse.Namespace) -> int:
         view = nullcontext()
     else:
         clock = lambda: session.executor.now() if session.executor else 0.0  # noqa: E731
-        view = LiveView(spec.name, spec.metric.name, spec.metric.mode, session.scheduler, clock, console)
+        view = LiveView(spec.name, spec.metric.name, spec.metric.mode, session.scheduler, clock, console,
+                        budget=session.budget)
         session.listeners.append(view)
     try:
-        with _interrupts_between_batches(session), view:
+        with interrupts_between_batches(session), view:
             outcome = session.run()
     except KeyboardInterrupt as interrupt:
         print(f"interrupted: run `{again}` again to continue", file=sys.stderr)
-        return 128 + signal.SIGTERM if isinstance(interrupt, _Terminated) else 130
+        return 128 + signal.SIGTERM if isinstance(interrupt, Terminated) else 130
     except NoSpaceError as error:
         print(f"hermes: error: no space left: {error}\ninterrupted: free some space, then run "
               f"`{again}` again to continue", file=sys.stderr)

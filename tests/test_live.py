@@ -1,0 +1,224 @@
+"""The live view of `hermes run` (hermes.live), drawn from a real scheduling core into a recording console the
+size of a terminal, as Rich's Live draws it (LiveRender: what does not fit the height is cut, "..." at the end)."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+
+import pytest
+from rich.console import Console
+from rich.live_render import LiveRender
+
+from hermes.core.events import Event, NodeAdded, SubmissionsClosed, TrialExited, TrialReported, TrialSubmitted
+from hermes.core.scheduler import Objective, Scheduler
+from hermes.core.states import TrialState
+from hermes.live import Eta, LiveView, Work, estimate_eta
+from hermes.policies.fifo import FifoPolicy
+from hermes.search.budget import Budget
+
+GPUS = ("gpu0", "gpu1")
+
+
+class Run:
+    """A core on one node of two GPUs, driven by hand, and the clock of its last event."""
+
+    def __init__(self, mode: str = "max") -> None:
+        self.scheduler = Scheduler(FifoPolicy(), objective=Objective(mode))
+        self.mode = mode
+        self.now = 0.0
+        self(NodeAdded(0.0, "node", GPUS))
+
+    def __call__(self, event: Event) -> None:
+        self.now = event.at
+        self.scheduler.handle(event)
+
+    def submit(self, trial_id: str, budget: int, at: float = 0.0) -> None:
+        self(TrialSubmitted(at, trial_id, budget))
+
+    def train(self, trial_id: str, values: list[float], start: float = 0.0, seconds: float = 0.5) -> None:
+        """Reports ``values`` at its next steps, ``seconds`` apart, from ``start``."""
+        first = self.scheduler.trials[trial_id].step + 1
+        for index, value in enumerate(values, start=1):
+            self(TrialReported(start + index * seconds, trial_id, first + index - 1, value))
+
+    def finish(self, trial_id: str, at: float, succeeded: bool = True) -> None:
+        self(TrialExited(at, trial_id, succeeded, None if succeeded else "boom"))
+
+    def draw(self, width: int = 120, height: int = 60, budget: Budget | None = None) -> str:
+        console = Console(width=width, height=height, record=True, file=io.StringIO(), color_system=None)
+        view = LiveView("exp", "score", self.mode, self.scheduler, lambda: self.now, console, budget=budget)
+        view._take()
+        console.print(LiveRender(view))
+        return console.export_text()
+
+
+def header(text: str) -> str:
+    return text.splitlines()[0]
+
+
+def eta_of(text: str) -> str | None:
+    found = re.search(r"ETA (\S+(?: \S+)?(?: \(\w+\))?)  ", header(text))
+    return found.group(1) if found else None
+
+
+def seconds(duration: str) -> int:
+    minutes, secs = re.search(r"(\d+):(\d\d)", duration).groups()
+    return int(minutes) * 60 + int(secs)
+
+
+# ---------------------------------------------------------------------- 1. the ETA
+def test_the_eta_of_one_trial_is_its_own_time_left_however_many_gpus_there_are() -> None:
+    """One trial of 40 steps at 0.5 s a step, at step 10 on two GPUs: 15 s are left, not 7.5."""
+    run = Run()
+    run.submit("0", 40)
+    run(SubmissionsClosed(0.0))
+    run.train("0", [0.1 * step for step in range(1, 11)])
+    assert run.now == 5.0
+    assert eta_of(run.draw()) == "~0:15"
+
+
+def test_the_eta_counts_the_trials_the_searcher_has_not_asked_for_yet() -> None:
+    """16 trials, two asked at a time (max_pending 2), of 5 steps at 0.2 s: after the first second, 14 trials of
+    1 s are still to come, besides the two at their last step, on two GPUs: 7.2 s, not 0."""
+    run = Run()
+    for trial_id in ("00", "01"):
+        run.submit(trial_id, 5)
+    for trial_id in ("00", "01"):
+        run.train(trial_id, [0.1, 0.2, 0.3, 0.4], seconds=0.2)
+    text = run.draw(budget=Budget(trials=16))
+    assert 7 <= seconds(eta_of(text)) <= 8 and "<=" not in eta_of(text), header(text)
+
+
+def test_a_time_budget_bounds_the_eta_and_says_so() -> None:
+    """max_time 90 s and no count: the run ends when the time is up, whatever the trials would need."""
+    run = Run()
+    run.submit("0", 8)
+    run.train("0", [0.1, 0.2], seconds=0.3)
+    assert eta_of(run.draw(budget=Budget(seconds=90.0))) == "<= 1:29 (max_time)"
+    run.train("0", [0.3, 0.4, 0.5], start=80.0, seconds=1.0)  # later: 7 s left of the budget
+    assert eta_of(run.draw(budget=Budget(seconds=90.0))) == "<= 0:07 (max_time)"
+
+
+def test_a_count_shorter_than_the_time_budget_gives_an_estimate() -> None:
+    run = Run()
+    run.submit("0", 8)
+    run.train("0", [0.1, 0.2], seconds=0.5)
+    assert eta_of(run.draw(budget=Budget(trials=1, seconds=3600.0))) == "~0:03"
+
+
+def test_without_a_count_of_trials_or_a_time_budget_there_is_no_eta() -> None:
+    run = Run()
+    run.submit("0", 8)
+    run.train("0", [0.1, 0.2], seconds=0.5)
+    text = run.draw()  # the searcher may ask for more trials, how many is not known
+    assert "ETA" not in header(text), header(text)
+    run(SubmissionsClosed(run.now))  # the searcher asked its last: the trials left are all there is
+    assert eta_of(run.draw()) == "~0:03"
+
+
+def test_estimate_eta() -> None:
+    def running(step: int, budget: int, pace: float = 1.0) -> Work:
+        return Work(False, step, budget, step * pace, step * pace)
+
+    # the longest trial, or all the work over the GPUs, whichever is longer
+    assert estimate_eta([running(1, 11), running(9, 11)], gpus=2, to_ask=0) == Eta(10.0)
+    assert estimate_eta([running(1, 11), running(1, 11), running(1, 11)], gpus=2, to_ask=0) == Eta(15.0)
+    # a trial that has not reported goes at the mean pace; those to come cost what a trial has so far
+    assert estimate_eta([running(2, 4, 2.0), Work(False, 0, 4, 0.0, 0.0)], gpus=2, to_ask=0) == Eta(8.0)
+    assert estimate_eta([Work(True, 4, 4, 4.0, 4.0), running(2, 4)], gpus=1, to_ask=3) == Eta(14.0)
+    # into a step since its last report: that time is spent
+    assert estimate_eta([Work(False, 2, 4, 2.0, 2.5)], gpus=1, to_ask=0) == Eta(1.5)
+    # nothing to go by
+    assert estimate_eta([Work(False, 0, 4, 0.0, 0.0)], gpus=2, to_ask=0) is None
+    assert estimate_eta([running(2, 4)], gpus=2, to_ask=None) is None
+    assert estimate_eta([], gpus=2, to_ask=5) is None
+    # a time budget: the time left at most, named
+    assert estimate_eta([running(2, 4)], gpus=2, to_ask=None, time_left=30.0) == Eta(30.0, "max_time")
+    assert estimate_eta([running(2, 4)], gpus=2, to_ask=100, time_left=30.0) == Eta(30.0, "max_time")
+    assert estimate_eta([running(2, 4)], gpus=2, to_ask=0, time_left=30.0) == Eta(2.0)
+    # a budget of GPU seconds: more trials come until it is spent
+    assert estimate_eta([running(2, 4)], gpus=2, to_ask=None, gpu_seconds_left=10.0) == Eta(5.0)
+    assert str(Eta(75.0)) == "~1:15" and str(Eta(5.0, "max_time")) == "<= 0:05 (max_time)"
+
+
+# ---------------------------------------------------------------------- 2. the height of the terminal
+def many(run: Run, pending: int = 40) -> None:
+    """Two trials running, eight ended (the best, 07, at 0.8494), ``pending`` waiting."""
+    for index in range(10 + pending):
+        run.submit(f"{index:02d}", 5)
+    at = 0.0
+    for index in range(10):  # two at a time on the two GPUs
+        trial_id = f"{index:02d}"
+        values = [0.1 * (index % 8 + 1) + 0.0123456 * step for step in range(5 if index < 8 else 2)]
+        run.train(trial_id, values, start=at)
+        if index < 8:
+            run.finish(trial_id, run.now)
+        at = run.now if index % 2 else at
+
+
+@pytest.mark.parametrize("height", [24, 30, 40, 18, 14])
+def test_the_leaderboard_shows_in_a_terminal_of_any_height(height: int) -> None:
+    run = Run()
+    many(run)
+    text = run.draw(width=80, height=height)
+    lines = text.splitlines()
+    assert len(lines) <= height and "..." not in lines[-1], text
+    assert "leaderboard" in text
+    board = text[text.index("leaderboard"):]
+    assert re.search(r"│ 1 │ 07 +│ +0\.8494 │", board), text  # its winner
+
+
+def test_the_rows_are_the_running_trials_then_the_best_ended_ones_and_the_pending_are_counted() -> None:
+    run = Run()
+    many(run)
+    text = run.draw(width=80, height=24)
+    table = text[text.index("\n") : text.index("leaderboard")]  # below the header
+    assert "pending" not in table.replace("40 pending", ""), text
+    states = re.findall(r"│ (\d\d) +│ (\w+) ", table)
+    assert [state for _, state in states[:2]] == ["running", "running"], text
+    assert states[2] == ("07", "completed"), text  # then the best ended one
+    assert "40 pending" in table
+
+
+# ---------------------------------------------------------------------- 3. the width of the terminal
+@pytest.mark.parametrize("width", [40, 50, 60, 80])
+def test_numbers_are_never_cut_in_a_narrow_terminal(width: int) -> None:
+    run = Run()
+    run.submit("0", 5)
+    run.submit("1", 5)
+    run.train("0", [0.123456, 0.654321])
+    run.train("1", [12345.678, 0.000123456])
+    text = run.draw(width=width, height=40)
+    assert "…" not in text, text
+    assert max(len(line) for line in text.splitlines()) <= width
+    table = text[: text.index("leaderboard")]
+    assert re.search(r"│ +0\.6543 │ +0\.6543 │", table), text  # last and best of trial 0
+    assert re.search(r"│ +0\.0001235 │ +1\.235e\+04 │", table), text  # of trial 1
+    board = text[text.index("leaderboard"):]
+    assert "1.235e+04" in board and "0.6543" in board, text
+
+
+# ---------------------------------------------------------------------- 4. a trial that reported only NaN
+@pytest.mark.parametrize("mode", ["max", "min"])
+def test_a_trial_that_reported_only_nan_shows_nan_as_the_results_do(mode: str) -> None:
+    run = Run(mode)
+    run.submit("0", 3)
+    run.submit("1", 3)
+    run.train("0", [math.nan, math.nan])
+    run.train("1", [0.5, 0.25])
+    text = run.draw()
+    assert "inf" not in text, text
+    assert re.search(r"│ 0 +│ running +│ gpu\d +│ +2/3 │ +nan │ +nan │", text), text
+    best = "0.5" if mode == "max" else "0.25"
+    assert re.search(rf"│ 1 │ 1 +│ +{best} │ running", text), text  # the leaderboard
+    assert re.search(r"│ 2 │ 0 +│ +nan │ running", text), text
+
+
+def test_a_trial_that_never_reported_shows_a_dash() -> None:
+    run = Run()
+    run.submit("0", 3)
+    text = run.draw()
+    assert re.search(r"│ 0 +│ running +│ gpu\d +│ +0/3 │ +- │ +- │", text), text
+    assert TrialState.RUNNING.value in text
