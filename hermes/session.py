@@ -9,10 +9,13 @@ out. A session started on a store that already holds the experiment continues it
 
 from __future__ import annotations
 
+import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from hermes.core.decisions import Decision
 from hermes.core.events import (
@@ -372,3 +375,33 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return stat.st_dev, stat.st_ino
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, taken as Ctrl-C: the runner records the experiment as interrupted and stops its trials."""
+
+
+@contextmanager
+def interrupts_between_batches(session: ExperimentSession) -> Iterator[None]:
+    """While the block runs, Ctrl-C raises KeyboardInterrupt and SIGTERM Terminated, between two batches of
+    the session's engine loop (``ExperimentSession.interrupt``): raised inside one, in the middle of a store
+    transaction, the exception left SQLite's write lock held and the interrupted status waited 60 s to be
+    written. A second Ctrl-C raises at once, wherever the run is; a second SIGTERM ends the process."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+
+    def interrupt(signum: int, _frame: Any) -> None:
+        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+        exception = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        if not session.interrupt(exception):
+            raise exception
+
+    # Ctrl-C only where Python raises on it (a background job started by a shell ignores SIGINT)
+    handled = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    previous = {signum: signal.signal(signum, interrupt) for signum in handled}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

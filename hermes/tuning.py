@@ -1,0 +1,89 @@
+"""``hermes.run``: an experiment from Python (a script, a notebook), as ``hermes run`` runs it.
+
+What Ray Tune's ``Tuner.fit()`` and Optuna's ``study.optimize`` give a Python caller: the whole
+experiment runs (or continues, from its store, as a rerun of ``hermes run`` does) and its results
+come back as objects, best first, each with the trial's directory and newest checkpoint to load the
+winner's model from. The trials themselves still run in their own processes, on the spec's slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hermes.experiment import load_spec, parse_spec
+from hermes.report import ExperimentView, shown_state
+from hermes.report.files import trial_files
+from hermes.report.results import standings
+from hermes.session import STORE_FILE, ExperimentSession, interrupts_between_batches
+
+
+@dataclass(frozen=True, slots=True)
+class TrialResult:
+    """One trial, as ``hermes results --format json`` gives it."""
+
+    rank: int  # 1 is best
+    trial_id: str
+    state: str  # a TrialState's value, or "interrupted" (left on a GPU by a run that did not end)
+    params: dict[str, Any]
+    best: float | None  # the best value of the objective it reported; None before its first report
+    best_step: int | None
+    final: float | None  # its last reported value
+    steps: int
+    budget: int
+    gpu_seconds: float
+    error: str | None
+    directory: Path | None  # its files (logs, config, what it wrote to trial_dir())
+    checkpoint: Path | None  # its newest committed checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentResult:
+    """How the experiment ended, and every trial, best first."""
+
+    name: str
+    experiment_id: int
+    status: str  # finished, cancelled, failed (its sampler raised: ``error`` says why)
+    error: str | None
+    store: Path  # the SQLite store; ``hermes status``, ``results`` and ``plot`` read it
+    resumed: bool  # it continued an experiment found in the store
+    trials: list[TrialResult]
+
+    @property
+    def best(self) -> TrialResult | None:
+        """The best trial; None when none reported."""
+        return self.trials[0] if self.trials and self.trials[0].best is not None else None
+
+
+def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> ExperimentResult:
+    """Run the experiment ``spec`` describes to its end, or continue it, and return its results.
+
+    ``spec``: the path of a YAML spec, or the spec as a mapping (its relative paths start at the current
+    directory). ``name``: in place of the spec's own (``hermes run --name``). A spec that is wrong raises
+    SpecError naming the fields; Ctrl-C ends the run between two of its steps, records it interrupted and
+    raises KeyboardInterrupt (calling ``run`` again continues it); a full disk raises NoSpaceError.
+    """
+    if isinstance(spec, Mapping):
+        checked = parse_spec({**spec, **({"name": name} if name is not None else {})}, base_dir=Path.cwd())
+    else:
+        checked = load_spec(spec, name)
+    session = ExperimentSession(checked)
+    with interrupts_between_batches(session):
+        outcome = session.run()
+    with closing(session.store) as store:
+        view = ExperimentView.load(store, store.experiment(outcome.experiment_id))
+    experiment_dir = checked.storage_dir / checked.name
+    trials = []
+    for standing in standings(view):
+        files = trial_files(experiment_dir, standing.trial_id)
+        trials.append(TrialResult(
+            rank=standing.rank, trial_id=standing.trial_id, state=shown_state(standing.state, live=False),
+            params=dict(standing.params), best=standing.best, best_step=standing.best_step, final=standing.final,
+            steps=standing.steps, budget=standing.budget, gpu_seconds=standing.gpu_seconds, error=standing.error,
+            directory=files.directory, checkpoint=files.checkpoint,
+        ))
+    return ExperimentResult(checked.name, outcome.experiment_id, outcome.status.value, session.failure,
+                            checked.storage_dir / STORE_FILE, outcome.resumed, trials)
