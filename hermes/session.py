@@ -164,8 +164,7 @@ class ExperimentSession:
                 first.append(SubmissionsReopened(recovered.now))  # before the lost nodes: a finished core takes no events
                 self._closed = self._cancelled = False
             elif self.scheduler.finished:
-                self.store.set_status(self.experiment_id, ExperimentStatus.FINISHED)
-                return Outcome(self.experiment_id, True, ExperimentStatus.FINISHED)
+                return self._ended_before()
             self.reserve.acquire()
             loop = Engine(
                 self.scheduler,
@@ -209,6 +208,18 @@ class ExperimentSession:
             self.reserve.release()
             self._lock.release()
         return Outcome(self.experiment_id, recovered.events > 0, status)
+
+    def _ended_before(self) -> Outcome:
+        """Run again once it has ended: it stays as it ended. A search that failed stays failed, with its reason
+        (one that a crash of the runner marked failed has none, and ran to its end, or would not be here: it
+        finished); a cancelled one stays cancelled."""
+        stored = self.store.experiment(self.experiment_id)
+        status = ExperimentStatus.FINISHED
+        if stored.status is ExperimentStatus.CANCELLED or (stored.status is ExperimentStatus.FAILED and stored.error):
+            status = stored.status
+        self.failure = stored.error if status is ExperimentStatus.FAILED else None
+        self.store.set_status(self.experiment_id, status)
+        return Outcome(self.experiment_id, True, status)
 
     def _check_store_file(self) -> None:
         """SQLite writes on into a store file deleted (or replaced) under it: the run would end "finished" with

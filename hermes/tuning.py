@@ -32,12 +32,13 @@ class TrialResult:
     best: float | None  # the best value of the objective it reported; None before its first report
     best_step: int | None
     final: float | None  # its last reported value
-    steps: int
+    steps: int  # the last step it reported
     budget: int
+    reports: int
     gpu_seconds: float
     error: str | None
     directory: Path | None  # its files (logs, config, what it wrote to trial_dir())
-    checkpoint: Path | None  # its newest committed checkpoint
+    checkpoint: Path | None  # its newest committed checkpoint: of the last step storage.checkpoint_every saved
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +83,8 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
         trials.append(TrialResult(
             rank=standing.rank, trial_id=standing.trial_id, state=shown_state(standing.state, live=False),
             params=dict(standing.params), best=standing.best, best_step=standing.best_step, final=standing.final,
-            steps=standing.steps, budget=standing.budget, gpu_seconds=standing.gpu_seconds, error=standing.error,
+            steps=standing.steps, budget=standing.budget, reports=standing.reports, gpu_seconds=standing.gpu_seconds,
+            error=standing.error,
             directory=files.directory, checkpoint=files.checkpoint,
         ))
     return ExperimentResult(checked.name, outcome.experiment_id, outcome.status.value, session.failure,

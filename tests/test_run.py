@@ -1118,6 +1118,27 @@ def test_a_sampler_that_raises_ends_the_experiment_failed_with_its_reason(tmp_pa
     assert all(trial.state.is_terminal for trial in view.trials) and len(view.trials) == 4
     status = hermes("status", "runs", cwd=tmp_path)
     assert f"error       {reason}" in status.stdout and "0 of 2 busy" in status.stdout, status.stdout
+    again = hermes("run", str(tmp_path / "experiment.yaml"), "--no-live", cwd=tmp_path)  # replayed, it fails alike
+    assert again.returncode == 2 and f"hermes: error: {reason}" in again.stderr, again.stderr
+    view, _ = load_view(tmp_path / "runs")
+    assert view.experiment.status is ExperimentStatus.FAILED and reason in (view.experiment.error or "")
+
+
+def test_a_failed_search_run_again_stays_failed(tmp_path: Path) -> None:
+    """Optuna's BruteForceSampler cannot propose a float: the search fails before its first trial. Run again, it
+    was recorded finished, with exit 0, since nothing was left to run."""
+    brute = {"optuna": "optuna.samplers.BruteForceSampler"}
+    spec = spec_of("e2e-brute", search={**search(2, 0, 0.05), "sampler": brute})
+    path = write_spec(tmp_path, spec)
+    first = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert first.returncode == 1 and "hermes: error: search.sampler optuna.samplers.BruteForceSampler failed" in (
+        first.stderr), first.stderr
+    again = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert again.returncode == 1 and "hermes: error: search.sampler optuna.samplers.BruteForceSampler failed" in (
+        again.stderr), again.stderr
+    assert again.stdout.startswith("e2e-brute: failed (continued)"), again.stdout
+    view, _ = load_view(tmp_path / "runs")
+    assert view.experiment.status is ExperimentStatus.FAILED
 
 
 def test_a_run_whose_every_trial_failed_exits_with_code_1_and_the_first_error(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ def test_run_from_python_gives_what_hermes_results_gives(tmp_path: Path, monkeyp
     assert result.store == (tmp_path / "runs" / "hermes.db").resolve()
     assert [trial.rank for trial in result.trials] == [1, 2, 3, 4, 5]
     for trial in result.trials:
-        assert trial.state == "completed" and trial.steps == budget
+        assert trial.state == "completed" and trial.steps == trial.reports == budget
         assert trial.final == score(trial.params["rate"], budget)
         assert trial.directory == (tmp_path / "runs" / "from-python" / "trials" / trial.trial_id).resolve()
         assert json.loads((trial.checkpoint / protocol.META_FILE).read_text())["step"] == budget
@@ -49,3 +49,32 @@ def test_run_from_python_refuses_a_wrong_spec_naming_its_field(tmp_path: Path, m
     assert not (tmp_path / "runs").exists()
     with pytest.raises(AttributeError, match="no attribute 'runn'"):
         hermes.runn  # noqa: B018
+
+
+def test_a_trial_module_only_the_callers_folder_holds_is_refused_up_front(tmp_path: Path) -> None:
+    """Python searches the calling script's folder (the current one for ``python -c`` or a notebook) first; a
+    trial's process does not. The spec check found the module there, and every trial then failed on import."""
+    import subprocess
+    import sys
+
+    from tests.test_run import environment
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    (project / "models").mkdir(parents=True)
+    elsewhere.mkdir()
+    (project / "models" / "__init__.py").write_text("")
+    (project / "models" / "mlp.py").write_text("def train(config):\n    pass\n")
+    for name, workdir in (("elsewhere", elsewhere), ("here", project)):
+        spec = spec_of(name, trial={"function": "models.mlp:train", "workdir": str(workdir)})
+        write_spec(project / name, spec)
+    program = ("import hermes\nfrom hermes.errors import SpecError\nfor name in ('elsewhere', 'here'):\n"
+               "    try:\n        hermes.run(f'{name}/experiment.yaml')\n        print(name, 'ran')\n"
+               "    except SpecError as error:\n        print(name, error)\n")
+    output = subprocess.run([sys.executable, "-c", program], cwd=project, env=environment(), capture_output=True,
+                            text=True, timeout=120)
+    lines = output.stdout.splitlines()
+    assert lines[0].startswith("elsewhere ") and (
+        f"no module 'models' in the trial's workdir ({elsewhere}) or on Python's path: it is in {project}, the "
+        "folder of the program that runs the experiment") in lines[0], output
+    assert lines[1] == "here ran", output
+    assert not (project / "elsewhere" / "runs").exists()

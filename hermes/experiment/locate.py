@@ -14,7 +14,11 @@ import ast
 import difflib
 import importlib.machinery
 import importlib.util
+import os
+import sys
 from pathlib import Path
+
+from hermes.local.system import hermes_source
 
 _DYNAMIC = {"globals", "vars", "setattr", "__getattr__"}  # ways a module can bind names ast cannot see
 
@@ -24,13 +28,19 @@ def missing_function(target: str, workdir: Path) -> str | None:
     module_name, _, name = target.partition(":")
     parts = module_name.split(".")
     spec = importlib.machinery.PathFinder.find_spec(parts[0], [str(workdir)])
+    own = None
     if spec is None:
         try:  # installed packages, editable installs and built-ins; a top-level name imports nothing
             spec = importlib.util.find_spec(parts[0])
         except (ImportError, ValueError):
             spec = None
+        own = _callers_own_folder()
     if spec is None:
         return f"no module {parts[0]!r} in the trial's workdir ({workdir}) or on Python's path"
+    if own is not None and _lies_in(spec, own):  # found where this process looks first, and a trial does not
+        return (f"no module {parts[0]!r} in the trial's workdir ({workdir}) or on Python's path: it is in {own}, "
+                "the folder of the program that runs the experiment, which a trial's process does not search; "
+                "set trial.workdir to that folder")
     for depth in range(1, len(parts)):
         package, locations = ".".join(parts[:depth]), spec.submodule_search_locations
         if locations is None:
@@ -54,6 +64,26 @@ def missing_function(target: str, workdir: Path) -> str | None:
     close = difflib.get_close_matches(name, functions, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f" (its functions: {', '.join(functions) or 'none'})"
     return f"module {module_name} ({origin}) defines no {name!r}{hint}"
+
+
+def _callers_own_folder() -> Path | None:
+    """The folder Python put first on this process's path (its script's; the current one for ``python -c``, ``-m``
+    or a notebook), where a trial's process does not look, unless it has it too (PYTHONPATH, or this source
+    checkout's hermes: ``hermes.local.system.slot_environment``). None where there is none (``python -P``)."""
+    if sys.flags.safe_path or not sys.path:
+        return None
+    first = Path(sys.path[0] or ".").resolve()
+    shared = [hermes_source(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    return None if any(path and Path(path).resolve() == first for path in shared) else first
+
+
+def _lies_in(spec: importlib.machinery.ModuleSpec, folder: Path) -> bool:
+    """Whether the top-level module or package was found in ``folder`` itself."""
+    if spec.submodule_search_locations is not None:  # a package: where its folder is
+        places = list(spec.submodule_search_locations)
+    else:
+        places = [spec.origin] if spec.has_location and spec.origin else []
+    return any(Path(place).resolve().parent == folder for place in places)
 
 
 def workdir_files(target: str, workdir: Path) -> list[Path]:
