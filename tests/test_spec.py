@@ -383,6 +383,8 @@ def package(root: Path, files: dict[str, str]) -> Path:
         ("proj.train:helper", "trial.function: module proj.train ({w}/proj/train.py) defines no 'helper' (its "
                               "functions: train)"),
         ("proj.broken:train", "trial.function: {w}/proj/broken.py does not parse: "),
+        ("__main__:train", "trial.function: a trial's function runs in a process of its own, which imports it from a "
+                           "module: not from __main__"),
     ],
 )
 def test_a_trial_function_that_cannot_be_found(tmp_path: Path, function: str, message: str) -> None:

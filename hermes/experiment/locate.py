@@ -27,6 +27,9 @@ def missing_function(target: str, workdir: Path) -> str | None:
     """Why ``package.module:function`` cannot be found from ``workdir``; None when it can (or may) be."""
     module_name, _, name = target.partition(":")
     parts = module_name.split(".")
+    if parts[0] == "__main__":
+        return ("a trial's function runs in a process of its own, which imports it from a module: not from "
+                "__main__ (a script run directly, a notebook's cell); move it into a .py file of trial.workdir")
     spec = importlib.machinery.PathFinder.find_spec(parts[0], [str(workdir)])
     own = None
     if spec is None:
