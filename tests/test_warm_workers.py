@@ -195,6 +195,35 @@ def test_a_trial_stopped_while_it_moves_to_another_slot_ends_with_an_event(tmp_p
     assert not (directory / "result.json").exists()  # it never started on the other slot
 
 
+def test_a_trial_that_crashes_after_a_resume_from_memory_catches_up_silently(tmp_path: Path) -> None:
+    """Parked in memory, a trial counts as saved at its step (the core falls back to it); the run resumed from
+    there that crashes takes that state with it, and the next run starts from scratch. The executor kept the
+    older step as the trial's fallback, so that run's catch-up report of the parked step went to the core as new
+    and ended the whole experiment ("trial 1 reported step 1 after step 1"; seen once in CI)."""
+    with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=1), metric="score") as executor:
+        executor.next_events()  # the node's NodeAdded
+        executor.submit("a", curve(rate=0.4, crash="raise", crash_step=2, crash_runs=1))
+        executor.apply(Start("a", "local/cpu0"), executor.now())
+        [report] = executor.next_events()
+        executor.apply(Suspend("a"), executor.now())
+        executor.settled(report)
+        [suspended] = executor.next_events()
+        assert isinstance(suspended, TrialSuspended) and suspended.step == 1  # parked in memory
+        executor.apply(Resume("a", "local/cpu0"), executor.now())
+        [crashed] = executor.next_events()
+        assert isinstance(crashed, TrialExited) and crashed.crashed  # at step 2: the parked state is gone with it
+        executor.apply(Resume("a", "local/cpu0"), executor.now())  # from step 1, as the core counts it
+        reported = []
+        while not reported or not isinstance(reported[-1], TrialExited):
+            for event in executor.next_events():
+                reported.append(event)
+                if isinstance(event, TrialReported):
+                    executor.settled(event)
+    assert [e.step for e in reported if isinstance(e, TrialReported)] == list(range(2, BUDGET + 1))
+    assert reported[-1].succeeded
+    assert result(executor, "a")["total"] == pytest.approx(expected_total(0.4), abs=1e-12)
+
+
 def test_a_trial_that_forks_neither_hangs_nor_reads_the_workers_commands(tmp_path: Path) -> None:
     """A DataLoader's worker processes are forked from the worker while its command loop blocks reading its
     commands: they used to wait for ever on that file's lock (multiprocessing closes stdin in every child). A

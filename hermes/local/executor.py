@@ -252,8 +252,11 @@ class LocalExecutor(Executor[TrialLaunch]):
             self.watchdog.reported(event.trial_id, event.at)
         elif isinstance(event, (TrialSuspended, TrialExited)):
             self.watchdog.stopped(event.trial_id, event.at, ended=isinstance(event, TrialExited))
-            if isinstance(event, TrialExited) and event.crashed:
-                self._trials[event.trial_id].lost()  # the core may run it again from its checkpoint
+            trial = self._trials[event.trial_id]
+            if isinstance(event, TrialSuspended):  # the core falls back to this step from now on, as here: a
+                trial.checkpoint_step = event.step  # parked trial's state lost later is caught up to it silently
+            elif event.crashed:
+                trial.lost()  # the core may run it again from its checkpoint
 
     def occupy(self, slot: Slot, trial: LocalTrial) -> None:
         self._occupied[slot.name] = trial

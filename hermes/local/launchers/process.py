@@ -268,7 +268,6 @@ class ScriptLauncher(ProcessLauncher):
             return
         self._drain(run)
         run.paused = True
-        trial.checkpoint_step = trial.last_step  # its stopped process holds that step, as the core counts it
         host.release(trial, run.slot)
         trial.timing.suspended = host.now()
         host.emit(TrialSuspended(trial.timing.suspended, trial.trial_id, trial.last_step))
