@@ -53,6 +53,7 @@ __all__ = [
     "test_stop_while_parked_emits_nothing",
     "test_stop_while_suspending_ends_with_one_event",
     "test_a_crash_fails_the_trial_with_a_reason",
+    "test_a_crash_after_a_resume_falls_back_to_the_suspended_step",
     "test_a_gpu_removed_under_a_running_trial",
     "test_wake_before_next_events_returns_promptly",
     "test_wake_from_another_thread_unblocks_next_events",
@@ -264,6 +265,24 @@ def test_a_crash_fails_the_trial_with_a_reason(harness: ExecutorHarness, tmp_pat
             events = driver.until(_is(TrialExited, "a"))
             assert [step for step, _ in _reports(events, "a")] in ([], [1])  # [1]: no checkpoint of step 1
             assert not events[-1].succeeded and events[-1].crashed
+
+
+def test_a_crash_after_a_resume_falls_back_to_the_suspended_step(harness: ExecutorHarness, tmp_path: Path) -> None:
+    """A suspension is the core's fallback from then on, whether the engine keeps the trial in memory, in a
+    stopped process or on disk: after a crash of the resumed run, the next run catches up to it silently."""
+    if not harness.crashes:
+        pytest.skip("a simulated divergence is not run again")
+    driver = _driver(harness, tmp_path)
+    with driver.executor:
+        driver.submit("a", harness.work(4, crash_at=3))
+        driver.apply(Start("a", harness.gpus[0]))
+        driver.until(_is(TrialSuspended, "a"), lambda e: [Suspend("a")] if e.step == 2 else [])
+        driver.apply(Resume("a", harness.gpus[0]))
+        crashed = driver.until(_is(TrialExited, "a"))
+        assert _reports(crashed, "a") == [] and crashed[-1].crashed
+        driver.apply(Resume("a", harness.gpus[0]))  # from step 2, as the core counts it
+        again = driver.until(_is(TrialExited, "a"))
+        assert _reports(again, "a") == [] and again[-1].crashed  # steps 1 and 2 caught up, then step 3 crashed
 
 
 def test_a_gpu_removed_under_a_running_trial(harness: ExecutorHarness, tmp_path: Path) -> None:
