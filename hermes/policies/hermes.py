@@ -461,6 +461,7 @@ class HermesPolicy(SchedulingPolicy):
         self._params: list[dict[str, Any]] = []  # row -> the trial's hyper-parameters
         self._first_seconds: list[float] = []  # row -> GPU seconds its first report took (0: none yet)
         self._durations_fitted_on = 0  # first reports the duration model was last fitted on
+        self._owed_fit: tuple[int, int] | None = None  # (first reports, rows) of a fit not made yet
         self._age_rate = 0.0  # priority gained per second of waiting
         self._work = 0.0  # estimated GPU seconds to train every known trial to its budget
         self._switch_seen = [0.0, 0]  # GPU seconds that observed switches cost, and how many
@@ -758,20 +759,30 @@ class HermesPolicy(SchedulingPolicy):
         measured = self._rung_rows[0] if self._rung_rows else []
         if len(measured) == row and len(measured) != self._durations_fitted_on:
             self._fit_durations(measured)
-        elif self._durations.trusted:
+        elif self._fitted_durations().trusted:
             self._predicted[row] = float(self._durations.predict([row])[0])
 
     def _fit_durations(self, measured: list[int]) -> None:
-        """Fit the first-report durations on the ``measured`` rows, and predict those of the others."""
+        """Fit the first-report durations on the ``measured`` rows (the first of ``_rung_rows[0]``), and predict
+        those of the others: when a prediction is next read (``_fitted_durations``). A fit that nothing reads
+        before the next one costs nothing: recovery, which replays a log without ranking, owed one per trial
+        (a fit reads every trial measured so far: quadratic in the trials, minutes at 10^4)."""
         self._durations_fitted_on = len(measured)
-        rows = len(self._index)
-        predicted = np.zeros(rows)
-        if self._durations.fit(measured, [self._first_seconds[row] for row in measured]):
-            waiting = np.ones(rows, dtype=bool)
-            waiting[measured] = False
-            unmeasured = np.flatnonzero(waiting)
-            predicted[unmeasured] = self._durations.predict(unmeasured)
-        self._predicted = predicted.tolist()
+        self._owed_fit = (len(measured), len(self._index))
+
+    def _fitted_durations(self) -> DurationModel:
+        """The duration model, with ``_predicted``, once the fit owed is made; read them through it."""
+        if self._owed_fit is not None:
+            (fitted_on, rows), self._owed_fit = self._owed_fit, None
+            measured = self._rung_rows[0][:fitted_on]
+            predicted = np.zeros(rows)
+            if self._durations.fit(measured, [self._first_seconds[row] for row in measured]):
+                waiting = np.ones(rows, dtype=bool)
+                waiting[measured] = False
+                unmeasured = np.flatnonzero(waiting)
+                predicted[unmeasured] = self._durations.predict(unmeasured)
+            self._predicted[:rows] = predicted.tolist()
+        return self._durations
 
     def _rank(self, trial_id: str, row: int) -> None:
         """Rank one trial that reached a rung, with the links and predictors of the last refit."""
@@ -874,6 +885,7 @@ class HermesPolicy(SchedulingPolicy):
             row = self._index.get(trial.trial_id)
             if row is None:
                 row = self._row(trial)  # known from now on: its budget counts in the work estimate
+            self._fitted_durations()
             return UNMEASURED - trial.submitted_at - self._predicted[row]
         if trial.trial_id in self._judged_behind:  # no benefit of the doubt: no optimism
             predicted = self._prediction[trial.trial_id]
@@ -1000,6 +1012,7 @@ class HermesPolicy(SchedulingPolicy):
         for params in self._params:
             self._durations.add(params)
         self._durations_fitted_on = fitted_on = int(state["durations_fitted_on"])
+        self._owed_fit = None
         self._predicted = [0.0] * len(self._params)
         if fitted_on:  # the same fit as before the restart: on the same first reports
             self._fit_durations(self._rung_rows[0][:fitted_on])
