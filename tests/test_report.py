@@ -662,3 +662,21 @@ def test_results_show_the_trials_an_ended_run_left_on_a_gpu_as_interrupted_as_st
     finally:
         lock.release()
         store.close()
+
+
+def test_status_lists_each_error_once_with_its_trials_and_at_most_ten() -> None:
+    """A thousand trials failing alike printed a thousand lines; they make one, and distinct errors past ten
+    are counted, not listed (``hermes results`` lists every trial's)."""
+    from hermes.report.status import ERRORS_SHOWN, _errors
+
+    def failed(trial_id: str, error: str) -> TrialRecord:
+        return TrialRecord(trial_id=trial_id, params={}, state=TrialState.FAILED, budget=5, submitted_at=0.0, step=2,
+                           checkpoint_step=0, gpu=None, error=error, started_at=0.0, ended_at=1.0)
+
+    alike = [failed(str(index), "uncaught ValueError: bad lr") for index in range(1000)]
+    assert _errors(alike) == ["  trials 0, 1, 2 and 997 more (failed): uncaught ValueError: bad lr"]
+    distinct = [failed(str(index), f"exit code {index}") for index in range(ERRORS_SHOWN + 5)]
+    lines = _errors(distinct)
+    assert lines[:2] == ["  trial 0 (failed at step 2): exit code 0", "  trial 1 (failed at step 2): exit code 1"]
+    assert len(lines) == ERRORS_SHOWN + 1
+    assert lines[-1] == "  ... and 5 more with other errors: `hermes results --format csv` gives every trial's"

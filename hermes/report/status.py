@@ -28,8 +28,11 @@ from hermes.report import (
     summarise_error,
 )
 from hermes.report.results import Standing, standings
-from hermes.store import ExperimentRecord, ExperimentStatus, ExperimentStore, Run
+from hermes.store import ExperimentRecord, ExperimentStatus, ExperimentStore, Run, TrialRecord
 from hermes.store.lock import describe, holder
+
+
+ERRORS_SHOWN = 10  # distinct errors `hermes status` lists
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +155,7 @@ def format_status(status: Status) -> str:
     failed = [trial for trial in view.trials if trial.error]
     if failed:
         lines.append(f"errors      {len(failed)} trial{'s' if len(failed) > 1 else ''}")
-        lines += [
-            f"  trial {trial.trial_id} ({trial.state.value} at step {trial.step}): {summarise_error(trial.error or '')}"
-            for trial in failed
-        ]
+        lines += _errors(failed)
     reruns = f", {status.reruns} run{'s' if status.reruns != 1 else ''} again after a crash" if status.reruns else ""
     lines.append(f"switches    {status.preemptions} preemptions, {status.migrations} migrations{reruns}")
     busy = sum(run is not None for run in status.gpus.values())
@@ -164,6 +164,28 @@ def format_status(status: Status) -> str:
         rows = [[gpu, *_assignment(run, status.now)] for gpu, run in status.gpus.items()]
         lines += ["  " + line for line in format_table(["GPU", "trial", "for", "run"], rows, right=(2,)).splitlines()]
     return "\n".join(lines)
+
+
+def _errors(failed: list[TrialRecord]) -> list[str]:
+    """A line per error, its trials together (a thousand trials failing alike make one line), the first
+    ERRORS_SHOWN errors; ``hermes results`` lists every trial's."""
+    alike: dict[str, list[TrialRecord]] = {}
+    for trial in failed:
+        alike.setdefault(summarise_error(trial.error or ""), []).append(trial)
+    lines = []
+    for error, trials in list(alike.items())[:ERRORS_SHOWN]:
+        if len(trials) == 1:
+            trial = trials[0]
+            lines.append(f"  trial {trial.trial_id} ({trial.state.value} at step {trial.step}): {error}")
+            continue
+        named = ", ".join(trial.trial_id for trial in trials[:3]) + (f" and {len(trials) - 3} more" if len(trials) > 3
+                                                                      else "")
+        states = "/".join(dict.fromkeys(trial.state.value for trial in trials))
+        lines.append(f"  trials {named} ({states}): {error}")
+    others = sum(len(trials) for trials in list(alike.values())[ERRORS_SHOWN:])
+    if others:
+        lines.append(f"  ... and {others} more with other errors: `hermes results --format csv` gives every trial's")
+    return lines
 
 
 def _assignment(run: Run | None, now: float) -> list[str]:
