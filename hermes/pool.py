@@ -143,7 +143,9 @@ class PoolSession:
         self.engine = engine
         self.resources = resources or ResourcesSpec()
         self.slots = slots_for(self.resources) if engine == "local" else []
-        self.storage_uri = storage_uri or (self.directory / "pool" / "checkpoints").as_uri()
+        if storage_uri is not None and "://" not in storage_uri:  # a path: this process's, not each node's cwd's
+            storage_uri = str(Path(storage_uri).resolve())
+        self.storage_uri = storage_uri or str(self.directory / "pool" / "checkpoints")
         if engine == "ray":
             from hermes.ray.engine import connect
             from hermes.ray.storage import checked_store

@@ -108,6 +108,14 @@ class ExperimentSession:
         GPU it lacks) must leave no experiment behind, or the corrected spec would clash with it under the same
         name."""
         self.engine = make_engine(spec)
+        try:
+            self._set_up_after_engine(spec, store, experiment_id)
+        except BaseException:
+            self.engine.close()
+            raise
+
+    def _set_up_after_engine(self, spec: ExperimentSpec, store: ExperimentStore | None,
+                             experiment_id: int | None) -> None:
         if store is None and not self._lock.held:
             self._lock.acquire()
         policy = make_policy(spec.policy.name, **spec.policy.settings)
@@ -148,8 +156,13 @@ class ExperimentSession:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> Outcome:
-        recovered = self.replay()
-        executor = self.executor = self.engine.executor(self.storage / self.spec.name, recovered.now)
+        try:
+            recovered = self.replay()
+            executor = self.executor = self.engine.executor(self.storage / self.spec.name, recovered.now)
+        except BaseException:  # a damaged log, or an engine that cannot start: nothing ran, nothing is kept
+            self.engine.close()
+            self._lock.release()
+            raise
         self._lock.note_clock(executor.now())  # reports count a running experiment's time from it
         try:
             for trial in self.scheduler.trials.values():
@@ -205,6 +218,7 @@ class ExperimentSession:
         finally:
             self._loop = None
             executor.close()
+            self.engine.close()
             self.reserve.release()
             self._lock.release()
         return Outcome(self.experiment_id, recovered.events > 0, status)

@@ -197,38 +197,53 @@ def test_ctrl_c_while_its_own_ray_starts_ends_that_ray(tmp_path: Path) -> None:
 
 
 def test_ray_address_local_runs_on_a_ray_of_its_own_and_ends_it(tmp_path: Path) -> None:
-    """``ray: {address: local}`` needs no cluster: ``hermes run`` starts a Ray instance of its own on this machine
-    (on CPU slots where it has no GPU, as the local engine), runs every trial exactly, and leaves no process of
-    that instance behind."""
+    """``ray: {address: local}`` needs no cluster: a run starts a Ray instance of its own on this machine (on CPU
+    slots where it has no GPU, as the local engine), runs every trial exactly, and ends that instance, also when
+    run from Python (``hermes.run``), whose process lives on. In a folder with a space: the default durable
+    storage (``<dir>/<name>/checkpoints``) was once a ``file://`` URI that fsspec took as ``with%20space``."""
     budget = 4
+    folder = tmp_path / "with space"
     spec = spec_of("ray-local", search=search(4, 5, 0.05), budget={"steps": budget}, engine="ray",
                    ray={"address": "local"}, resources={"gpus": "all", "cpu_slots": 2})
-    write_spec(tmp_path, spec)
+    write_spec(folder, spec)
     env = {key: value for key, value in environment().items() if key != "RAY_ADDRESS"}
-    runner = subprocess.Popen(hermes_command("run", "experiment.yaml", "--no-live"), cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    program = "import hermes, ray\nresult = hermes.run('experiment.yaml')\nprint(result.status, ray.is_initialized())"
+    runner = subprocess.Popen([sys.executable, "-c", program], cwd=folder, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         output, _ = runner.communicate(timeout=180)
     finally:
         if runner.poll() is None:
             os.killpg(runner.pid, signal.SIGKILL)
-    assert runner.returncode == 0, output
-    view, decisions = load_view(tmp_path / "runs")
+    assert runner.returncode == 0 and output.splitlines()[-1] == "finished False", output
+    view, decisions = load_view(folder / "runs")
     assert len(view.trials) == 4 and {trial.state for trial in view.trials} == {TrialState.COMPLETED}
     last = {m.trial_id: m.values["score"] for m in view.metrics if m.step == budget}
     assert last == {trial.trial_id: score(trial.params["rate"], budget) for trial in view.trials}
     slots = {d.gpu.rpartition("/")[2] for d in decisions if isinstance(d, Start)}
     assert discover_gpus() or slots == {"cpu0", "cpu1"}, slots
     # Where the winner's files are: a Ray run keeps them per node, and its checkpoints in storage.uri.
-    results = hermes("results", "runs", "--format", "json", cwd=tmp_path)
+    results = hermes("results", "runs", "--format", "json", cwd=folder)
     for row in json.loads(results.stdout):
         directory, checkpoint = Path(row["directory"]), Path(row["checkpoint"])
         assert directory.match(f"runs/ray-local/nodes/*/trials/{row['trial']}") and (directory / "config.json").exists()
+        assert checkpoint.parent == folder.resolve() / "runs" / "ray-local" / "checkpoints" / row["trial"]
         assert json.loads((checkpoint / "hermes.json").read_text())["step"] == budget
-    trace = hermes("trace", "runs", cwd=tmp_path).stdout.splitlines()
+    assert not (tmp_path / "with%20space").exists()
+    trace = hermes("trace", "runs", cwd=folder).stdout.splitlines()
     assert trace[0].endswith(",state_mb") and all(line.rpartition(",")[2] for line in trace[1:]), trace[:3]
-    wait_for(lambda: not session_processes(runner.pid) and not trial_processes((tmp_path / "runs").resolve()), 30,
+    wait_for(lambda: not session_processes(runner.pid) and not trial_processes((folder / "runs").resolve()), 30,
              "the run's Ray instance and trial processes to end")
+
+
+def test_a_driver_of_one_cluster_is_refused_another_address(cluster: RayCluster) -> None:
+    """This process is a driver of the test cluster: a spec naming another head would run on this one, unsaid."""
+    from hermes.ray.engine import connect
+
+    assert connect(cluster.address, "ray.address") is False  # the same cluster: used as it is, and not ours to end
+    with pytest.raises(HermesError, match=r"ray.address: this process is a Ray driver of the cluster at .* already, "
+                                          r"not of '127.0.0.1:1': call ray.shutdown\(\) first"):
+        connect("127.0.0.1:1", "ray.address")
 
 
 def test_a_whole_experiment_on_ray_spreads_its_trials_and_resumes_exactly(cluster: RayCluster, tmp_path: Path) -> None:

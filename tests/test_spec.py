@@ -451,3 +451,15 @@ def test_hermes_run_refuses_a_broken_spec_before_writing_anything(
         "defines no 'trian'; did you mean 'train'?\n"
     )
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("uri", "expected"), [
+    (None, "{base}/runs/{name}/checkpoints"),  # the default: a plain path, not a file:// URI fsspec misreads
+    ("ckpts", "{base}/ckpts"),  # as storage.dir: from the spec's folder, not each Ray node's working directory
+    ("/mnt/shared ckpts", "/mnt/shared ckpts"),
+    ("s3://bucket/prefix", "s3://bucket/prefix"),
+])
+def test_the_checkpoint_uri_a_relative_path_starting_at_the_spec(tmp_path: Path, uri: str | None, expected: str) -> None:
+    (tmp_path / "the spec").mkdir()
+    spec = load_in(tmp_path / "the spec", put("storage", value={"dir": "runs", **({"uri": uri} if uri else {})}))
+    assert spec.checkpoint_uri == expected.format(base=(tmp_path / "the spec").resolve(), name=spec.name)

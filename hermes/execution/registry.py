@@ -45,6 +45,10 @@ class ExecutionEngine(ABC):
     def executor(self, directory: Path, clock_offset: float) -> Executor:
         """A new executor whose clock continues from ``clock_offset`` (a restarted experiment's time)."""
 
+    def close(self) -> None:
+        """Release what the engine holds beyond its executors (a Ray instance of the run's own); the session's
+        last call."""
+
 
 def make_engine(spec: ExperimentSpec) -> ExecutionEngine:
     try:

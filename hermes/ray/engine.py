@@ -29,43 +29,78 @@ if TYPE_CHECKING:
 CONNECT_TIMEOUT_S = 10.0  # to reach a cluster's head: a live one answers in milliseconds, even across regions
 
 
-def connect(address: str, setting: str) -> None:
+def connect(address: str, setting: str) -> bool:
     """Make this process the driver of the Ray cluster at ``address`` (``auto``: the one this machine belongs to;
-    ``local``: a new instance of this process's own, ended with it), unless it is one already; a HermesError names
-    the ``setting`` that gave the address."""
+    ``local``: a new instance of this process's own), unless it is one already; whether it started a Ray of its
+    own (for its caller to end). A HermesError names the ``setting`` that gave the address."""
     try:
         import ray
     except ImportError:
         raise HermesError(f'{setting}: Ray is not installed: pip install "hermes-hpo[ray]"') from None
-    if not ray.is_initialized():
-        try:
-            if address == "local":
-                _start_undisturbed(lambda: ray.init(address=address, log_to_driver=False), ray.shutdown)
-            else:
-                _check_reachable(address, setting)
-                ray.init(address=address, log_to_driver=False)
-        except ConnectionError as error:
-            hint = ("; start a cluster on this machine (ray start --head), give the address of another, or set "
-                    f"{setting}: local to start Ray for this run only")
-            raise HermesError(f"{setting}: cannot connect to {address!r}: {str(error).rstrip('.')}{hint}") from None
-        except ValueError as error:  # Ray reads the address first: "garbage", "host:abc"
-            raise HermesError(f"{setting}: {address!r} is not an address: {error}; give HOST:PORT of a cluster's "
-                              "head, auto (the cluster this machine belongs to) or local (Ray for this run only)"
-                              ) from None
+    if ray.is_initialized():
+        _check_same_cluster(address, setting)
+        return False
+    try:
+        if address == "local":
+            _start_undisturbed(lambda: ray.init(address=address, log_to_driver=False), ray.shutdown)
+        else:
+            _check_reachable(address, setting)
+            ray.init(address=address, log_to_driver=False)
+    except ConnectionError as error:
+        hint = ("; start a cluster on this machine (ray start --head), give the address of another, or set "
+                f"{setting}: local to start Ray for this run only; a cluster with token authentication needs its "
+                "RAY_AUTH_MODE and RAY_AUTH_TOKEN in this process's environment, as every node has them")
+        raise HermesError(f"{setting}: cannot connect to {address!r}: {str(error).rstrip('.')}{hint}") from None
+    except ValueError as error:  # Ray reads the address first: "garbage", "host:abc"
+        raise HermesError(f"{setting}: {address!r} is not an address: {error}; give HOST:PORT of a cluster's "
+                          "head, auto (the cluster this machine belongs to) or local (Ray for this run only)"
+                          ) from None
+    return address == "local"
+
+
+def _check_same_cluster(address: str, setting: str) -> None:
+    """This process is a driver already (``ray.init`` called, or a run before this one): refuse an explicit
+    HOST:PORT of another cluster, which it would not be using."""
+    import ray
+
+    wanted, current = _host_port(address), ray.get_runtime_context().gcs_address
+    have = _host_port(current)
+    if wanted is None or have is None:
+        return  # auto, local: the cluster it is connected to
+    try:
+        same = _endpoints(*wanted) & _endpoints(*have)
+    except OSError:
+        return  # not resolvable here: Ray's own connection is the judge
+    if not same:
+        raise HermesError(f"{setting}: this process is a Ray driver of the cluster at {current} already, not of "
+                          f"{address!r}: call ray.shutdown() first, or give that cluster's address")
 
 
 def _check_reachable(address: str, setting: str) -> None:
     """Refuse at once a HOST:PORT that takes no connection: Ray itself retries an unreachable head for about
     14 minutes, deaf to Ctrl-C. Addresses Ray reads otherwise (``auto``, or no port) are left to it."""
-    host, _, port = address.partition("://")[2 if "://" in address else 0].rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    target = _host_port(address)
+    if target is None:
         return
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        socket.create_connection(target, timeout=CONNECT_TIMEOUT_S).close()
     except OSError as error:
         reason = f"no answer in {CONNECT_TIMEOUT_S:g} s" if isinstance(error, TimeoutError) else error.strerror or error
         raise HermesError(f"{setting}: cannot reach {address!r} ({reason}); is the cluster's head running there "
                           "(ray start --head), and is its port open to this machine?") from None
+
+
+def _endpoints(host: str, port: int) -> set[tuple[str, int]]:
+    """The socket addresses a host and port resolve to (``localhost`` and ``127.0.0.1`` share one)."""
+    return {info[4][:2] for info in socket.getaddrinfo(host, port)}
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """The host and port of a ``[scheme://]HOST:PORT`` address; None for any other (``auto``, ``local``)."""
+    host, _, port = address.partition("://")[2 if "://" in address else 0].rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return host.strip("[]"), int(port)
 
 
 def _start_undisturbed(start: Callable[[], object], stop: Callable[[], None]) -> None:
@@ -100,9 +135,9 @@ class RayEngine(ExecutionEngine):
     def __init__(self, spec: ExperimentSpec) -> None:
         super().__init__(spec)
         # Before Ray starts: a storage URI that cannot be written is the spec's error, not a node's.
-        self._storage_uri = spec.storage.uri or (spec.storage_dir / spec.name / "checkpoints").as_uri()
+        self._storage_uri = spec.checkpoint_uri
         checked_store(self._storage_uri, "storage.uri")
-        connect(spec.ray.address, "ray.address")
+        self._own_ray = connect(spec.ray.address, "ray.address")  # ``local``: this run's, ended with it (close)
         import ray
 
         resources = spec.resources
@@ -115,6 +150,13 @@ class RayEngine(ExecutionEngine):
 
     def capacity(self) -> int:
         return max(1, self._slots)
+
+    def close(self) -> None:
+        if self._own_ray:  # a process that runs several experiments (``hermes.run``) must not keep it
+            import ray
+
+            ray.shutdown()
+            self._own_ray = False
 
     def profile(self) -> ExecutionProfile:
         return trial_profile(self.spec)

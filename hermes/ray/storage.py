@@ -21,6 +21,7 @@ import os
 import posixpath
 import secrets
 import shutil
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,8 @@ class CheckpointStore:
         import fsspec
 
         self.uri = uri
+        if uri.startswith("file://"):  # fsspec takes its path as it is: ``file:///mnt/a%20b`` was ``a%20b``
+            uri = urllib.parse.unquote(urllib.parse.urlparse(uri).path)
         self.fs, self.root = fsspec.core.url_to_fs(uri, **storage_options)
         self.root = self.root.rstrip("/")
         protocols = (self.fs.protocol,) if isinstance(self.fs.protocol, str) else self.fs.protocol
