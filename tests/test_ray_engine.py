@@ -471,6 +471,29 @@ def test_a_migration_across_nodes_resumes_bitwise(cluster: RayCluster, tmp_path:
     assert not (tmp_path / "nodes" / first / "trials" / "a" / "result.json").exists()
 
 
+def test_a_trials_timeout_counts_its_running_time_on_every_node(cluster: RayCluster, tmp_path: Path) -> None:
+    """trial.timeout is running time in all: each node's agent counted only its own runs, so a trial that moved
+    started its limit afresh on every node."""
+    from hermes.local.watchdog import TrialLimits
+
+    first, second = (node_name(node.node_id) for node in cluster.nodes[1:3])
+    executor = RayExecutor(tmp_path, storage_uri=str(tmp_path / "durable"), metric="score")
+    driver = Driver(executor, _Harness())
+    work = TrialLaunch(200, function="tests.trials.curve:train", config={"rate": 0.1, "sleep": 0.1}, cwd=str(ROOT),
+                       limits=TrialLimits(timeout=3.0))
+    with executor:
+        driver.start_membership()
+        driver.submit("a", work)
+        driver.apply(Start("a", f"{first}/gpu0"))
+        events = driver.until(lambda e: isinstance(e, TrialSuspended), lambda e: [Suspend("a")] if e.step == 15 else [])
+        driver.apply(Resume("a", f"{second}/gpu0", migrated=True))  # 1.5 s or more of its 3 s are spent
+        events += driver.until(lambda e: isinstance(e, TrialExited))
+    ended = events[-1]
+    assert not ended.succeeded and ended.error.startswith("timed out: it ran 3s in all"), ended.error
+    after = [e.step for e in events if isinstance(e, TrialReported) and e.step > 15]
+    assert len(after) < 15, f"it ran {len(after)} more steps of 0.1 s on the second node: its first 1.5 s were lost"
+
+
 def test_an_agent_that_cannot_start_names_its_node_and_why(cluster: RayCluster, tmp_path: Path) -> None:
     """An agent that raised as it started (here: a node without s3fs) was lost before it was ready, without a
     word, and the driver waited for good."""

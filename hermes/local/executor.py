@@ -134,10 +134,10 @@ class LocalExecutor(Executor[TrialLaunch]):
                 raise HermesError(f"trial {trial.trial_id} already runs on {trial.run.slot.name}")
             shutil.rmtree(trial.directory / protocol.CHECKPOINTS_DIR, ignore_errors=True)
             trial.last_step = trial.checkpoint_step = 0
-            self.watchdog.started(trial.trial_id, self.now(), trial.launch.limits)
+            self.watchdog.started(trial.trial_id, self.now(), trial.launch.limits, trial.launch.ran)
             self._launch(trial, self._free_slot(trial, decision.gpu))
         elif isinstance(decision, Resume):
-            self.watchdog.started(trial.trial_id, self.now(), trial.launch.limits)
+            self.watchdog.started(trial.trial_id, self.now(), trial.launch.limits, trial.launch.ran)
             self._resume(trial, decision)
         elif isinstance(decision, Suspend):
             self._suspend(trial)
@@ -235,6 +235,7 @@ class LocalExecutor(Executor[TrialLaunch]):
             self.launchers["warm"].spill(run)
             return False
         del self._trials[trial_id]
+        self.watchdog.stopped(trial_id, self.now(), ended=True)  # what it runs elsewhere is counted there
         return True
 
     # ------------------------------------------------------------------ what launchers ask of it (launchers.Host)

@@ -43,6 +43,7 @@ class TrialLaunch:
     directory: str | None = None  # its config, logs and checkpoints (default: the executor's trials/<id>)
     worker_group: str | None = None  # whose warm workers it shares (a pool's experiment); None: the executor's
     limits: TrialLimits | None = None  # when it counts as hung (its spec's trial.timeout and trial.stall)
+    ran: float = 0.0  # seconds it ran elsewhere (on other Ray nodes), which its trial.timeout counts too
 
     def __post_init__(self) -> None:
         if self.budget < 1:

@@ -10,7 +10,8 @@ ends. Two limits apply to a watched trial (``TrialLimits``, from the spec's ``tr
   but never less than ``stall_min`` seconds, so a short pause (an evaluation) is not a hang.
 
 The executor asks ``deadline`` how long its loop may sleep, and ``overdue`` which trials to kill.
-Running time is counted by this runner: a rerun after a crash counts anew.
+Running time is counted by this runner: a rerun after a crash counts anew. On Ray, each node's
+agent counts its own runs, and the driver adds those a trial ran on other nodes (``TrialLaunch.ran``).
 """
 
 from __future__ import annotations
@@ -52,10 +53,10 @@ class Watchdog:
     _watches: dict[str, _Watch] = field(default_factory=dict)  # every trial that ran and has not ended
     _watched: dict[str, _Watch] = field(default_factory=dict)  # those holding their slot now
 
-    def started(self, trial_id: str, now: float, limits: TrialLimits | None = None) -> None:
+    def started(self, trial_id: str, now: float, limits: TrialLimits | None = None, ran: float = 0.0) -> None:
         """A run began (or a suspended trial continues): its clocks run from now, against ``limits``
-        (the trial's own, else the watchdog's)."""
-        watch = self._watches.setdefault(trial_id, _Watch(limits=limits))
+        (the trial's own, else the watchdog's); a trial new here ``ran`` seconds elsewhere before."""
+        watch = self._watches.setdefault(trial_id, _Watch(ran=ran, limits=limits))
         if watch.since is None:
             watch.since = watch.heard_at = now
             watch.last_report_at = None

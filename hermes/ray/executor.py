@@ -120,6 +120,8 @@ class RayExecutor(Executor[TrialLaunch]):
         self._progress: dict[str, TrialProgress] = {}
         self._where: dict[str, str] = {}  # trial -> node of the agent that holds it
         self._gpu_of: dict[str, str] = {}  # trial -> GPU of its latest run
+        self._ran: dict[str, float] = {}  # trial -> seconds of its runs that ended, on any node (trial.timeout)
+        self._running_since: dict[str, float] = {}  # trial -> when its run in progress began
         self._calls: dict[Any, tuple[_Agent, tuple]] = {}  # pending call ref -> (agent, its arguments)
         self._events: list[Event] = []
         self._woken = False
@@ -157,6 +159,7 @@ class RayExecutor(Executor[TrialLaunch]):
             raise HermesError(f"unknown trial {trial_id}: submit it to the executor first")
         if isinstance(decision, (Start, Resume)):
             target = self._agent_of_gpu(decision.gpu)
+            self._running_since[trial_id] = at
             if isinstance(decision, Start):
                 progress = self._progress[trial_id]
                 progress.last_step = progress.checkpoint_step = 0
@@ -243,9 +246,16 @@ class RayExecutor(Executor[TrialLaunch]):
         return agent
 
     def _place(self, agent: _Agent, trial_id: str, kind: str, *extra: Any) -> None:
-        """Make the trial known to ``agent`` (a ``submit``, or a ``receive`` of its state)."""
-        agent.buffer.append((kind, trial_id, self._work[trial_id], self._progress[trial_id].last_step, *extra))
+        """Make the trial known to ``agent`` (a ``submit``, or a ``receive`` of its state), with the time it ran
+        on other nodes, which its trial.timeout counts too."""
+        work = dataclasses.replace(self._work[trial_id], ran=self._ran.get(trial_id, 0.0))
+        agent.buffer.append((kind, trial_id, work, self._progress[trial_id].last_step, *extra))
         agent.trials.add(trial_id)
+
+    def _run_ended(self, trial_id: str) -> None:
+        since = self._running_since.pop(trial_id, None)
+        if since is not None:
+            self._ran[trial_id] = self._ran.get(trial_id, 0.0) + self.now() - since
 
     def _resume(self, target: _Agent, decision: Resume) -> None:
         trial_id = decision.trial_id
@@ -365,6 +375,7 @@ class RayExecutor(Executor[TrialLaunch]):
             for trial_id, gpu in self._gpu_of.items():
                 if gpu == event.gpu and self._where.get(trial_id) == agent.node:
                     self._progress[trial_id].lost()
+                    self._run_ended(trial_id)
         elif isinstance(event, TrialReported):
             progress = self._progress[event.trial_id]
             progress.last_step = event.step
@@ -373,8 +384,11 @@ class RayExecutor(Executor[TrialLaunch]):
         elif isinstance(event, TrialSuspended):
             progress = self._progress[event.trial_id]
             progress.last_step = progress.checkpoint_step = event.step
-        elif isinstance(event, TrialExited) and event.crashed:
-            self._progress[event.trial_id].lost()  # the core may run it again from its checkpoint
+            self._run_ended(event.trial_id)
+        elif isinstance(event, TrialExited):
+            self._run_ended(event.trial_id)
+            if event.crashed:
+                self._progress[event.trial_id].lost()  # the core may run it again from its checkpoint
         self._events.append(event)
 
     def _lose(self, agent: _Agent, error: Exception | None = None) -> None:
@@ -397,6 +411,7 @@ class RayExecutor(Executor[TrialLaunch]):
             del self._gpus[gpu]
         for trial_id in [t for t, node in self._where.items() if node == agent.node]:
             self._progress[trial_id].lost()
+            self._run_ended(trial_id)
             del self._where[trial_id]
         self._events.append(NodeRemoved(self.now(), agent.node))
 
