@@ -90,11 +90,12 @@ def drawn(tmp_path: Path) -> Iterator[Draw]:
 
 
 def marks(figure: Figure) -> list[tuple[str, tuple[float, ...]]]:
-    """The single markers drawn on the timeline (run ends and resumes): (marker, colour)."""
+    """The markers drawn on the timeline (run ends and resumes), one per mark: (marker, colour)."""
     from matplotlib.colors import to_rgba
 
     axes = figure.axes[0]
-    return [(str(line.get_marker()), to_rgba(line.get_color())) for line in axes.lines if len(line.get_xdata()) == 1]
+    return [(str(line.get_marker()), to_rgba(line.get_color())) for line in axes.lines if line.get_linestyle() == "None"
+            for _ in line.get_xdata()]
 
 
 def legend_labels(figure: Figure) -> list[str]:
@@ -186,3 +187,25 @@ def test_interrupted_and_lost_runs_are_not_drawn_as_failures(drawn: Draw) -> Non
                for text, handle in zip(legend.get_texts(), legend.legend_handles, strict=True)}
     interrupted = handles["interrupted or lost"]
     assert isinstance(interrupted, Line2D) and interrupted.get_marker() == grey[0][0]  # the legend shows the mark
+
+
+def test_the_artists_drawn_do_not_grow_with_the_trials_and_runs(tmp_path: Path) -> None:
+    """An artist per run or per trial makes a plot quadratic (each one added rescales the axes over those before
+    it: minutes and gigabytes for thousands of runs): the bars, marks and grey curves of 200 trials take no more
+    artists than those of 20."""
+    from hermes.testing.recorded import experiment_spec, record_simulated
+
+    def artists(trials: int) -> tuple[int, list[int]]:
+        with closing(SqlStore(f"sqlite:///{tmp_path / f'{trials}.db'}")) as store:
+            experiment_id = store.create_or_open_experiment(f"many{trials}", experiment_spec(f"many{trials}", trials, 4))
+            record_simulated(store, experiment_id, trials, 4)
+            view = ExperimentView.load(store, pick_experiment(store, f"many{trials}"))
+            figures = draw_figures(view, store.events(experiment_id))
+        return len(view.runs), [len(axes.lines) + len(axes.collections) + len(axes.patches)
+                                for figure in figures for axes in figure.axes]  # the curves' two axes, the timeline's
+
+    few_runs, few = artists(20)
+    many_runs, many = artists(200)
+    assert many_runs > 5 * few_runs
+    assert all(count <= bound for count, bound in zip(many, few, strict=True)), (few, many)
+    assert max(many) < 20

@@ -89,18 +89,21 @@ def _draw_curves(view: ExperimentView, figure: Figure) -> None:
 
     figure.set_size_inches(13, 5)
     step_axes, time_axes = figure.subplots(1, 2, sharey=True)
-    # Grey first, then the highlighted trials from the last to the best, so the best is drawn on top.
-    order = [t.trial_id for t in view.trials if t.trial_id not in colours] + [s.trial_id for s in reversed(top)]
-    for trial_id in order:
-        colour = colours.get(trial_id)
-        style: dict[str, Any] = (
-            {"color": colour, "linewidth": 1.8, "marker": ".", "markersize": 3, "zorder": 3}
-            if colour
-            else {"color": "0.6", "linewidth": 0.8, "marker": ".", "markersize": 2, "alpha": 0.5, "zorder": 2}
-        )
-        steps = sorted(by_step[trial_id].items())
-        step_axes.plot([s for s, _ in steps], [v for _, v in steps], **style)
-        _plot_runs(time_axes, [(at / scale, value, run) for at, value, run in by_time[trial_id]], style)
+    # The grey trials first, as one collection of lines and one line of markers per axes (an artist per trial makes
+    # drawing quadratic: each one added rescales over those before it); then the highlighted trials from the last to
+    # the best, so the best is drawn on top.
+    grey = _GreyCurves()
+    for trial in view.trials:
+        if trial.trial_id not in colours:
+            grey.add(sorted(by_step[trial.trial_id].items()),
+                     [(at / scale, value, run) for at, value, run in by_time[trial.trial_id]])
+    grey.draw(step_axes, time_axes)
+    for s in reversed(top):
+        style: dict[str, Any] = {"color": colours[s.trial_id], "linewidth": 1.8, "marker": ".", "markersize": 3,
+                                 "zorder": 3}
+        steps = sorted(by_step[s.trial_id].items())
+        step_axes.plot([step for step, _ in steps], [v for _, v in steps], **style)
+        _plot_runs(time_axes, [(at / scale, value, run) for at, value, run in by_time[s.trial_id]], style)
     for s in top:
         step_axes.plot([s.best_step], [s.best], marker="*", markersize=11, color=colours[s.trial_id], zorder=4,
                        linestyle="none", label=f"#{s.rank} trial {s.trial_id}: {format_number(s.best)}")
@@ -153,6 +156,62 @@ def _plot_runs(axes: Axes, points: list[tuple[float, float, int]], style: dict[s
     axes.plot(xs, ys, **style)
 
 
+GREY = {"color": "0.6", "linewidth": 0.8, "alpha": 0.5, "zorder": 2}  # the trials not highlighted
+GREY_MARKS = {"marker": ".", "markersize": 2}
+
+
+class _GreyCurves:
+    """The trials not highlighted, drawn as ``_plot_runs`` and a step line would draw each, but gathered: per axes
+    one collection of solid pieces, one of dotted ones, and one line of the markers."""
+
+    def __init__(self) -> None:
+        self.step_solid: list[list[tuple[float, float]]] = []
+        self.time_solid: list[list[tuple[float, float]]] = []
+        self.time_dotted: list[list[tuple[float, float]]] = []
+        self.step_marks: list[tuple[float, float]] = []
+        self.time_marks: list[tuple[float, float]] = []
+
+    def add(self, steps: list[tuple[int, float]], points: list[tuple[float, float, int]]) -> None:
+        """A trial's (step, value) reports, and its (time, value, run number) ones in time order."""
+        self.step_solid.extend(_pieces([(float(step), value) for step, value in steps]))
+        self.step_marks.extend((step, value) for step, value in steps if not math.isnan(value))
+        self.time_dotted.extend(_pieces([(x, y) for x, y, _ in points]))
+        start = 0
+        for index in range(1, len(points) + 1):  # solid within a run, not across the pause before the next
+            if index == len(points) or points[index][2] != points[index - 1][2]:
+                self.time_solid.extend(_pieces([(x, y) for x, y, _ in points[start:index]]))
+                start = index
+        self.time_marks.extend((x, y) for x, y, _ in points if not math.isnan(y))
+
+    def draw(self, step_axes: Axes, time_axes: Axes) -> None:
+        from matplotlib.collections import LineCollection
+        from matplotlib.lines import Line2D
+
+        solid = {"capstyle": "projecting", "joinstyle": "round"}  # as a Line2D's solid line
+        dotted = {"linestyle": ":", "capstyle": "butt", "joinstyle": "round"}  # as a Line2D's dashes
+        for axes, pieces, kwargs in ((time_axes, self.time_dotted, dotted), (step_axes, self.step_solid, solid),
+                                     (time_axes, self.time_solid, solid)):
+            if pieces:
+                axes.add_collection(LineCollection(
+                    pieces, colors=GREY["color"], linewidths=GREY["linewidth"], alpha=GREY["alpha"],
+                    zorder=GREY["zorder"], **kwargs))
+        for axes, marks in ((step_axes, self.step_marks), (time_axes, self.time_marks)):
+            if marks:
+                axes.add_line(Line2D([x for x, _ in marks], [y for _, y in marks], linestyle="none",
+                                     **{**GREY, **GREY_MARKS}))
+
+
+def _pieces(points: list[tuple[float, float]]) -> list[list[tuple[float, float]]]:
+    """The polylines of a line through ``points`` that a NaN value breaks, each of two points or more."""
+    pieces: list[list[tuple[float, float]]] = [[]]
+    for x, y in points:
+        if math.isnan(y):
+            pieces.append([])
+        else:
+            pieces[-1].append((x, y))
+    return [piece for piece in pieces if len(piece) > 1]
+
+
 Spans = list[tuple[float, float | None]]  # when a GPU joined the experiment's cluster, and left it (None: never)
 
 
@@ -201,45 +260,65 @@ def _draw_timeline(view: ExperimentView, figure: Figure, presence: dict[str, Spa
     scale, unit = _time_scale(now)
     figure.set_size_inches(13, max(2.8, 0.5 * len(gpus) + 1.8))
     axes: Axes = figure.subplots()
-    absent = False
+    # One collection per kind of bar and one line per kind of mark, whatever the number of runs (an artist per
+    # run makes drawing quadratic: each one added rescales the axes over those before it).
+    gaps: list[tuple[float, float, float]] = []  # (start, width, row), shaded
     first = min((spans[0][0] for spans in presence.values()), default=0.0)  # the cluster the experiment began with
     for gpu, spans in presence.items():  # shade where the GPU was not the experiment's: before it joined, after it left
-        gaps: list[tuple[float, float]] = []
         since: float | None = spans[0][0] if spans[0][0] == first else 0.0  # the first cluster's: there from the start
+        out: list[tuple[float, float]] = []
         for joined, left in spans:
             if since is not None:
-                gaps.append((since, joined - since))
+                out.append((since, joined - since))
             since = left
         if since is not None:
-            gaps.append((since, now - since))
-        gaps = [(start / scale, width / scale) for start, width in gaps if width > now / 200]  # not a restart's blink
-        if gaps:
-            absent = True
-            axes.broken_barh(gaps, (row[gpu] - 0.5, 1.0), facecolors="0.92", edgecolor="none", zorder=0)
+            out.append((since, now - since))
+        gaps.extend((start / scale, width / scale, row[gpu])
+                    for start, width in out if width > now / 200)  # not a restart's blink
+    absent = bool(gaps)
+    _bars(axes, gaps, 0.5, facecolors="0.92", edgecolor="none", zorder=0)
     open_ended = view.experiment.status in NOT_RUNNING  # its runner stopped: an open run ended with it
+    trained: list[tuple[float, float, float]] = []  # (start, width, row) of each run until asked to yield
+    tails: list[tuple[float, float, float]] = []  # and from then to its end
+    trained_colours: list[Any] = []
+    tail_colours: list[Any] = []
+    resumes: dict[tuple[str, str], tuple[list[float], list[float]]] = {  # (marker, colour) -> where
+        ("v", "black"): ([], []), ("D", "magenta"): ([], [])}  # on another GPU drawn over on the same one
+    ends: dict[tuple[str, str], tuple[list[float], list[float]]] = {mark: ([], []) for mark in ENDINGS.values()}
     for run in view.runs:
         y, colour = row[run.gpu], palette.get(run.trial_id, (0.5, 0.5, 0.5))
         start = run.started_at / scale
         end = (run.ended_at if run.ended_at is not None else now) / scale
         ended_by = INTERRUPTED if run.ended_at is None and open_ended else run.ended_by
         yielding = run.yield_requested_at / scale if run.yield_requested_at is not None else end
-        axes.broken_barh([(start, yielding - start)], (y - 0.38, 0.76), facecolors=colour, edgecolor="white",
-                         linewidth=0.6)
+        trained.append((start, yielding - start, y))
+        trained_colours.append(colour)
         if yielding < end:
-            axes.broken_barh([(yielding, end - yielding)], (y - 0.38, 0.76), facecolors=colour, alpha=0.45,
-                             hatch="////", edgecolor="white", linewidth=0.6)
+            tails.append((yielding, end - yielding, y))
+            tail_colours.append(colour)
         if end - start > now / scale / 40:  # the bar is wide enough to name its trial
             red, green, blue = colour[:3]
             ink = "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.6 else "white"  # readable on the bar
             axes.text((start + end) / 2, y, run.trial_id, ha="center", va="center", fontsize=7, color=ink, clip_on=True)
         if run.resumed:
-            axes.plot([start], [y - 0.38], marker="D" if run.migrated else "v", markersize=4.5, linestyle="none",
-                      color="magenta" if run.migrated else "black", zorder=4)
+            xs, ys = resumes["D", "magenta"] if run.migrated else resumes["v", "black"]
+            xs.append(start)
+            ys.append(y - 0.38)
         if ended_by in ENDINGS:
-            marker, mark_colour = ENDINGS[ended_by]
-            axes.plot([end], [y + 0.38 if ended_by == "suspended" else y], marker=marker, markersize=5.5,
-                      color=mark_colour, markeredgecolor="white" if marker == "o" else mark_colour,
-                      markeredgewidth=0.6, linestyle="none", zorder=4, clip_on=False)  # whole at the axis's end
+            xs, ys = ends[ENDINGS[ended_by]]
+            xs.append(end)
+            ys.append(y + 0.38 if ended_by == "suspended" else y)
+    _bars(axes, trained, 0.38, facecolors=trained_colours, edgecolor="white", linewidth=0.6)
+    _bars(axes, tails, 0.38, facecolors=tail_colours, alpha=0.45, hatch="////", edgecolor="white", linewidth=0.6)
+    for (marker, mark_colour), (xs, ys) in resumes.items():
+        if xs:
+            axes.plot(xs, ys, marker=marker, markersize=4.5, linestyle="none", color=mark_colour, zorder=4)
+    # Failures drawn over the other ends where marks crowd.
+    for (marker, mark_colour), (xs, ys) in sorted(ends.items(), key=lambda kind: kind[0] == ENDINGS["failed"]):
+        if xs:
+            axes.plot(xs, ys, marker=marker, markersize=5.5, color=mark_colour,
+                      markeredgecolor="white" if marker == "o" else mark_colour, markeredgewidth=0.6,
+                      linestyle="none", zorder=4, clip_on=False)  # whole at the axis's end
     axes.set_yticks(range(len(gpus)), gpus)
     axes.set_ylim(len(gpus) - 0.5, -0.5)  # the first GPU at the top
     axes.set_xlim(0, max(now / scale, 1e-9))
@@ -263,6 +342,17 @@ def _draw_timeline(view: ExperimentView, figure: Figure, presence: dict[str, Spa
     figure.legend(handles=legend, loc="outside lower center", ncols=len(legend), fontsize="small", frameon=False)
     runs = f"{len(view.runs)} run{'' if len(view.runs) == 1 else 's'}"
     axes.set_title(f"{view.experiment.name}: GPU timeline ({runs}; colour = trial)")
+
+
+def _bars(axes: Axes, bars: list[tuple[float, float, float]], half: float, **kwargs: Any) -> None:
+    """One collection of the (start, width, row) bars, each ``2 * half`` high about its row, as ``broken_barh``
+    draws them; the axes' limits are set apart, once."""
+    from matplotlib.collections import PolyCollection
+
+    if bars:
+        axes.add_collection(PolyCollection(
+            [[(x, y - half), (x, y + half), (x + width, y + half), (x + width, y - half)] for x, width, y in bars],
+            **kwargs), autolim=False)
 
 
 def _time_scale(span: float) -> tuple[float, str]:
