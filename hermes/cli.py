@@ -96,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         clock = lambda: session.executor.now() if session.executor else 0.0  # noqa: E731
         view = LiveView(spec.name, spec.metric.name, spec.metric.mode, session.scheduler, clock, console,
-                        budget=session.budget)
+                        budget=session.budget, in_flight=session.searcher.max_pending)
         session.listeners.append(view)
     try:
         with interrupts_between_batches(session), view:

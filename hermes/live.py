@@ -155,7 +155,8 @@ class LiveView:
     """An engine listener that keeps a Rich live display of the experiment.
 
     ``budget``: the search's (``ExperimentSession.budget``), for the trials still to come and the time
-    budget in the ETA; without it, the ETA waits until the searcher has asked its last trial."""
+    budget in the ETA; without it, the ETA waits until the searcher has asked its last trial. ``in_flight``:
+    at most this many trials at once (the searcher's ``max_pending``), fewer than the GPUs perhaps."""
 
     def __init__(
         self,
@@ -167,8 +168,10 @@ class LiveView:
         console: Console,
         *,
         budget: Budget | None = None,
+        in_flight: int | None = None,
     ) -> None:
         self.title, self.metric, self.mode = title, metric, mode
+        self.in_flight = in_flight
         self.scheduler = scheduler
         self.clock = clock
         self.console = console
@@ -276,7 +279,8 @@ class LiveView:
         budget = self.budget
         time_left = None if budget is None or budget.seconds is None else budget.seconds - now
         gpu_left = None if budget is None or budget.gpu_seconds is None else budget.gpu_seconds - snapshot.gpu_seconds
-        eta = estimate_eta(snapshot.work, gpus=snapshot.gpus, to_ask=snapshot.to_ask, gpu_seconds_left=gpu_left)
+        at_once = snapshot.gpus if self.in_flight is None else min(snapshot.gpus, self.in_flight)
+        eta = estimate_eta(snapshot.work, gpus=at_once, to_ask=snapshot.to_ask, gpu_seconds_left=gpu_left)
         if eta is not None:
             eta = Eta(max(0.0, eta.seconds - (now - snapshot.taken_at)))
         if time_left is not None and (eta is None or eta.seconds >= time_left):

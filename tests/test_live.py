@@ -46,9 +46,11 @@ class Run:
     def finish(self, trial_id: str, at: float, succeeded: bool = True) -> None:
         self(TrialExited(at, trial_id, succeeded, None if succeeded else "boom"))
 
-    def draw(self, width: int = 120, height: int = 60, budget: Budget | None = None) -> str:
+    def draw(self, width: int = 120, height: int = 60, budget: Budget | None = None, in_flight: int | None = None
+             ) -> str:
         console = Console(width=width, height=height, record=True, file=io.StringIO(), color_system=None)
-        view = LiveView("exp", "score", self.mode, self.scheduler, lambda: self.now, console, budget=budget)
+        view = LiveView("exp", "score", self.mode, self.scheduler, lambda: self.now, console, budget=budget,
+                        in_flight=in_flight)
         view._take()
         console.print(LiveRender(view))
         return console.export_text()
@@ -89,6 +91,16 @@ def test_the_eta_counts_the_trials_the_searcher_has_not_asked_for_yet() -> None:
         run.train(trial_id, [0.1, 0.2, 0.3, 0.4], seconds=0.2)
     text = run.draw(budget=Budget(trials=16))
     assert 7 <= seconds(eta_of(text)) <= 8 and "<=" not in eta_of(text), header(text)
+
+
+def test_the_eta_runs_no_more_trials_at_once_than_the_searcher_keeps_in_flight() -> None:
+    """max_pending 1 on two GPUs: the 14 trials still to come run one after another, 14 s, not 7."""
+    run = Run()
+    run.submit("00", 5)
+    run.train("00", [0.1, 0.2, 0.3, 0.4, 0.5], seconds=0.2)
+    run.finish("00", 1.0)
+    text = run.draw(budget=Budget(trials=15), in_flight=1)
+    assert 13 <= seconds(eta_of(text)) <= 15, header(text)
 
 
 def test_a_time_budget_bounds_the_eta_and_says_so() -> None:
