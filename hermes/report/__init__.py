@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.cells import cell_len
 
@@ -73,7 +74,7 @@ class ExperimentView:
         """Read it all now; the view does not change when the runner writes more. ``lock``: the storage dir's
         runner lock, whose holder notes the experiment's clock (``hermes.store.lock.clock_now``)."""
         experiment_id = experiment.experiment_id
-        who = holder(lock) if lock is not None and experiment.owner is None and is_live(experiment, lock) else None
+        who = _runner_of(experiment, lock) if experiment.owner is None else None
         return cls(
             experiment,
             Target.of(experiment),
@@ -102,8 +103,16 @@ def is_live(experiment: ExperimentRecord, lock: Path | None) -> bool:
         return False
     if lock is None or experiment.owner is not None:
         return True
+    return _runner_of(experiment, lock) is not None
+
+
+def _runner_of(experiment: ExperimentRecord, lock: Path | None) -> dict[str, Any] | None:
+    """What the runner of a running experiment wrote in the storage dir's ``lock`` (who, since when, its clock);
+    None when no runner of it holds the lock."""
+    if experiment.status is not ExperimentStatus.RUNNING or lock is None:
+        return None
     who = holder(lock)
-    return who is not None and who.get("experiment") in (experiment.name, None)
+    return who if who is not None and who.get("experiment") in (experiment.name, None) else None
 
 
 INTERRUPTED = "interrupted"  # what the reports call a trial the log left on a GPU when no runner runs it
