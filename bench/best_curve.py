@@ -1,8 +1,8 @@
 """Best metric found as a function of time, per policy, on the shipped traces: one PNG per trace.
 
 Each policy replays the same arrival orders (seeds 0..K-1); the plot shows, for every policy, the
-best metric reported so far against simulated hours, the median over seeds (from each run's
-``best_curve``). Run: python bench/best_curve.py [--seeds 5] [--gpus 4] [--out bench/out]
+best metric reported so far against simulated hours, the median over seeds from when every seed has
+reported (from each run's ``best_curve``). Run: python bench/best_curve.py [--seeds 5] [--gpus 4] [--out bench/out]
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ def main() -> None:
             end = max(r.makespan_s for r in runs)
             grid = np.geomspace(60.0, end, 400)
             curves = [_steps(grid, r.best_curve) for r in runs]
-            axes.plot(grid / 3600, np.nanmedian(curves, axis=0), label=policy, linewidth=2.5 if policy == "hermes" else 1.2)
+            reported = ~np.isnan(curves).any(axis=0)  # a median over the seeds that reported so far could worsen
+            median = np.median(np.asarray(curves)[:, reported], axis=0)
+            axes.plot(grid[reported] / 3600, median, label=policy, linewidth=2.5 if policy == "hermes" else 1.2)
         axes.set_xscale("log")
         axes.set_xlabel(f"simulated hours ({args.gpus} GPUs)")
         axes.set_ylabel(f"best {label} so far")

@@ -42,6 +42,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dir", help="where to write (default: a temporary directory)")
     args = parser.parse_args()
+    if args.dir is not None:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)  # the disk that will hold the runs, before they do
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
         for size in (float(s) for s in args.sizes.split(",")):
             times = commit_seconds(Path(root) / f"{size:g}mb", size, args.repeats)

@@ -172,11 +172,16 @@ def sweep_first(trace: Trace, gpus: int) -> tuple[float, float]:
     Sweeping first means that no trial trains past its first report while another trial's first
     report has not started, as a policy must to give first feedback soon (hermes does). The last
     first report starts once all but at most ``gpus`` of them are done, so no sooner than their total
-    over ``gpus`` less the longest one; only then may the trial train on, for the rest of its budget.
-    Even knowing which trial ends best, such a policy gains at most FIFO's time over this bound."""
+    over ``gpus`` less the longest one; only then, and once its own first report is done, may the trial
+    train on, for the rest of its budget. Even knowing which trial ends best, such a policy gains at most
+    FIFO's time over this bound."""
     firsts = [t.seconds[0] for t in trace.trials if t.seconds]
     swept = max(sum(firsts) / gpus - max(firsts), 0.0)
-    return swept + sum(trace.best_final().seconds[1:]), swept + min(sum(t.seconds[1:]) for t in _on_target(trace))
+
+    def trained(trial: TraceTrial) -> float:
+        return max(swept, trial.seconds[0]) + sum(trial.seconds[1:])
+
+    return trained(trace.best_final()), min(trained(t) for t in _on_target(trace))
 
 
 def halving_in_hindsight(trace: Trace, gpus: int) -> tuple[float, float]:
@@ -222,9 +227,15 @@ def caps(name: str, mode: str, fifo: list[Run], gpus: int, trials: int | None = 
         for bound, prefix in ((oracle, ""), (swept, "sweep_"), (halved, "halving_")):
             pairs = [(getattr(run, figure), seconds[index]) for run, seconds in zip(fifo, bound)
                      if getattr(run, figure) is not None]
-            out[f"{prefix}{figure}_mean_x"] = statistics.fmean(t for t, _ in pairs) / statistics.fmean(o for _, o in pairs)
-            out[f"{prefix}{figure}_worst_x"] = min(t / o for t, o in pairs)
+            out[f"{prefix}{figure}_mean_x"] = _ratio(statistics.fmean(t for t, _ in pairs),
+                                                     statistics.fmean(o for _, o in pairs))
+            out[f"{prefix}{figure}_worst_x"] = min(_ratio(t, o) for t, o in pairs)
     return out
+
+
+def _ratio(fifo: float, bound: float) -> float:
+    """FIFO's time over a bound's; a bound of no time at all (a trace of zero seconds) gives infinity."""
+    return fifo / bound if bound else math.inf
 
 
 def _mean_ratio(base: list[float | None], mine: list[float | None]) -> float:

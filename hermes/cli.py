@@ -13,22 +13,24 @@ import sys
 import time
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from hermes.errors import HermesError, NoSpaceError
+from hermes.errors import ClusterLost, HermesError, NoSpaceError
 
 if TYPE_CHECKING:
     from hermes.core.decisions import Decision
     from hermes.core.events import Event
-    from hermes.report.trace import RecordedTrace
     from hermes.server.client import Client
     from hermes.session import ExperimentSession, Listener
+    from hermes.sim.trace import Trace
 
 GPUS_PER_NODE = 8  # default node size when --nodes is not given, like a DGX-class server
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hermes", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="hermes", description="Hermes: a preemptive GPU scheduler that makes hyper-parameter searches finish sooner."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     _add_run(commands)
     _add_simulate(commands)
@@ -66,7 +68,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("spec", help="experiment spec (YAML)")
     run.add_argument("--name", help="the experiment's name, in place of the spec's (to run one spec twice)")
     run.add_argument("--no-live", action="store_true", help="no live view; print a line per finished trial")
-    run.add_argument("--top", type=_positive_int, default=5, help="trials in the final leaderboard")
+    run.add_argument("--top", type=_positive_int, default=5, metavar="N", help="trials in the final leaderboard (default 5)")
     run.set_defaults(handler=_run)
 
 
@@ -83,7 +85,7 @@ def _run(args: argparse.Namespace) -> int:
     from hermes.session import ExperimentSession, Terminated, interrupts_between_batches
 
     spec = load_spec(args.spec, args.name)
-    again = f"hermes run {args.spec}" + (f" --name {shlex.quote(args.name)}" if args.name is not None else "")
+    again = f"hermes run {shlex.quote(args.spec)}" + (f" --name {shlex.quote(args.name)}" if args.name is not None else "")
     try:
         session = ExperimentSession(spec)
     except KeyboardInterrupt:  # while its engine started (a Ray of its own): nothing ran yet
@@ -108,6 +110,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"hermes: error: no space left: {error}\ninterrupted: free some space, then run "
               f"`{again}` again to continue", file=sys.stderr)
         return 2
+    except ClusterLost as error:
+        print(f"hermes: error: {error}\ninterrupted: run `{again}` again to continue once the cluster is back",
+              file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `hermes run spec.yaml | head`: the reader went away
         print(f"interrupted: its output was closed; run `{again}` again to continue", file=sys.stderr)
         raise
@@ -129,20 +135,22 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _progress_printer(session: ExperimentSession) -> Listener:
-    """Without a terminal: one line per trial that ends, for logs and CI."""
+    """Without a terminal: one line per trial that ends, for logs and CI. An error shows as its reason and its
+    exception (``summarise_error``): a program that logs to stderr says much before it."""
     from hermes.core.events import TrialExited
+    from hermes.report import summarise_error
 
     def show(event: Event, decisions: list[Decision]) -> None:
         if isinstance(event, TrialExited):
             trial = session.scheduler.trials[event.trial_id]
             if not trial.state.is_terminal:  # it crashed, and runs again
-                reason = (event.error or "no reason given").splitlines()[0][:80]
+                reason = summarise_error(event.error or "no reason given", width=120)
                 print(f"[{event.at:8.1f}s] trial {trial.trial_id} crashed ({reason}); crash {trial.crashes} of "
                       f"trial.max_failures {session.scheduler.max_failures}, it runs again from step {trial.step}",
                       flush=True)
                 return
             value = f", {session.spec.metric.name} {trial.values[-1]:.4g}" if trial.values else ""
-            error = f" ({trial.error.splitlines()[0][:80]})" if trial.error else ""
+            error = f" ({summarise_error(trial.error, width=120)})" if trial.error else ""
             print(f"[{event.at:8.1f}s] trial {trial.trial_id} {trial.state.value} at step {trial.step}{value}{error}",
                   flush=True)
 
@@ -164,18 +172,20 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--experiment", help="with a storage dir: the experiment (default: the newest in the store)")
     sim.add_argument("--mode", choices=("max", "min"),
                      help="direction in which the metric improves (a CSV needs it; a stored experiment knows it)")
-    sim.add_argument("--gpus", required=True, type=_positive_int)
+    sim.add_argument("--gpus", required=True, type=_positive_int, help="GPUs of the simulated cluster")
     sim.add_argument("--nodes", type=_positive_int, help=f"default: one node per {GPUS_PER_NODE} GPUs")
-    sim.add_argument("--policy", default="hermes", choices=sorted(POLICIES))
-    sim.add_argument("--stopper", choices=sorted(STOPPERS), help="optional early stopping")
+    sim.add_argument("--policy", default="hermes",
+                     help=f"{', '.join(POLICIES)} (default hermes), or a policy of your own as module:Class")
+    sim.add_argument("--stopper", help=f"optional early stopping: {', '.join(STOPPERS)}, or module:Class")
     sim.add_argument("--period", type=_positive_float, help="scheduling period in seconds (default: the policy's)")
     sim.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the random arrival order")
     sim.add_argument("--costs", default="warm", choices=PROFILES,
                      help="switch-cost profile: warm workers (default) or a process per run (hermes/sim/calibration.json)")
-    sim.add_argument("--state-mb", type=float,
+    sim.add_argument("--state-mb", type=_size,
                      help="state size of trials whose trace gives none, or that kept no checkpoint (default 100)")
     sim.add_argument("--target-tolerance", default="1%", help="time to target: absolute (0.5) or relative (1%%)")
-    sim.add_argument("--json", action="store_true", help="print one JSON object")
+    sim.add_argument("--json", action="store_true",
+                     help="print the figures as one JSON object (with --compare: a list, an object per policy)")
     sim.add_argument("--compare", help="comma-separated policies to compare, e.g. fifo,rr,slaq,hermes")
     sim.add_argument("--seeds", type=_positive_int, default=10, help="with --compare: seeds 0..K-1 to average over")
     sim.add_argument("--workers", type=_positive_int, default=1, help="with --compare: processes to use")
@@ -183,13 +193,14 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from hermes.policies import policy_class, stopper_class
     from hermes.sim.compare import Setting, compare, format_table, run_one
     from hermes.sim.costs import SwitchCosts
     from hermes.sim.simulate import Tolerance
     from hermes.sim.trace import load_trace
 
     if Path(args.trace).is_dir():
-        trace = _stored_trace(argparse.Namespace(dir=args.trace, experiment=args.experiment, server=None)).trace
+        trace = _stored_trace(argparse.Namespace(dir=args.trace, experiment=args.experiment, server=None))
         if args.state_mb is not None:  # for the trials that kept no checkpoint to size their state by
             trace = dataclasses.replace(trace, trials=tuple(
                 trial if trial.state_mb is not None else dataclasses.replace(trial, state_mb=args.state_mb)
@@ -200,6 +211,10 @@ def _simulate(args: argparse.Namespace) -> int:
         raise HermesError(f"--mode max or min: in which direction the metric of {args.trace} improves")
     else:
         trace = load_trace(args.trace, args.mode, state_mb=args.state_mb)
+    if not args.compare:
+        _loadable(policy_class, args.policy, f"--policy {args.policy}")
+    if args.stopper is not None:
+        _loadable(stopper_class, args.stopper, f"--stopper {args.stopper}")
     nodes = args.nodes or math.ceil(args.gpus / GPUS_PER_NODE)
     if nodes > args.gpus:
         raise HermesError(f"--nodes {nodes}: more nodes than the {args.gpus} GPUs (each node needs one)")
@@ -211,13 +226,11 @@ def _simulate(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise HermesError(str(error)) from None
     if args.compare:
-        from hermes.policies import POLICIES
-
         policies = [name.strip() for name in args.compare.split(",") if name.strip()]
-        unknown = [name for name in policies if name not in POLICIES]
-        if unknown or not policies:
-            problem = f"unknown policy {unknown[0]!r}" if unknown else "no policy"
-            raise HermesError(f"--compare {args.compare!r}: {problem}; choose among {', '.join(sorted(POLICIES))}")
+        if not policies:
+            raise HermesError(f"--compare {args.compare!r}: no policy")
+        for name in policies:
+            _loadable(policy_class, name, f"--compare {args.compare!r}")
         twice = next((name for i, name in enumerate(policies) if name in policies[:i]), None)
         if twice:  # its runs would merge into one row that counts each seed twice
             raise HermesError(f"--compare {args.compare!r}: policy {twice!r} is named twice")
@@ -237,6 +250,13 @@ def _simulate(args: argparse.Namespace) -> int:
             if key != "best_curve":
                 print(f"{key:>24}: {value}")
     return 0
+
+
+def _loadable(load: Callable[[str], type], name: str, option: str) -> None:
+    try:
+        load(name)
+    except ValueError as error:
+        raise HermesError(f"{option}: {error}") from None
 
 
 def _nan_as_null(figures: dict[str, Any]) -> dict[str, Any]:
@@ -371,7 +391,7 @@ def _plot(args: argparse.Namespace) -> int:
     from hermes.report import ExperimentView, pick_experiment
     from hermes.report.plot import plot_experiment
 
-    out = args.out or Path(args.dir or ".") / "plots"
+    out = Path(args.out).expanduser() if args.out else Path(args.dir or ".") / "plots"
     with _reading(args) as store:
         view = ExperimentView.load(store, pick_experiment(store, args.experiment), _runner_lock(args))
         try:
@@ -399,29 +419,32 @@ def _add_trace(commands: argparse._SubParsersAction) -> None:
 def _trace(args: argparse.Namespace) -> int:
     from hermes.sim.trace import write_trace
 
-    recorded = _stored_trace(args)
-    if not recorded.trace.trials:
-        raise HermesError(f"experiment {recorded.trace.path!r} has no finished trial to replay yet")
+    trace = _stored_trace(args)
     try:
-        write_trace(recorded.trace, args.out or sys.stdout)
+        write_trace(trace, Path(args.out).expanduser() if args.out else sys.stdout)
     except OSError as error:
         if args.out is None:
             raise  # stdout: a closed pipe is main's to handle
         raise HermesError(f"--out {args.out}: cannot write it: {error.strerror or error}") from None
-    if recorded.left_out:
-        print(f"{recorded.left_out} trials left out: stopped early or not finished, so their curves are unknown",
-              file=sys.stderr)
     return 0
 
 
-def _stored_trace(args: argparse.Namespace) -> RecordedTrace:
-    """The trace of the experiment that ``args`` name (a storage dir, or a server, and ``--experiment``)."""
+def _stored_trace(args: argparse.Namespace) -> Trace:
+    """The trace of the experiment that ``args`` name (a storage dir, or a server, and ``--experiment``);
+    the trials it leaves out are counted on stderr."""
     from hermes.report import ExperimentView, pick_experiment
     from hermes.report.trace import experiment_trace
 
     with _reading(args) as store:
         view = ExperimentView.load(store, pick_experiment(store, args.experiment))
-        return experiment_trace(view, None if args.server else Path(args.dir).resolve() / view.experiment.name)
+        recorded = experiment_trace(view, None if args.server else Path(args.dir).resolve() / view.experiment.name)
+    if not recorded.trace.trials:
+        raise HermesError(f"experiment {recorded.trace.path!r} has no finished trial to replay yet"
+                          + (f" ({recorded.left_out} stopped early or not finished)" if recorded.left_out else ""))
+    if recorded.left_out:
+        print(f"{recorded.left_out} trials left out: stopped early or not finished, so their curves are unknown",
+              file=sys.stderr)
+    return recorded.trace
 
 
 def _add_server(commands: argparse._SubParsersAction) -> None:
@@ -433,7 +456,7 @@ def _add_server(commands: argparse._SubParsersAction) -> None:
     )
     _add_server_places(server, quiet=False)
     server.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    server.add_argument("--port", type=int, default=8600)
+    server.add_argument("--port", type=_port, default=8600, help="port to listen on (default 8600; 0: any free one)")
     server.add_argument("--cpu-slots", type=_positive_int, metavar="N",
                         help="run trials on N CPU slots instead of the GPUs (default: the GPUs, else one slot; "
                              "on Ray: N per node)")
@@ -489,11 +512,14 @@ def _server(args: argparse.Namespace) -> int:
             from hermes.experiment.spec import ResourcesSpec
 
             config = dataclasses.replace(config, resources=ResourcesSpec(gpus="none", cpu_slots=args.cpu_slots))
-        serve(config, args.host, args.port)
+        _opened(lambda: serve(config, args.host, args.port), args.database)
         return 0
     if args.action == "revoke-token" and bool(args.token) == args.all:
         raise HermesError("hermes server revoke-token: name the tokens to revoke, or give --all (not both)")
-    accounts = Accounts(config.database_url)
+    if args.action != "add-user" and args.database is None and not (config.root / "hermes.db").is_file():
+        raise HermesError(f"--root {args.root}: no server there (no hermes.db): `hermes server --root {args.root} "
+                          "add-user NAME` makes one")
+    accounts = _opened(lambda: Accounts(config.database_url), args.database)
     try:
         if args.action == "tokens":
             _print_tokens(accounts.tokens(args.name))
@@ -511,6 +537,17 @@ def _server(args: argparse.Namespace) -> int:
         accounts.close()
     print(f"token for {args.name} (shown once; the server keeps only its hash; id {token_id(token)}):\n{token}")
     return 0
+
+
+def _opened(open_: Callable[[], Any], database: str | None) -> Any:
+    """``open_()``, with a database URL that SQLAlchemy or its driver refuses named as a HermesError."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return open_()
+    except SQLAlchemyError as error:
+        reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+        raise HermesError(f"--database {database or 'sqlite (in --root)'}: cannot use it: {reason}") from None
 
 
 def _print_tokens(tokens: list[TokenInfo]) -> None:
@@ -596,34 +633,26 @@ def _naming_damage(directory: str) -> AbstractContextManager[None]:
     return naming_damage(Path(directory) / STORE_FILE)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (0 < value < math.inf):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
+def _number(convert: Callable[[str], Any], accepts: Callable[[Any], bool], wording: str) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text, and refuse what it cannot read or ``accepts`` does not, in words."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not accepts(value):
+            raise argparse.ArgumentTypeError(f"must be {wording}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
-    return value
+_positive_float = _number(float, lambda value: 0 < value < math.inf, "a positive number")
+_size = _number(float, lambda value: 0 <= value < math.inf, "a number >= 0")
+_positive_int = _number(int, lambda value: value >= 1, "a positive whole number")
+_non_negative_int = _number(int, lambda value: value >= 0, "a whole number >= 0")
+_port = _number(int, lambda value: 0 <= value <= 65535, "a port number, 0 to 65535")
 
 
 if __name__ == "__main__":

@@ -31,5 +31,10 @@ class NoSpaceError(HermesError):
     recorded as interrupted, and running it again once there is room continues it."""
 
 
+class ClusterLost(HermesError):
+    """The Ray cluster's head is gone. Not the experiment's fault either: the run stops, recorded as
+    interrupted, and running it again once the cluster is back continues it."""
+
+
 class IllegalTransition(HermesError):
     """A trial was asked to move between two states that the state table does not connect."""

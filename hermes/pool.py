@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -47,6 +48,7 @@ from hermes.local.engine import slots_for, tick_period
 from hermes.local.launch import TrialLaunch
 from hermes.session import ExperimentSession
 from hermes.store.base import ExperimentRecord, ExperimentStatus, ExperimentStore
+from hermes.store.lock import RunnerLock
 from hermes.store.recorder import StoreRecorder
 
 if TYPE_CHECKING:
@@ -79,7 +81,7 @@ class _Member:
     session: ExperimentSession
     recorder: StoreRecorder
     key: str
-    inbox: list[Event] = field(default_factory=list)  # submissions its session posted, for the pool core
+    inbox: deque[Event] = field(default_factory=deque)  # submissions its session posted, for the pool core
     cancelled: bool = False
 
 
@@ -160,6 +162,8 @@ class PoolSession:
         self._stopped = threading.Event()
         self._last_sync = -float("inf")
         self._shares: list[Share] = []  # replaced whole at each sync, so any thread may read it
+        self._lock = RunnerLock(self.directory / "pool", "pool")
+        self._draining = False  # ``_drain`` runs: the calls it makes leave draining to it
 
     @staticmethod
     def submit(store: ExperimentStore, spec: ExperimentSpec, *, owner: str = "", weight: float = 1.0) -> int:
@@ -181,9 +185,22 @@ class PoolSession:
         if executor is not None:
             executor.wake()
 
+    def claim(self) -> None:
+        """Hold the pool's directory (``run`` does, if not done before): a second pool of the same directory, a
+        second server started by mistake, is refused before it takes over any experiment (StorageInUse)."""
+        if not self._lock.held:
+            self._lock.acquire()
+
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
         """Continue every open experiment of the store, take up new ones, until ``stop``."""
+        self.claim()
+        try:
+            self._run()
+        finally:
+            self._lock.release()
+
+    def _run(self) -> None:
         opened = [member for member in map(self._open, self._pool_records(_OPEN)) if member is not None]
         executor = self.executor = self._executor(self.store.latest_event_at())  # every timeline goes on, none overlaps
         ticker = threading.Thread(target=self._tick, name="hermes-pool-poll", daemon=True)
@@ -270,7 +287,7 @@ class PoolSession:
         session.host(shared, member.inbox.append)
         for trial in scheduler.trials.values():  # those it ran fall back to their checkpoints: the core knows that step
             shared.submit(trial.trial_id, session.engine.work(trial.params), at=trial.submitted_at,
-                          reported_step=trial.checkpoint_step)
+                          reported_step=trial.catch_up_step)
         if scheduler.finished:
             self._finished(member)
             return
@@ -290,7 +307,6 @@ class PoolSession:
             member.key, scheduler, at=now, weight=member.record.weight, owner=member.record.owner or "",
             used=member.record.gpu_seconds_used, owed=member.record.gpu_seconds_owed,
         ))
-        member.inbox.extend(session.submissions(now))
         self._apply(decisions + self._drain(), now)
         if member.record.cancel_requested:
             self._cancel(member, now)
@@ -366,12 +382,31 @@ class PoolSession:
         return decisions + self._drain()
 
     def _drain(self) -> list[Decision]:
+        """Tell each experiment's core what its session posted, then the submissions its searcher makes
+        now: asked only once every event before them is told, as a replay of its log asks. A loop, not a
+        recursion (the calls it makes leave draining to it): a search of thousands of trials submits them
+        all at once."""
+        if self._draining:
+            return []
+        self._draining = True
         decisions: list[Decision] = []
-        for member in list(self.members.values()):
-            while member.inbox and member.key in self.scheduler.tenants:
-                event = member.inbox.pop(0)
-                decisions += self._call(lambda: self.scheduler.tell(member.key, event))
-            member.inbox.clear()
+        try:
+            told = True
+            while told:
+                told = False
+                for member in list(self.members.values()):
+                    while member.key in self.scheduler.tenants:
+                        if not member.inbox:
+                            member.inbox.extend(member.session.submissions(self.executor.now()))
+                        if not member.inbox:
+                            break
+                        event = member.inbox.popleft()
+                        decisions += self._call(lambda: self.scheduler.tell(member.key, event))
+                        told = True
+                    if member.key not in self.scheduler.tenants:
+                        member.inbox.clear()
+        finally:
+            self._draining = False
         return decisions
 
     def _apply(self, decisions: list[Decision], at: float) -> None:
@@ -400,30 +435,58 @@ def stored_form(spec: ExperimentSpec) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m hermes.pool --store URL --dir DIR [--ray ADDRESS]``: a pool session until SIGTERM or Ctrl-C."""
+    """``python -m hermes.pool --store URL --dir DIR [--ray ADDRESS]``: a pool session until SIGTERM or Ctrl-C.
+    A usage error ends it as the ``hermes`` command does: one ``hermes: error:`` line naming the option, exit 2."""
     import argparse
+    import math
     import signal
+    import sys
+
+    from pydantic import ValidationError
+    from sqlalchemy.exc import SQLAlchemyError
 
     from hermes.store.sql import SqlStore
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m hermes.pool",
+        description="Run a pool session: every experiment of a store (those submitted to it), shared fairly on "
+                    "this machine's GPUs or CPU slots, or on every node of a Ray cluster, until SIGTERM or Ctrl-C.",
+    )
     parser.add_argument("--store", required=True, help="database URL, e.g. sqlite:///srv/hermes/hermes.db")
     parser.add_argument("--dir", required=True, help="where relative paths of specs start")
     parser.add_argument("--cpu-slots", type=int, help="run this many CPU slots instead of the GPUs (on Ray: each node)")
     parser.add_argument("--ray", metavar="ADDRESS", help="run on every node of this Ray cluster (auto: this machine's)")
     parser.add_argument("--storage-uri", help="on Ray, where durable checkpoints go (default: DIR/pool/checkpoints)")
-    parser.add_argument("--poll", type=float, default=0.5)
+    parser.add_argument("--poll", type=float, default=0.5, metavar="SECONDS",
+                        help="how often the store is read for new experiments, weights and cancels (default: 0.5)")
     args = parser.parse_args(argv)
-    resources = ResourcesSpec(gpus="none", cpu_slots=args.cpu_slots) if args.cpu_slots else None
-    store = SqlStore(args.store)
-    pool = PoolSession(store, args.dir, engine="ray" if args.ray else "local", resources=resources,
-                       ray_address=args.ray or "auto", storage_uri=args.storage_uri, poll=args.poll)
-    signal.signal(signal.SIGTERM, lambda *_: pool.stop())
-    signal.signal(signal.SIGINT, lambda *_: pool.stop())
+    store: SqlStore | None = None
     try:
+        if not 0 < args.poll < math.inf:
+            raise HermesError(f"--poll: must be a positive number of seconds, got {args.poll:g}")
+        if not Path(args.dir).is_dir():
+            raise HermesError(f"--dir: {args.dir!r} is not a folder")
+        try:
+            resources = ResourcesSpec(gpus="none", cpu_slots=args.cpu_slots) if args.cpu_slots is not None else None
+        except ValidationError as error:
+            raise HermesError(f"--cpu-slots: {error.errors()[0]['msg']}, got {args.cpu_slots}") from None
+        try:
+            store = SqlStore(args.store)
+        except (SQLAlchemyError, OSError) as error:  # not a URL (ArgumentError), no driver, a database not there
+            raise HermesError(f"--store: {str(error).splitlines()[0]}") from None
+        pool = PoolSession(store, args.dir, engine="ray" if args.ray else "local", resources=resources,
+                           ray_address=args.ray or "auto", storage_uri=args.storage_uri, poll=args.poll)
+        signal.signal(signal.SIGTERM, lambda *_: pool.stop())
+        signal.signal(signal.SIGINT, lambda *_: pool.stop())
         pool.run()
+    except HermesError as error:
+        print(f"hermes: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:  # before the pool took Ctrl-C over (while Ray started, say)
+        raise SystemExit(130) from None
     finally:
-        store.close()
+        if store is not None:
+            store.close()
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ from hermes.core.events import (
     TrialSubmitted,
 )
 from hermes.core.scheduler import Objective, Scheduler
-from hermes.core.states import STOPPED
-from hermes.errors import NO_SPACE_ERRNOS, HermesError, NoSpaceError
+from hermes.core.states import FAILED, STOPPED
+from hermes.errors import NO_SPACE_ERRNOS, ClusterLost, HermesError, NoSpaceError
 from hermes.execution.contract import Executor
 from hermes.execution.engine import Engine
 from hermes.execution.registry import make_engine
@@ -97,6 +97,7 @@ class ExperimentSession:
         self._closed = False  # SubmissionsClosed is in the log
         self._cancelled = False  # ExperimentCancelled is in the log
         self._told: set[str] = set()  # trials whose end the searcher has been told
+        self._asks_due = True  # an event since the last asks may let the searcher propose more
         self._cancel_lock = threading.Lock()
         self._cancel_reason: str | None = None  # cancel() was called
         self.failure: str | None = None  # why the experiment failed as a whole (its searcher raised)
@@ -170,7 +171,7 @@ class ExperimentSession:
                     trial.trial_id,
                     self.engine.work(trial.params),
                     at=trial.submitted_at,
-                    reported_step=trial.checkpoint_step,
+                    reported_step=trial.catch_up_step,
                 )
             first: list[Event] = []
             if self._closed and self._budget_changed and self._extended(recovered.now):  # a larger budget
@@ -186,8 +187,6 @@ class ExperimentSession:
             )
             try:
                 self.store.set_status(self.experiment_id, ExperimentStatus.RUNNING)
-                for submission in self._submissions(recovered.now):  # the searcher may fail from the first
-                    loop.post(submission)
                 with self._cancel_lock:  # from here on, cancel() posts to the loop itself
                     self._post = loop.post
                     if self._cancel_reason is not None:
@@ -196,8 +195,9 @@ class ExperimentSession:
                 self._loop = loop
                 loop.run(first=first)
                 self._loop = None
-            # Not the experiment's fault, running it again continues it: Ctrl-C, a full disk, the output's reader gone
-            except (KeyboardInterrupt, NoSpaceError, BrokenPipeError):
+            # Not the experiment's fault, running it again continues it: Ctrl-C, a full disk, a lost cluster, the
+            # output's reader gone
+            except (KeyboardInterrupt, NoSpaceError, ClusterLost, BrokenPipeError):
                 self._record_end(ExperimentStatus.INTERRUPTED)
                 raise
             except OSError as error:
@@ -282,11 +282,16 @@ class ExperimentSession:
         self.executor, self._post = executor, post
 
     def after(self, event: Event, decisions: list[Decision]) -> None:
-        """After the store has the event: tell the searcher, and submit more trials when some ended."""
-        self._after(event, decisions)
+        """After the store has the event: tell the searcher. More trials are asked for by ``submissions``."""
+        self._follow_live(event, decisions)
 
     def submissions(self, now: float) -> list[Event]:
-        """The submissions the searcher and the budget allow now (a host posts them to the core)."""
+        """The submissions the searcher and the budget allow now, when an event since the last call may
+        allow more. A host posts them to the core before any other event: a replay asks where the log holds
+        them, so the searcher must have been told exactly the events before them when it was asked."""
+        if not self._asks_due:
+            return []
+        self._asks_due = False
         return self._submissions(now)
 
     # ------------------------------------------------------------------ trials from the searcher
@@ -346,7 +351,13 @@ class ExperimentSession:
         )
 
     def _after(self, event: Event, decisions: list[Decision]) -> None:
-        """After the store has the event: tell the searcher, and submit more trials when some ended."""
+        """The engine loop's listener: what ``after`` does, then the submissions that follow, which the loop
+        handles next (``Engine`` takes a listener's posts before any other event)."""
+        self._follow_live(event, decisions)
+        for submission in self.submissions(event.at):
+            self._post(submission)
+
+    def _follow_live(self, event: Event, decisions: list[Decision]) -> None:
         if self.failure is not None:
             return  # the experiment is ending: its searcher is told nothing more
         try:
@@ -358,8 +369,7 @@ class ExperimentSession:
             self.scheduler.trials[d.trial_id].state.is_terminal for d in decisions
         )
         if ended or (self.budget.seconds is not None or self.budget.gpu_seconds is not None):
-            for submission in self._submissions(event.at):
-                self._post(submission)
+            self._asks_due = True
 
     def _follow(self, event: Event, decisions: list[Decision], *, replaying: bool) -> None:
         """Keep the searcher in step with the log: one ask per submission, every report, one end per trial."""
@@ -388,8 +398,8 @@ class ExperimentSession:
         for trial in (self.scheduler.trials[trial_id] for trial_id in sorted(touched)):
             if trial.state.is_terminal and trial.trial_id not in self._told:
                 self._told.add(trial.trial_id)
-                best = trial.best_score
-                value = None if best is None else self.objective.value(best)
+                best = trial.best_score  # a failed trial's partial best is no result (Optuna: FAIL)
+                value = None if best is None or trial.state is FAILED else self.objective.value(best)
                 self.searcher.on_end(int(trial.trial_id), value, stopped=trial.state is STOPPED)
 
 

@@ -56,3 +56,14 @@ def test_a_column_that_turns_out_categorical_and_missing_values() -> None:
     small, big, absent = model.predict([items[0], items[10], items[20]])
     assert big > 3 * small and big > 3 * absent
     assert model._numeric[model._columns["other"]]
+
+
+def test_values_near_the_float_limit_leave_their_logarithm_to_learn_from() -> None:
+    """A parameter of 1e308 overflowed the spread of its column: the fit failed in an SVD, ending the run."""
+    rng = np.random.default_rng(3)
+    model = DurationModel()
+    big = rng.choice([1.0, 1e308], 60)
+    seconds = np.where(big > 1, 30.0, 10.0) * rng.lognormal(0.0, 0.05, 60)
+    items = [model.add({"x": float(x)}) for x in big]
+    assert model.fit(items[:40], seconds[:40].tolist())
+    assert np.median(np.abs(np.log(model.predict(items[40:]) / seconds[40:]))) < 0.1

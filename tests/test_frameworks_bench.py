@@ -224,6 +224,12 @@ def test_the_recorded_trace_is_what_the_workload_trains(tmp_path: Path) -> None:
         check=True, cwd=root, capture_output=True, timeout=300,
     )
     fresh = load_trace(out, "max")
+    again = subprocess.run(  # its default was the shipped trace, replaced without a word
+        [sys.executable, str(root / "bench/frameworks/record_trace.py"), "--trials", "1", "--epochs", "1",
+         "--out", str(out)], cwd=root, capture_output=True, text=True, timeout=300,
+    )
+    assert again.returncode == 2 and "exists: give another path, or --force" in again.stderr
+    assert load_trace(out, "max").trials == fresh.trials
     shipped = {trial.name: trial for trial in load_trace(root / "data/digits_mlp.csv", "max").trials}
     assert [trial.name for trial in fresh.trials] == ["0", "1", "2"]
     for trial, config in zip(fresh.trials, configurations(3)):

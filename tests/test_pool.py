@@ -27,11 +27,13 @@ from hermes.experiment import parse_spec
 from hermes.experiment.spec import ResourcesSpec
 from hermes.policies import make_policy
 from hermes.pool import PoolSession, stored_form
+from hermes.session import ExperimentSession
 from hermes.store import ExperimentStatus, SqlStore
 from tests.test_run import (
     PRINTED,
     RATE,
     TESTS,
+    TOLD_SEARCHER,
     count_reports,
     environment,
     score,
@@ -140,6 +142,50 @@ def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(
     # The experiments shared the slots: the pool took GPUs back from one for another.
     reclaims = sum(isinstance(e, GpuReclaimed) for x in (first, second, doomed) for e in store.events(x))
     assert reclaims > 0
+    store.close()
+
+
+def test_a_pools_learning_searcher_is_asked_where_the_log_holds_its_submissions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As under `hermes run` (tests/test_run.py): a searcher whose proposals say what it was told when asked
+    replays from the pool's log, as a restarted pool replays it, although trials of a batch end together."""
+    (tmp_path / "told_searcher.py").write_text(TOLD_SEARCHER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = pool_spec("told", 16, 0.0, budget=2, policy={"name": "fifo"},
+                     resources={"gpus": "none", "cpu_slots": 4})
+    spec["search"] |= {"sampler": "told_searcher:Told", "max_pending": 4}
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=4), poll=0.1)
+    told = submit(store, spec)
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        wait_for(lambda: status(store, told) is ExperimentStatus.FINISHED, TIMEOUT, "the experiment to finish")
+    finally:
+        pool.stop()
+        runner.join(TIMEOUT)
+    assert len({trial.params["rate"] for trial in store.trials(told)}) > 8
+    ExperimentSession(parse_spec(spec), store=store, experiment_id=told).replay()  # raises where it differs
+    store.close()
+
+
+def test_a_pool_takes_up_a_search_of_thousands_of_trials(tmp_path: Path) -> None:
+    """Its submissions were told to the pool's core one call deeper each: a search of about 500 trials overflowed
+    the stack, which stopped the pool and every experiment in it."""
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
+    big = submit(store, pool_spec("big", 1500, 0.05, budget=50))
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        wait_for(lambda: len(store.trials(big)) == 1500, TIMEOUT, "every trial to be submitted")
+        store.request_cancel(big)
+        wait_for(lambda: status(store, big) is ExperimentStatus.CANCELLED, TIMEOUT, "the cancellation")
+    finally:
+        pool.stop()
+        runner.join(TIMEOUT)
+    assert not runner.is_alive()
     store.close()
 
 
@@ -443,3 +489,29 @@ def test_a_pool_killed_with_sigkill_continues_every_experiment(tmp_path: Path) -
         replays_to_the_same_decisions(store, experiment_id)
         assert store.experiment(experiment_id).gpu_seconds_used > used_before[experiment_id]  # went on from them
     store.close()
+
+
+def test_the_pool_command_refuses_bad_options_with_one_line_each_and_exit_code_2(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'hermes.db'}"
+    refusals = {
+        ("--store", "nonsense", "--dir", str(tmp_path)): "hermes: error: --store: Could not parse",
+        ("--store", store, "--dir", str(tmp_path), "--cpu-slots", "-1"): "hermes: error: --cpu-slots: Input should be",
+        ("--store", store, "--dir", str(tmp_path), "--poll", "0"): "hermes: error: --poll: must be a positive",
+        ("--store", store, "--dir", str(tmp_path / "nope")): "hermes: error: --dir: ",
+        ("--store", store, "--dir", str(tmp_path), "--ray", "127.0.0.1:1"): "hermes: error: the pool's Ray address: ",
+    }
+    running = {options: subprocess.Popen([sys.executable, "-m", "hermes.pool", *options], env=environment(),
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for options in refusals}
+    try:
+        for options, refusal in refusals.items():
+            _, err = running[options].communicate(timeout=TIMEOUT)
+            assert running[options].returncode == 2, (options, err)
+            assert err.startswith(refusal) and len(err.splitlines()) == 1, (options, err)
+    finally:  # one that was not refused runs a pool: end it
+        for process in running.values():
+            process.kill()
+            process.wait()
+    shown = subprocess.run([sys.executable, "-m", "hermes.pool", "--help"], env=environment(), capture_output=True,
+                           text=True, check=True).stdout
+    assert shown.startswith("usage: python -m hermes.pool ") and "``" not in shown

@@ -38,6 +38,7 @@ from hermes.local.launch import TrialLaunch  # noqa: E402
 from hermes.local.resources import discover_gpus  # noqa: E402
 from hermes.ray.executor import RayExecutor, node_name  # noqa: E402
 from hermes.session import ExperimentSession  # noqa: E402
+from hermes.store import ExperimentStatus  # noqa: E402
 from hermes.testing.executor_conformance import Driver, ExecutorHarness  # noqa: E402
 from hermes.testing.ray_cluster import RayCluster  # noqa: E402
 from tests.test_run import (  # noqa: E402
@@ -141,6 +142,15 @@ def test_an_address_where_nothing_listens_is_refused_at_once(tmp_path: Path) -> 
     assert result.returncode == 2, result.stderr
     assert "hermes: error: ray.address: cannot reach '127.0.0.1:1' (Connection refused)" in result.stderr
     assert time.monotonic() - started < 30
+
+
+def test_an_address_whose_port_is_out_of_range_is_refused_at_once(tmp_path: Path) -> None:
+    """The reachability check above passed over a port outside 1-65535, and Ray retried it for 14 minutes."""
+    spec = spec_of("bad-port", engine="ray", ray={"address": "127.0.0.1:99999"},
+                   resources={"gpus": "none", "cpu_slots": 1})
+    result = hermes("run", str(write_spec(tmp_path, spec)), "--no-live", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "hermes: error: ray.address: '127.0.0.1:99999': port must be 1-65535" in result.stderr
 
 
 @pytest.mark.parametrize(("uri", "expected"), [
@@ -489,7 +499,7 @@ def test_a_trials_timeout_counts_its_running_time_on_every_node(cluster: RayClus
         driver.apply(Resume("a", f"{second}/gpu0", migrated=True))  # 1.5 s or more of its 3 s are spent
         events += driver.until(lambda e: isinstance(e, TrialExited))
     ended = events[-1]
-    assert not ended.succeeded and ended.error.startswith("timed out: it ran 3s in all"), ended.error
+    assert not ended.succeeded and ended.error.startswith(f"Ray node {second}: timed out: it ran 3s in all"), ended.error
     after = [e.step for e in events if isinstance(e, TrialReported) and e.step > 15]
     assert len(after) < 15, f"it ran {len(after)} more steps of 0.1 s on the second node: its first 1.5 s were lost"
 
@@ -579,6 +589,34 @@ def test_sigterm_interrupts_a_ray_run_between_batches(cluster: RayCluster, tmp_p
     assert returncode == 128 + signal.SIGTERM, stderr[-2000:]
     assert "interrupted: run" in stderr and "Traceback" not in stderr
     rerun_to_the_end(path, storage, env, trials)
+
+
+def test_a_lost_head_interrupts_the_run_at_once(tmp_path: Path) -> None:
+    """Ray's ``nodes()`` waited a minute for a head that was gone, deaf to SIGTERM, then Ray ended the driver with
+    exit 1 and no word of Hermes, leaving the experiment "running". Its own cluster: this one's head is killed."""
+    pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    with RayCluster(workers=1, gpus_per_node=0, cpus_per_node=1, env_overrides={"PYTHONPATH": pythonpath}) as doomed:
+        spec = ray_spec(doomed, "ray-headless", 4, 200, 0.05, resources={"gpus": "none", "cpu_slots": 1})
+        path = write_spec(tmp_path, spec)
+        storage = (tmp_path / "runs").resolve()
+        runner = subprocess.Popen(hermes_command("run", str(path), "--no-live"), cwd=tmp_path,
+                                  env={**os.environ, **doomed.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        try:
+            wait_for(lambda: count_reports(storage / "hermes.db") >= 4, 120, "reports")
+            killed = time.monotonic()
+            doomed.kill_node(next(node for node in doomed.nodes if node.head))
+            _, stderr = runner.communicate(timeout=60)
+            took = time.monotonic() - killed
+        finally:
+            if runner.poll() is None:
+                runner.kill()
+                runner.wait()
+    assert runner.returncode == 2, stderr[-3000:]
+    assert "hermes: error: lost the Ray cluster: its head at" in stderr and "Traceback" not in stderr, stderr[-3000:]
+    assert took < 30  # Ray itself gave up after 60 s
+    view, _ = load_view(storage)
+    assert view.experiment.status is ExperimentStatus.INTERRUPTED
 
 
 def test_a_node_joins_and_another_dies_mid_run(cluster: RayCluster, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from hermes.core.states import TrialState
 from hermes.report import open_store, pick_experiment
 from hermes.store import ExperimentStatus
 from test_run import (
+    TESTS,
     count_reports,
     environment,
     hermes,
@@ -64,6 +65,8 @@ def test_a_second_runner_on_the_same_storage_dir_is_refused_naming_the_first(tmp
         wait_for(lambda: count_reports(storage / "hermes.db") >= 3, 60, "3 reports")
         status = hermes("status", str(storage), cwd=tmp_path)
         assert f"two-runners (id 1): running, by pid {first.pid} on " in status.stdout, status.stdout
+        listed = hermes("list", str(storage), cwd=tmp_path).stdout  # a line each: the pid, not the command line
+        assert f"running (pid {first.pid})" in listed and "hermes.cli" not in listed, listed
         first.send_signal(signal.SIGKILL)  # the kernel releases its lock
         first.wait(timeout=10)
     finally:
@@ -127,14 +130,16 @@ def test_a_runner_dying_between_writes_never_stores_a_report_twice(tmp_path: Pat
     assert set(reported) == set(steps)  # each report in the log has its metrics, once
 
 
-def in_small_filesystem(tmp_path: Path, script: str, size: str) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` (Python) in a mount namespace where ``tmp_path/disk`` is a tmpfs of ``size``."""
+def in_small_filesystem(tmp_path: Path, script: str, size: str, small: Path | None = None
+                        ) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` (Python) in a mount namespace where ``small`` (default ``tmp_path/disk``) is a tmpfs of
+    ``size``."""
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare(1) to mount a small filesystem")
-    disk = tmp_path / "disk"
-    disk.mkdir()
+    small = small or tmp_path / "disk"
+    small.mkdir(parents=True)
     (tmp_path / "scenario.py").write_text(script)
-    command = f"mount -t tmpfs -o size={size} tmpfs {disk} && exec {sys.executable} {tmp_path / 'scenario.py'}"
+    command = f"mount -t tmpfs -o size={size} tmpfs {small} && exec {sys.executable} {tmp_path / 'scenario.py'}"
     probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
     if probe.returncode != 0:
         pytest.skip(f"unshare -rm is not allowed here: {probe.stderr.decode().strip()}")
@@ -149,7 +154,7 @@ import json, subprocess, sys, time
 from pathlib import Path
 from hermes.report import open_store, pick_experiment
 
-disk, spec = Path({disk!r}), {spec!r}
+disk, spec, small = Path({disk!r}), {spec!r}, Path({small!r})
 run = {command!r}
 runner = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 deadline = time.monotonic() + 60
@@ -162,7 +167,7 @@ def reports():
         return 0
 while reports() < 4 and time.monotonic() < deadline:
     time.sleep(0.01)
-filler = disk / "filler"
+filler = small / "filler"
 with open(filler, "wb", buffering=0) as file:  # the disk is full from here on; unbuffered: closing writes nothing
     try:
         while file.write(bytes(1 << 16)):
@@ -188,18 +193,24 @@ print(json.dumps({{
 """
 
 
-@pytest.mark.parametrize("writer", ["store", "checkpoint"])
+@pytest.mark.parametrize("writer", ["store", "checkpoint", "torch-like checkpoint"])
 def test_a_full_disk_interrupts_the_run_and_a_rerun_with_room_completes_it(tmp_path: Path, writer: str) -> None:
     """The disk fills while the runner writes its store (the store and the trials' checkpoints on
-    one small filesystem), or while a trial writes its checkpoint (big ballast in each)."""
+    one small filesystem), or while a trial writes its checkpoint (big ballast in each); torch.save says
+    so with a RuntimeError, which was counted as the trial's crash (and failed it, its retries used up)."""
     budget = 6
     disk = tmp_path / "disk"
-    space = search(3, 0, 0.05, ballast_kb={"type": "choice", "values": [64 if writer == "checkpoint" else 0]})
-    spec = spec_of(f"full-{writer}", search=space, budget={"steps": budget},
-                   storage={"dir": str(disk / "runs"), "checkpoint_every": 1, "allow_outside": True})
+    space = search(3, 0, 0.05, ballast_kb={"type": "choice", "values": [0 if writer == "store" else 64]},
+                   ballast_error={"type": "choice", "values": ["runtime" if writer.startswith("torch") else "os"]})
+    spec = spec_of(f"full-{writer.split()[0]}", search=space, budget={"steps": budget},
+                   storage={"dir": str(disk / "runs"), "checkpoint_every": 1, "allow_outside": True},
+                   trial={"function": "trials.curve:train", "workdir": str(TESTS), "max_failures": 0})  # no crash
     path = write_spec(tmp_path, spec)
     command = [*hermes_command("run", str(path), "--no-live")]
-    result = in_small_filesystem(tmp_path, FULL_DISK.format(disk=str(disk), spec=str(path), command=command), "4m")
+    # torch's case: only the trials' checkpoints are full, so the store records what the trial's error does
+    small = disk / "runs" / spec["name"] / "trials" if writer.startswith("torch") else disk
+    script = FULL_DISK.format(disk=str(disk), spec=str(path), command=command, small=str(small))
+    result = in_small_filesystem(tmp_path, script, "4m", small)
     assert result.returncode == 0, result.stderr
     outcome = json.loads(result.stdout.splitlines()[-1])
     assert outcome["code"] == 2, outcome["stderr"]

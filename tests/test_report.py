@@ -422,6 +422,10 @@ def test_cli_trace_and_simulate_a_stored_experiment(
                  "--policy", "fifo"]) == 0
     figures = json.loads(capsys.readouterr().out)
     assert figures["trials"] == 10 and figures["time_to_best_s"] > 0
+    assert main(["simulate", "--trace", str(halfway), "--gpus", "2", "--policy", "fifo", "--json"]) == 0
+    assert f"{expected.left_out} trials left out" in capsys.readouterr().err  # replayed without them, and said
+    assert main(["simulate", "--trace", directory, "--experiment", "cut", "--gpus", "2"]) == 2
+    assert "experiment 'cut' has no finished trial to replay yet" in capsys.readouterr().err
     assert main(["simulate", "--trace", directory, "--experiment", "sweep", "--gpus", "3", "--mode", "min"]) == 2
     assert "improves the other way (max)" in capsys.readouterr().err
     assert main(["simulate", "--trace", str(written), "--gpus", "3"]) == 2
@@ -429,18 +433,33 @@ def test_cli_trace_and_simulate_a_stored_experiment(
     simulate = ["simulate", "--trace", str(written), "--mode", "max"]
     for wrong, told in ((["--gpus", "0"], "argument --gpus: must be a positive whole number, got '0'"),
                         (["--gpus", "2", "--period", "-3"], "argument --period: must be a positive number"),
-                        (["--gpus", "2", "--seeds", "0"], "argument --seeds: must be a positive whole number")):
+                        (["--gpus", "2", "--seeds", "0"], "argument --seeds: must be a positive whole number"),
+                        (["--gpus", "2", "--state-mb", "-1000"], "argument --state-mb: must be a number >= 0"),
+                        (["--gpus", "2", "--state-mb", "nan"], "argument --state-mb: must be a number >= 0")):
         with pytest.raises(SystemExit):  # argparse's refusal, with the usage
             main([*simulate, *wrong])
         assert told in capsys.readouterr().err
     for wrong, told in ((["--gpus", "2", "--nodes", "3"], "--nodes 3: more nodes than the 2 GPUs"),
-                        (["--gpus", "2", "--compare", "fifo,hermse"], "unknown policy 'hermse'; choose among")):
+                        (["--gpus", "2", "--compare", "fifo,hermse"], "unknown policy 'hermse'; choose one of fifo"),
+                        (["--gpus", "2", "--policy", "nosuch.module:Policy"],
+                         "--policy nosuch.module:Policy: policy 'nosuch.module:Policy': cannot load nosuch.module:Policy: "
+                         "ModuleNotFoundError"),
+                        (["--gpus", "2", "--stopper", "hermes.policies.fifo:FifoPolicy"],
+                         "is not a subclass of hermes.core.policy.EarlyStopper")):
         assert main([*simulate, *wrong]) == 2  # was a ValueError's traceback
         assert told in capsys.readouterr().err
 
 
 def test_cli_errors_name_the_problem(recorded: Recorded, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nowhere"
+    # a mistyped server root made an empty server there, and said "no tokens"; a bad database gave a traceback
+    assert main(["server", "--root", str(missing), "tokens"]) == 2
+    assert f"--root {missing}: no server there (no hermes.db)" in capsys.readouterr().err and not missing.exists()
+    assert main(["server", "--root", str(missing), "--database", "nonsense", "tokens"]) == 2
+    assert "--database nonsense: cannot use it: Could not parse SQLAlchemy URL" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["server", "--port", "99999"])
+    assert "argument --port: must be a port number, 0 to 65535, got '99999'" in capsys.readouterr().err
     assert main(["status", str(missing)]) == 2
     assert f"no Hermes store at {missing / STORE_FILE}" in capsys.readouterr().err
     assert not missing.exists()  # a report never creates a store

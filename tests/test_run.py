@@ -30,8 +30,10 @@ from hermes.core.decisions import Resume, Start, Suspend
 from hermes.core.events import TrialReported
 from hermes.core.states import TrialState
 from hermes.core.scheduler import NO_REPORT
+from hermes.experiment import load_spec
 from hermes.sim.trace import load_trace
 from hermes.report import ExperimentView, open_store, pick_experiment
+from hermes.session import ExperimentSession
 from hermes.store import ExperimentStatus, MetricRecord, SqlStore, TrialRecord
 from hermes.trial import protocol
 
@@ -924,6 +926,47 @@ def test_an_unmodified_program_is_stopped_and_continued_and_reports_everything(t
             assert not any(start < record.at < end for start, end in gaps)
 
 
+def stopped_process(storage: Path) -> int | None:
+    """A trial process of ``storage`` that is stopped (SIGSTOP: suspended) after it printed a report, if any."""
+    marker = f"{protocol.ENV_TRIAL_DIR}=".encode()
+    for pid in trial_processes(storage):
+        try:
+            stopped = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "T"
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        directory = next((item[len(marker):].decode() for item in environ if item.startswith(marker)), None)
+        if stopped and directory and (Path(directory) / "stdout.log").read_text().strip():
+            return pid
+    return None
+
+
+def test_an_unmodified_program_killed_while_suspended_runs_again(tmp_path: Path) -> None:
+    """A stopped process keeps its memory, which makes it the out-of-memory killer's likeliest pick; killed, its
+    trial failed at once instead of running again as a crash of a running one does (trial.max_failures)."""
+    spec = printer_spec("e2e-killed-suspended", 10)
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    runner = subprocess.Popen(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=environment(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        victim: list[int] = []
+        wait_for(lambda: victim.append(pid) or True if (pid := stopped_process(storage)) else False, 60,
+                 "a suspended trial process")
+        os.kill(victim[0], signal.SIGKILL)  # stopped, it stays so until killed: SIGCONT would come from the runner
+        output, _ = runner.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert runner.returncode == 0, output
+    assert "crashed (exit code -9 (SIGKILL)); crash 1 of trial.max_failures 2" in output
+    view, _ = load_view(storage)
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED] * 3, output
+    for records in metrics_by_trial(view.metrics).values():
+        assert own_steps(records) == list(range(1, 11))
+
+
 @pytest.mark.parametrize("pattern", [PRINTED, r"loss (?P<loss>\S+) score (?P<value>\S+)"], ids=["step", "no-step"])
 def test_unmodified_programs_whose_runner_died_start_again_and_complete(tmp_path: Path, pattern: str) -> None:
     """A stopped program dies with its runner. Run again, each starts from its beginning, and the lines up to the
@@ -952,6 +995,15 @@ def test_unmodified_programs_whose_runner_died_start_again_and_complete(tmp_path
         lines = (trial_dir(storage, spec, trial.trial_id) / "stdout.log").read_text().splitlines()
         started_again += len({line.rsplit(" pid ", 1)[1] for line in lines}) > 1
     assert started_again  # the trials stopped when the runner died printed from step 1 again, in a new process
+    store = open_store(storage)
+    try:
+        reported = [event for event in store.events(pick_experiment(store, None).experiment_id)
+                    if isinstance(event, TrialReported)]
+    finally:
+        store.close()
+    for trial in view.trials:  # the steps the store held were caught up: none reported again, with other numbers
+        steps_reported = [event.step for event in reported if event.trial_id == trial.trial_id]
+        assert steps_reported == list(range(1, steps + 1)), trial.trial_id
 
 
 def test_an_unmodified_program_that_prints_rarely_is_preempted_between_its_lines(tmp_path: Path) -> None:
@@ -1072,7 +1124,32 @@ def test_an_unmodified_program_that_trains_past_its_budget_is_stopped_there_and_
     run_ok(write_spec(tmp_path, spec))
     view, _ = load_view(tmp_path / "runs")
     [trial] = view.trials
-    assert trial.state is TrialState.COMPLETED and 4 <= trial.step < 30  # stopped at its first report past 3
+    assert trial.state is TrialState.COMPLETED and trial.step == 3  # stopped at its first report past 3, not kept
+    assert [record.step for record in view.metrics] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("how", ["function", "command"])
+def test_a_trial_that_reports_past_its_budget_ends_there_completed_without_that_report(tmp_path: Path, how: str) -> None:
+    """As Ray Tune's ``training_iteration`` stop: the step past the budget was recorded and ranked ("steps 4/3")."""
+    (tmp_path / "overrun.py").write_text(
+        "from hermes import trial\n\n\n"
+        "def train(config):\n"
+        "    for step in range(1, trial.budget() + 4):\n"
+        "        trial.report(step, score=step / 10)\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    train(trial.config())\n"
+    )
+    section = ({"function": "overrun:train"} if how == "function"
+               else {"command": f"{sys.executable} overrun.py"}) | {"workdir": str(tmp_path)}
+    spec = spec_of("e2e-overrun", trial=section, budget={"steps": 3},
+                   search={"sampler": "random", "trials": 1, "seed": 0, "space": {"rate": RATE}})
+    run_ok(write_spec(tmp_path, spec))
+    view, _ = load_view(tmp_path / "runs")
+    [trial] = view.trials
+    assert trial.state is TrialState.COMPLETED and trial.step == 3 and trial.error is None
+    assert [record.step for record in view.metrics] == [1, 2, 3]
+    stderr = (trial_dir(tmp_path / "runs", spec, trial.trial_id) / "stderr.log").read_text()
+    assert "reported step 4, past its budget of 3 steps" in stderr
 
 
 def test_an_unmodified_programs_lines_give_their_numbers_and_say_which_group_was_none(tmp_path: Path) -> None:
@@ -1125,18 +1202,24 @@ def test_a_sampler_that_raises_ends_the_experiment_failed_with_its_reason(tmp_pa
 
 
 def test_a_failed_search_run_again_stays_failed(tmp_path: Path) -> None:
-    """Optuna's BruteForceSampler cannot propose a float: the search fails before its first trial. Run again, it
-    was recorded finished, with exit 0, since nothing was left to run."""
-    brute = {"optuna": "optuna.samplers.BruteForceSampler"}
-    spec = spec_of("e2e-brute", search={**search(2, 0, 0.05), "sampler": brute})
+    """A sampler that fails proposing its second trial (the spec check asks it for one): the search fails. Run
+    again, it was recorded finished, with exit 0, since nothing was left to run."""
+    (tmp_path / "second_ask_fails.py").write_text(
+        "import optuna\n\n\nclass SecondAskFails(optuna.samplers.RandomSampler):\n"
+        "    def sample_independent(self, study, trial, name, distribution):\n"
+        "        if trial.number >= 1:\n"
+        "            raise RuntimeError('boom')\n"
+        "        return super().sample_independent(study, trial, name, distribution)\n"
+    )
+    sampler = {"optuna": "second_ask_fails.SecondAskFails"}
+    spec = spec_of("e2e-second-ask", search={**search(2, 0, 0.05), "sampler": sampler})
     path = write_spec(tmp_path, spec)
+    reason = "hermes: error: search.sampler second_ask_fails.SecondAskFails failed proposing trial 1: RuntimeError: boom"
     first = hermes("run", str(path), "--no-live", cwd=tmp_path)
-    assert first.returncode == 1 and "hermes: error: search.sampler optuna.samplers.BruteForceSampler failed" in (
-        first.stderr), first.stderr
+    assert first.returncode == 1 and reason in first.stderr, first.stderr
     again = hermes("run", str(path), "--no-live", cwd=tmp_path)
-    assert again.returncode == 1 and "hermes: error: search.sampler optuna.samplers.BruteForceSampler failed" in (
-        again.stderr), again.stderr
-    assert again.stdout.startswith("e2e-brute: failed (continued)"), again.stdout
+    assert again.returncode == 1 and reason in again.stderr, again.stderr
+    assert again.stdout.startswith("e2e-second-ask: failed (continued)"), again.stdout
     view, _ = load_view(tmp_path / "runs")
     assert view.experiment.status is ExperimentStatus.FAILED
 
@@ -1215,6 +1298,106 @@ def test_tpe_proposes_trials_as_others_finish_and_a_rerun_continues_the_same_stu
     again = run_ok(path)
     assert "(continued)" in again.stdout
     assert load_view(tmp_path / "runs")[0].metrics == view.metrics
+
+
+TOLD_SEARCHER = """
+from hermes.search import BaseSearcher
+
+
+class Told(BaseSearcher):
+    '''Each proposal says how many reports and ends the searcher had been told when asked.'''
+
+    def __init__(self, search, *, max_pending=None):
+        super().__init__(max_pending=max_pending)
+        self.told = 0
+
+    def _propose(self, index):
+        return {'rate': 0.2 + 0.001 * self.told, 'sleep': 0.0}
+
+    def _report(self, index, step, value):
+        self.told += 1
+
+    def _end(self, index, value, stopped):
+        self.told += 1
+"""
+
+
+def test_a_learning_searcher_is_asked_where_the_log_holds_its_submissions(tmp_path: Path) -> None:
+    """A rerun replays the log into a fresh searcher and asks it where each submission lies in the log; live,
+    it must have been asked at that same point. A searcher of one's own whose every proposal says how many
+    reports and ends it had been told: trials that end together (one batch of events) once got their
+    submissions logged after the rest of the batch, and the rerun refused the experiment as changed."""
+    (tmp_path / "told_searcher.py").write_text(TOLD_SEARCHER)
+    told = {**search(24, 0, 0.0), "sampler": "told_searcher:Told", "max_pending": 4}
+    spec = spec_of("e2e-told", search=told, budget={"steps": 2}, resources={"gpus": "none", "cpu_slots": 4},
+                   policy={"name": "fifo"})
+    path = write_spec(tmp_path, spec)
+    run_ok(path)
+    view, _ = load_view(tmp_path / "runs")
+    assert len({trial.params["rate"] for trial in view.trials}) > 12  # its proposals did follow what it was told
+    again = run_ok(path)
+    assert "(continued)" in again.stdout
+
+
+def test_optuna_is_told_that_a_trial_which_crashed_after_reporting_failed(tmp_path: Path) -> None:
+    """Its partial best is no result: told COMPLETE, it could become the study's best trial."""
+    crashing = {**search(3, 0, 0.01, crash={"type": "choice", "values": ["raise"]}), "sampler": "tpe"}
+    trial_section = {"function": "trials.curve:train", "workdir": str(TESTS), "max_failures": 0}
+    spec = spec_of("e2e-tpe-crash", search=crashing, trial=trial_section, budget={"steps": 4})
+    session = ExperimentSession(load_spec(write_spec(tmp_path, spec)))
+    session.run()
+    view, _ = load_view(tmp_path / "runs")
+    assert all(trial.state is TrialState.FAILED for trial in view.trials) and view.metrics  # it reported first
+    study = session.searcher.study  # type: ignore[attr-defined]
+    assert [trial.state.name for trial in study.trials] == ["FAIL"] * 3
+
+
+def test_parked_trials_hold_no_open_files_in_their_worker(tmp_path: Path) -> None:
+    """Each parked trial kept its stdout.log and stderr.log open: a worker of a thousand trials under round robin
+    ran out of descriptors (EMFILE at the usual limit of 1024), and trials failed. Here the limit is 64, and more
+    trials than that are parked at once."""
+    import resource
+
+    trials = 80
+    spec = spec_of("e2e-many-parked", search=search(trials, 0, 0.03), budget={"steps": 4},
+                   policy={"name": "rr", "period": 0.02}, resources={"gpus": "none", "cpu_slots": 1})
+    path = write_spec(tmp_path, spec)
+
+    def limit_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    result = subprocess.run(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=environment(),
+                            capture_output=True, text=True, timeout=RUN_TIMEOUT, preexec_fn=limit_files)
+    assert result.returncode == 0, result.stdout + result.stderr
+    view, decisions = load_view(tmp_path / "runs")
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED] * trials
+    assert sum(isinstance(decision, Suspend) for decision in decisions) > 64  # many parked at once
+
+
+def test_a_trial_whose_checkpoint_cannot_be_written_to_move_it_fails_alone(tmp_path: Path) -> None:
+    """A parked trial resumed on another slot is spilled to disk first; when its saver raised, the trial still
+    started on the new slot while its crash was reported, so the core gave that slot to another trial as well, and
+    the whole run ended ("cannot run trial 1 on local/cpu1: trial 0 holds it"), recorded failed."""
+    (tmp_path / "unsaveable.py").write_text(
+        "import time\n\nfrom hermes import trial\n\n\n"
+        "def save(directory):\n"
+        "    raise ValueError('cannot save')\n\n\n"
+        "def train(config):\n"
+        "    saver = trial.Files(save, lambda directory: None)\n"
+        "    for step in range(saver.restore(), trial.budget()):\n"
+        "        time.sleep(0.02)\n"
+        "        trial.report(step + 1, loss=config['x'] / (step + 1))\n"
+    )
+    spec = spec_of("e2e-unsaveable", trial={"function": "unsaveable:train", "workdir": str(tmp_path)},
+                   search={"configs": [{"x": 1.0}, {"x": 2.0}, {"x": 3.0}]}, metric={"name": "loss", "mode": "min"},
+                   budget={"steps": 40}, policy={"name": "rr", "period": 0.1},
+                   storage={"dir": "runs", "checkpoint_every": 1000})
+    result = hermes("run", str(write_spec(tmp_path, spec)), "--no-live", cwd=tmp_path)
+    assert result.returncode in (0, 1) and "holds it" not in result.stderr, result.stdout + result.stderr
+    view, _ = load_view(tmp_path / "runs")
+    assert view.experiment.status is ExperimentStatus.FINISHED
+    assert all(trial.state.is_terminal for trial in view.trials)
+    assert any("cannot save" in (trial.error or "") for trial in view.trials)  # a move was tried, and failed
 
 
 # ---------------------------------------------------------------------- 8. budgets: time, and a rerun that extends

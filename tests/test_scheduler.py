@@ -706,7 +706,8 @@ def test_fill_gives_a_free_gpu_to_a_runnable_trial_ranked_below_blocked_ones() -
 
 
 def test_a_non_movable_trial_whose_node_died_starts_again_on_another() -> None:
-    """Its state lived in its process, which died with the node: it may run anywhere now (from its beginning)."""
+    """Its state lived in its process, which died with the node: it may run anywhere now, from its beginning,
+    catching up the steps it reported (so the core stays at its last step)."""
     core = rr()
     core.node(0, "n0", "g0")
     core.node(0, "n1", "h0")
@@ -714,7 +715,7 @@ def test_a_non_movable_trial_whose_node_died_starts_again_on_another() -> None:
     assert core.submit(0, "b", budget=1) == [Start("b", "h0")]
     assert core.report(1, "a", 1) == []
     assert core(NodeRemoved(2, "n0")) == []  # h0 is busy
-    assert core.trial("a").node == "n1" and core.trial("a").step == 0
+    assert core.trial("a").node == "n1" and core.trial("a").step == 1
     assert core.report(4, "b", 1) == []
     assert core.exited(4, "b") == [Resume("a", "h0", migrated=False)]
 
@@ -780,7 +781,7 @@ def test_a_non_movable_trial_that_crashed_may_run_again_anywhere() -> None:
     assert core.submit(0, "c", budget=1) == []
     assert core.report(1, "a", 1) == []
     assert core.exited(2, "a", False, "exit code 1", crashed=True) == [Start("c", "g0")]  # c waited longer
-    assert core.trial("a").last_gpu is None and core.trial("a").step == 0
+    assert core.trial("a").last_gpu is None and core.trial("a").step == 1  # it catches up to its last step
     assert core.report(PERIOD + 1, "b", 1) == [Suspend("b")]
     assert core.suspended(PERIOD + 2, "b", 1) == [Resume("a", "g1", migrated=False)]
 

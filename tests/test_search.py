@@ -7,6 +7,7 @@ import importlib.util
 import math
 import random
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -243,6 +244,19 @@ BAD = [
                                 "b": {"type": "grid", "values": list(range(1001))}}},
      "search.trials: the grid has 1001000 combinations, more than the 1000000"),  # random lists them up front too
     ({"trials": 2, "max_gpu_hours": 0}, "search.max_gpu_hours: Input should be greater than 0"),
+    ({"sampler": {"name": None}}, "search.sampler.name: must be a sampler's name (tpe, say) or a searcher's module:"),
+    ({"sampler": {"name": ""}}, "search.sampler.name: must be a sampler's name (tpe, say) or a searcher's module:"),
+    ({"sampler": {"optuna": "..Foo"}}, "search.sampler.optuna: must be a sampler class's dotted path like optuna."),
+    ({"sampler": {"optuna": "Foo"}}, "search.sampler.optuna: must be a sampler class's dotted path like optuna."),
+    ({"sampler": 5}, "search.sampler: must be a sampler's name, module:Class, or a mapping with name or optuna"),
+    ({"sampler": {"name": "tpe", "args": {"n_startup_trials": "5"}}},  # read only when asked: asked once at the check
+     "search.sampler.args: sampler tpe failed a first proposal on the spec's space: TypeError: "),
+    ({"sampler": {"optuna": "optuna.samplers.BruteForceSampler"}},
+     ("search.sampler.optuna: sampler optuna.samplers.BruteForceSampler failed a first proposal on the spec's space: "
+      "ValueError: FloatDistribution.step must be given")),
+    ({"configs": [{}]}, "search.configs.0: sets no parameter"),
+    ({"trials": 2, "max_time": True}, "search.max_time: Input should be a valid number"),
+    ({"trials": 2, "max_gpu_hours": "1"}, "search.max_gpu_hours: Input should be a valid number"),
 ]
 
 
@@ -264,6 +278,26 @@ def test_a_sampler_whose_package_is_missing_fails_at_spec_check(monkeypatch: pyt
     with pytest.raises(SpecError, match=r"search.sampler: optuna.samplers.TPESampler needs Optuna, which is not "
                                         r"installed: pip install 'hermes-hpo\[tpe\]'"):
         search_spec(sampler="tpe", trials=4)
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("sampler_needs_more", "import optuna\nimport hermes_no_such_dependency\nS = optuna.samplers.RandomSampler\n",
+     "ModuleNotFoundError: No module named 'hermes_no_such_dependency'"),
+    ("sampler_raises", "raise RuntimeError('needs a GPU')\n", "RuntimeError: needs a GPU"),
+    ("sampler_misspelt", "class S(object)\n    pass\n", "SyntaxError: expected ':'"),
+])
+def test_a_sampler_module_that_fails_to_import_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, text: str, message: str
+) -> None:
+    """Its own failure was reported as a class not found, or escaped as a traceback."""
+    (tmp_path / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SpecError) as raised:
+        search_spec(sampler={"optuna": f"{name}.S"}, trials=2)
+    assert str(raised.value).startswith(f"<spec>: search.sampler.optuna: cannot import {name}: {message}")
+    with pytest.raises(SpecError, match=r"search.sampler.optuna: unknown Optuna sampler class 'not_there_at_all.S' "
+                                        r"\(not found: No module named 'not_there_at_all'; it must be importable"):
+        search_spec(sampler={"optuna": "not_there_at_all.S"}, trials=2)
 
 
 # ---------------------------------------------------------------------- budgets
@@ -296,3 +330,21 @@ def test_a_spec_stored_before_hermes_search_still_matches_its_dump() -> None:
     """The store compares dumps: unset new fields are left out, so old experiments open and replay."""
     dumped = search_spec(sampler="random", trials=4, seed=1).model_dump(mode="json")
     assert list(dumped) == ["sampler", "trials", "seed", "space"]
+
+
+class _Learner(BaseSearcher):
+    """A searcher of one's own that learns (the default): kept to a few trials in flight."""
+
+    def __init__(self, search: SearchSpec, *, max_pending: int | None = None) -> None:
+        super().__init__(max_pending=max_pending)
+
+    def _propose(self, index: int) -> dict[str, Any]:
+        return {"lr": 0.01, "momentum": 0.5, "layers": 2, "width": 64}
+
+
+def test_a_searcher_named_by_class_path_gets_the_concurrency_its_kind_needs() -> None:
+    """A registered searcher was taken as one that chooses up front: a learner was asked every trial at once."""
+    learner = make_searcher(search_spec(trials=12, sampler=f"{__name__}:_Learner"), "max", slots=2)
+    assert isinstance(learner, _Learner) and learner.max_pending == 8
+    fixed = make_searcher(search_spec(trials=12, sampler="hermes.search.fixed:RandomSearcher"), "max", slots=2)
+    assert fixed.max_pending is None  # it chooses without results: every trial at once

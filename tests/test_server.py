@@ -26,6 +26,7 @@ pytest.importorskip("fastapi", reason="the server needs the server extra: pip in
 from fastapi.testclient import TestClient  # noqa: E402
 
 from hermes.experiment.spec import ResourcesSpec  # noqa: E402
+from hermes.server.api import STORE_INT_MAX  # noqa: E402
 from hermes.server.app import ServerConfig, create_app  # noqa: E402
 from hermes.server.auth import token_id  # noqa: E402
 from hermes.server.client import Client, RemoteStore  # noqa: E402
@@ -187,6 +188,7 @@ def test_malformed_requests_are_refused_naming_the_field(server: Server) -> None
     for body in (b'{"weight": Infinity}', b'{"weight": NaN}'):  # Python's JSON reads them; a 422 still is JSON
         response = server.client.put("/api/experiments/1/weight", content=body, headers=json_headers)
         assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "weight"], body
+        assert response.json()["detail"][0]["msg"] == "Input should be a finite number", body  # not "<= 1000000"
     endless = real_spec("endless", policy={"name": "hermes", "params": {"ageing": float("inf")}})
     response = server.client.post("/api/experiments", content=json.dumps({"spec": endless}), headers=json_headers)
     assert response.status_code == 422
@@ -207,11 +209,11 @@ def test_oversized_payloads_are_refused(server: Server) -> None:
 
 
 def test_an_id_no_store_holds_is_not_found_and_a_cursor_past_one_is_refused_naming_it(server: Server) -> None:
-    """A store's integers have 64 bits: an id past them is answered as a missing experiment (as another user's);
-    a cursor past them, which no answer gives, with 422 naming it."""
+    """A store's ids have 32 bits (PostgreSQL's integer): an id past them is answered as a missing experiment (as
+    another user's); a cursor past them, which no answer gives, with 422 naming it."""
     alices = server.simulated("alice", "alices")
     bobs = server.simulated("bob", "bobs")
-    past = 2**63
+    past = STORE_INT_MAX + 1
     for experiment_id in (past, -past - 1, bobs):
         for path in EXPERIMENT_ROUTES:
             response = server.client.get(path.format(id=experiment_id), headers=server.as_("alice"))
@@ -845,6 +847,16 @@ def test_server_command_adds_users_binds_locally_keeps_tokens_out_of_logs_and_re
         assert refused.returncode == 2 and "no user 'nobody'" in refused.stderr
         assert accounts("revoke-token", "carol", "--all").stdout == f"revoked 1 token(s) of carol: {ids['first token']}\n"
         assert me(token) == 401 and accounts("tokens").stdout == "no tokens\n"
+
+        # A second server started by mistake is refused before its pool takes over anything: this root's
+        # pool is held by the first (on any port), and the port is taken (for any root).
+        for second_root, second_port, refusal in ((root, _free_port(), f"{root / 'pool'} is in use by another runner"),
+                                                  (tmp_path / "srv2", port, f"cannot listen on 127.0.0.1:{port}: ")):
+            second = subprocess.run([sys.executable, "-m", "hermes.cli", "server", "--root", str(second_root),
+                                     "--port", str(second_port)], capture_output=True, text=True, env=env, timeout=60)
+            assert second.returncode == 2 and refusal in second.stderr, second.stderr
+            assert "Traceback" not in second.stderr
+        assert httpx.get(f"{url}/openapi.json").status_code == 200 and process.poll() is None
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=20)
@@ -900,6 +912,11 @@ def test_the_server_keeps_its_experiments_and_users_in_postgresql(tmp_path: Path
         assert len(timeline["runs"]) == len(store.runs(alices)) > 0
         assert client.get(f"/api/experiments/{bobs}", headers=server.as_("alice")).status_code == 404
         assert client.get("/api/experiments").status_code == 401
+        for route in ("metrics", "curves", "events", "decisions"):  # a cursor past PostgreSQL's integers was a 500
+            assert server.get(f"/api/experiments/{alices}/{route}", after=STORE_INT_MAX) is not None, route
+            past = client.get(f"/api/experiments/{alices}/{route}", params={"after": STORE_INT_MAX + 1},
+                              headers=server.as_("alice"))
+            assert past.status_code == 422, (route, past.text)
         store.close()
     assert not (tmp_path / "server" / "hermes.db").exists()
 
@@ -1047,3 +1064,50 @@ def test_trials_and_runs_come_in_pages_that_miss_nothing(server: Server) -> None
             if not page["more"]:
                 break
         assert pages == sorted(everything[key], key=lambda row: row["version"]) and len(pages) > limit
+
+
+def test_a_server_url_without_a_scheme_is_http_and_one_the_client_cannot_use_is_refused_naming_it() -> None:
+    from hermes.server.client import ServerError
+
+    assert Client("gpu-box", "t").url == "http://gpu-box"  # as Determined's -m host:port
+    assert Client("gpu-box:8600/", "t").url == "http://gpu-box:8600"
+    assert Client("https://gpu-box", "t").url == "https://gpu-box"
+    for url in ("ftp://gpu-box", "http://", "gpu-box:99999", "gpu-box:port", "http://gpu-box:0"):
+        with pytest.raises(ServerError, match="cannot be used") as refused:
+            Client(url, "t")
+        assert url.split("://")[-1] in str(refused.value)
+
+
+def test_a_web_server_that_is_not_hermes_is_named_not_a_json_traceback(capsys: Any) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from hermes.cli import main
+
+    class Welcome(BaseHTTPRequestHandler):
+        """Another web server's page, whatever the path: a 200 that is HTML, not JSON."""
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            page = b"<html><body>It works!</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Welcome)
+    serving = threading.Thread(target=httpd.serve_forever, daemon=True)
+    serving.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        for command in ("status", "list", "results"):
+            assert main([command, "--server", url, "--token", "t"]) == 2
+            error = capsys.readouterr().err
+            assert error.startswith(f"hermes: error: {url} did not answer as a Hermes server (text/html"), error
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        serving.join(timeout=10)

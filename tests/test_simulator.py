@@ -576,3 +576,21 @@ def test_ctrl_c_ends_a_long_command_quietly() -> None:
         if process.poll() is None:
             process.kill()
     assert process.returncode == 130 and "Traceback" not in stderr, stderr
+
+
+class ShortestFirst(SchedulingPolicy):
+    """docs/extending.md's example, as written there: it sets no ``name``."""
+
+    def priority(self, trial: Trial, now: float) -> float:
+        return -trial.step
+
+
+def test_a_policy_of_ones_own_is_simulated_from_the_command_line_by_class_path(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It ran under `hermes run` but the simulator read its ``name``, which it need not set: a traceback."""
+    trace = str(Path(__file__).parents[1] / "data" / "digits_mlp.csv")
+    assert main(["simulate", "--trace", trace, "--mode", "max", "--gpus", "2", "--json",
+                 "--policy", f"{__name__}:ShortestFirst", "--stopper", "hermes.policies.stopping:MedianStopper"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["policy"] == "ShortestFirst" and figures["trials"] == 40

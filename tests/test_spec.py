@@ -98,6 +98,36 @@ def test_the_ray_engine_takes_an_address_and_a_checkpoint_uri() -> None:
         parse_spec(data | {"ray": {"adress": "auto"}})
 
 
+def test_floats_are_numbers_as_written_and_yaml_exponents_are_floats(tmp_path: Path) -> None:
+    """YAML 1.1 reads 1e-4 (no dot, or no exponent sign) as text: still a float, though "0.001" and true are not."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec_with(lambda d: d["search"].update(max_gpu_hours=2)), sort_keys=False)
+                    .replace("low: 0.0001", "low: 1e-4").replace("max_gpu_hours: 2", "max_gpu_hours: 1.5e1"))
+    assert "low: 1e-4" in path.read_text() and yaml.safe_load(path.read_text())["search"]["max_gpu_hours"] == "1.5e1"
+    search = load_spec(path).search
+    assert (search.space["lr"].low, search.max_gpu_hours) == (1e-4, 15.0)
+    decay = parse_spec(spec_with(put("search", "space", "weight_decay", "low", value=0))).search.space["weight_decay"]
+    assert decay.low == 0.0 and type(decay.low) is float  # a whole number is a float
+
+
+def test_numpy_scalars_are_taken_as_the_python_values_they_hold() -> None:
+    """A spec built in Python with NumPy: np.int64(32) was refused, np.float32 refused while np.float64 passed."""
+    np = pytest.importorskip("numpy")
+    space = {"width": {"type": "choice", "values": list(np.arange(32, 129, 32))},
+             "lr": {"type": "choice", "values": list(np.array([0.5, 0.25], dtype=np.float32))},
+             "on": {"type": "grid", "values": [np.bool_(True), np.False_]},
+             "wd": {"type": "uniform", "low": np.float64(0.0), "high": np.float32(0.5)}}
+    spec = parse_spec(spec_with(lambda d: d["search"].update(space=space)))
+    stored = spec.model_dump(mode="json")["search"]["space"]
+    assert stored["width"]["values"] == [32, 64, 96, 128] and stored["lr"]["values"] == [0.5, 0.25]
+    types = [type(value) for name in ("width", "lr", "on") for value in stored[name]["values"]]
+    assert types == [int] * 4 + [float] * 2 + [bool] * 2
+    assert (stored["wd"]["low"], stored["wd"]["high"]) == (0.0, 0.5)
+    listed = spec_with(lambda d: d.update(search={"configs": [{"width": np.int64(32), "lr": np.float32(0.5)}]}))
+    configs = parse_spec(listed).model_dump(mode="json")["search"]["configs"]
+    assert configs == [{"width": 32, "lr": 0.5}] and [type(v) for v in configs[0].values()] == [int, float]
+
+
 def test_grid_sampler_defaults_to_one_pass_over_the_grid() -> None:
     space = {
         "optimizer": {"type": "grid", "values": ["sgd", "adam"]},
@@ -135,6 +165,14 @@ BAD = [
     (put(*LR, "high", value=1e-5), "search.space.lr.high: must be greater than low"),
     (put(*LR, "low", value="small"), "search.space.lr.low: Input should be a valid number"),
     (put(*LR, "low", value=float("inf")), "search.space.lr.low: Input should be a finite number"),
+    (put(*LR, "low", value="0.001"), "search.space.lr.low: Input should be a valid number"),  # "0.1" is not 0.1
+    (put("search", "space", "weight_decay", "low", value=False),
+     "search.space.weight_decay.low: Input should be a valid number"),  # YAML's off is not 0.0
+    (put("search", "space", "weight_decay", "high", value=True),
+     "search.space.weight_decay.high: Input should be a valid number"),
+    (put("search", "max_time", value=True), "search.max_time: Input should be a valid number"),
+    (put("search", "max_gpu_hours", value=True), "search.max_gpu_hours: Input should be a valid number"),
+    (put("search", "sampler", value=[1]), "search.sampler: must be a sampler's name, module:Class, or a mapping"),
     (put(*LR, "type", value="normal"), "search.space.lr: unknown type 'normal'; choose one of uniform, loguniform"),
     (drop(*LR, "type"), "search.space.lr: needs a type"),
     (put(*LR, "step", value=2), "search.space.lr.step: unknown field; expected one of type, low, high"),
@@ -192,6 +230,21 @@ BAD = [
     (put("policy", "params", value={"quantum": 3}), "policy.params: policy rr: "),
     (put("policy", "stopper", value={"name": "hyperband"}), "policy.stopper.name: unknown early stopper 'hyperband'"),
     (put("policy", "stopper", "params", value={"rungs": 3}), "policy.stopper.params: stopper asha: "),
+    (put("policy", "name", value="nosuch.module:Policy"),
+     "policy.name: policy 'nosuch.module:Policy': cannot load nosuch.module:Policy: ModuleNotFoundError"),
+    (put("policy", "name", value="hermes.policies.rr:NoSuchPolicy"),
+     "policy.name: policy 'hermes.policies.rr:NoSuchPolicy': cannot load hermes.policies.rr:NoSuchPolicy: "
+     "AttributeError"),
+    (put("policy", "name", value="hermes.policies.stopping:AshaStopper"),
+     "policy.name: policy 'hermes.policies.stopping:AshaStopper': hermes.policies.stopping:AshaStopper is not a "
+     "subclass of hermes.core.policy.SchedulingPolicy"),
+    (put("policy", "stopper", value={"name": "hermes.policies.rr:RoundRobinPolicy"}),
+     "policy.stopper.name: early stopper 'hermes.policies.rr:RoundRobinPolicy': hermes.policies.rr:RoundRobinPolicy is "
+     "not a subclass of hermes.core.policy.EarlyStopper"),
+    (put("search", "sampler", value="nosuch.module:Searcher"),
+     "search.sampler: cannot load nosuch.module:Searcher: ModuleNotFoundError"),
+    (put("search", "sampler", value={"name": "hermes.policies.rr:RoundRobinPolicy"}),
+     "search.sampler.name: hermes.policies.rr:RoundRobinPolicy is not a subclass of hermes.search.BaseSearcher"),
     (put("resources", "gpus", value="any"), "resources.gpus: must be 'all', 'none' or a list of GPU indices"),
     (put("resources", "gpus", value=[]), "resources.gpus: must be 'all', 'none' or a list of GPU indices"),
     (put("resources", "gpus", value=[0, -1]), "resources.gpus.1: must be a GPU index"),
@@ -437,6 +490,10 @@ def test_a_storage_dir_outside_the_project_needs_an_explicit_opt_in(
     (project / "taken").write_text("")
     with pytest.raises(SpecError, match=f"storage.dir: {project / 'taken'} is not a directory"):
         load_in(project, put("storage", "dir", value="taken"))
+    # ~ is your home, as a shell would read it (a folder named "~" in the spec's folder before)
+    assert load_in(project, put("storage", "dir", value="~/runs")).storage_dir == tmp_path / "home" / "runs"
+    (tmp_path / "home" / "code").mkdir(parents=True)
+    assert load_in(project, put("trial", "workdir", value="~/code")).workdir == tmp_path / "home" / "code"
 
 
 def test_hermes_run_refuses_a_broken_spec_before_writing_anything(

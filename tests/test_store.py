@@ -131,6 +131,27 @@ def test_reopening_with_another_spec_names_the_differences(store: ExperimentStor
         store.create_or_open_experiment("exp", changed)
 
 
+def test_a_refusal_names_only_the_differences_that_may_not_change(store: ExperimentStore) -> None:
+    """A refusal that listed an allowed change too (search.trials) asked the user to undo it."""
+    store.create_or_open_experiment("exp", SPEC)
+    changed = {**SPEC, "search": {**SPEC["search"], "trials": 8}, "budget": {"steps": 3}}
+    with pytest.raises(StoreError, match=r"'exp' already exists .* \(differs in budget\); give it a new name"):
+        store.create_or_open_experiment("exp", changed, may_change=("search.trials",))
+    assert store.experiment(store.create_or_open_experiment("exp", SPEC)).spec == SPEC  # nothing was written
+
+
+def test_reordered_parameters_are_another_experiment(store: ExperimentStore) -> None:
+    """The random searcher draws in space order: the same parameters reordered would not replay the log."""
+    space = {"lr": {"type": "uniform", "low": 0.0, "high": 1.0}, "x": {"type": "int", "low": 1, "high": 3}}
+    spec = {**SPEC, "search": {**SPEC["search"], "space": space}}
+    first = store.create_or_open_experiment("exp", spec)
+    reordered = {**spec, "search": {"space": dict(reversed(space.items())), "trials": 8}}  # search's keys reordered too
+    with pytest.raises(StoreError, match=r"\(differs in search.space \(the order of its parameters\)\); give"):
+        store.create_or_open_experiment("exp", reordered, may_change=("search.trials",))
+    assert store.create_or_open_experiment("exp", {**spec, "search": {"space": space, "trials": 8}},
+                                           may_change=("search.trials",)) == first
+
+
 def test_status(store: ExperimentStore) -> None:
     experiment = store.create_or_open_experiment("exp", SPEC)
     store.set_status(experiment, ExperimentStatus.FINISHED)

@@ -104,6 +104,7 @@ BAD_FILES = {
     "empty": ("", 1, "empty file"),
     "header_only": (HEADER, 1, "not followed by any rows"),
     "missing_column": ("trial,epoch,metric\n0,1,0.5\n", 1, "missing column 'seconds'"),
+    "column_twice": (HEADER.rstrip("\n") + ",metric\n0,1,0.5,3,0.9\n", 1, "column 'metric' appears twice"),
     "ragged_row": (HEADER + "0,1,0.5,3\n0,2,0.6\n", 3, "expected 4 fields"),
     "epoch_not_integer": (HEADER + "0,1,0.5,3\n0,two,0.6,3\n", 3, "epoch must be an integer, got 'two'"),
     "metric_not_number": (HEADER + "0,1,high,3\n", 2, "metric must be a number, got 'high'"),
@@ -130,6 +131,13 @@ def test_bad_file(tmp_path: Path, case: str) -> None:
         load_trace(path, "max")
     assert str(error.value).startswith(f"{path}:{line}: ")
     assert message in str(error.value)
+
+
+def test_a_file_that_is_not_utf8_is_named_as_such(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(HEADER.encode() + "\xe9,1,0.5,3\n".encode("latin-1"))
+    with pytest.raises(TraceError, match=f"^{path}: not UTF-8 text"):
+        load_trace(path, "max")
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Record the real workload of ``compare.py`` as a simulator trace: every configuration trained to its end.
 
-    python bench/frameworks/record_trace.py [--trials 40] [--epochs 24] [--out data/digits_mlp.csv]
+    python bench/frameworks/record_trace.py --out my_digits.csv [--trials 40] [--epochs 24] [--force]
 
 Trains ``workload.configurations(trials)`` for ``epochs`` epochs each, two at a time as in
 ``compare.py`` (2 slots of one torch thread), and writes the trace format of ``hermes.sim.trace``:
@@ -48,10 +48,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--epochs", type=int, default=24)
-    parser.add_argument("--out", type=Path, default=Path("data/digits_mlp.csv"))
+    parser.add_argument("--out", type=Path, required=True,
+                        help="the CSV to write (the shipped data/digits_mlp.csv is replaced only with --force)")
+    parser.add_argument("--force", action="store_true", help="replace --out if it exists")
     args = parser.parse_args()
     configs = configurations(args.trials)
     names = list(SPACE)
+    if args.out.exists() and not args.force:
+        parser.error(f"--out {args.out} exists: give another path, or --force to replace it")
     with Pool(SLOTS) as pool, args.out.open("w", newline="") as out:
         writer = csv.writer(out)
         writer.writerow(["trial", "epoch", "metric", "seconds", "state_mb", *(f"param_{name}" for name in names)])

@@ -49,12 +49,17 @@ class SchedulingPolicy(ABC):
     has a higher priority. Other policies run each trial to completion.
     """
 
-    name: ClassVar[str]
+    name: ClassVar[str]  # in results and logs; a subclass that sets none is named after its class
     time_sharing: ClassVar[bool] = True
     order_version: int | None = None
     """A promise that lets the core sort waiting trials once instead of scanning them at every
     decision: the relative order of waiting trials does not change as time passes, only when this
     counter changes (the policy bumps it). None: no such promise."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not hasattr(cls, "name"):
+            cls.name = cls.__name__
 
     def __init__(self, period: float = 60.0) -> None:
         if not period > 0:
@@ -92,7 +97,12 @@ class SchedulingPolicy(ABC):
 class EarlyStopper(ABC):
     """Ends hopeless trials; composes with any scheduling policy."""
 
-    name: ClassVar[str]
+    name: ClassVar[str]  # a subclass that sets none is named after its class
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not hasattr(cls, "name"):
+            cls.name = cls.__name__
 
     @abstractmethod
     def should_stop(self, trial: Trial) -> bool:

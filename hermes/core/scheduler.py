@@ -231,7 +231,9 @@ class Scheduler:
             outcome = COMPLETED if trial.step >= trial.budget else STOPPED  # stopped once it trained its budget
         elif event.succeeded and trial.steps:
             outcome = COMPLETED
-        elif event.crashed and trial.steps and trial.state in HOLDING_GPU and trial.crashes < self.max_failures:
+        elif event.crashed and trial.steps and trial.crashes < self.max_failures and (
+            trial.state in HOLDING_GPU or trial.state is SUSPENDED
+        ):
             return self._run_again(trial, event.at)
         else:  # failed, or ended without a single report: nothing to rank it by, most likely a mistake
             outcome = FAILED
@@ -249,12 +251,20 @@ class Scheduler:
     def _run_again(self, trial: Trial, now: float) -> list[Decision]:
         """A run that crashed after reports falls back to its checkpoint, as on a lost GPU, and waits to run
         again (a transient fault: a flaky device, the out-of-memory killer, a node's hiccup). A process that
-        held its state is gone with it, so an unmovable trial may run anywhere."""
+        held its state is gone with it, so an unmovable trial may run anywhere. A suspended run may crash
+        too: a stopped process keeps its memory, which makes it the out-of-memory killer's likeliest pick."""
         trial.crashes += 1
-        node = self._release_gpu(trial, now)
+        if trial.state is SUSPENDED:  # waiting already, on its node
+            node = self.cluster.nodes[trial.node]
+        else:
+            node = self._release_gpu(trial, now)
         if not trial.movable:
             trial.last_gpu = None
-        self._fall_back(trial, now)
+        if trial.state is SUSPENDED:
+            trial.step = trial.catch_up_step
+            self.node_schedulers[node.name].add_waiting(trial, now)
+        else:
+            self._fall_back(trial, now)
         return self._place_and_fill(now, {node})
 
     def _on_period(self, event: PeriodElapsed) -> list[Decision]:
@@ -487,9 +497,10 @@ class Scheduler:
         self._fall_back(trial, now)
 
     def _fall_back(self, trial: Trial, now: float) -> None:
-        """Its run is gone without a suspension: it waits again from its last checkpoint."""
+        """Its run is gone without a suspension: it waits again from its last checkpoint (one that is not movable
+        starts again from its beginning, and catches up every step it reported)."""
         trial.move_to(SUSPENDED)
-        trial.step = trial.checkpoint_step
+        trial.step = trial.catch_up_step
         if trial.node in self.node_schedulers:
             self.node_schedulers[trial.node].add_waiting(trial, now)
 

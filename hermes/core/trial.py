@@ -49,6 +49,13 @@ class Trial:
         self.state = state
         self.waiting = state is PENDING or state is SUSPENDED
 
+    @property
+    def catch_up_step(self) -> int:
+        """The step up to which a restarted run's reports are known already (an executor answers them and
+        records nothing): its checkpoint's; a trial that is not movable keeps its state in its process, so it
+        starts again from its beginning, and every step it reported is known."""
+        return self.checkpoint_step if self.movable else self.step
+
     def gpu_time_at(self, now: float) -> float:
         """GPU seconds consumed up to ``now``, counting the run in progress."""
         return self.gpu_time + (now - self.running_since if self.running_since is not None else 0.0)

@@ -30,7 +30,9 @@ Further rules:
   so every decision about it is applied first: a Suspend or Stop always lands on that report.
 - Catch-up: a trial that fell back to an older checkpoint re-trains steps the core already has;
   the executor answers those reports itself and never emits them. ``submit``'s ``reported_step``
-  tells it where the core stands for a trial that ran before.
+  tells it where the core stands for a trial that ran before. A trial that is not movable keeps no
+  checkpoint (its state is its process): started again from its beginning, it catches up every step
+  it reported (``Trial.catch_up_step``), although the core falls back to its last suspension.
 - ``TrialReported`` carries every metric of the report in ``metrics``; ``value`` is the
   objective among them. There is no side channel.
 - Cluster membership comes out of ``next_events`` like any other event: the first call returns

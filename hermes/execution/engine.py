@@ -26,10 +26,12 @@ class Engine:
     """Feeds one core from one executor and from an inbox that any thread may post to.
 
     Order: the events the executor reported together, in order; then whatever was posted, in
-    order, including what listeners post meanwhile; all of them go through the core and the
-    listeners before the executor acts on any (so that the store commits them at once); then the
-    executor is asked again. A post wakes a blocked executor, so an event from another thread (a
-    submission from an HTTP request, say) is handled at once.
+    order. What is posted while an event goes through the listeners (a listener's submissions) is
+    handled right after that event, before the rest: a replay of the log must find a searcher's
+    submissions where it asked for them. All of them go through the core and the listeners before the
+    executor acts on any (so that the store commits them at once); then the executor is asked again.
+    A post wakes a blocked executor, so an event from another thread (a submission from an HTTP
+    request, say) is handled at once.
     """
 
     def __init__(
@@ -78,7 +80,7 @@ class Engine:
             self._handle(self._next_batch())
 
     def _handle(self, events: list[Event], *, everything: bool = False) -> None:
-        """Events through the core and the listeners, with what the listeners post meanwhile (until
+        """Events through the core and the listeners, each followed by what was posted meanwhile (until
         the core is finished, unless ``everything``); then the listeners that keep what they saw
         flush it (the store: one commit for the lot); then the executor acts on each, in order."""
         pending = deque(events)
@@ -89,8 +91,8 @@ class Engine:
             for listener in self.listeners:
                 listener(event, decisions)
             handled.append((event, decisions))
-            if not pending and not everything:
-                pending.extend(self._take_posts())
+            if not self.scheduler.finished:
+                pending.extendleft(reversed(self._take_posts()))
         for flush in self._flushes:
             flush()
         for event, decisions in handled:

@@ -30,6 +30,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PositiveFloat,
@@ -53,9 +54,21 @@ from hermes.trial.protocol import MAX_STEP
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a directory's name, and the store's key with its owner
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
-# Whole numbers and switches are taken as written: true is not 1, 2.0 is not 2, "3" is not 3.
+# Whole numbers, numbers and switches are taken as written: true is not 1, 2.0 is not 2, "3" is not 3, and
+# "0.1" is not 0.1 (a float field takes a whole number as a float; a string only as _yaml_float says).
+_EXPONENT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
+
+
+def _yaml_float(value: Any) -> Any:
+    """A number in exponent notation that YAML 1.1 reads as text (1e-4, 1.0e4) as the float it is: PyYAML
+    reads a float only with a dot and a signed exponent (1.0e-4, 1.0e+4). Anything else as it is."""
+    return float(value) if isinstance(value, str) and _EXPONENT.fullmatch(value) else value
+
+
+FiniteFloat = Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(allow_inf_nan=False)]
+StrictPositiveFloat = Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(gt=0)]
 StrictPositiveInt = Annotated[int, Strict(), Field(gt=0)]
+_CLASS_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")  # package.module.Class
 MAX_SLOTS = 1024  # CPU slots (or threads per slot) of one machine: far above its cores, well below a hang
 MAX_TRIALS = 1_000_000  # per experiment; their configurations are drawn up front
 DEFAULT_MAX_FAILURES = 2  # runs of a trial that may crash before it fails (trial.max_failures)
@@ -141,6 +154,7 @@ class Choice(_Section):
     def _scalars(cls, values: list[Any]) -> list[Any]:
         if not values:
             raise ValueError("must list at least one value")
+        values = [_plain(value) for value in values]
         for index, value in enumerate(values):
             if not _scalar(value):
                 raise _PathError(str(index), f"must be a string, a finite number or a boolean, got {value!r}")
@@ -168,34 +182,53 @@ def _scalar(value: Any) -> bool:
     return isinstance(value, (str, int, float)) and not (isinstance(value, float) and not math.isfinite(value))
 
 
+def _plain(value: Any) -> Any:
+    """A NumPy scalar (np.int64(32), np.float32(0.1), np.bool_(True)) as the Python value it holds, so that a spec
+    built in Python with NumPy is checked, compared and stored as plain JSON; anything else as it is."""
+    if type(value).__module__ == "numpy" and getattr(value, "shape", None) == () and hasattr(value, "item"):
+        return value.item()
+    return value
+
+
 Parameter = Annotated[Uniform | LogUniform | IntRange | Choice | Grid, Field(discriminator="type")]
 PARAMETER_TYPES = ("uniform", "loguniform", "int", "choice", "grid")
 
 
 class SearchSpec(_Section):
-    # A name (random, grid, list, tpe, cmaes, gp, qmc), {name: ..., args: {...}}, or any Optuna
-    # sampler by class path: {optuna: optuna.samplers.NSGAIISampler, args: {...}}.
+    # A name (random, grid, list, tpe, cmaes, gp, qmc), {name: ..., args: {...}}, any Optuna
+    # sampler by class path: {optuna: optuna.samplers.NSGAIISampler, args: {...}}, or a searcher of
+    # one's own (a hermes.search.BaseSearcher) as module:Class.
     sampler: str | dict[str, Any] = "random"
     # The budget, whichever ends first; a rerun may change it. trials defaults to one pass for grid and list.
     trials: Annotated[int, Strict(), Field(gt=0, le=MAX_TRIALS)] | None = None
-    max_time: PositiveFloat | None = None  # seconds of wall-clock time, or "90m", "2h", "1d"
-    max_gpu_hours: PositiveFloat | None = None
+    max_time: StrictPositiveFloat | None = None  # seconds of wall-clock time, or "90m", "2h", "1d"
+    max_gpu_hours: StrictPositiveFloat | None = None
     max_pending: StrictPositiveInt | None = None  # unfinished trials in flight; default in hermes.search.make_searcher
     seed: Annotated[int, Strict(), Field(ge=0, le=2**32 - 1)] = 0  # what NumPy's and Optuna's generators take
     space: dict[str, Parameter] = {}  # for sampler list, derived from configs when not given
     configs: list[dict[str, Any]] | None = None  # sampler list: the configurations, in trial order
 
-    @field_validator("sampler")
+    @field_validator("sampler", mode="before")
     @classmethod
-    def _sampler_shape(cls, sampler: str | dict[str, Any]) -> str | dict[str, Any]:
-        if isinstance(sampler, dict):
-            unknown = [key for key in sampler if key not in ("name", "optuna", "args")]
-            if unknown:
-                raise _PathError(str(unknown[0]), "unknown field; expected one of name, optuna, args")
-            if ("name" in sampler) == ("optuna" in sampler):
-                raise ValueError("give exactly one of name (a registered sampler) or optuna (a sampler class path)")
-            if not isinstance(sampler.get("args", {}), dict):
-                raise _PathError("args", "must be a mapping of argument names to values")
+    def _sampler_shape(cls, sampler: Any) -> Any:
+        """Checked before pydantic's union, whose errors would name its branches (search.sampler.str: ...)."""
+        if isinstance(sampler, str):
+            return sampler
+        if not isinstance(sampler, dict):
+            raise ValueError("must be a sampler's name, module:Class, or a mapping with name or optuna")
+        unknown = [key for key in sampler if key not in ("name", "optuna", "args")]
+        if unknown:
+            raise _PathError(str(unknown[0]), "unknown field; expected one of name, optuna, args")
+        if ("name" in sampler) == ("optuna" in sampler):
+            raise ValueError("give exactly one of name (a registered sampler) or optuna (a sampler class path)")
+        name, path = sampler.get("name"), sampler.get("optuna")
+        if "name" in sampler and not (isinstance(name, str) and name):
+            raise _PathError("name", f"must be a sampler's name (tpe, say) or a searcher's module:Class, got {name!r}")
+        if "optuna" in sampler and not (isinstance(path, str) and _CLASS_PATH.fullmatch(path)):
+            raise _PathError("optuna", f"must be a sampler class's dotted path like "
+                                       f"optuna.samplers.NSGAIISampler, got {path!r}")
+        if not isinstance(sampler.get("args", {}), dict):
+            raise _PathError("args", "must be a mapping of argument names to values")
         return sampler
 
     @field_validator("max_time", mode="before")
@@ -218,7 +251,11 @@ class SearchSpec(_Section):
     def _configs(cls, configs: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         if configs is not None and not configs:
             raise ValueError("must list at least one configuration")
+        if configs is not None:
+            configs = [{name: _plain(value) for name, value in config.items()} for config in configs]
         for index, config in enumerate(configs or []):
+            if not config:
+                raise _PathError(str(index), "sets no parameter")
             if set(config) != set(configs[0]):
                 raise _PathError(str(index), f"must set the same parameters as configs.0 ({', '.join(configs[0])})")
             for name, value in config.items():
@@ -240,7 +277,7 @@ class SearchSpec(_Section):
         """The registered name, or the Optuna class path."""
         if isinstance(self.sampler, str):
             return self.sampler
-        return str(self.sampler.get("name") or self.sampler["optuna"])
+        return str(self.sampler["name"] if "name" in self.sampler else self.sampler["optuna"])
 
     @property
     def sampler_args(self) -> dict[str, Any]:
@@ -275,7 +312,7 @@ class SearchSpec(_Section):
         for param, parameter in self.space.items():
             if name == "grid" and not isinstance(parameter, Grid):
                 raise _PathError(f"space.{param}", "sampler grid takes grid parameters only; use sampler random")
-            if name not in search.HERMES_SEARCHERS and isinstance(parameter, Grid):
+            if isinstance(parameter, Grid) and search.hermes_searcher(self) is None:
                 raise _PathError(f"space.{param}", f"sampler {name} takes no grid parameters; use type choice")
         if self.trials is None and name in ("grid", "list"):
             self.trials = len(self.configs) if self.configs is not None else self.grid_size
@@ -457,20 +494,21 @@ class PolicySpec(_Section):
         # The registries import every policy: do that only when a spec is checked.
         from hermes import policies
 
-        if self.name not in policies.POLICIES:
-            raise _PathError("name", f"unknown policy {self.name!r}; choose one of {_names(policies.POLICIES)}")
         try:
-            policies.make_policy(self.name, **self.settings)
+            policy = policies.policy_class(self.name)
+        except ValueError as error:
+            raise _PathError("name", str(error)) from None
+        try:
+            policy(**self.settings)
         except (TypeError, ValueError) as error:
             raise _PathError("params", f"policy {self.name}: {error}") from None
         if self.stopper is not None:
-            if self.stopper.name not in policies.STOPPERS:
-                raise _PathError(
-                    "stopper.name",
-                    f"unknown early stopper {self.stopper.name!r}; choose one of {_names(policies.STOPPERS)}",
-                )
             try:
-                policies.make_stopper(self.stopper.name, **self.stopper.params)
+                stopper = policies.stopper_class(self.stopper.name)
+            except ValueError as error:
+                raise _PathError("stopper.name", str(error)) from None
+            try:
+                stopper(**self.stopper.params)
             except (TypeError, ValueError) as error:
                 raise _PathError("stopper.params", f"stopper {self.stopper.name}: {error}") from None
         return self
@@ -546,9 +584,13 @@ class ExperimentSpec(_Section):
     def _objective_printed(self) -> ExperimentSpec:
         """An unmodified program's pattern names the objective: a group called ``value``, or the metric's name."""
         pattern = self.trial.metrics_regex
-        if pattern is not None and not {"value", self.metric.name} & set(re.compile(pattern).groupindex):
+        groups = set(re.compile(pattern).groupindex) if pattern is not None else set()
+        if pattern is not None and not {"value", self.metric.name} & groups:
             raise _PathError("trial.metrics_regex", f"needs a named group for the metric: (?P<{self.metric.name}>...) "
                                                     "or (?P<value>...); (?P<step>...) is optional")
+        if {"value", self.metric.name} <= groups and self.metric.name != "value":  # which would rank it? one rule
+            raise _PathError("trial.metrics_regex", f"has both (?P<value>...) and (?P<{self.metric.name}>...): name "
+                                                    "the objective once")
         return self
 
     @model_validator(mode="after")
@@ -596,12 +638,12 @@ class ExperimentSpec(_Section):
 
     @property
     def workdir(self) -> Path:
-        """Where a trial runs: ``trial.workdir`` resolved against the spec file's folder."""
-        return (self._base_dir / self.trial.workdir).resolve()
+        """Where a trial runs: ``trial.workdir`` resolved against the spec file's folder (``~`` is your home)."""
+        return (self._base_dir / Path(self.trial.workdir).expanduser()).resolve()
 
     @property
     def storage_dir(self) -> Path:
-        return (self._base_dir / self.storage.dir).resolve()
+        return (self._base_dir / Path(self.storage.dir).expanduser()).resolve()
 
     @property
     def checkpoint_uri(self) -> str:
@@ -611,7 +653,7 @@ class ExperimentSpec(_Section):
         uri = self.storage.uri
         if uri is None:
             return str(self.storage_dir / self.name / "checkpoints")
-        return uri if "://" in uri else str((self._base_dir / uri).resolve())
+        return uri if "://" in uri else str((self._base_dir / Path(uri).expanduser()).resolve())
 
 
 def load_spec(path: str | Path, name: str | None = None) -> ExperimentSpec:
@@ -676,7 +718,3 @@ def _home() -> Path | None:
         return Path.home().resolve()
     except RuntimeError:  # no HOME and no password entry
         return None
-
-
-def _names(registry: dict[str, Any]) -> str:
-    return ", ".join(registry) or "(none registered)"

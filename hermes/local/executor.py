@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections import deque
 from pathlib import Path
 
 from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
@@ -39,6 +40,8 @@ from hermes.local.runs import LocalTrial, Run, SwitchTiming
 from hermes.local.system import meminfo
 from hermes.local.watchdog import TrialLimits, Watchdog
 from hermes.trial import protocol
+
+SWITCHES_KEPT = 100_000  # the latest suspensions' timings a runner keeps (about 20 MB); it may run for days
 
 
 class LocalExecutor(Executor[TrialLaunch]):
@@ -79,7 +82,7 @@ class LocalExecutor(Executor[TrialLaunch]):
         self.metric = metric
         self.checkpoint_every = checkpoint_every
         self.cwd = str(cwd or os.getcwd())
-        self.switch_timings: list[SwitchTiming] = []
+        self.switch_timings: deque[SwitchTiming] = deque(maxlen=SWITCHES_KEPT)  # for benchmarks; bounded for days
         self.profile = ExecutionProfile(switch_cost=WARM_SWITCH_COST)
         self._clock = monotonic_clock(clock_offset)
         self.loop = EventLoop(period, self._clock)
@@ -266,6 +269,13 @@ class LocalExecutor(Executor[TrialLaunch]):
         if self._occupied.get(slot.name) is trial and trial.destination is not slot:
             del self._occupied[slot.name]
 
+    def stay(self, trial: LocalTrial) -> None:
+        """A move that failed (its spill raised): the trial does not start where it was to resume, and the
+        slot held for it there is free again; its end is reported as a crash of the run the core resumed."""
+        if trial.destination is not None:
+            self._occupied.pop(trial.destination.name, None)
+            trial.destination = None
+
     def forget(self, run: Run) -> None:
         trial = run.trial
         self.release(trial, run.slot)
@@ -337,8 +347,7 @@ class LocalExecutor(Executor[TrialLaunch]):
     def _stop(self, trial: LocalTrial) -> None:
         run = trial.run
         if trial.destination is not None:  # it was moving: it stays where it is, and ends there
-            self._occupied.pop(trial.destination.name, None)
-            trial.destination = None
+            self.stay(trial)
             if run is not None:  # still spilling: the core counts it as resumed, so its end is said once it has
                 run.handshake.stop_requested = True
                 return

@@ -50,6 +50,12 @@ class LocalTrial(TrialProgress):
     destination: Slot | None = None  # held for it while its run spills, to start there next
     timing: SwitchTiming | None = None  # the switch in progress
 
+    def lost(self) -> None:
+        """Its run died. An unmodified program starts again from its beginning: every line up to the last step
+        the core knows is caught up, not reported again with other numbers."""
+        if self.launch.movable:
+            TrialProgress.lost(self)
+
 
 @dataclass(slots=True, eq=False)
 class Output:
@@ -78,6 +84,7 @@ class Run:
     worker: Worker | None = None  # the warm worker it runs in, instead of a process
     reports: int = 0  # unmodified: the lines read as reports, new or caught up (the step, without a step group)
     misread: str | None = None  # unmodified: why the last line that matched its pattern was no report
+    trained: bool = False  # unmodified: it printed a step past its budget, so it was ended there, completed
     suspended_step: int | None = None  # its checkpoint of this step is committed
     paused: bool = False  # SIGSTOPped
     parked: bool = False  # suspended in its worker with its state in memory

@@ -49,12 +49,15 @@ class _Outbox:
 class _TrialChannel:
     """A trial's channel inside the worker: messages tagged with its id; words from the command loop."""
 
-    def __init__(self, trial_id: str, outbox: _Outbox) -> None:
+    def __init__(self, trial_id: str, outbox: _Outbox, on_park: Callable[[], None]) -> None:
         self.trial_id = trial_id
         self.words: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._outbox = outbox
+        self._on_park = on_park
 
     def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == protocol.PARKED:  # sent by the trial's own thread, which now waits
+            self._on_park()
         self._outbox.send({**message, "trial": self.trial_id})
 
     def receive(self) -> str:
@@ -70,16 +73,26 @@ class _ThreadStreams(io.TextIOBase):
         self._name = name
 
     def open_for_thread(self, directory: Path) -> None:
-        self._local.file = open(directory / self._name, "a", buffering=1)
+        self._local.path = directory / self._name
+        self._local.file = open(self._local.path, "a", buffering=1)
 
-    def close_for_thread(self) -> None:
+    def rest_for_thread(self) -> None:
+        """Close the log of a trial that parks, reopened at its next line: a worker holds hundreds of parked
+        trials, and two open files each ran out of descriptors (EMFILE)."""
         file = getattr(self._local, "file", None)
         self._local.file = None
         if file is not None:
             file.close()
 
+    def close_for_thread(self) -> None:
+        self.rest_for_thread()
+        self._local.path = None
+
     def _target(self) -> TextIO:
-        return getattr(self._local, "file", None) or self._fallback
+        file = getattr(self._local, "file", None)
+        if file is None and getattr(self._local, "path", None) is not None:
+            file = self._local.file = open(self._local.path, "a", buffering=1)
+        return file or self._fallback
 
     def write(self, text: str) -> int:
         return self._target().write(text)
@@ -105,9 +118,16 @@ class Worker:
 
     def start(self, command: dict[str, Any]) -> None:
         trial_id = command["trial"]
-        channel = self.channels[trial_id] = _TrialChannel(trial_id, self.outbox)
+        channel = self.channels[trial_id] = _TrialChannel(trial_id, self.outbox, self._rest_streams)
         thread = threading.Thread(target=self._run, args=(channel, command), name=f"trial-{trial_id}", daemon=True)
         thread.start()
+
+    def _rest_streams(self) -> None:
+        for stream in (self.stdout, self.stderr):
+            try:
+                stream.rest_for_thread()
+            except OSError:
+                pass  # a full disk: what could not be written is lost, the trial is not
 
     def _run(self, channel: _TrialChannel, command: dict[str, Any]) -> None:
         """The trial's thread: set up its session, call its function, say how it ended.

@@ -2,6 +2,8 @@
 
 The registry names each plug-in's class by import path and imports it only when it is made, so
 importing the core or this package loads no plug-in (nor numpy) that an experiment does not use.
+A name that holds a colon is itself an import path (``mypackage.policies:ShortestFirst``): a policy
+of one's own needs no registration.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ STOPPERS: dict[str, str] = {
 
 
 def policy_class(name: str) -> type[SchedulingPolicy]:
-    return _load(POLICIES, name, "policy")
+    """ValueError, saying why, for a name that is neither registered nor a loadable subclass."""
+    return _load(POLICIES, name, "policy", SchedulingPolicy)
 
 
 def stopper_class(name: str) -> type[EarlyStopper]:
-    return _load(STOPPERS, name, "early stopper")
+    return _load(STOPPERS, name, "early stopper", EarlyStopper)
 
 
 def make_policy(name: str, **params: Any) -> SchedulingPolicy:
@@ -41,12 +44,19 @@ def make_stopper(name: str, **params: Any) -> EarlyStopper:
     return stopper_class(name)(**params)
 
 
-def _load(registry: dict[str, str], name: str, kind: str) -> Any:
+def _load(registry: dict[str, str], name: str, kind: str, base: type) -> Any:
+    path = registry.get(name) or (name if ":" in name else None)
+    if path is None:
+        raise ValueError(f"unknown {kind} {name!r}; choose one of {', '.join(registry)}, or give a class of your "
+                         "own as module:Class")
+    module, _, attribute = path.partition(":")
     try:
-        module, _, attribute = registry[name].partition(":")
-    except KeyError:
-        raise ValueError(f"unknown {kind} {name!r}; choose one of {', '.join(registry)}") from None
-    return getattr(importlib.import_module(module), attribute)
+        loaded = getattr(importlib.import_module(module), attribute)
+    except Exception as error:  # the plug-in's own import may raise anything
+        raise ValueError(f"{kind} {name!r}: cannot load {path}: {type(error).__name__}: {error}") from None
+    if not (isinstance(loaded, type) and issubclass(loaded, base)):
+        raise ValueError(f"{kind} {name!r}: {path} is not a subclass of {base.__module__}.{base.__name__}")
+    return loaded
 
 
 __all__ = [

@@ -141,9 +141,11 @@ class DurationModel:
             levels = [(code, float(np.mean(values == code))) for code in np.unique(present)]
             return [_Feature(column, "level", share, math.sqrt(share * (1 - share)), code)
                     for code, share in levels if 0 < share < 1]
-        if len(present) < 2 or present.std() == 0:
+        if len(present) < 2:
             return []
-        features = [_Feature(column, "value", float(present.mean()), float(present.std()))]
+        with np.errstate(over="ignore", invalid="ignore"):  # values near the float limit: the log serves alone
+            spread = float(present.std())
+        features = [_Feature(column, "value", float(present.mean()), spread)] if 0 < spread < math.inf else []
         if present.min() > 0 and np.log(present).std() > 0:
             logs = np.log(present)
             features.append(_Feature(column, "log", float(logs.mean()), float(logs.std())))

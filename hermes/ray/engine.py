@@ -37,6 +37,9 @@ def connect(address: str, setting: str) -> bool:
         import ray
     except ImportError:
         raise HermesError(f'{setting}: Ray is not installed: pip install "hermes-hpo[ray]"') from None
+    target = _host_port(address)
+    if target is not None and not 0 < target[1] < 65536:  # passed over by both checks below, retried by Ray for minutes
+        raise HermesError(f"{setting}: {address!r}: port must be 1-65535")
     if ray.is_initialized():
         _check_same_cluster(address, setting)
         return False
@@ -98,7 +101,7 @@ def _endpoints(host: str, port: int) -> set[tuple[str, int]]:
 def _host_port(address: str) -> tuple[str, int] | None:
     """The host and port of a ``[scheme://]HOST:PORT`` address; None for any other (``auto``, ``local``)."""
     host, _, port = address.partition("://")[2 if "://" in address else 0].rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not host or not port.isdigit():
         return None
     return host.strip("[]"), int(port)
 

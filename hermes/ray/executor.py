@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,7 @@ from hermes.core.events import (
     TrialSuspended,
 )
 from hermes.core.policy import ExecutionProfile
-from hermes.errors import HermesError
+from hermes.errors import ClusterLost, HermesError
 from hermes.execution.contract import Executor
 from hermes.local.handshake import TrialProgress
 from hermes.local.launch import WARM_SWITCH_COST, TrialLaunch
@@ -48,6 +49,7 @@ from hermes.local.loop import checked_period, monotonic_clock
 
 
 log = logging.getLogger("hermes.ray")
+HEAD_TIMEOUT = 5.0  # seconds a connection to the cluster's head may take before it counts as gone
 
 
 def node_name(node_id: str) -> str:
@@ -126,6 +128,7 @@ class RayExecutor(Executor[TrialLaunch]):
         self._events: list[Event] = []
         self._woken = False
         self._closed = False
+        self._lost = False  # the cluster's head is gone
         self._next_poll = 0.0
         try:
             self._poll_membership()
@@ -210,6 +213,8 @@ class RayExecutor(Executor[TrialLaunch]):
         if self._closed:
             return
         self._closed = True
+        if self._lost:
+            return  # nothing to ask a cluster that is gone: its agents died with it, or end when they find it gone
         import ray
 
         agents = list(self._agents.values())
@@ -374,7 +379,7 @@ class RayExecutor(Executor[TrialLaunch]):
             self._gpus.pop(event.gpu, None)
             for trial_id, gpu in self._gpu_of.items():
                 if gpu == event.gpu and self._where.get(trial_id) == agent.node:
-                    self._progress[trial_id].lost()
+                    self._lost_run(trial_id)
                     self._run_ended(trial_id)
         elif isinstance(event, TrialReported):
             progress = self._progress[event.trial_id]
@@ -388,8 +393,16 @@ class RayExecutor(Executor[TrialLaunch]):
         elif isinstance(event, TrialExited):
             self._run_ended(event.trial_id)
             if event.crashed:
-                self._progress[event.trial_id].lost()  # the core may run it again from its checkpoint
+                self._lost_run(event.trial_id)  # the core may run it again from its checkpoint
+            if event.error and not event.succeeded and event.error != "stopped":  # which node, when one is bad
+                event = dataclasses.replace(event, error=f"Ray node {agent.node}: {event.error}")
         self._events.append(event)
+
+    def _lost_run(self, trial_id: str) -> None:
+        """Its run died: the steps past its checkpoint are reported again; a trial that is not movable starts again
+        from its beginning and catches up every step it reported (``Trial.catch_up_step``)."""
+        if self._work[trial_id].movable:
+            self._progress[trial_id].lost()
 
     def _lose(self, agent: _Agent, error: Exception | None = None) -> None:
         """The agent or its node died (``error``: how the driver learnt it): its trials fall back to their
@@ -410,10 +423,24 @@ class RayExecutor(Executor[TrialLaunch]):
         for gpu in [gpu for gpu, node in self._gpus.items() if node == agent.node]:
             del self._gpus[gpu]
         for trial_id in [t for t, node in self._where.items() if node == agent.node]:
-            self._progress[trial_id].lost()
+            self._lost_run(trial_id)
             self._run_ended(trial_id)
             del self._where[trial_id]
         self._events.append(NodeRemoved(self.now(), agent.node))
+
+    def _check_head(self) -> None:
+        """ClusterLost when the head's GCS takes no connection: ``ray.nodes()`` would wait a minute for it, deaf to
+        signals, and then Ray would end this process without a word."""
+        import ray
+
+        address = ray.get_runtime_context().gcs_address
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=HEAD_TIMEOUT).close()
+        except OSError as error:
+            self._lost = True
+            raise ClusterLost(f"lost the Ray cluster: its head at {address} takes no connection "
+                              f"({error.strerror or error})") from None
 
     def _poll_membership(self) -> None:
         """Agents for new alive nodes with GPUs (any, with CPU slots); NodeRemoved for the dead ones."""
@@ -423,6 +450,7 @@ class RayExecutor(Executor[TrialLaunch]):
         from hermes.ray.agent import NodeAgent
 
         self._next_poll = self.now() + self.poll
+        self._check_head()
         alive = {}
         for node in ray.nodes():
             if node["Alive"]:

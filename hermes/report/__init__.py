@@ -7,6 +7,7 @@ Times are the experiment's clock (seconds since it started), as stamped on its e
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,17 +173,28 @@ def format_number(value: float | None) -> str:
 
 
 TRACEBACK = "Traceback (most recent call last):"
+CRASHES = re.compile(r"\(its runs crashed (\d+) times; trial\.max_failures is \d+\)")  # the core's note
 
 
 def summarise_error(error: str, width: int = 160) -> str:
-    """A trial's error on one line: its first line and, for a traceback, its last (the exception), unless the
-    first already says it; a traceback's header says nothing, so it is left out."""
+    """A trial's error on one line: its reason and the last line of what it said (the exception: a program that
+    logs to stderr says much before it), unless the first line already says it; a traceback's header says nothing,
+    so it is left out, and the core's note of repeated crashes becomes a short count."""
     lines = [line.strip() for line in error.splitlines() if line.strip()]
+    crashes = CRASHES.fullmatch(lines[-1]) if lines else None
+    if crashes is not None:
+        lines.pop()
     if not lines:
         return ""
     first, last = lines[0].removesuffix(TRACEBACK).rstrip(": "), lines[-1]
     message = last.partition(": ")[2] or last
-    text = first if len(lines) == 1 or message in first else f"{first} ... {last}" if first else last
+    if len(lines) == 1 or message in first:
+        text = first
+    else:  # "exit code 1: <its first line of stderr>": the reason, then its last line
+        reason = first.partition(": ")[0]
+        text = f"{reason} ... {last}" if reason else last
+    if crashes is not None:
+        text += f" (crashed {crashes[1]} times)"
     return text if len(text) <= width else text[: width - 3] + "..."
 
 

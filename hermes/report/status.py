@@ -95,11 +95,15 @@ def _best(view: ExperimentView) -> Standing | None:
     return ranked[0] if ranked and ranked[0].best is not None else None
 
 
-def _state(experiment: ExperimentRecord, lock: Path | None) -> str:
+def _state(experiment: ExperimentRecord, lock: Path | None, brief: bool = False) -> str:
+    """Its stored status, and for a running one who runs it (``brief``: its pid only, for a line of a list)."""
     if experiment.status is not ExperimentStatus.RUNNING or lock is None or experiment.owner is not None:
         return experiment.status.value
     if is_live(experiment, lock):
-        return f"running, by {describe(holder(lock) or {})}"
+        who = holder(lock) or {}
+        return f"running (pid {who.get('pid')})" if brief else f"running, by {describe(who)}"
+    if brief:
+        return "running when its runner died"
     return "running when its runner ended without a word (killed?): `hermes run` continues it"
 
 
@@ -205,7 +209,7 @@ def format_experiments(store: ExperimentStore, lock: Path | None = None) -> str:
         counts = Counter(trial.state for trial in view.trials)
         best = _best(view)
         rows.append([
-            str(experiment.experiment_id), experiment.name, experiment.owner or "", _state(experiment, lock),
+            str(experiment.experiment_id), experiment.name, experiment.owner or "", _state(experiment, lock, brief=True),
             _trial_counts(counts, is_live(experiment, lock)) or "none yet",
             "" if best is None else f"{view.target.name} {format_number(best.best)} (trial {best.trial_id})",
         ])

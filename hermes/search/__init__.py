@@ -31,19 +31,18 @@ OPTUNA_SAMPLERS = {
     "gp": "optuna.samplers.GPSampler",
     "qmc": "optuna.samplers.QMCSampler",
 }
-SEARCHERS = (*HERMES_SEARCHERS, *OPTUNA_SAMPLERS)
 PENDING_PER_SLOT = 4  # default max_pending of a searcher that learns, or that has no trial count
 
 __all__ = [
     "BUDGET_FIELDS",
     "HERMES_SEARCHERS",
     "OPTUNA_SAMPLERS",
-    "SEARCHERS",
     "BaseSearcher",
     "Budget",
     "Config",
     "SamplerError",
     "check_sampler",
+    "hermes_searcher",
     "make_searcher",
     "without_budget",
 ]
@@ -55,33 +54,68 @@ def make_searcher(search: SearchSpec, mode: Literal["max", "min"], slots: int = 
     ``max_pending``: the spec's, else unlimited for searchers that choose without results and have
     a trial count (all trials at once, as the policies like), else ``PENDING_PER_SLOT`` per slot.
     """
-    name = search.sampler_name
-    learns = name not in HERMES_SEARCHERS
-    pending = search.max_pending or (PENDING_PER_SLOT * slots if learns or search.trials is None else None)
-    if not learns:
-        module, _, attr = HERMES_SEARCHERS[name].partition(":")
-        return getattr(importlib.import_module(module), attr)(search, max_pending=pending)
+    searcher = hermes_searcher(search)
+    if searcher is not None:
+        return searcher(search, max_pending=_max_pending(search, searcher.learns, slots))
     from hermes.search.optuna_search import OptunaSearcher
 
+    pending = _max_pending(search, True, slots)
     return OptunaSearcher(search, _optuna_sampler(search), mode=mode, max_pending=pending)
+
+
+def hermes_searcher(search: SearchSpec) -> type[BaseSearcher] | None:
+    """The spec's searcher class when it is no Optuna sampler: one of ``HERMES_SEARCHERS``, or a
+    ``BaseSearcher`` of the user's own named ``module:Class``. SamplerError when that cannot be loaded."""
+    name = search.sampler_name
+    path = HERMES_SEARCHERS.get(name) or (name if ":" in name else None)
+    if path is None:
+        return None
+    field = "sampler" if isinstance(search.sampler, str) else "sampler.name"
+    module, _, attribute = path.partition(":")
+    try:
+        loaded = getattr(importlib.import_module(module), attribute)
+    except Exception as error:  # the searcher's own import may raise anything
+        raise SamplerError(field, f"cannot load {path}: {type(error).__name__}: {error}") from None
+    if not (isinstance(loaded, type) and issubclass(loaded, BaseSearcher)):
+        raise SamplerError(field, f"{path} is not a subclass of hermes.search.BaseSearcher")
+    return loaded
+
+
+def _max_pending(search: SearchSpec, learns: bool, slots: int) -> int | None:
+    if search.max_pending:
+        return search.max_pending
+    return PENDING_PER_SLOT * slots if learns or search.trials is None else None
 
 
 def check_sampler(search: SearchSpec) -> None:
     """Raise SamplerError, naming the field, if the spec's sampler is unknown or its arguments are wrong."""
-    name = search.sampler_name
-    if name in HERMES_SEARCHERS:
+    if hermes_searcher(search) is not None:
         if search.sampler_args:
-            raise SamplerError("sampler.args", f"sampler {name} takes no arguments")
+            raise SamplerError("sampler.args", f"sampler {search.sampler_name} takes no arguments")
     else:
-        _optuna_sampler(search)  # builds it: a wrong class or argument fails now, not hours in
+        from hermes.search.optuna_search import ask_once
+
+        # Built and asked once: a wrong class or argument fails now, not at the first trial (where a failed
+        # experiment would also keep its name from the corrected spec). Many arguments are read only when asked.
+        field = "sampler.args" if search.sampler_args else _sampler_field(search)
+        ask_once(_optuna_sampler(search), search, field)
+
+
+def _sampler_field(search: SearchSpec) -> str:
+    """The spec field that names the sampler, for errors."""
+    if isinstance(search.sampler, str):
+        return "sampler"
+    return "sampler.name" if "name" in search.sampler else "sampler.optuna"
 
 
 def _optuna_sampler(search: SearchSpec) -> optuna.samplers.BaseSampler:
     from hermes.search.optuna_search import build_sampler
 
     by_name = isinstance(search.sampler, str) or "name" in search.sampler
-    field = "sampler" if isinstance(search.sampler, str) else "sampler.name" if by_name else "sampler.optuna"
+    field = _sampler_field(search)
     if by_name and search.sampler_name not in OPTUNA_SAMPLERS:
-        raise SamplerError(field, f"unknown sampler {search.sampler_name!r}; choose one of {', '.join(SEARCHERS)}")
+        known = ", ".join((*HERMES_SEARCHERS, *OPTUNA_SAMPLERS))
+        raise SamplerError(field, f"unknown sampler {search.sampler_name!r}; choose one of {known}, or give a "
+                                  "searcher of your own as module:Class")
     path = OPTUNA_SAMPLERS[search.sampler_name] if by_name else search.sampler_name
     return build_sampler(path, search.sampler_args, search.seed, field)

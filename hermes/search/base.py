@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from hermes.errors import HermesError
 
@@ -34,7 +34,13 @@ class BaseSearcher(ABC):
     a searcher that learns proposes better when it has seen more ends. It is advice to the caller
     (ask while ``wants_more``), not enforced by ``ask``: a replay on a machine with fewer slots
     must still be able to ask what the log holds.
+
+    ``learns``: whether its proposals use the results it is told. One that learns is kept to a few trials in
+    flight by default (else it would propose every trial before the first result); one that chose up front
+    (random, grid, a list) sets it False and gets all its trials at once.
     """
+
+    learns: ClassVar[bool] = True
 
     def __init__(self, *, max_pending: int | None = None) -> None:
         self.max_pending = max_pending

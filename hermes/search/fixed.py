@@ -23,6 +23,8 @@ class RandomSearcher(BaseSearcher):
     crossed in spec order, the last parameter varying fastest) and draws its other parameters from
     its own seeded stream. It never runs out; the budget ends it."""
 
+    learns = False
+
     def __init__(self, search: SearchSpec, *, max_pending: int | None = None) -> None:
         super().__init__(max_pending=max_pending)
         self._seed = search.seed
@@ -41,6 +43,8 @@ class RandomSearcher(BaseSearcher):
 
 class ListSearcher(BaseSearcher):
     """``list``: the spec's ``configs``, in order, then nothing."""
+
+    learns = False
 
     def __init__(self, search: SearchSpec, *, max_pending: int | None = None) -> None:
         super().__init__(max_pending=max_pending)

@@ -44,12 +44,7 @@ class OptunaSearcher(BaseSearcher):
 
         super().__init__(max_pending=max_pending)
         self._states = optuna.trial.TrialState
-        verbosity = optuna.logging.get_verbosity()
-        optuna.logging.set_verbosity(optuna.logging.WARNING)  # "A new study created in memory": Hermes's, not news
-        try:
-            self._study = optuna.create_study(sampler=sampler, direction="maximize" if mode == "max" else "minimize")
-        finally:
-            optuna.logging.set_verbosity(verbosity)
+        self._study = _quiet_study(optuna, sampler, "maximize" if mode == "max" else "minimize")
         self._distributions = {name: _distribution(optuna, p) for name, p in search.space.items()}
         self._sampler = search.sampler_name
         self._trials: dict[int, optuna.trial.Trial] = {}
@@ -106,12 +101,15 @@ def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) 
                                   "pip install 'hermes-hpo[tpe]'") from None
 
     module, _, name = class_path.rpartition(".")
+    found = "not found"
     try:
         cls = getattr(importlib.import_module(module), name, None) if module else None
-    except ImportError:
-        cls = None
+    except Exception as error:  # the module's own import may raise anything
+        if not _is_missing(error, module):  # it is there, but something it runs or imports fails
+            raise SamplerError(field, f"cannot import {module}: {type(error).__name__}: {error}") from None
+        cls, found = None, f"not found: {error}; it must be importable by the runner: on PYTHONPATH or installed"
     if not (isinstance(cls, type) and issubclass(cls, optuna.samplers.BaseSampler)):
-        found = "not found" if cls is None else "not a subclass of optuna.samplers.BaseSampler"
+        found = found if cls is None else "not a subclass of optuna.samplers.BaseSampler"
         raise SamplerError(field, f"unknown Optuna sampler class {class_path!r} ({found})")
     needed = _NEEDS.get(class_path)
     if needed and importlib.util.find_spec(needed) is None:
@@ -122,6 +120,36 @@ def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) 
         return cls(**args)
     except (TypeError, ValueError) as error:
         raise SamplerError("sampler.args", f"{class_path}: {error}") from None
+
+
+def ask_once(sampler: optuna.samplers.BaseSampler, search: SearchSpec, field: str) -> None:
+    """Ask ``sampler`` for one trial of a throwaway study with the spec's space, so that what fails only when
+    asked (an argument of the wrong type, ``n_startup_trials: "5"``) fails at the spec check, naming ``field``."""
+    import optuna
+
+    study = _quiet_study(optuna, sampler, "minimize")
+    try:
+        study.ask({name: _distribution(optuna, parameter) for name, parameter in search.space.items()})
+    except Exception as error:  # a sampler is anyone's code
+        raise SamplerError(field, f"sampler {search.sampler_name} failed a first proposal on the spec's space: "
+                                  f"{type(error).__name__}: {error}") from None
+
+
+def _is_missing(error: Exception, module: str) -> bool:
+    """Whether importing ``module`` failed because it (or a package above it) does not exist, not because of
+    something it imports or runs."""
+    missing = error.name if isinstance(error, ModuleNotFoundError) else None
+    return missing is not None and f"{module}.".startswith(f"{missing}.")
+
+
+def _quiet_study(optuna: Any, sampler: optuna.samplers.BaseSampler, direction: str) -> optuna.Study:
+    """An in-memory study, without Optuna's "A new study created in memory" (Hermes's own doing, not news)."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return optuna.create_study(sampler=sampler, direction=direction)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
 
 
 def _distribution(optuna: Any, parameter: Parameter) -> optuna.distributions.BaseDistribution:

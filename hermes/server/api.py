@@ -31,7 +31,7 @@ _bearer = HTTPBearer(auto_error=False, description="a token from `hermes server 
 LOG_TAIL = 64 * 1024  # bytes of a log sent at most per request
 PAGE_MAX = 10_000  # trials or runs per page
 RECENT_EXPERIMENTS = 50  # ended experiments whose runs the pool's timeline still shows: its recent past, bounded
-STORE_INT_MAX = 2**63 - 1  # a store's integer columns hold 64 bits: no id or cursor lies above, and none is asked for
+STORE_INT_MAX = 2**31 - 1  # PostgreSQL's integer columns hold 32 bits: no id or cursor lies above, none is asked for
 MAX_DEPTH = 64  # arrays and objects a request body nests at most: a spec nests a few; Python's parser stops near 1000
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NESTING = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
@@ -123,14 +123,15 @@ def _now(hermes: Hermes, experiment: ExperimentRecord, digest: ExperimentDigest)
 class SubmitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     spec: dict[str, Any] = Field(description="the experiment spec, as its YAML file would hold it")
-    weight: float = Field(1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT, description="share of the GPU pool against others")
+    weight: float = Field(1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False,
+                          description="share of the GPU pool against others")
     folder: str = Field("", max_length=4096, description="where the spec's file lies in your area, relative to it: "
                                                          "the spec's relative paths start there (default: the area)")
 
 
 class WeightRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    weight: float = Field(ge=MIN_WEIGHT, le=MAX_WEIGHT)
+    weight: float = Field(ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False)
 
 
 class Experiment(BaseModel):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import socket
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -28,7 +29,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hermes.errors import SpecError
+from hermes.errors import HermesError, SpecError
 from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.spec import ResourcesSpec
 from hermes.pool import PoolSession, stored_form
@@ -139,7 +140,9 @@ class Hermes:
         return digest
 
     def start(self) -> None:
-        """Run the submitted experiments: the pool, in a thread of its own, until ``close``."""
+        """Run the submitted experiments: the pool, in a thread of its own, until ``close``. A second server of
+        the same root is refused here, before its pool takes over any experiment."""
+        self.pool.claim()
         self._pool_thread.start()
 
     def _run_pool(self) -> None:
@@ -211,7 +214,8 @@ class RedactTokens(logging.Formatter):
     """Belt and braces: tokens are never accepted in URLs, but one pasted into a URL, or into any
     message or traceback, is still blanked in the line a handler writes."""
 
-    PATTERN = re.compile(r"hermes_[A-Za-z0-9_-]+")
+    PATTERN = re.compile(r"hermes_[A-Za-z0-9_-]{40,}")  # a token's 43 characters, a token cut a little short: not
+    # a database or a folder named hermes_something
 
     def __init__(self, inner: logging.Formatter | None) -> None:
         super().__init__()
@@ -273,15 +277,26 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8600) -> No
     """Run the server until Ctrl-C or SIGTERM (uvicorn handles both)."""
     import uvicorn
 
-    server_config = uvicorn.Config(create_app(config), host=host, port=port)  # configures uvicorn's loggers
+    app = create_app(config)
+    server_config = uvicorn.Config(app, host=host, port=port)  # configures uvicorn's loggers
     hermes_log = logging.getLogger("hermes")  # the server's and the pool's messages
     hermes_log.setLevel(logging.INFO)
     hermes_log.addHandler(logging.StreamHandler())
     for name in ("uvicorn", "uvicorn.access", "uvicorn.error", "hermes"):
         for handler in logging.getLogger(name).handlers:
             handler.setFormatter(RedactTokens(handler.formatter))
+    if config.run_experiments:
+        app.state.hermes.pool.claim()  # a second server of this root is refused, naming the first
+    try:  # before the pool starts: a second server must take over nothing (uvicorn binds after its startup)
+        listening = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as error:
+        raise HermesError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    bound_host, bound_port = listening.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    hermes_log.info("Hermes serves on http://%s:%d (the dashboard; the API under /api, its OpenAPI at /docs)", shown,
+                    bound_port)
     try:
-        uvicorn.Server(server_config).run()
+        uvicorn.Server(server_config).run(sockets=[listening])
     except KeyboardInterrupt:
         # Shut down already: uvicorn re-raises the Ctrl-C it handled once it is done, and with a Ray driver
         # connected in this process that surfaces here as a KeyboardInterrupt, which is no error.

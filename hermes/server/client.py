@@ -7,6 +7,7 @@ the standard library, so a laptop that only submits needs neither FastAPI nor a 
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import urllib.error
@@ -40,7 +41,7 @@ class ServerError(HermesError):
 
 class Client:
     def __init__(self, url: str, token: str | None = None) -> None:
-        self.url = url.rstrip("/")
+        self.url = _server_url(url)
         self.token = token or os.environ.get(TOKEN_VARIABLE)
         if not self.token:
             raise ServerError(f"a token is needed for {self.url}: pass --token or set {TOKEN_VARIABLE}")
@@ -55,11 +56,21 @@ class Client:
         )
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
-                return json.loads(response.read())
+                answer = response.read()
+                kind = response.headers.get_content_type()
         except urllib.error.HTTPError as error:
-            raise ServerError(f"{self.url}: {error.code} {error.reason}: {_detail(error)}") from None
+            detail = _detail(error)
+            raise ServerError(f"{self.url}: {error.code} {error.reason}{': ' + detail if detail else ''}") from None
         except urllib.error.URLError as error:
             raise ServerError(f"cannot reach {self.url}: {error.reason}") from None
+        except (OSError, http.client.HTTPException, ValueError) as error:
+            # A timeout while reading, a port that speaks no HTTP, a URL that urllib cannot use after all.
+            raise ServerError(f"cannot reach {self.url}: {error or type(error).__name__}") from None
+        try:
+            return json.loads(answer)
+        except ValueError:  # an HTML page, say: another web server at that address, or a proxy's login page
+            raise ServerError(f"{self.url} did not answer as a Hermes server ({kind}, not JSON); is the URL the "
+                              "one `hermes server` listens on?") from None
 
     def submit(self, spec: Mapping[str, Any], weight: float = 1.0, folder: str = "") -> dict[str, Any]:
         """``folder``: where the spec's file lies in the user's area on the server (its relative paths start there)."""
@@ -216,6 +227,22 @@ class RemoteStore(ExperimentStore):
 
     def _read_only(self) -> StoreError:
         return StoreError(f"{self.url} is read here; submit, cancel and weights go through the API")
+
+
+def _server_url(url: str) -> str:
+    """``url`` without its trailing slash, ``http://`` put before one without a scheme (``gpu-box:8600``, as
+    Determined's ``-m``); a ServerError naming a URL that urllib could not use, rather than its ValueError."""
+    url = url.strip()
+    if "://" not in url:
+        url = f"http://{url}"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # a ValueError where it is no number, or out of range
+    except ValueError as error:
+        raise ServerError(f"server URL {url!r} cannot be used: {error}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        raise ServerError(f"server URL {url!r} cannot be used: give http://HOST[:PORT] or https://HOST[:PORT]")
+    return url.rstrip("/")
 
 
 def _metric(row: Mapping[str, Any]) -> MetricRecord:

@@ -112,20 +112,25 @@ def summarise(policy: str, runs: list[SimulationResult]) -> Summary:
 
 
 def format_table(summaries: list[Summary], baseline: str = "fifo") -> str:
-    """A plain-text table with each policy's speed-ups over ``baseline`` (when it is in the table)."""
+    """A plain-text table with each policy's speed-ups over ``baseline`` (when it is in the table); times in
+    hours, minutes or seconds, whichever the longest makespan reads best in."""
     base = next((s for s in summaries if s.policy == baseline), None)
+    longest = max((s.makespan_s for s in summaries if math.isfinite(s.makespan_s)), default=0.0)
+    unit, scale = ("h", 3600.0) if longest >= 2 * 3600 else ("min", 60.0) if longest >= 120 else ("s", 1.0)
+    name = max(10, *(len(s.policy) + 2 for s in summaries))
     header = (
-        f"{'policy':<10}{'best':>7}{'to best h':>11}{'x':>7}{'to target h':>13}{'x':>7}"
-        f"{'1st feedback h':>16}{'x':>8}{'makespan h':>12}{'util':>7}{'overhead':>10}{'preempt':>9}{'migrate':>9}"
+        f"{'policy':<{name}}{'best':>7}{f'to best {unit}':>13}{'x':>7}{f'to target {unit}':>15}{'x':>7}"
+        f"{f'1st feedback {unit}':>18}{'x':>8}{f'makespan {unit}':>14}{'util':>7}{'overhead':>10}{'preempt':>9}"
+        f"{'migrate':>9}"
     )
     lines = [header, "-" * len(header)]
     for s in summaries:
         ratio = (lambda figure: s.speedup(base, figure)) if base else (lambda figure: math.nan)
         lines.append(
-            f"{s.policy:<10}{f'{s.best_reached}/{s.seeds}':>7}{s.time_to_best_s / 3600:>11.2f}"
-            f"{ratio('time_to_best_s'):>7.2f}{s.time_to_target_s / 3600:>13.2f}{ratio('time_to_target_s'):>7.2f}"
-            f"{s.mean_first_feedback_s / 3600:>16.3f}{ratio('mean_first_feedback_s'):>8.1f}"
-            f"{s.makespan_s / 3600:>12.1f}{s.gpu_utilization:>7.1%}{s.overhead_fraction:>10.2%}"
+            f"{s.policy:<{name}}{f'{s.best_reached}/{s.seeds}':>7}{s.time_to_best_s / scale:>13.2f}"
+            f"{ratio('time_to_best_s'):>7.2f}{s.time_to_target_s / scale:>15.2f}{ratio('time_to_target_s'):>7.2f}"
+            f"{s.mean_first_feedback_s / scale:>18.3f}{ratio('mean_first_feedback_s'):>8.1f}"
+            f"{s.makespan_s / scale:>14.1f}{s.gpu_utilization:>7.1%}{s.overhead_fraction:>10.2%}"
             f"{s.preemptions:>9.0f}{s.migrations:>9.0f}"
         )
     return "\n".join(lines)

@@ -124,6 +124,8 @@ def load_trace(path: str | os.PathLike[str], mode: str, *, state_mb: float | Non
             trials = _read_trials(path, reader, state_mb)
         except csv.Error as error:
             raise TraceError(f"{path}:{reader.line_num}: {error}") from error
+        except UnicodeDecodeError:
+            raise TraceError(f"{path}: not UTF-8 text (a trace is a CSV file)") from None
     return Trace(path, mode, trials)
 
 
@@ -145,6 +147,9 @@ def _read_trials(path: str, reader: Iterator[list[str]], state_mb: float | None)
     if header is None:
         raise TraceError(f"{path}:1: empty file, expected the header {','.join(REQUIRED_COLUMNS)}")
     header = [name.strip() for name in header]
+    twice = next((name for i, name in enumerate(header) if name and name in header[:i]), None)
+    if twice is not None:
+        raise TraceError(f"{path}:1: column {twice!r} appears twice")
     for name in REQUIRED_COLUMNS:
         if name not in header:
             raise TraceError(f"{path}:1: missing column {name!r}")

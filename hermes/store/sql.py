@@ -253,14 +253,16 @@ class SqlStore(ExperimentStore):
                 return int(inserted.inserted_primary_key[0])  # type: ignore[index]  # set by a one-row insert
             differences = _differences(json.loads(row.spec), json.loads(spec_json))
             allowed = tuple(may_change)
-            if differences and all(d in allowed or d.startswith(tuple(f"{a}." for a in allowed)) for d in differences):
-                connection.execute(EXPERIMENTS.update().where(EXPERIMENTS.c.id == row.id).values(spec=spec_json))
-            elif differences:
+            # Only what may not change is named: listing an allowed change too would ask to undo it.
+            refused = [d for d in differences if not (d in allowed or d.startswith(tuple(f"{a}." for a in allowed)))]
+            if refused:
                 raise StoreError(
                     f"experiment {name!r} already exists in {self.url} with a different spec "
-                    f"(differs in {', '.join(differences)}); give it a new name (hermes run SPEC --name NEW) or use "
+                    f"(differs in {', '.join(refused)}); give it a new name (hermes run SPEC --name NEW) or use "
                     "another storage dir"
                 )
+            if differences:
+                connection.execute(EXPERIMENTS.update().where(EXPERIMENTS.c.id == row.id).values(spec=spec_json))
             return int(row.id)
 
     def experiment(self, experiment_id: int) -> ExperimentRecord:
@@ -835,15 +837,23 @@ def _dumps(data: Any) -> str:
         raise StoreError(f"cannot store {data!r} as JSON: {error}") from None
 
 
+# Mappings whose order is part of what they say: the random searcher draws the parameters in space order, so
+# the same parameters in another order propose other configurations than the log holds.
+_ORDERED = {"search.space": "the order of its parameters"}
+
+
 def _differences(old: Any, new: Any, path: str = "") -> list[str]:
-    """Dotted paths where two JSON documents differ."""
+    """Dotted paths where two JSON documents differ (key order matters only at ``_ORDERED`` paths)."""
     if isinstance(old, dict) and isinstance(new, dict):
         keys = [*old, *(key for key in new if key not in old)]
-        return [
+        differences = [
             difference
             for key in keys
             for difference in _differences(
                 old.get(key, _MISSING), new.get(key, _MISSING), f"{path}.{key}" if path else str(key)
             )
         ]
+        if path in _ORDERED and [key for key in old if key in new] != [key for key in new if key in old]:
+            differences.append(f"{path} ({_ORDERED[path]})")
+        return differences
     return [] if old == new else [path or "the whole spec"]

@@ -34,6 +34,7 @@ from hermes.core.events import (
     SubmissionsClosed,
     TrialExited,
     TrialReported,
+    TrialSubmitted,
     TrialSuspended,
 )
 from hermes.core.scheduler import Objective, Scheduler
@@ -100,8 +101,10 @@ class Driver:
         self.monitor = ContractMonitor()
         self.events: list[Event] = []
 
-    def submit(self, trial_id: str, work: Any, reported_step: int = 0) -> None:
-        self.monitor.observe(self.executor.submit(trial_id, work, reported_step=reported_step))
+    def submit(self, trial_id: str, work: Any, reported_step: int = 0) -> TrialSubmitted:
+        submitted = self.executor.submit(trial_id, work, reported_step=reported_step)
+        self.monitor.observe(submitted)
+        return submitted
 
     def apply(self, decision: Decision) -> None:
         self.monitor.decided(decision)
@@ -288,19 +291,20 @@ def test_a_crash_after_a_resume_falls_back_to_the_suspended_step(harness: Execut
 def test_a_gpu_removed_under_a_running_trial(harness: ExecutorHarness, tmp_path: Path) -> None:
     driver = _driver(harness, tmp_path)
     with driver.executor:
-        driver.submit("a", harness.work(50, seconds=0.2))
+        movable = driver.submit("a", harness.work(50, seconds=0.2)).movable
         driver.submit("b", harness.work(2))
         driver.apply(Start("a", harness.gpus[1]))
-        driver.until(_is(TrialReported, "a"))
+        before = driver.until(_is(TrialReported, "a"))
         harness.remove_gpu(driver.executor, harness.gpus[1])
         removed = driver.until(lambda e: isinstance(e, GpuRemoved))
         assert removed[-1].gpu == harness.gpus[1]
         assert driver.quiet() == []  # nothing more about the lost run (the monitor checks each event)
-        # the trial falls back to its checkpoint (none: step 0; a program that keeps none starts again from its
-        # beginning) and runs elsewhere from there
+        # the trial falls back to its checkpoint (none: step 0) and runs elsewhere from there; a program that
+        # keeps none starts again from its beginning, and the steps it reported are caught up, not reported again
         driver.apply(Resume("a", harness.gpus[0], migrated=True))
         events = driver.until(_is(TrialReported, "a"), lambda e: [Stop("a")])
-        assert events[-1].step == 1
+        last = max(step for step, _ in _reports(before + removed, "a"))
+        assert events[-1].step == (1 if movable else last + 1)
         driver.until(_is(TrialExited, "a"))
 
 

@@ -123,6 +123,13 @@ class RayCluster:
         os.kill(node.raylet_pid, signal.SIGKILL)
         return time.monotonic()
 
+    def kill_node(self, node: RayNode) -> None:
+        """SIGKILL every process of the node's ``ray start`` session, as a host that dies takes them all; for
+        the head, its GCS with them: the cluster is gone."""
+        for pid, session in _sessions().items():
+            if session == node.session:
+                _signal(pid, signal.SIGKILL)
+
     def connect(self) -> None:
         """Make this process the cluster's driver (on the head node, which Ray prefers on a shared host).
         The cluster's environment stays in ``os.environ`` until ``stop``, which puts the old one back."""

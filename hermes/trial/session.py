@@ -3,18 +3,20 @@ process, or by a warm worker (hermes/local/worker.py) for each trial it runs in 
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import operator
 import os
 import shutil
+import stat
 import sys
 from concurrent.futures import ThreadPoolExecutor
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
-from hermes.errors import HermesError
+from hermes.errors import NO_SPACE_ERRNOS, HermesError
 from hermes.trial import protocol
 
 if TYPE_CHECKING:
@@ -38,6 +40,14 @@ class StopExit(SystemExit):
         super().__init__(0)
 
 
+class BudgetExit(SystemExit):
+    """The trial reported a step past its budget: it has trained the whole of it, and ends here, completed
+    (as Ray Tune's ``training_iteration`` stop ends a trial right after that iteration)."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
 class ResumeError(HermesError):
     """A resumed trial reported a step its checkpoint already holds: it did not continue from it."""
 
@@ -54,6 +64,13 @@ class PipeChannel:
     """A trial process's pair of pipes (protocol.ENV_CHANNEL)."""
 
     def __init__(self, read_fd: int, write_fd: int) -> None:
+        for fd in (read_fd, write_fd):
+            if not _is_pipe(fd):  # a wrapper ran this script and closed them (subprocess closes what it can)
+                raise HermesError(
+                    f"hermes.trial's channel, descriptors {read_fd} and {write_fd} of {protocol.ENV_CHANNEL}, was not "
+                    "inherited by this process: a program that runs this script must pass them on "
+                    f"(subprocess.run(..., pass_fds=({read_fd}, {write_fd})), or close_fds=False)"
+                )
         for fd in (read_fd, write_fd):  # programs the trial runs must not hold the channel open
             os.set_inheritable(fd, False)
         self._answers = os.fdopen(read_fd, "rb")
@@ -68,6 +85,31 @@ class PipeChannel:
 
     def receive(self) -> str:
         return self._answers.readline().decode().strip()
+
+
+NO_CHANNEL = (
+    f"hermes.trial cannot report: this process has no channel to the scheduler ({protocol.ENV_CHANNEL} is not set). A "
+    "command with trial.metrics_regex is an unmodified program: it reports by printing lines that its pattern "
+    "matches; drop trial.metrics_regex to report through hermes.trial"
+)
+
+
+class NoChannel:
+    """An unmodified program's (no protocol.ENV_CHANNEL): it may read its config, budget and directory through
+    hermes.trial, but it reports by printing, so a report fails saying so."""
+
+    def send(self, message: dict[str, Any]) -> None:
+        raise HermesError(NO_CHANNEL)
+
+    def receive(self) -> str:
+        raise HermesError(NO_CHANNEL)
+
+
+def _is_pipe(fd: int) -> bool:
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:  # closed
+        return False
 
 
 class Session:
@@ -161,14 +203,21 @@ class Session:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Session:
+        """The session of a trial process, from what its executor set. Without a channel it is an unmodified
+        program (a command with trial.metrics_regex): its config, budget and directory are known all the same,
+        and only reporting fails (it keeps no checkpoints and has nothing to resume from)."""
         try:
+            trial_id, directory = environ[protocol.ENV_TRIAL_ID], Path(environ[protocol.ENV_TRIAL_DIR])
+            budget, metric = int(environ[protocol.ENV_BUDGET]), environ.get(protocol.ENV_METRIC) or None
+            if protocol.ENV_CHANNEL not in environ:
+                return cls(trial_id, directory, NoChannel(), budget=budget, metric=metric, checkpoint_every=0)
             read_fd, write_fd = (int(fd) for fd in environ[protocol.ENV_CHANNEL].split(","))
             return cls(
-                environ[protocol.ENV_TRIAL_ID],
-                Path(environ[protocol.ENV_TRIAL_DIR]),
+                trial_id,
+                directory,
                 PipeChannel(read_fd, write_fd),
-                budget=int(environ[protocol.ENV_BUDGET]),
-                metric=environ.get(protocol.ENV_METRIC) or None,
+                budget=budget,
+                metric=metric,
                 checkpoint_every=int(environ.get(protocol.ENV_CHECKPOINT_EVERY) or 0),
                 reported_step=int(environ[protocol.ENV_REPORTED_STEP]) if protocol.ENV_REPORTED_STEP in environ else None,
             )
@@ -207,6 +256,11 @@ class Session:
             raise ValueError(f"step {step}: steps count from 1, as budget.steps does (a loop from 0 reports epoch + 1)")
         if step > protocol.MAX_STEP:
             raise ValueError(f"step {step}: steps count epochs or iterations, at most {protocol.MAX_STEP}")
+        if step > self.budget:
+            self._warn(f"it reported step {step}, past its budget of {self.budget} steps: that report is not "
+                       "recorded and the trial ends here, completed (loop up to trial.budget())")
+            self._prepare_exit()
+            raise BudgetExit
         if step <= self.last_step:
             if not self.last_step == self.start_step > 0:  # not the first report since a resume
                 raise ValueError(f"step {step} must exceed the previous step {self.last_step}")
@@ -301,11 +355,21 @@ class Session:
         temporary = root / f".tmp-step-{step}"
         shutil.rmtree(temporary, ignore_errors=True)
         temporary.mkdir()
-        for name, saver in self.savers.items():
-            (temporary / name).mkdir()
-            saver.save(temporary / name)
-        (temporary / protocol.META_FILE).write_text(json.dumps({"step": step, "metrics": dict(metrics or {})}))
-        _sync_tree(temporary)  # what the savers wrote, and the names of it
+        try:
+            for name, saver in self.savers.items():
+                (temporary / name).mkdir()
+                saver.save(temporary / name)
+            (temporary / protocol.META_FILE).write_text(json.dumps({"step": step, "metrics": dict(metrics or {})}))
+            _sync_tree(temporary)  # what the savers wrote, and the names of it
+        except Exception as error:
+            full = _out_of_room(root)  # measured before the partial checkpoint's room is given back
+            shutil.rmtree(temporary, ignore_errors=True)
+            if full and not (isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS):
+                # torch.save says RuntimeError, numpy an OSError without errno: a full disk is no crash of
+                # the trial (its retries would be used up), it interrupts the run, which continues once there is room
+                raise OSError(errno.ENOSPC, f"no space left on the device for the checkpoint of step {step} "
+                                            f"({type(error).__name__}: {error})") from error
+            raise
         final = root / f"step-{step}"
         shutil.rmtree(final, ignore_errors=True)  # written but never published by a run that crashed
         temporary.rename(final)
@@ -320,6 +384,19 @@ class Session:
 
     def _send(self, message: dict[str, Any]) -> None:
         self._channel.send(message)
+
+
+FULL_BELOW = 1 << 20  # bytes left to users under which a file system counts as full
+
+
+def _out_of_room(path: Path) -> bool:
+    """Whether the file system of ``path`` is full (less than a megabyte left to users), as a failed write finds
+    it: the partial file it left holds the rest."""
+    try:
+        status = os.statvfs(path)
+    except OSError:
+        return False
+    return status.f_bavail * status.f_frsize < FULL_BELOW
 
 
 def _sync(path: Path) -> None:

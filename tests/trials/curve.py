@@ -14,6 +14,7 @@ Config (every key optional):
 - ``hang_after``: the trial sleeps for good after reporting this step (0: before its first
   report), to test hung trials;
 - ``ballast_kb``: kilobytes of filler written into every checkpoint, to fill a small disk;
+  ``ballast_error``: ``"runtime"`` says a failed checkpoint write as torch.save does, a RuntimeError;
 - ``hold_save``: a step whose checkpoint waits, half written, until a test lets it go: the trial
   creates ``saving-<step>`` in its directory and waits for ``go-<step>`` there.
 - ``stateless``: true keeps no checkpoint of its state (no saver): after a resume it starts over;
@@ -57,9 +58,14 @@ def train(config: dict[str, Any]) -> None:
     state: dict[str, Any] = {"total": 0.0, "pids": [], "step": 0}
 
     def save(directory: Path) -> None:
-        (directory / "state.json").write_text(json.dumps(state))
-        if ballast_kb:
-            (directory / "ballast").write_bytes(bytes(1024 * ballast_kb))
+        try:
+            (directory / "state.json").write_text(json.dumps(state))
+            if ballast_kb:
+                (directory / "ballast").write_bytes(bytes(1024 * ballast_kb))
+        except OSError as error:
+            if config.get("ballast_error") != "runtime":
+                raise
+            raise RuntimeError(f"[enforce fail at inline_container.cc] unexpected pos ({error})") from None
         if state["step"] == hold_save:
             (trial.trial_dir() / f"saving-{hold_save}").touch()
             while not (trial.trial_dir() / f"go-{hold_save}").exists():

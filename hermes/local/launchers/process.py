@@ -12,9 +12,11 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from hermes.core.events import TrialExited, TrialSuspended
@@ -26,7 +28,8 @@ from hermes.local.runs import LocalTrial, Output, Run
 from hermes.local.system import die_with_parent, exit_reason, kill_group, pin, slot_environment, tail, wait_stopped
 from hermes.trial import protocol
 
-MAX_LINE = 1 << 20  # bytes of a line kept: of a longer one (a progress bar redrawn with \r for ever), the last ones
+MAX_LINE = 1 << 20  # bytes of a line kept: of a longer one (a progress bar drawn without \r or \n), the last ones
+_SEGMENT = re.compile(rb"[^\r\n]*[\r\n]")  # a segment of output with the byte that ends it
 
 
 class ProcessLauncher(Launcher):
@@ -150,13 +153,14 @@ class ProcessLauncher(Launcher):
             self._close_output(output)
             if output.buffer:  # a last line without a newline
                 line, output.buffer = bytes(output.buffer[-MAX_LINE:]), b""
-                self._line(run, line)
+                self._line(run, output, line)
+            self._ended(run, output)
             return False
         if output.log is not None:
             output.log.write(chunk)
             output.log.flush()
         for line in _lines(output, chunk):
-            self._line(run, line)
+            self._line(run, output, line)
         return True
 
     def _drain(self, run: Run) -> None:
@@ -164,15 +168,18 @@ class ProcessLauncher(Launcher):
             while output.fd is not None and self._read(run, output):
                 pass
 
-    def _line(self, run: Run, line: bytes) -> None:
+    def _line(self, run: Run, output: Output, line: bytes) -> None:
         if run.error is not None:
             return
         try:
-            self._parse(run, line)
+            self._parse(run, output, line)
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             self.host.fail(run, f"protocol error: {error!r}")
 
-    def _parse(self, run: Run, line: bytes) -> None:
+    def _ended(self, run: Run, output: Output) -> None:
+        """The pipe ended (its process and children are gone, or closed it): nothing more comes of it."""
+
+    def _parse(self, run: Run, output: Output, line: bytes) -> None:
         if len(line) >= MAX_LINE:  # cut to its end (``_lines``); a message of ours is never that long
             raise ValueError(f"a message of {MAX_LINE} bytes or more")
         message = json.loads(line)
@@ -196,7 +203,9 @@ class ProcessLauncher(Launcher):
         now = host.now()
         if run.silent:
             return
-        if run.handshake.suspend_requested and run.suspended_step is not None and code == 0:
+        if run.trained:
+            host.emit(TrialExited(now, trial.trial_id, True))
+        elif run.handshake.suspend_requested and run.suspended_step is not None and code == 0:
             trial.timing.suspended = now
             host.emit(TrialSuspended(now, trial.trial_id, run.suspended_step))
         elif run.handshake.stop_requested:
@@ -253,8 +262,21 @@ class ProcessLauncher(Launcher):
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """What a segment of an unmodified program's output reports."""
+
+    step: int | None  # None: the pattern has no step group, so it is the next step
+    objective: float
+    metrics: dict[str, float]
+
+
 class ScriptLauncher(ProcessLauncher):
     """Unmodified programs: metrics from stdout, SIGSTOP and SIGCONT in place."""
+
+    def __init__(self, host: Any) -> None:
+        super().__init__(host)
+        self._shown: dict[Output, _Reading] = {}  # per pipe: the report a line redrawn with \r shows so far
 
     def suspend(self, run: Run) -> None:
         """SIGSTOP the process group, then report what it printed before stopping and that it is suspended."""
@@ -288,35 +310,80 @@ class ScriptLauncher(ProcessLauncher):
         run.handshake.stop_requested = True
         self.kill(run)
 
-    def _parse(self, run: Run, line: bytes) -> None:
-        """A line that matches the pattern is a report when its objective and step are numbers; other
+    def _parse(self, run: Run, output: Output, line: bytes) -> None:
+        """A segment that matches the pattern is a report when its objective and step are numbers.
+
+        A line redrawn in place (Keras' progress line, a tqdm bar: segments ended by \\r) shows its latest
+        numbers last, so the report of a line is its last segment that matches: one ended by \\r is held until
+        the line ends (\\n, or its pipe), or until a segment of another step replaces it (a bar that never
+        prints \\n reports each step as the next one shows)."""
+        redrawn = line.endswith(b"\r")
+        reading = self._reading(run, line.rstrip(b"\r\n").decode(errors="replace"))
+        shown = self._shown.pop(output, None)
+        if shown is not None and reading is None and redrawn:
+            self._shown[output] = shown  # another segment of the same line, which says nothing: still shown
+            return
+        if shown is not None and (reading is None or reading.step != shown.step):
+            self._report(run, shown)  # the line ended, or moved on to another step: what it showed is that step's
+        if reading is not None and redrawn:
+            self._shown[output] = reading
+        elif reading is not None:
+            self._report(run, reading)
+
+    def _ended(self, run: Run, output: Output) -> None:
+        shown = self._shown.pop(output, None)
+        if shown is not None:  # a line redrawn to the end, never ended by \n
+            self._report(run, shown)
+
+    def _close(self, run: Run) -> None:
+        for output in run.outputs:
+            self._shown.pop(output, None)
+        super()._close(run)
+
+    def _reading(self, run: Run, text: str) -> _Reading | None:
+        """What a segment reports, if it matches the pattern and its objective and step are numbers; other
         groups are recorded when they are numbers too, and left out when not (a phase's name, say)."""
-        text = line.decode(errors="replace")
         match = run.trial.launch.pattern.search(text)
         if match is None:
-            return
+            return None
         trial, host = run.trial, self.host
         groups = {name: found for name, found in match.groupdict().items() if found is not None}
         metrics = {name: number for name, found in groups.items() if name != "step"
                    for number in [_number(found)] if number is not None}
         name = "value" if "value" in groups else host.metric_of(trial) or ""
         if name not in groups:
-            return  # the objective's group is optional in the pattern and did not match: not a report
+            return None  # the objective's group is optional in the pattern and did not match: not a report
         if name not in metrics:
             run.misread = run.misread or f"its group {name!r} read {groups[name]!r}, not a number, {_in(text)}"
-            return
-        objective = metrics[name]
+            return None
         try:
-            step = int(groups["step"]) if "step" in groups else run.reports + 1
+            step = int(groups["step"]) if "step" in groups else None
         except ValueError:
             run.misread = run.misread or f"its group 'step' read {groups['step']!r}, not a whole number, {_in(text)}"
-            return
-        if step > protocol.MAX_STEP:
+            return None
+        if step is not None and step < 1:
+            run.misread = run.misread or (f"its group 'step' read {groups['step']!r} {_in(text)}: steps count from 1, "
+                                          "as budget.steps does (print epoch + 1)")
+            return None
+        if step is not None and step > protocol.MAX_STEP:
             host.fail(run, f"trial.metrics_regex's group 'step' read {step} {_in(text)}: steps count epochs or "
                            f"iterations, at most {protocol.MAX_STEP} (a timestamp is no step)")
+            return None
+        return _Reading(step, metrics[name], metrics)
+
+    def _report(self, run: Run, reading: _Reading) -> None:
+        """Record a segment's report: of its step, or without a step group of the next one."""
+        if run.error is not None:
             return
+        trial, host = run.trial, self.host
+        objective, metrics = reading.objective, reading.metrics
+        step = reading.step if reading.step is not None else run.reports + 1
         run.reports += 1
-        if step > trial.last_step:
+        if step > trial.launch.budget:  # it trains on past budget.steps, which it cannot be told: it ends here
+            if not run.trained:
+                run.trained = True
+                self.kill(run)
+        elif step > trial.last_step:
             host.emit(trial.reported(step, objective, metrics, False, host.now()))
             host.note_report(trial)
         else:  # a repeated step, or one caught up by a run started again from the beginning: known already
@@ -324,23 +391,25 @@ class ScriptLauncher(ProcessLauncher):
 
 
 def _lines(output: Output, chunk: bytes) -> list[bytes]:
-    """The lines that ``chunk`` completes; the rest of it waits in ``output.buffer`` for the next read.
+    """The segments that ``chunk`` completes, each with the byte that ends it: a newline, or a carriage return (a
+    progress line redrawn in place; ``ScriptLauncher._parse`` reads it as part of its line). The rest of ``chunk``
+    waits in ``output.buffer`` for the next read.
 
-    Only the new chunk is searched for newlines, and the partial line grows in place, so a line costs time in
-    proportion to its length (adding each chunk to a copy of the whole line and splitting that again took
-    quadratic time: seconds for a line of megabytes, such as a progress bar redrawn after carriage returns,
-    which end no line). Of a line longer than MAX_LINE only its last MAX_LINE bytes are kept: its end is
-    what a report would be (a metrics line is never that long), and the memory stays bounded."""
+    Only the new chunk is searched for line ends, and the partial segment grows in place, so a segment costs time
+    in proportion to its length (adding each chunk to a copy of the whole line and splitting that again took
+    quadratic time: seconds for a line of megabytes). Of a segment longer than MAX_LINE only its last MAX_LINE
+    bytes are kept: its end is what a report would be (a metrics line is never that long), and the memory stays
+    bounded."""
     buffer = output.buffer
     if not isinstance(buffer, bytearray):
         buffer = output.buffer = bytearray(buffer)
-    end = chunk.rfind(b"\n")
+    end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
     if end < 0:
         buffer += chunk
         if len(buffer) > 2 * MAX_LINE:  # trimmed once it has grown by MAX_LINE: amortised, a constant per byte
             del buffer[:-MAX_LINE]
         return []
-    lines = chunk[:end].split(b"\n")
+    lines = _SEGMENT.findall(chunk, 0, end + 1)
     if buffer:
         buffer += lines[0]
         lines[0] = bytes(buffer[-MAX_LINE:])

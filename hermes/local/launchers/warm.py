@@ -241,6 +241,8 @@ class WarmLauncher(Launcher):
         """A worker's trial thread returned: report how, or start it where it is to resume."""
         trial, worker, host = run.trial, run.worker, self.host
         del worker.runs[trial.trial_id]
+        if run.spilling and outcome != protocol.SUSPENDED:  # its spill failed: it cannot move where it resumes
+            host.stay(trial)
         host.forget(run)
         now = host.now()
         if run.silent:

@@ -1,0 +1,249 @@
+"""The policy and stopper contract suite: the determinism rule, checked on any policy or early stopper.
+
+Importable from the package like ``hermes.testing.executor_conformance``, so that a policy or stopper
+of one's own runs the very tests Hermes's own run. A test module imports the suite, then defines the
+fixture ``policy_name``, ``stopper_name`` or both (after the import, which brings defaults that skip),
+each a registered name or an import path ``module:Class``::
+
+    import pytest
+
+    from hermes.testing.policy_contract import *  # noqa: F401,F403
+
+    @pytest.fixture
+    def policy_name() -> str:
+        return "mypackage.policies:ShortestFirst"
+
+    @pytest.fixture
+    def stopper_name() -> str:
+        return "mypackage.stoppers:PatienceStopper"
+
+Every test runs the same simulated experiment (60 mixed curves of 10 steps on 5 GPUs in two nodes)
+through the real core. A policy is made as ``make_policy(name, period=30.0)`` and a stopper as
+``make_stopper(name)``, with their defaults otherwise; a stopper is composed with the ``rr`` policy.
+
+For a policy:
+
+- the same events give the same decisions;
+- ``priority`` answers without changing the policy's state, or any later decision;
+- a policy that promises a time-invariant order (``order_version``) gets from the core's cached
+  order exactly what a full scan by priority gives;
+- a ``state_dict`` round trip through JSON in the middle of a run changes no decision after it.
+
+For a stopper (which must stop some trial of that run, else the tests prove nothing):
+
+- the same run gives the same decisions, whatever ran before it in the process;
+- ``should_stop`` asked again, without a new report, changes neither its state nor any later decision;
+- a ``state_dict`` round trip through JSON in the middle of a run changes no decision after it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+import pytest
+
+from hermes.core.decisions import Decision, Stop
+from hermes.core.events import Event, SubmissionsClosed
+from hermes.core.policy import EarlyStopper, SchedulingPolicy
+from hermes.core.scheduler import Objective, Scheduler
+from hermes.execution.engine import Engine
+from hermes.policies import make_policy, make_stopper
+from hermes.sim.executor import SimulatedExecutor
+from hermes.sim.synthetic import synthetic_trace
+
+__all__ = [
+    "policy_name",
+    "stopper_name",
+    "test_the_same_events_give_the_same_decisions",
+    "test_priority_does_not_change_state",
+    "test_a_time_invariant_order_equals_a_full_scan",
+    "test_a_state_dict_round_trip_mid_run_changes_no_decision",
+    "test_a_stopper_gives_the_same_decisions_for_the_same_run",
+    "test_should_stop_asked_again_changes_nothing",
+    "test_a_stopper_state_dict_round_trip_mid_run_changes_no_decision",
+]
+
+LAYOUT = {"n0": ("n0/g0", "n0/g1"), "n1": ("n1/g0", "n1/g1", "n1/g2")}
+PERIOD = 30.0
+STOPPER_POLICY = "rr"  # the policy every stopper is composed with: it time-shares, and stops nothing itself
+Listener = Callable[[Scheduler, Event, list[Decision]], None]
+
+
+@pytest.fixture
+def policy_name() -> str:
+    """Overridden by the importing module; without it, the policy tests do not apply."""
+    pytest.skip("no policy_name fixture: define one to run the policy tests")
+
+
+@pytest.fixture
+def stopper_name() -> str:
+    """Overridden by the importing module; without it, the stopper tests do not apply."""
+    pytest.skip("no stopper_name fixture: define one to run the stopper tests")
+
+
+def fresh_policy(name: str, executor: SimulatedExecutor) -> SchedulingPolicy:
+    """The policy as a session makes it: from its name, then told the engine's costs."""
+    policy = make_policy(name, period=PERIOD)
+    policy.configure(executor.profile)
+    return policy
+
+
+def run(name: str, listener: Listener | None = None, *, stopper: str | None = None, seed: int = 4) -> list[str]:
+    """One simulation of 60 mixed curves on 5 GPUs in two nodes under policy ``name`` (and ``stopper``);
+    its decision log, one line per decision with the time of the event it answers."""
+    trace = synthetic_trace(60, 10, seed=seed, kind="mixed", epoch_seconds=(5.0, 40.0), diverge_fraction=0.1)
+    executor = SimulatedExecutor(LAYOUT)
+    scheduler = Scheduler(
+        fresh_policy(name, executor),
+        objective=Objective(trace.mode),
+        stopper=make_stopper(stopper) if stopper is not None else None,
+    )
+    log: list[str] = []
+
+    def listen(event: Event, decisions: list[Decision]) -> None:
+        log.extend(f"{event.at:.6f} {decision!r}" for decision in decisions)
+        if listener is not None:
+            listener(scheduler, event, decisions)
+
+    engine = Engine(scheduler, executor, [listen])
+    for curve in trace.shuffled(seed):
+        engine.post(executor.submit(curve.name, curve, at=0.0))
+    engine.post(SubmissionsClosed(0.0))
+    engine.run()
+    assert scheduler.finished
+    return log
+
+
+def stops(log: list[str]) -> int:
+    """How many ``Stop`` decisions a log holds."""
+    return sum(f" {Stop.__name__}(" in line for line in log)
+
+
+def _state(owner: SchedulingPolicy | EarlyStopper) -> str:
+    """A state as the store would keep it: JSON, keys sorted so that two equal states compare equal."""
+    return json.dumps(owner.state_dict(), sort_keys=True)
+
+
+def _count_events(name: str, *, stopper: str | None = None) -> tuple[list[str], int]:
+    """The uninterrupted run's log and how many events it handled."""
+    total = 0
+
+    def count(scheduler: Scheduler, event: Event, decisions: list[Decision]) -> None:
+        nonlocal total
+        total += 1
+
+    return run(name, count, stopper=stopper), total
+
+
+# ---------------------------------------------------------------------------------------- policies
+def test_the_same_events_give_the_same_decisions(policy_name: str) -> None:
+    first = run(policy_name)
+    assert len(first) >= 60  # every trial starts
+    assert run(policy_name) == first
+    assert run(policy_name, seed=5) != first  # the log does depend on the run
+
+
+def test_priority_does_not_change_state(policy_name: str) -> None:
+    def ask_everything(scheduler: Scheduler, event: Event, decisions: list[Decision]) -> None:
+        before = _state(scheduler.policy)
+        for trial in scheduler.trials.values():
+            if not trial.state.is_terminal:
+                scheduler.policy.priority(trial, event.at)
+                scheduler.policy.priority(trial, event.at + 1000.0)
+        assert _state(scheduler.policy) == before
+
+    assert run(policy_name, ask_everything) == run(policy_name)
+
+
+def test_a_time_invariant_order_equals_a_full_scan(policy_name: str) -> None:
+    if not make_policy(policy_name, period=PERIOD).time_sharing:
+        pytest.skip("without time-sharing no trial waits on a node: the core keeps them unplaced, in arrival order")
+    compared = 0
+
+    def compare(scheduler: Scheduler, event: Event, decisions: list[Decision]) -> None:
+        nonlocal compared
+        policy = scheduler.policy
+        for node_scheduler in scheduler.node_schedulers.values():
+            cached = [trial.trial_id for _, trial in node_scheduler.ranked_waiting(event.at, 1 << 20)]
+            scan = sorted(
+                (
+                    (-priority, trial.seq, trial.trial_id)
+                    for trial in node_scheduler.node.members.values()
+                    if trial.waiting
+                    and (trial.movable or trial.last_gpu is None)
+                    and (priority := policy.priority(trial, event.at)) is not None
+                ),
+            )
+            assert cached == [trial_id for _, _, trial_id in scan], f"at {event.at}: {type(event).__name__}"
+            compared += bool(cached)
+
+    run(policy_name, compare)
+    assert compared > 20
+
+
+def test_a_state_dict_round_trip_mid_run_changes_no_decision(policy_name: str) -> None:
+    uninterrupted, total = _count_events(policy_name)
+    events = 0
+
+    def swap_halfway(scheduler: Scheduler, event: Event, decisions: list[Decision]) -> None:
+        nonlocal events
+        events += 1
+        if events == total // 2:
+            fresh = fresh_policy(policy_name, SimulatedExecutor(LAYOUT))
+            scheduler.restore_policy(fresh, json.loads(json.dumps(scheduler.policy.state_dict())))
+
+    assert run(policy_name, swap_halfway) == uninterrupted
+    assert events == total
+
+
+# ---------------------------------------------------------------------------------------- stoppers
+def test_a_stopper_gives_the_same_decisions_for_the_same_run(stopper_name: str) -> None:
+    first = run(STOPPER_POLICY, stopper=stopper_name)
+    assert stops(first) > stops(run(STOPPER_POLICY)), "the stopper stopped no trial: this run proves nothing"
+    other = run(STOPPER_POLICY, stopper=stopper_name, seed=5)  # another run in between: nothing may carry over
+    assert run(STOPPER_POLICY, stopper=stopper_name) == first
+    assert run(STOPPER_POLICY, stopper=stopper_name, seed=5) == other
+
+
+def test_should_stop_asked_again_changes_nothing(stopper_name: str) -> None:
+    """The core asks once per report; asking again without a new report (a policy that consults the
+    stopper, a replay) must neither record anything nor change a later verdict."""
+    asked = 0
+
+    def ask_everything(scheduler: Scheduler, event: Event, decisions: list[Decision]) -> None:
+        nonlocal asked
+        stopper = scheduler.stopper
+        assert stopper is not None
+        before = _state(stopper)
+        for trial in scheduler.trials.values():
+            # each trial whose every report the stopper was told: the core tells it nothing once it stops a trial
+            if trial.steps and not trial.stop_requested:
+                stopper.should_stop(trial)
+                asked += 1
+        assert _state(stopper) == before, f"should_stop changed the state at {event.at}: {type(event).__name__}"
+
+    uninterrupted = run(STOPPER_POLICY, stopper=stopper_name)
+    assert stops(uninterrupted) > stops(run(STOPPER_POLICY)), "the stopper stopped no trial: this run proves nothing"
+    assert run(STOPPER_POLICY, ask_everything, stopper=stopper_name) == uninterrupted
+    assert asked > 1000
+
+
+def test_a_stopper_state_dict_round_trip_mid_run_changes_no_decision(stopper_name: str) -> None:
+    uninterrupted, total = _count_events(STOPPER_POLICY, stopper=stopper_name)
+    events = stopped_after = 0
+
+    def swap_halfway(scheduler: Scheduler, event: Event, decisions: list[Decision]) -> None:
+        nonlocal events, stopped_after
+        events += 1
+        if events > total // 2:
+            stopped_after += sum(isinstance(decision, Stop) for decision in decisions)
+        elif events == total // 2:
+            assert scheduler.stopper is not None
+            fresh = make_stopper(stopper_name)
+            fresh.load_state_dict(json.loads(json.dumps(scheduler.stopper.state_dict())))
+            scheduler.stopper = fresh  # the core holds its stopper there, and nowhere else
+
+    assert run(STOPPER_POLICY, swap_halfway, stopper=stopper_name) == uninterrupted
+    assert events == total
+    assert stopped_after > 0, "no trial was stopped after the round trip: this run proves nothing"

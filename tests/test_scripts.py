@@ -1,0 +1,212 @@
+"""End-to-end tests of command trials: unmodified programs read with ``trial.metrics_regex``, and commands that use
+``hermes.trial`` through a wrapper. Real ``hermes run``, real processes, the real store (helpers of test_run.py);
+each program is a few lines written into the test's directory."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hermes.core.states import TrialState
+from tests.test_run import hermes, load_view, run_ok, spec_of, trial_dir, write_spec
+
+
+def program_spec(tmp_path: Path, name: str, program: str, pattern: str | None, steps: int,
+                 space: dict[str, Any] | None = None, **trial: Any) -> Path:
+    """A spec of ``program`` (written to ``program.py``, run with ``{param}`` arguments in ``space``'s order) on
+    one CPU slot, its objective ``accuracy`` read with ``pattern`` (None: a command that uses hermes.trial)."""
+    (tmp_path / "program.py").write_text(program)
+    space = space or {"seed": [0]}
+    arguments = " ".join(f"{{{param}}}" for param in space)
+    section = {"command": f"{sys.executable} program.py {arguments}", "workdir": str(tmp_path), **trial}
+    if pattern is not None:
+        section["metrics_regex"] = pattern
+    spec = spec_of(
+        name,
+        trial=section,
+        search={"sampler": "grid", "space": {param: {"type": "grid", "values": values}
+                                             for param, values in space.items()}},
+        metric={"name": "accuracy", "mode": "max"},
+        budget={"steps": steps},
+        policy={"name": "fifo"},
+        resources={"gpus": "none", "cpu_slots": 1},
+    )
+    return write_spec(tmp_path, spec)
+
+
+def values_of(storage: Path) -> dict[str, list[tuple[int, float]]]:
+    view, _ = load_view(storage)
+    found: dict[str, list[tuple[int, float]]] = {}
+    for record in view.metrics:
+        found.setdefault(record.trial_id, []).append((record.step, record.values["accuracy"]))
+    return found
+
+
+# ---------------------------------------------------------------------- 1. lines redrawn with \r
+KERAS = r"""
+import sys, time
+for epoch in range(1, 4):  # Keras fit(verbose=1): each epoch's line is redrawn with \r after every batch
+    print(f"Epoch {epoch}/3")
+    for batch in range(1, 6):
+        accuracy = epoch * 0.1 + batch * 0.01
+        sys.stdout.write(f"\r{batch}/5 [{'=' * batch}{'.' * (5 - batch)}] - loss: {1 - accuracy:.4f} - "
+                         f"accuracy: {accuracy:.4f}")
+        sys.stdout.flush()
+        time.sleep(0.01)
+    sys.stdout.write("\n")
+"""
+
+
+def test_a_line_redrawn_with_carriage_returns_reports_its_last_segment(tmp_path: Path) -> None:
+    """Keras' progress line: recorded with its first batch's numbers (0.11, 0.21, 0.31) before, not its last."""
+    path = program_spec(tmp_path, "keras", KERAS, r"loss: (?P<loss>[\d.]+) - accuracy: (?P<accuracy>[\d.]+)", 3)
+    run_ok(path)
+    view, _ = load_view(tmp_path / "runs")
+    assert [(trial.state, trial.error) for trial in view.trials] == [(TrialState.COMPLETED, None)]
+    assert values_of(tmp_path / "runs") == {"0": [(1, 0.15), (2, 0.25), (3, 0.35)]}
+
+
+BAR = r"""
+import sys, time
+step = 0
+while True:  # a tqdm bar on stderr, never ended by \n: redrawn a few times a step, its postfix updated
+    step += 1
+    for redraw in range(3):
+        sys.stderr.write(f"\r{step}/1000 [{'#' * (step % 10):10}] acc={step / 10 + redraw / 100:.2f}")
+        sys.stderr.flush()
+        time.sleep(0.02)
+"""
+
+
+def test_a_bar_that_never_prints_a_newline_reports_each_step_as_it_goes(tmp_path: Path) -> None:
+    """Before, its output was one line that never ended: no report until it exited, and it never does (it trains
+    past its budget), so it ran into its trial.timeout. Now each step reports its last redraw once the next step
+    shows, and the first step past the budget stops it, completed."""
+    path = program_spec(tmp_path, "bar", BAR, r"(?P<step>\d+)/1000 .* acc=(?P<accuracy>[\d.]+)", 3, timeout=20)
+    run_ok(path)
+    view, _ = load_view(tmp_path / "runs")
+    assert [(trial.state, trial.error) for trial in view.trials] == [(TrialState.COMPLETED, None)]
+    assert values_of(tmp_path / "runs") == {"0": [(1, 0.12), (2, 0.22), (3, 0.32)]}
+
+
+# ---------------------------------------------------------------------- 2. the objective named twice
+def test_a_pattern_with_both_a_value_group_and_the_metrics_group_is_refused(tmp_path: Path) -> None:
+    """The launcher ranked on ``value`` and the reports on the metric's name: now the spec names one."""
+    path = program_spec(tmp_path, "both", "print('epoch 1 accuracy 0.5 value 0.1')\n",
+                        r"epoch (?P<step>\d+) accuracy (?P<accuracy>\S+) value (?P<value>\S+)", 1)
+    result = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert ("trial.metrics_regex: has both (?P<value>...) and (?P<accuracy>...): name the objective once"
+            in result.stderr), result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------------- 3. failures of programs that log
+LOGGING_CRASH = r"""
+import logging
+logging.basicConfig(level=logging.INFO)  # to stderr
+for epoch in range(1, 3):
+    for batch in range(30):
+        logging.info("batch %d loss %.3f", batch, 1.0 / (batch + 1))
+    logging.info("epoch %d accuracy %.2f", epoch, 0.1 * epoch)
+raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+"""
+
+
+def test_a_failure_summary_shows_the_exception_not_the_first_line_the_program_logged(tmp_path: Path) -> None:
+    """Before: ``exit code 1: INFO:root:batch 3 loss 0.250 ... (its runs c...``. The JSON keeps the whole error."""
+    path = program_spec(tmp_path, "logged", LOGGING_CRASH, r"epoch (?P<step>\d+) accuracy (?P<accuracy>\S+)", 5,
+                        max_failures=1)
+    result = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    summary = "exit code 1 ... RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert f"trial 0 crashed ({summary}); crash 1 of trial.max_failures 1" in result.stdout, result.stdout
+    assert f"trial 0 failed at step 2, accuracy 0.2 ({summary} (crashed 2 times))" in result.stdout, result.stdout
+    assert f"hermes: error: every trial failed; trial 0: {summary} (crashed 2 times)\n" in result.stderr
+    status = hermes("status", "runs", cwd=tmp_path)
+    assert f"trial 0 (failed at step 2): {summary} (crashed 2 times)" in status.stdout, status.stdout
+    results = hermes("results", "runs", "--format", "json", cwd=tmp_path)
+    [entry] = json.loads(results.stdout)
+    assert entry["error"].startswith("exit code 1: INFO:root:batch")
+    assert entry["error"].endswith("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+                                   "(its runs crashed 2 times; trial.max_failures is 1)")
+
+
+# ---------------------------------------------------------------------- 4. hermes.trial in an unmodified program
+READS_ITS_CONFIG = r"""
+import sys
+from hermes import trial
+lr = trial.config()["lr"]  # its parameters, budget and directory, though its metrics are printed
+(trial.trial_dir() / "seen.txt").write_text(f"{trial.trial_id()} {trial.budget()}")
+for epoch in range(1, trial.budget() + 1):
+    if sys.argv[2] == "report":
+        trial.report(epoch, accuracy=lr * epoch)
+    print(f"epoch {epoch} accuracy {lr * epoch:.2f}")
+"""
+
+
+def test_an_unmodified_program_reads_its_config_through_hermes_trial_and_is_told_it_cannot_report(
+    tmp_path: Path,
+) -> None:
+    """Before, ``trial.config()`` failed: "hermes.trial needs 'HERMES_CHANNEL' from a Hermes executor"."""
+    path = program_spec(tmp_path, "config", READS_ITS_CONFIG, r"epoch (?P<step>\d+) accuracy (?P<accuracy>\S+)", 3,
+                        space={"lr": [0.1], "how": ["print", "report"]})
+    result = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    view, _ = load_view(tmp_path / "runs")
+    by_how = {trial.params["how"]: trial for trial in view.trials}
+    printed, reported = by_how["print"], by_how["report"]
+    assert printed.state is TrialState.COMPLETED and printed.error is None
+    assert values_of(tmp_path / "runs")[printed.trial_id] == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    spec = {"name": "config"}
+    assert (trial_dir(tmp_path / "runs", spec, printed.trial_id) / "seen.txt").read_text() == f"{printed.trial_id} 3"
+    assert reported.state is TrialState.FAILED
+    assert "HermesError: hermes.trial cannot report: this process has no channel to the scheduler" in reported.error
+    assert "drop trial.metrics_regex to report through hermes.trial" in reported.error
+
+
+# ---------------------------------------------------------------------- 5. a wrapper that runs the training script
+TRAIN = """
+from hermes import trial
+for step in range(1, trial.budget() + 1):
+    trial.report(step, accuracy=trial.config()["lr"] * step)
+"""
+WRAPPER = """
+import os, subprocess, sys  # a launcher script that runs the real training script, as many projects have
+channel = tuple(int(fd) for fd in os.environ["HERMES_CHANNEL"].split(","))
+passed = channel if sys.argv[2] == "pass_fds" else ()
+sys.exit(subprocess.run([sys.executable, "train.py"], pass_fds=passed).returncode)
+"""
+
+
+def test_a_wrapper_that_closes_the_channel_fails_saying_to_pass_it_on(tmp_path: Path) -> None:
+    """Before: ``OSError: [Errno 9] Bad file descriptor``. The advice given works."""
+    (tmp_path / "train.py").write_text(TRAIN)
+    path = program_spec(tmp_path, "wrapper", WRAPPER, None, 2, space={"lr": [0.1], "how": ["pass_fds", "closed"]})
+    result = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    view, _ = load_view(tmp_path / "runs")
+    by_how = {trial.params["how"]: trial for trial in view.trials}
+    assert by_how["pass_fds"].state is TrialState.COMPLETED
+    assert values_of(tmp_path / "runs")[by_how["pass_fds"].trial_id] == [(1, 0.1), (2, 0.2)]
+    closed = by_how["closed"]
+    assert closed.state is TrialState.FAILED
+    assert "HermesError: hermes.trial's channel, descriptors " in closed.error, closed.error
+    assert "was not inherited by this process: a program that runs this script must pass them on " in closed.error
+    assert "Bad file descriptor" not in closed.error
+
+
+# ---------------------------------------------------------------------- 6. steps from 0
+def test_a_program_whose_lines_are_all_of_step_0_is_told_steps_count_from_1(tmp_path: Path) -> None:
+    """Before, it was told it needs a trial.metrics_regex that matches its lines, which it had."""
+    program = "for epoch in range(1):\n    print(f'epoch {epoch} accuracy 0.93')\n"
+    path = program_spec(tmp_path, "zero", program, r"epoch (?P<step>\d+) accuracy (?P<accuracy>\S+)", 1)
+    result = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    error = ("ended without a report: lines matched trial.metrics_regex, but its group 'step' read '0' in the line "
+             "'epoch 0 accuracy 0.93': steps count from 1, as budget.steps does (print epoch + 1)")
+    assert result.returncode == 1 and f"hermes: error: every trial failed; trial 0: {error}\n" in result.stderr, (
+        result.stderr)
+    view, _ = load_view(tmp_path / "runs")
+    assert [(trial.state, trial.error) for trial in view.trials] == [(TrialState.FAILED, error)]
