@@ -137,11 +137,23 @@ def _run(args: argparse.Namespace) -> int:
 def _progress_printer(session: ExperimentSession) -> Listener:
     """Without a terminal: one line per trial that ends, for logs and CI. An error shows as its reason and its
     exception (``summarise_error``): a program that logs to stderr says much before it."""
-    from hermes.core.events import TrialExited
+    from hermes.core.events import GpuAdded, GpuRemoved, NodeAdded, NodeRemoved, TrialExited
     from hermes.report import summarise_error
 
+    present: set[str] = set()  # the nodes and GPUs of this run (a continued run's log names the last one's, gone)
+
     def show(event: Event, decisions: list[Decision]) -> None:
-        if isinstance(event, TrialExited):
+        if isinstance(event, NodeAdded):
+            present.update([event.node, *event.gpus])
+        elif isinstance(event, GpuAdded):
+            present.add(event.gpu)
+        elif isinstance(event, (NodeRemoved, GpuRemoved)):  # a node (a Ray node, say) or a GPU of this run is gone
+            lost = event.node if isinstance(event, NodeRemoved) else event.gpu
+            if lost in present:
+                present.discard(lost)
+                print(f"[{event.at:8.1f}s] {'node' if isinstance(event, NodeRemoved) else 'GPU'} {lost} lost: what "
+                      "ran there resumes elsewhere from its last checkpoint", flush=True)
+        elif isinstance(event, TrialExited):
             trial = session.scheduler.trials[event.trial_id]
             if not trial.state.is_terminal:  # it crashed, and runs again
                 reason = summarise_error(event.error or "no reason given", width=120)

@@ -619,8 +619,12 @@ def test_a_lost_head_interrupts_the_run_at_once(tmp_path: Path) -> None:
     assert view.experiment.status is ExperimentStatus.INTERRUPTED
 
 
-def test_a_node_joins_and_another_dies_mid_run(cluster: RayCluster, tmp_path: Path) -> None:
+def test_a_node_joins_and_another_dies_mid_run(
+    cluster: RayCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Runs last: it kills a worker node of the module's cluster."""
+    from hermes.cli import _progress_printer
+
     budget = 10
     path = write_spec(tmp_path, ray_spec(cluster, "ray-churn", 8, budget, 0.5, policy={"name": "rr", "period": 0.6}))
     victim = cluster.nodes[1]
@@ -640,11 +644,14 @@ def test_a_node_joins_and_another_dies_mid_run(cluster: RayCluster, tmp_path: Pa
 
     monitor = ContractMonitor()
     session = ExperimentSession(load_spec(path), listeners=[monitor, churn])
+    session.listeners.append(_progress_printer(session))  # what `hermes run` logs without a terminal
     joining.start()  # it joins a few seconds into the run
     session.run()
     joining.join(timeout=60)
     assert {"joined", "killed", "removed"} <= set(seen), seen
     detection = seen["removed"] - seen["killed"]
+    logged = capsys.readouterr().out
+    assert f"node {node_name(victim.node_id)} lost: what ran there resumes elsewhere" in logged, logged
     print(f"\nnode loss: SIGKILL of its raylet to NodeRemoved in the core: {detection:.2f} s")
     assert 0 < detection < DETECTION_BOUND_S
     decisions = [record.decision for record in session.store.decisions(session.experiment_id)]

@@ -386,6 +386,7 @@ def test_a_runner_killed_at_any_moment_continues_where_it_was(tmp_path: Path, ki
 
     result = run_ok(path)
     assert "(continued)" in result.stdout
+    assert " lost: " not in result.stdout  # the dead runner's slots are in the log, but no node of this run was lost
 
     view, decisions = load_view(storage)
     assert view.experiment.experiment_id == experiment.experiment_id
