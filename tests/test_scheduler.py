@@ -881,3 +881,40 @@ def test_objective_min_turns_values_into_scores() -> None:
     assert core.trial("a").values[0] == 2.0
     assert core.trial("a").scores == [-2.0, float("-inf")]
     assert core.trial("a").best_score == -2.0
+
+
+def test_a_crashed_run_runs_again_on_another_node_and_not_back_on_its_own() -> None:
+    """A crash may be its node's (a bad host, a broken driver): its retry went back to the very slot it crashed
+    on, so one bad node used up every trial's trial.max_failures there. With another node, it goes there, and the
+    load balancing does not pull it back while it has not reported elsewhere."""
+    core = rr(max_failures=2)
+    core.node(0, "n0", "g0")
+    core.node(0, "n1", "h0")
+    assert core.submit(0, "a") == [Start("a", "g0")]
+    assert core.submit(0, "b", budget=2) == [Start("b", "h0")]
+    assert core.report(1, "a", 1, checkpointed=True) == []
+    assert core.exited(2, "a", False, "uncaught RuntimeError: CUDA error", crashed=True) == []  # h0 is busy
+    assert core.trial("a").node == "n1" and core.trial("a").crashes == 1
+    assert core.report(3, "b", 1) == []
+    assert core.report(4, "b", 2) == []
+    assert core.exited(4, "b") == [Resume("a", "h0", migrated=True)]  # from its checkpoint, on the other node
+    lone = rr(max_failures=2)  # one node: it runs again where it was
+    lone.node(0, "n0", "g0")
+    lone.submit(0, "a")
+    lone.report(1, "a", 1, checkpointed=True)
+    assert lone.exited(2, "a", False, "exit code -9 (SIGKILL)", crashed=True) == [Resume("a", "g0", migrated=False)]
+
+
+def test_a_crash_before_the_first_report_is_tried_once_on_another_node() -> None:
+    """A broken script fails at once, as it would everywhere; with another node the first crash may be its node's
+    (9 of 12 trials failed in a tenth of a second on one bad Ray node): once more elsewhere, then failed."""
+    core = rr(max_failures=2)
+    core.node(0, "n0", "g0")
+    core.node(0, "n1", "h0")
+    assert core.submit(0, "a") == [Start("a", "g0")]
+    assert core.exited(1, "a", False, "uncaught ImportError: libcuda.so", crashed=True) == [
+        Resume("a", "h0", migrated=True)  # from no checkpoint: from its beginning
+    ]
+    assert core.trial("a").node == "n1" and core.state("a") is TrialState.RUNNING
+    assert core.exited(2, "a", False, "uncaught ImportError: libcuda.so", crashed=True) == []  # everywhere: failed
+    assert core.state("a") is TrialState.FAILED and "crashed 2 times" in (core.trial("a").error or "")

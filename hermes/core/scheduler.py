@@ -98,6 +98,7 @@ class Scheduler:
         self._last_time = 0.0
         self._replaying = False  # in ``replay``: the log's decisions, not the policy's, say who runs where
         self.reclaimed: set[str] = set()  # GPUs a shared pool takes back once their trials release them
+        self._avoiding: dict[str, str] = {}  # trial -> the node its last run crashed on, until it reports elsewhere
 
     @property
     def busy(self) -> int:
@@ -193,6 +194,7 @@ class Scheduler:
         if event.step <= trial.step:
             raise HermesError(f"trial {trial.trial_id} reported step {event.step} after step {trial.step}")
         trial.record(event.step, event.value, self.objective.score(event.value), event.at)
+        self._avoiding.pop(trial.trial_id, None)  # it runs well elsewhere
         if event.checkpointed:
             trial.checkpoint_step = event.step
         if trial.stop_requested:
@@ -231,9 +233,9 @@ class Scheduler:
             outcome = COMPLETED if trial.step >= trial.budget else STOPPED  # stopped once it trained its budget
         elif event.succeeded and trial.steps:
             outcome = COMPLETED
-        elif event.crashed and trial.steps and trial.crashes < self.max_failures and (
+        elif event.crashed and trial.crashes < self.max_failures and (
             trial.state in HOLDING_GPU or trial.state is SUSPENDED
-        ):
+        ) and (trial.steps or self._may_try_elsewhere(trial)):
             return self._run_again(trial, event.at)
         else:  # failed, or ended without a single report: nothing to rank it by, most likely a mistake
             outcome = FAILED
@@ -265,7 +267,27 @@ class Scheduler:
             self.node_schedulers[node.name].add_waiting(trial, now)
         else:
             self._fall_back(trial, now)
-        return self._place_and_fill(now, {node})
+        touched = {node}
+        elsewhere = self._elsewhere(trial, node)
+        if elsewhere is not None:  # the crash may be its node's (a bad host): it runs again on another
+            self._avoiding[trial.trial_id] = node.name
+            del node.members[trial.trial_id]
+            self._join(trial, elsewhere)
+            touched.add(elsewhere)
+        return self._place_and_fill(now, touched)
+
+    def _elsewhere(self, trial: Trial, node: Node) -> Node | None:
+        """Where a crashed trial runs again instead of ``node``: the least loaded other node, when it may move and
+        trials time-share (without time-sharing, a node takes no more members than GPUs)."""
+        if not trial.movable or self.trials_per_gpu is not None:
+            return None
+        return self._least_loaded_with_room(besides=node)
+
+    def _may_try_elsewhere(self, trial: Trial) -> bool:
+        """A crash before the first report fails the trial at once (a typo would crash again), unless its node may
+        be at fault: then it runs once more, on another node."""
+        node = self.cluster.nodes.get(trial.node) if trial.node is not None else None
+        return trial.crashes == 0 and node is not None and self._elsewhere(trial, node) is not None
 
     def _on_period(self, event: PeriodElapsed) -> list[Decision]:
         decisions: list[Decision] = []
@@ -407,13 +429,13 @@ class Scheduler:
             touched.add(node)
         return touched
 
-    def _least_loaded_with_room(self) -> Node | None:
-        """The node with room that one more trial would load least, the first of equals.
+    def _least_loaded_with_room(self, besides: Node | None = None) -> Node | None:
+        """The node with room (``besides`` left out) that one more trial would load least, the first of equals.
 
         A plain loop, as in ``_most_loaded``: it runs at every submission, over every node."""
         least, least_load = None, math.inf
         for node in self.cluster.nodes.values():
-            if self._has_room(node):
+            if node is not besides and self._has_room(node):
                 load = (len(node.members) + 1) / len(node.occupant)
                 if load < least_load:
                     least, least_load = node, load
@@ -437,7 +459,8 @@ class Scheduler:
                 source = self._most_loaded()
                 if source is target or _load_after_one_more(target) > (len(source.members) - 1) / len(source.occupant):
                     break
-                movable = self.node_schedulers[source.name].ranked_waiting(now, 1)
+                avoiding = [trial_id for trial_id, node in self._avoiding.items() if node == target.name]
+                movable = self.node_schedulers[source.name].ranked_waiting(now, 1, exclude=avoiding)
                 if not movable:
                     break
                 trial = movable[0][1]
@@ -515,6 +538,7 @@ class Scheduler:
 
     def _retire(self, trial: Trial) -> None:
         """A terminal trial leaves its node."""
+        self._avoiding.pop(trial.trial_id, None)
         self._leave_node(trial)
         self._unfinished -= 1
 
