@@ -8,10 +8,10 @@ of one's own needs no registration.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from hermes.core.policy import EarlyStopper, ExecutionProfile, SchedulingPolicy, Verdict
+from hermes.plugins import load_class
 
 POLICIES: dict[str, str] = {
     "fifo": "hermes.policies.fifo:FifoPolicy",
@@ -49,14 +49,10 @@ def _load(registry: dict[str, str], name: str, kind: str, base: type) -> Any:
     if path is None:
         raise ValueError(f"unknown {kind} {name!r}; choose one of {', '.join(registry)}, or give a class of your "
                          "own as module:Class")
-    module, _, attribute = path.partition(":")
     try:
-        loaded = getattr(importlib.import_module(module), attribute)
-    except Exception as error:  # the plug-in's own import may raise anything
-        raise ValueError(f"{kind} {name!r}: cannot load {path}: {type(error).__name__}: {error}") from None
-    if not (isinstance(loaded, type) and issubclass(loaded, base)):
-        raise ValueError(f"{kind} {name!r}: {path} is not a subclass of {base.__module__}.{base.__name__}")
-    return loaded
+        return load_class(path, base)
+    except ValueError as error:
+        raise ValueError(f"{kind} {name!r}: {error}") from None
 
 
 __all__ = [

@@ -6,9 +6,9 @@ only when used (Optuna only for Optuna's samplers). ``Budget`` says when to stop
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Literal
 
+from hermes.plugins import load_class
 from hermes.search.base import BaseSearcher, Config
 from hermes.search.budget import BUDGET_FIELDS, Budget, without_budget
 from hermes.search.errors import SamplerError
@@ -70,15 +70,10 @@ def hermes_searcher(search: SearchSpec) -> type[BaseSearcher] | None:
     path = HERMES_SEARCHERS.get(name) or (name if ":" in name else None)
     if path is None:
         return None
-    field = "sampler" if isinstance(search.sampler, str) else "sampler.name"
-    module, _, attribute = path.partition(":")
     try:
-        loaded = getattr(importlib.import_module(module), attribute)
-    except Exception as error:  # the searcher's own import may raise anything
-        raise SamplerError(field, f"cannot load {path}: {type(error).__name__}: {error}") from None
-    if not (isinstance(loaded, type) and issubclass(loaded, BaseSearcher)):
-        raise SamplerError(field, f"{path} is not a subclass of hermes.search.BaseSearcher")
-    return loaded
+        return load_class(path, BaseSearcher, "hermes.search.BaseSearcher")
+    except ValueError as error:
+        raise SamplerError("sampler" if isinstance(search.sampler, str) else "sampler.name", str(error)) from None
 
 
 def _max_pending(search: SearchSpec, learns: bool, slots: int) -> int | None:
