@@ -28,6 +28,7 @@ class ExecutionEngine(ABC):
 
     def __init__(self, spec: ExperimentSpec) -> None:
         self.spec = spec
+        self.workdir = str(spec.workdir)  # where trials run, resolved once
 
     @abstractmethod
     def profile(self) -> ExecutionProfile:

@@ -30,7 +30,7 @@ class LocalEngine(ExecutionEngine):
         return trial_profile(self.spec)
 
     def work(self, params: Mapping[str, Any]) -> TrialLaunch:
-        return trial_launch(self.spec, params)
+        return trial_launch(self.spec, params, self.workdir)
 
     def executor(self, directory: Path, clock_offset: float) -> LocalExecutor:
         spec = self.spec
@@ -41,7 +41,7 @@ class LocalEngine(ExecutionEngine):
             checkpoint_every=spec.storage.checkpoint_every,
             period=tick_period(spec),
             clock_offset=clock_offset,
-            cwd=spec.workdir,
+            cwd=Path(self.workdir),
         )
 
 
@@ -63,12 +63,13 @@ def trial_profile(spec: ExperimentSpec) -> ExecutionProfile:
     return ExecutionProfile(switch_cost=cost)
 
 
-def trial_launch(spec: ExperimentSpec, params: Mapping[str, Any]) -> TrialLaunch:
-    """What runs for a trial of the spec with these hyper-parameters."""
+def trial_launch(spec: ExperimentSpec, params: Mapping[str, Any], workdir: str) -> TrialLaunch:
+    """What runs for a trial of the spec with these hyper-parameters, in ``workdir`` (the spec's, resolved once
+    by the engine: resolving it for each of a large search's trials took longer than the rest of a submission)."""
     trial = spec.trial
     limits = TrialLimits(timeout=trial.timeout, stall_factor=trial.stall.factor, stall_min=trial.stall.min,
                          stall_after=trial.stall.after)  # carried by each launch: a pool's or a Ray node's too
-    common = dict(budget=spec.budget.steps, config=dict(params), cwd=str(spec.workdir), limits=limits)
+    common = dict(budget=spec.budget.steps, config=dict(params), cwd=workdir, limits=limits)
     if trial.function is not None:
         return TrialLaunch(function=trial.function, warm=trial.warm_workers, **common)
     return TrialLaunch(command=command_argv(trial.command, params), metric_pattern=trial.metrics_regex, **common)

@@ -165,7 +165,7 @@ class RayEngine(ExecutionEngine):
         return trial_profile(self.spec)
 
     def work(self, params: Mapping[str, Any]) -> TrialLaunch:
-        return trial_launch(self.spec, params)
+        return trial_launch(self.spec, params, self.workdir)
 
     def executor(self, directory: Path, clock_offset: float) -> RayExecutor:
         spec = self.spec

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import StaticPool
 
@@ -116,7 +117,11 @@ WRITERS = sa.Table(
 _UPDATE_TRIAL = TRIALS.update().where(
     TRIALS.c.experiment_id == sa.bindparam("of_experiment"), TRIALS.c.trial_id == sa.bindparam("of_trial")
 )
-_INSERT_METRICS_ONCE = sqlite_insert(METRICS).on_conflict_do_nothing()
+_INSERT_METRICS_ONCE = {  # by dialect; another dialect looks for the step first
+    "sqlite": sqlite_insert(METRICS).on_conflict_do_nothing(),
+    "postgresql": postgresql_insert(METRICS).on_conflict_do_nothing(),
+}
+_IDS_PER_QUERY = 500  # trial ids in one IN (...): well below every backend's limit on bound parameters
 _LAST_SEQ = sa.select(EVENTS.c.experiment_id, sa.func.max(EVENTS.c.seq).label("seq")).group_by(
     EVENTS.c.experiment_id
 ).subquery()
@@ -393,20 +398,34 @@ class SqlStore(ExperimentStore):
     def record_events(
         self, experiment_id: int, records: Sequence[tuple[Event, Sequence[Decision], Sequence[TrialRecord]]]
     ) -> list[int]:
+        """One transaction, a statement per table: a search of 20,000 trials is submitted as one batch of
+        events, and a statement per row took most of its start."""
         prepared = [self._prepared(experiment_id, *record) for record in records]
         seqs: list[int] = []
+        events: list[dict[str, Any]] = []
+        decisions: list[dict[str, Any]] = []
+        metrics: list[dict[str, Any]] = []
+        trials: dict[str, dict[str, Any]] = {}  # each trial's newest record, in the order trials first appear
         with self._writing() as connection:
             self._require_writer(connection, experiment_id)
             seq = self._last_seq_in(connection, experiment_id)
-            for event, data, rows, metrics, trial_values in prepared:
-                if metrics is not None:
-                    self._record_metrics(connection, experiment_id, event.trial_id, event.step, event.at, metrics)
-                    crash_point("report")  # between a report's metrics and its event, in one transaction
+            for event, data, rows, values, trial_values in prepared:
                 seq += 1
-                self._insert_event(connection, experiment_id, seq, event, data, rows)
-                for trial_id, values in trial_values:
-                    self._upsert_trial(connection, experiment_id, trial_id, values)
+                if values is not None:
+                    metrics.append({"experiment_id": experiment_id, "trial_id": event.trial_id, "step": event.step,
+                                    "at": event.at, "metric_values": values})
+                events.append({"experiment_id": experiment_id, "seq": seq, "at": event.at,
+                               "type": type(event).__name__, "data": data})
+                decisions.extend({**row, "event_seq": seq} for row in rows)
+                trials.update(trial_values)
                 seqs.append(seq)
+            if metrics:
+                self._record_metrics(connection, metrics)
+                crash_point("report")  # between reports' metrics and their events, in one transaction
+            connection.execute(EVENTS.insert(), events)
+            if decisions:
+                connection.execute(DECISIONS.insert(), decisions)
+            self._upsert_trials(connection, experiment_id, trials)
         self._committed(experiment_id, seq)
         return seqs
 
@@ -492,13 +511,27 @@ class SqlStore(ExperimentStore):
         values = _trial_values(trial)
         with self._writing() as connection:
             self._require_writer(connection, experiment_id)
-            self._upsert_trial(connection, experiment_id, trial.trial_id, values)
+            self._upsert_trials(connection, experiment_id, {trial.trial_id: values})
 
     @staticmethod
-    def _upsert_trial(connection: sa.Connection, experiment_id: int, trial_id: str, values: dict[str, Any]) -> None:
-        updated = connection.execute(_UPDATE_TRIAL, {**values, "of_experiment": experiment_id, "of_trial": trial_id})
-        if not updated.rowcount:
-            connection.execute(TRIALS.insert(), {**values, "experiment_id": experiment_id, "trial_id": trial_id})
+    def _upsert_trials(connection: sa.Connection, experiment_id: int, trials: dict[str, dict[str, Any]]) -> None:
+        """Update the trials the store holds, insert the others in the order given."""
+        ids = list(trials)
+        known: set[str] = set()
+        for start in range(0, len(ids), _IDS_PER_QUERY):
+            known.update(connection.execute(
+                sa.select(TRIALS.c.trial_id).where(
+                    TRIALS.c.experiment_id == experiment_id, TRIALS.c.trial_id.in_(ids[start:start + _IDS_PER_QUERY])
+                )
+            ).scalars())
+        updates = [{**values, "of_experiment": experiment_id, "of_trial": trial_id}
+                   for trial_id, values in trials.items() if trial_id in known]
+        inserts = [{**values, "experiment_id": experiment_id, "trial_id": trial_id}
+                   for trial_id, values in trials.items() if trial_id not in known]
+        if updates:
+            connection.execute(_UPDATE_TRIAL, updates)
+        if inserts:
+            connection.execute(TRIALS.insert(), inserts)
 
     def trials(self, experiment_id: int) -> list[TrialRecord]:
         with self._reading() as connection:
@@ -531,25 +564,26 @@ class SqlStore(ExperimentStore):
         values = _metric_values(trial_id, step, metrics)
         with self._writing() as connection:
             self._require_writer(connection, experiment_id)
-            self._record_metrics(connection, experiment_id, trial_id, step, at, values)
+            self._record_metrics(connection, [{"experiment_id": experiment_id, "trial_id": trial_id, "step": step,
+                                               "at": at, "metric_values": values}])
 
     @staticmethod
-    def _record_metrics(
-        connection: sa.Connection, experiment_id: int, trial_id: str, step: int, at: float, values: str
-    ) -> None:
+    def _record_metrics(connection: sa.Connection, rows: list[dict[str, Any]]) -> None:
         """Once per (experiment, trial, step): a step reported again, after a rollback to an older
         checkpoint, is in the event log twice but keeps its first metrics (the unique key holds)."""
-        row = {"experiment_id": experiment_id, "trial_id": trial_id, "step": step, "at": at, "metric_values": values}
-        if connection.dialect.name == "sqlite":  # one statement: INSERT OR IGNORE, on the unique key
-            connection.execute(_INSERT_METRICS_ONCE, row)
+        insert_once = _INSERT_METRICS_ONCE.get(connection.dialect.name)
+        if insert_once is not None:  # one statement: INSERT ... ON CONFLICT DO NOTHING, on the unique key
+            connection.execute(insert_once, rows)
             return
-        known = connection.execute(
-            sa.select(METRICS.c.id).where(
-                METRICS.c.experiment_id == experiment_id, METRICS.c.trial_id == trial_id, METRICS.c.step == step
-            )
-        ).first()
-        if known is None:
-            connection.execute(METRICS.insert(), row)
+        for row in rows:
+            known = connection.execute(
+                sa.select(METRICS.c.id).where(
+                    METRICS.c.experiment_id == row["experiment_id"], METRICS.c.trial_id == row["trial_id"],
+                    METRICS.c.step == row["step"],
+                )
+            ).first()
+            if known is None:
+                connection.execute(METRICS.insert(), row)
 
     def metrics(self, experiment_id: int, trial_id: str | None = None) -> list[MetricRecord]:
         query = sa.select(METRICS).where(METRICS.c.experiment_id == experiment_id).order_by(METRICS.c.id)
