@@ -20,6 +20,7 @@ from hermes.errors import ClusterLost, HermesError, NoSpaceError
 if TYPE_CHECKING:
     from hermes.core.decisions import Decision
     from hermes.core.events import Event
+    from hermes.core.trial import Trial
     from hermes.server.client import Client
     from hermes.session import ExperimentSession, Listener
     from hermes.sim.trace import Trace
@@ -137,10 +138,16 @@ def _run(args: argparse.Namespace) -> int:
 def _progress_printer(session: ExperimentSession) -> Listener:
     """Without a terminal: one line per trial that ends, for logs and CI. An error shows as its reason and its
     exception (``summarise_error``): a program that logs to stderr says much before it."""
+    from hermes.core.decisions import Stop
     from hermes.core.events import GpuAdded, GpuRemoved, NodeAdded, NodeRemoved, TrialExited
     from hermes.report import summarise_error
 
     present: set[str] = set()  # the nodes and GPUs of this run (a continued run's log names the last one's, gone)
+
+    def ended(trial: Trial, at: float) -> None:
+        value = f", {session.spec.metric.name} {trial.values[-1]:.4g}" if trial.values else ""
+        error = f" ({summarise_error(trial.error, width=120)})" if trial.error else ""
+        print(f"[{at:8.1f}s] trial {trial.trial_id} {trial.state.value} at step {trial.step}{value}{error}", flush=True)
 
     def show(event: Event, decisions: list[Decision]) -> None:
         if isinstance(event, NodeAdded):
@@ -160,11 +167,13 @@ def _progress_printer(session: ExperimentSession) -> Listener:
                 print(f"[{event.at:8.1f}s] trial {trial.trial_id} crashed ({reason}); crash {trial.crashes} of "
                       f"trial.max_failures {session.scheduler.max_failures}, it runs again from step {trial.step}",
                       flush=True)
-                return
-            value = f", {session.spec.metric.name} {trial.values[-1]:.4g}" if trial.values else ""
-            error = f" ({summarise_error(trial.error, width=120)})" if trial.error else ""
-            print(f"[{event.at:8.1f}s] trial {trial.trial_id} {trial.state.value} at step {trial.step}{value}{error}",
-                  flush=True)
+            else:
+                ended(trial, event.at)
+        for decision in decisions:  # a waiting or suspended trial stopped ends now: no exit of its own follows
+            if isinstance(decision, Stop) and getattr(event, "trial_id", None) != decision.trial_id:
+                trial = session.scheduler.trials[decision.trial_id]
+                if trial.state.is_terminal:
+                    ended(trial, event.at)
 
     return show
 

@@ -237,6 +237,20 @@ def test_an_experiment_runs_to_the_end_with_preemptions_and_its_reports_work(tmp
     assert "e2e-small: 6 trials, 2 GPUs" in replayed.stdout
 
 
+def test_the_log_has_a_line_for_every_trial_that_ends_also_those_stopped_while_they_wait(tmp_path: Path) -> None:
+    """ASHA stops trials paused at a rung when the experiment ends: no exit of their own follows, and the log
+    (``--no-live``, as in CI) left them out: 12 trials ended, 2 lines."""
+    spec = spec_of("asha-log", search=search(8, 3, 0.02), budget={"steps": 9}, policy={"name": "asha"})
+    result = run_ok(write_spec(tmp_path, spec))
+    view, _ = load_view(tmp_path / "runs")
+    stopped = [trial for trial in view.trials if trial.state is TrialState.STOPPED]
+    assert stopped, "ASHA stopped nothing: the test needs trials stopped while they wait"
+    lines = [line for line in result.stdout.splitlines() if line.startswith("[") and " at step " in line]
+    assert len(lines) == len(view.trials), result.stdout
+    for trial in stopped:
+        assert f"trial {trial.trial_id} stopped at step {trial.step}, score " in result.stdout
+
+
 @pytest.mark.parametrize("warm", [True, False], ids=["warm-workers", "process-per-run"])
 def test_trials_that_keep_no_checkpoint_start_over_after_a_resume_and_complete(tmp_path: Path, warm: bool) -> None:
     """A training loop with nothing registered to checkpoint cannot resume where it stopped: after a resume from
