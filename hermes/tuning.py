@@ -8,6 +8,7 @@ winner's model from. The trials themselves still run in their own processes, on 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from contextlib import closing
 from dataclasses import dataclass
@@ -55,8 +56,9 @@ class ExperimentResult:
 
     @property
     def best(self) -> TrialResult | None:
-        """The best trial; None when none reported."""
-        return self.trials[0] if self.trials and self.trials[0].best is not None else None
+        """The best trial; None when none reported a finite value (a diverged trial is no best)."""
+        best = self.trials[0].best if self.trials else None
+        return self.trials[0] if best is not None and math.isfinite(best) else None
 
 
 def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> ExperimentResult:

@@ -221,7 +221,9 @@ def test_status_text(recorded: Recorded, store: SqlStore) -> None:
     best = best_by_core(core)
     assert text.startswith("experiment  cut (id 3): interrupted\nmetric      score (max)\n")
     assert f"best        trial {best.trial_id}: score " in text
-    assert f"{recorded.interrupted.preemptions} preemptions, {recorded.interrupted.migrations} migrations" in text
+    preemptions, migrations = recorded.interrupted.preemptions, recorded.interrupted.migrations
+    assert (f"switches    {preemptions} preemption{'s' * (preemptions != 1)}, "
+            f"{migrations} migration{'s' * (migrations != 1)}") in text
     busy = sum(t.gpu is not None for t in core.trials.values())
     by_state = Counter(t.state for t in core.trials.values())
     assert f"trials      {len(core.trials)}: {busy} interrupted, " in text and " running" not in text

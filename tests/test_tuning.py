@@ -42,6 +42,21 @@ def test_run_from_python_gives_what_hermes_results_gives(tmp_path: Path, monkeyp
     assert again.resumed and again.experiment_id == result.experiment_id and again.trials == result.trials
 
 
+def test_a_search_whose_every_value_diverged_has_no_best(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every trial reported only NaN: ``result.best`` handed back a diverged model's checkpoint, and ``hermes status``
+    named it best (Ray Tune's ``get_best_result`` and Optuna's ``best_trial`` leave NaN out)."""
+    monkeypatch.chdir(tmp_path)
+    spec = spec_of("all-nan", search=search(2, 0, 0.01, report={"type": "choice", "values": ["nan"]}),
+                   budget={"steps": 2})
+    result = hermes.run(spec)
+    assert result.status == "finished" and [trial.reports for trial in result.trials] == [2, 2]
+    assert result.best is None
+    status = hermes_cli("status", "runs", cwd=tmp_path)
+    assert "best        none: every value reported is NaN or infinite" in status.stdout, status.stdout
+    listed = hermes_cli("list", "runs", cwd=tmp_path).stdout
+    assert listed.splitlines()[-1].rstrip().endswith("2 completed"), listed  # an empty best column
+
+
 def test_run_from_python_refuses_a_wrong_spec_naming_its_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SpecError, match="budget.steps"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -89,10 +90,14 @@ def _reruns(view: ExperimentView, events: Sequence[Event]) -> int:
     return sum(crashes.values()) - sum(last_exit[trial_id].crashed for trial_id in failed if trial_id in last_exit)
 
 
+def _count(number: int, thing: str) -> str:
+    return f"{number} {thing}{'' if number == 1 else 's'}"
+
+
 def _best(view: ExperimentView) -> Standing | None:
-    """The best trial's standing; None until a trial reports."""
+    """The best trial's standing; None until a trial reports a finite value (a diverged one is no best)."""
     ranked = standings(view)
-    return ranked[0] if ranked and ranked[0].best is not None else None
+    return ranked[0] if ranked and ranked[0].best is not None and math.isfinite(ranked[0].best) else None
 
 
 def _state(experiment: ExperimentRecord, lock: Path | None, brief: bool = False) -> str:
@@ -149,7 +154,9 @@ def format_status(status: Status) -> str:
         lines.insert(1, f"error       {summarise_error(experiment.error)}")
     best = status.best
     if best is None:
-        lines.append("best        none yet (no trial has reported)")
+        reported = any(view.target.value(record.values) is not None for record in view.metrics)
+        lines.append("best        none: every value reported is NaN or infinite" if reported
+                     else "best        none yet (no trial has reported)")
     else:
         params = ", ".join(f"{name}={value}" for name, value in best.params.items())
         lines.append(
@@ -158,10 +165,11 @@ def format_status(status: Status) -> str:
         )
     failed = [trial for trial in view.trials if trial.error]
     if failed:
-        lines.append(f"errors      {len(failed)} trial{'s' if len(failed) > 1 else ''}")
+        lines.append(f"errors      {_count(len(failed), 'trial')}")
         lines += _errors(failed)
-    reruns = f", {status.reruns} run{'s' if status.reruns != 1 else ''} again after a crash" if status.reruns else ""
-    lines.append(f"switches    {status.preemptions} preemptions, {status.migrations} migrations{reruns}")
+    reruns = f", {_count(status.reruns, 'run')} again after a crash" if status.reruns else ""
+    lines.append(f"switches    {_count(status.preemptions, 'preemption')}, {_count(status.migrations, 'migration')}"
+                 f"{reruns}")
     busy = sum(run is not None for run in status.gpus.values())
     lines.append(f"GPUs        {busy} of {len(status.gpus)} busy")
     if status.gpus:
