@@ -22,7 +22,8 @@ import subprocess, sys, time
 from hermes import trial
 
 def train(config):
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                             start_new_session=config["own_session"])  # as torchrun starts its ranks
     (trial.trial_dir() / "child.pid").write_text(str(child.pid))
     for step in range(1, 100):
         time.sleep(0.2)
@@ -30,13 +31,17 @@ def train(config):
 '''
 
 
+@pytest.mark.parametrize("own_session", [False, True], ids=["in-its-group", "in-a-session-of-its-own"])
 @pytest.mark.parametrize("warm", [True, False], ids=["warm-worker", "process-per-run"])
-def test_a_trials_children_die_with_a_runner_killed_by_sigkill(tmp_path: Path, warm: bool) -> None:
+def test_a_trials_children_die_with_a_runner_killed_by_sigkill(tmp_path: Path, warm: bool, own_session: bool) -> None:
+    """A child in a session of its own (torchrun's ranks) is out of every group the guard kills: it is found by
+    the run's tag in its environment."""
     (tmp_path / "spawner.py").write_text(SPAWNER)
     spec = {
         "name": "orphans",
         "trial": {"function": "spawner:train", "workdir": str(tmp_path), "warm_workers": warm},
-        "search": {"sampler": "random", "trials": 1, "seed": 0, "space": {"x": {"type": "choice", "values": [1]}}},
+        "search": {"sampler": "random", "trials": 1, "seed": 0,
+                   "space": {"own_session": {"type": "choice", "values": [own_session]}}},
         "metric": {"name": "score", "mode": "max"},
         "budget": {"steps": 99},
         "resources": {"gpus": "none", "cpu_slots": 1},

@@ -5,11 +5,17 @@ each program is a few lines written into the test's directory."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
+
+from hermes.core.decisions import Suspend
 from hermes.core.states import TrialState
+from tests.test_local_executor import alive
 from tests.test_run import hermes, load_view, run_ok, spec_of, trial_dir, write_spec
 
 
@@ -210,3 +216,58 @@ def test_a_program_whose_lines_are_all_of_step_0_is_told_steps_count_from_1(tmp_
         result.stderr)
     view, _ = load_view(tmp_path / "runs")
     assert [(trial.state, trial.error) for trial in view.trials] == [(TrialState.FAILED, error)]
+
+
+# ---------------------------------------------------------------------- 7. processes that leave the trial's group
+RANKS = r"""
+import subprocess, sys
+from pathlib import Path
+RANK = '''
+import os, sys, time
+from pathlib import Path
+Path(f"rank-{sys.argv[1]}.pid").write_text(str(os.getpid()))
+for step in range(1, 7):
+    time.sleep(0.15)
+    print(f"step {step} accuracy {step / 10 + float(sys.argv[1])}", flush=True)
+'''
+# as torchrun starts its ranks: each in a session of its own, outside the trial's process group
+sys.exit(subprocess.Popen([sys.executable, "-c", RANK, sys.argv[1]], start_new_session=True).wait())
+"""
+
+
+def test_a_program_whose_work_runs_in_a_session_of_its_own_is_suspended_and_ended_with_it(tmp_path: Path) -> None:
+    """torchrun starts each rank with ``start_new_session``: SIGSTOP of the trial's group missed it, its report came
+    while the trial was suspended and ended the whole run ("trial 0 reported while suspended", at every rerun),
+    and kills missed it too (it ran on, at 80% of a CPU, after the run)."""
+    path = program_spec(tmp_path, "ranks", RANKS, r"step (?P<step>\d+) accuracy (?P<accuracy>\S+)", 6,
+                        space={"rank": [0, 1]})
+    spec = yaml.safe_load(path.read_text())
+    spec["policy"] = {"name": "rr", "period": 0.3}  # each is suspended several times
+    write_spec(tmp_path, spec)
+    result = run_ok(path)
+    view, decisions = load_view(tmp_path / "runs")
+    assert sum(isinstance(decision, Suspend) for decision in decisions) >= 2, decisions
+    values = values_of(tmp_path / "runs")
+    for trial in view.trials:
+        rank = trial.params["rank"]
+        assert trial.state is TrialState.COMPLETED, result.stdout
+        assert values[trial.trial_id] == [(step, pytest.approx(step / 10 + rank)) for step in range(1, 7)]
+    for pid_file in tmp_path.glob("rank-*.pid"):
+        assert not alive(int(pid_file.read_text())), "a rank outlived its trial"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="CPU slots are pinned only with a core each")
+def test_every_process_of_a_pinned_slot_starts_on_its_cores(tmp_path: Path) -> None:
+    """The slot's cores were set from the runner once the program had started: a child started at once (a shell's
+    command) sometimes ran on every core (1 or 2 in 30)."""
+    path = program_spec(tmp_path, "pinned", "", r"step (?P<step>\d+) accuracy (?P<accuracy>\S+)", 1,
+                        space={"i": list(range(30))})
+    spec = yaml.safe_load(path.read_text())
+    spec["trial"]["command"] = "sh -c 'grep Cpus_allowed_list /proc/self/status; echo step 1 accuracy 0.{i}'"
+    spec["resources"] = {"gpus": "none", "cpu_slots": 2}
+    write_spec(tmp_path, spec)
+    run_ok(path)
+    lines = [line for log in (tmp_path / "runs" / "pinned" / "trials").glob("*/stdout.log")
+             for line in log.read_text().splitlines() if line.startswith("Cpus_allowed_list")]
+    assert len(lines) == 30
+    assert all(line.split()[-1].isdigit() for line in lines), lines  # one core each, never "0-1"

@@ -6,7 +6,9 @@ not inherited, so a data loader's workers, the ranks ``torchrun`` starts or a sh
 commands outlived a runner killed with SIGKILL, holding GPU memory and writing into the trial's
 directory while a restarted runner resumed the trial. The executor tells the guard, a small
 process in a session of its own, each group it makes and each it collects, through a pipe; when
-the pipe closes (the executor ended, however it ended), the guard kills every group still open.
+the pipe closes (the executor ended, however it ended), the guard kills every group still open,
+and every process that carries the tag of one of the executor's runs in its environment (``RUN_TAG``):
+one that left its group (``torchrun`` starts each rank in a session of its own) is found so.
 
 A group's id cannot be taken by another process while any member of the group lives, so a group
 that is still open when the pipe closes is the executor's own.
@@ -18,6 +20,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Collection
+
+RUN_TAG = "HERMES_RUN_TAG"  # in the environment of each process a run starts, and so of its descendants
 
 
 class Guard:
@@ -30,8 +35,8 @@ class Guard:
             start_new_session=True,  # outside every group it kills, and untouched by the terminal's signals
         )
 
-    def watch(self, group: int) -> None:
-        self._say(f"+{group}")
+    def watch(self, group: int, tag: str) -> None:
+        self._say(f"+{group} {tag}")
 
     def forget(self, group: int) -> None:
         self._say(f"-{group}")
@@ -52,21 +57,52 @@ class Guard:
             pass
 
 
+def tagged(tags: Collection[str]) -> list[int]:
+    """The processes whose environment carries one of ``tags``: a run's processes wherever they went (a session or
+    a group of their own), unless they cleared their environment. /proc/<pid>/environ is the environment a
+    process was started with, readable for one's own processes."""
+    marker = f"\0{RUN_TAG}=".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as file:
+                environment = b"\0" + file.read()
+        except OSError:  # gone, or another user's
+            continue
+        start = environment.find(marker)
+        if start >= 0:
+            start += len(marker)
+            end = environment.find(b"\0", start)
+            if environment[start:end if end >= 0 else None].decode(errors="replace") in tags:
+                found.append(int(name))
+    return found
+
+
 def main() -> None:
-    """Read ``+group``/``-group`` lines until the executor's end of the pipe closes; then kill what is open."""
+    """Read ``+group tag``/``-group`` lines until the executor's end of the pipe closes; then kill what is open, and
+    every process of the executor's runs that left its group."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the pipe ends it
     groups: set[int] = set()
+    tags: set[str] = set()  # of every run: the processes of a collected one that outlived it were killed then
     for line in sys.stdin.buffer:
-        group = int(line[1:])
+        group, _, tag = line[1:].strip().partition(b" ")
         if line.startswith(b"+"):
-            groups.add(group)
+            groups.add(int(group))
+            tags.add(tag.decode())
         else:
-            groups.discard(group)
+            groups.discard(int(group))
     for group in groups:
         try:
             os.killpg(group, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass  # every member gone already
+    for pid in tagged(tags):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 if __name__ == "__main__":

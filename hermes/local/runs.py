@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from hermes.local.handshake import Handshake, TrialProgress
 from hermes.local.launch import TrialLaunch
@@ -91,6 +91,8 @@ class Run:
     spilling: bool = False  # parked and told to write its checkpoint and end
     silent: bool = False  # stopped while paused or parked, or lost with its GPU: the core expects no event
     error: str | None = None  # why the executor killed it
+    tag: str = ""  # in its processes' environment (hermes.local.guard.RUN_TAG): those that left its group carry it
+    held: list[Any] = field(default_factory=list)  # unmodified: reports read while it was paused, made at its resume
 
     @property
     def reporting(self) -> bool:

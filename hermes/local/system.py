@@ -7,10 +7,12 @@ import ctypes
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 import hermes
 from hermes.errors import HermesError
+from hermes.local.guard import RUN_TAG, tagged
 from hermes.local.resources import Slot
 from hermes.trial import protocol
 
@@ -19,8 +21,9 @@ _STDERR_TAIL = 2000  # characters of stderr quoted in a crashed trial's error
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def slot_environment(slot: Slot) -> dict[str, str]:
-    """The environment of a process on ``slot``: its threads, its GPU, and this hermes importable."""
+def slot_environment(slot: Slot, tag: str) -> dict[str, str]:
+    """The environment of a run's process on ``slot``: its threads, its GPU, this hermes importable, and the run's
+    tag (``new_run_tag``), which its descendants inherit."""
     threads = str(slot.threads)
     python_path = [path for path in (hermes_source(), os.environ.get("PYTHONPATH")) if path]
     return {
@@ -32,16 +35,8 @@ def slot_environment(slot: Slot) -> dict[str, str]:
         "CUDA_VISIBLE_DEVICES": slot.visible_devices,
         "PYTHONUNBUFFERED": "1",  # an unmodified Python script's metrics arrive as it prints them
         "PYTHONPATH": os.pathsep.join(python_path),
+        RUN_TAG: tag,
     }
-
-
-def pin(pid: int, slot: Slot) -> None:
-    """Keep the process on the slot's CPUs (CPU slots only; a GPU slot's process may use any core)."""
-    if slot.cpus:
-        try:
-            os.sched_setaffinity(pid, slot.cpus)
-        except ProcessLookupError:
-            pass  # already gone; its exit is reported as usual
 
 
 def hermes_source() -> str | None:
@@ -51,23 +46,40 @@ def hermes_source() -> str | None:
     return None if root.name in ("site-packages", "dist-packages") else str(root)
 
 
-def die_with_parent(parent: int) -> None:
+def new_run_tag() -> str:
+    """A tag for the environment of a run's processes (``RUN_TAG``), unique to it."""
+    return uuid.uuid4().hex
+
+
+def prepare_child(parent: int, cpus: frozenset[int] | tuple[int, ...] | None) -> None:
     """In the child, before exec: be killed if the executor's process dies (even by SIGKILL), so a
-    crashed runner leaves no trial behind to race the one a restarted runner resumes."""
+    crashed runner leaves no trial behind to race the one a restarted runner resumes; and keep to the
+    slot's CPUs (CPU slots only), set before the program starts so that every process it starts keeps
+    to them too (set from the parent after the start, the program's first children could escape it)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # it died between the fork and the prctl: no signal will come
         os._exit(1)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
 
-def kill_group(pid: int, returncode: int | None) -> None:
-    """SIGKILL a process group (stopped members too), only while its leader is unreaped
-    (``returncode`` None), so the group id cannot belong to anyone else."""
-    if returncode is None:
+def signal_run(group: int, returncode: int | None, tag: str, signum: int = signal.SIGKILL) -> bool:
+    """Send ``signum`` to a run's processes: its process group, only while its leader is unreaped (``returncode``
+    None, so the group id cannot belong to anyone else), and those that left the group (they carry its ``tag``:
+    ``torchrun``'s ranks, in sessions of their own). False when the group's leader is gone."""
+    leader = returncode is None
+    if leader:
         try:
-            os.killpg(pid, signal.SIGKILL)
+            os.killpg(group, signum)
         except ProcessLookupError:
+            leader = False
+    for pid in tagged({tag}):
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
             pass
+    return leader
 
 
 def meminfo(field: str) -> int:

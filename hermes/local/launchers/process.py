@@ -25,7 +25,15 @@ from hermes.local.launchers.base import CHANNEL, EXIT, Launcher
 from hermes.local.resources import Slot
 from hermes.local.handshake import Handshake
 from hermes.local.runs import LocalTrial, Output, Run
-from hermes.local.system import die_with_parent, exit_reason, kill_group, pin, slot_environment, tail, wait_stopped
+from hermes.local.system import (
+    exit_reason,
+    new_run_tag,
+    prepare_child,
+    signal_run,
+    slot_environment,
+    tail,
+    wait_stopped,
+)
 from hermes.trial import protocol
 
 MAX_LINE = 1 << 20  # bytes of a line kept: of a longer one (a progress bar drawn without \r or \n), the last ones
@@ -43,7 +51,8 @@ class ProcessLauncher(Launcher):
     def launch(self, trial: LocalTrial, slot: Slot) -> None:
         launch = trial.launch
         host = self.host
-        env = self._environment(trial, slot)
+        tag = new_run_tag()
+        env = self._environment(trial, slot, tag)
         stdout_log = open(trial.directory / "stdout.log", "ab")
         stderr_log = open(trial.directory / "stderr.log", "ab")
         offset = os.fstat(stderr_log.fileno()).st_size
@@ -65,7 +74,7 @@ class ProcessLauncher(Launcher):
                 stderr=stderr_log if launch.cooperative else subprocess.PIPE,
                 pass_fds=child_fds,
                 start_new_session=True,  # its own process group: suspend and kill reach its children too
-                preexec_fn=functools.partial(die_with_parent, os.getpid()),
+                preexec_fn=functools.partial(prepare_child, os.getpid(), slot.cpus),
             )
         except OSError as error:
             stdout_log.close()
@@ -78,8 +87,7 @@ class ProcessLauncher(Launcher):
         finally:
             for fd in child_fds:
                 os.close(fd)
-        host.guard.watch(process.pid)
-        pin(process.pid, slot)
+        host.guard.watch(process.pid, tag)
         answers = None
         if launch.cooperative:
             stdout_log.close()
@@ -90,7 +98,7 @@ class ProcessLauncher(Launcher):
         else:
             outputs = [Output(process.stdout.fileno(), process.stdout, stdout_log),
                        Output(process.stderr.fileno(), process.stderr, stderr_log)]
-        run = Run(trial, slot, Handshake(trial), process, os.pidfd_open(process.pid), outputs, answers, offset)
+        run = Run(trial, slot, Handshake(trial), process, os.pidfd_open(process.pid), outputs, answers, offset, tag=tag)
         for output in outputs:
             os.set_blocking(output.fd, False)
             host.loop.register(output.fd, CHANNEL, self._readable, (run, output))
@@ -119,7 +127,7 @@ class ProcessLauncher(Launcher):
             pass  # it died; its exit is on its way
 
     def kill(self, run: Run) -> None:
-        kill_group(run.process.pid, run.process.returncode)
+        signal_run(run.process.pid, run.process.returncode, run.tag)
 
     def runs(self) -> list[Run]:
         return list(self._live)
@@ -248,10 +256,10 @@ class ProcessLauncher(Launcher):
         self._live.remove(run)
         self.host.forget(run)
 
-    def _environment(self, trial: LocalTrial, slot: Slot) -> dict[str, str]:
+    def _environment(self, trial: LocalTrial, slot: Slot, tag: str) -> dict[str, str]:
         host = self.host
         return {
-            **slot_environment(slot),
+            **slot_environment(slot, tag),
             **trial.launch.env,
             protocol.ENV_TRIAL_ID: trial.trial_id,
             protocol.ENV_TRIAL_DIR: str(trial.directory),
@@ -281,9 +289,7 @@ class ScriptLauncher(ProcessLauncher):
     def suspend(self, run: Run) -> None:
         """SIGSTOP the process group, then report what it printed before stopping and that it is suspended."""
         trial, host = run.trial, self.host
-        try:
-            os.killpg(run.process.pid, signal.SIGSTOP)
-        except ProcessLookupError:
+        if not signal_run(run.process.pid, run.process.returncode, run.tag, signal.SIGSTOP):
             return  # it exited first: its exit is reported instead
         trial.timing.suspend_delivered = host.now()
         if not wait_stopped(run.process.pid):
@@ -299,10 +305,10 @@ class ScriptLauncher(ProcessLauncher):
         if slot is not run.slot:
             raise HermesError(f"unmodified trial {trial.trial_id} cannot move from {run.slot.name} to {slot.name}")
         run.paused = False
-        try:
-            os.killpg(run.process.pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass  # killed while stopped; its exit is reported as usual
+        signal_run(run.process.pid, run.process.returncode, run.tag, signal.SIGCONT)  # killed while stopped: its exit
+        held, run.held = run.held, []                                                   # is reported as usual
+        for reading in held:
+            self._report(run, reading)
 
     def stop(self, run: Run) -> None:
         if run.paused:
@@ -374,6 +380,9 @@ class ScriptLauncher(ProcessLauncher):
     def _report(self, run: Run, reading: _Reading) -> None:
         """Record a segment's report: of its step, or without a step group of the next one."""
         if run.error is not None:
+            return
+        if run.paused:  # printed by a process that escaped SIGSTOP (it cleared its environment): the core takes no
+            run.held.append(reading)  # report of a suspended trial, so it is reported when the run resumes
             return
         trial, host = run.trial, self.host
         objective, metrics = reading.objective, reading.metrics

@@ -27,12 +27,12 @@ from hermes.local.launchers.base import WORKER_CHANNEL, WORKER_EXIT, Launcher
 from hermes.local.resources import Slot
 from hermes.local.runs import LocalTrial, Run, stderr_offset
 from hermes.local.system import (
-    die_with_parent,
     exit_reason,
-    kill_group,
     meminfo,
-    pin,
+    new_run_tag,
+    prepare_child,
     resident_bytes,
+    signal_run,
     slot_environment,
     tail,
 )
@@ -50,6 +50,7 @@ class Worker:
     channel: int | None  # read end of its messages
     log: Path  # its own stdout and stderr, after those of the slot's workers before it
     log_start: int  # where its own output starts in the log
+    tag: str  # in its environment, and so its children's (hermes.local.guard.RUN_TAG)
     runs: dict[str, Run] = field(default_factory=dict)  # trial id -> its run in here: live, parked or ending
     buffer: bytes = b""
     retiring: bool = False  # over its memory limit: spill what it holds, then end it
@@ -119,7 +120,11 @@ class WarmLauncher(Launcher):
         self._say(run, word)
 
     def kill(self, run: Run) -> None:
-        kill_group(run.worker.process.pid, run.worker.process.returncode)
+        self._kill(run.worker)
+
+    @staticmethod
+    def _kill(worker: Worker) -> None:
+        signal_run(worker.process.pid, worker.process.returncode, worker.tag)
 
     def runs(self) -> list[Run]:
         return [run for worker in [*self._workers.values(), *self._retiring] for run in worker.runs.values()]
@@ -150,8 +155,9 @@ class WarmLauncher(Launcher):
         log = host.directory / "workers" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         messages_read, messages_write = os.pipe()
+        tag = new_run_tag()
         env = {
-            **slot_environment(slot),
+            **slot_environment(slot, tag),
             protocol.ENV_WORKER_CHANNEL: str(messages_write),
             protocol.ENV_WORKER_OF: str(host.directory),
         }
@@ -166,13 +172,12 @@ class WarmLauncher(Launcher):
                 stderr=output,
                 pass_fds=(messages_write,),
                 start_new_session=True,
-                preexec_fn=functools.partial(die_with_parent, os.getpid()),
+                preexec_fn=functools.partial(prepare_child, os.getpid(), slot.cpus),
             )
         os.close(messages_write)
-        host.guard.watch(process.pid)
-        pin(process.pid, slot)
+        host.guard.watch(process.pid, tag)
         os.set_blocking(messages_read, False)
-        worker = Worker(slot, group, process, os.pidfd_open(process.pid), messages_read, log, log_start)
+        worker = Worker(slot, group, process, os.pidfd_open(process.pid), messages_read, log, log_start, tag)
         host.loop.register(messages_read, WORKER_CHANNEL, self._drain, worker)
         host.loop.register(worker.pidfd, WORKER_EXIT, self._exited, worker)
         self._workers[slot.name, group] = worker
@@ -235,7 +240,7 @@ class WarmLauncher(Launcher):
 
     def _end_retired(self, worker: Worker) -> None:
         if worker.retiring and not worker.runs:
-            kill_group(worker.process.pid, worker.process.returncode)
+            self._kill(worker)
 
     def _ended(self, run: Run, outcome: str, error: str | None) -> None:
         """A worker's trial thread returned: report how, or start it where it is to resume."""
@@ -265,7 +270,7 @@ class WarmLauncher(Launcher):
 
     def _end(self, worker: Worker) -> None:
         """Kill the worker and collect it now."""
-        kill_group(worker.process.pid, worker.process.returncode)
+        self._kill(worker)
         worker.process.wait()
         self._exited(worker)
 
@@ -273,7 +278,7 @@ class WarmLauncher(Launcher):
         """The worker died: fail the trial it was running; the parked ones go back to their checkpoints."""
         if worker.pidfd < 0:
             return  # collected already, in the same wait
-        kill_group(worker.process.pid, worker.process.returncode)  # leftover children
+        self._kill(worker)  # leftover children
         code = worker.process.wait()
         self.host.guard.forget(worker.process.pid)  # collected: its group id may be anyone's now
         if self._workers.get((worker.slot.name, worker.group)) is worker:
@@ -320,5 +325,5 @@ class WarmLauncher(Launcher):
                 for run in worker.runs.values():  # a broken worker fails the trial it was running
                     if not run.parked:
                         run.error = run.error or f"protocol error: {error!r}"
-                kill_group(worker.process.pid, worker.process.returncode)
+                self._kill(worker)
                 return
