@@ -171,7 +171,7 @@ def test_malformed_requests_are_refused_naming_the_field(server: Server) -> None
     assert response.status_code == 422 and response.json()["detail"][0]["type"] == "json_invalid"
     response = submit({"weight": 1})
     assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "spec"]
-    for weight in (-1, 1e308, 1e-9):  # weights are ratios, from a millionth to a million: sums never overflow
+    for weight in (-1, 1e308, 1e-9, True, "2.5"):  # ratios, from a millionth to a million (true is no 1)
         response = submit({"spec": real_spec("w"), "weight": weight})
         assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "weight"]
     bad = real_spec("bad")
@@ -251,6 +251,28 @@ def test_a_nul_character_is_refused_naming_its_field(server: Server) -> None:
         assert response.status_code == 422, (loc, response.text)
         [problem] = response.json()["detail"]
         assert problem["loc"] == loc and "NUL" in problem["msg"], problem
+    assert server.hermes.store.experiments() == []
+
+
+def test_a_lone_surrogate_is_refused_naming_its_field(server: Server) -> None:
+    """JSON's ``"\\ud800"`` reads as text that no UTF-8 reply can hold: the experiment was stored and started, the
+    reply failed (500), a retry was told the name is taken, and every read of it (``hermes list`` included) was
+    a 500."""
+    lone = "bad \ud800 char"
+    refusals = [
+        ({"spec": {**real_spec("d"), "description": lone}}, ["body", "spec", "description"]),
+        ({"spec": real_spec("v", search={"sampler": "grid", "space": {"x": {"type": "grid", "values": [lone]}}})},
+         ["body", "spec", "search", "space", "x", "values", "0"]),
+        ({"spec": real_spec("k", search={"sampler": "grid", "space": {lone: {"type": "grid", "values": [1]}}})},
+         ["body", "spec", "search", "space", "bad \\ud800 char"]),
+        ({"spec": real_spec("f"), "folder": lone}, ["body", "folder"]),
+    ]
+    json_headers = {**server.as_("alice"), "content-type": "application/json"}
+    for body, loc in refusals:
+        response = server.client.post("/api/experiments", content=json.dumps(body), headers=json_headers)  # \\ud800
+        assert response.status_code == 422, (loc, response.text)
+        [problem] = response.json()["detail"]
+        assert problem["loc"] == loc and ("surrogate" in problem["msg"] or "unicode" in problem["msg"]), problem
     assert server.hermes.store.experiments() == []
 
 
@@ -451,7 +473,8 @@ def test_an_admin_sets_a_users_weight(server: Server) -> None:
         response = put(name, {"weight": 5}, user="alice")
         assert response.status_code == 403 and "admin" in response.json()["detail"]
     assert put("nobody", {"weight": 2}).status_code == 404
-    for bad in ({"weight": 0}, {"weight": -1}, {"weight": 1e308}, {"weight": "heavy"}, {}, {"weight": 2, "extra": 1}):
+    for bad in ({"weight": 0}, {"weight": -1}, {"weight": 1e308}, {"weight": "heavy"}, {}, {"weight": 2, "extra": 1},
+                {"weight": True}, {"weight": "2.5"}):  # true was a weight of 1, silently
         response = put("bob", bad)
         assert response.status_code == 422, bad
         assert response.json()["detail"][0]["loc"][:2] == ["body", "weight" if "extra" not in bad else "extra"]

@@ -123,7 +123,7 @@ def _now(hermes: Hermes, experiment: ExperimentRecord, digest: ExperimentDigest)
 class SubmitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     spec: dict[str, Any] = Field(description="the experiment spec, as its YAML file would hold it")
-    weight: float = Field(1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False,
+    weight: float = Field(1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False, strict=True,  # true is no 1
                           description="share of the GPU pool against others")
     folder: str = Field("", max_length=4096, description="where the spec's file lies in your area, relative to it: "
                                                          "the spec's relative paths start there (default: the area)")
@@ -131,7 +131,7 @@ class SubmitRequest(BaseModel):
 
 class WeightRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    weight: float = Field(ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False)
+    weight: float = Field(ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False, strict=True)  # "2.5" and true: 422
 
 
 class Experiment(BaseModel):

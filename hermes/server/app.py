@@ -33,7 +33,7 @@ from hermes.errors import HermesError, SpecError
 from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.spec import ResourcesSpec
 from hermes.pool import PoolSession, stored_form
-from hermes.server.area import document_problems, spec_problems
+from hermes.server.area import document_problems, spec_problems, text_problem
 from hermes.server.auth import Accounts
 from hermes.server.digest import ExperimentDigest
 from hermes.store import ExperimentRecord, SqlStore
@@ -91,8 +91,9 @@ class Hermes:
         say whether the file exists, or which functions a module outside defines).
         """
         area = self.config.area(owner)
-        if "\0" in folder:  # no path holds one: resolving it would fail
-            raise SpecError(f"folder: {folder!r} holds a NUL character", [("folder", "must not hold a NUL character")])
+        problem = text_problem(folder)
+        if problem is not None:  # no path holds it: resolving it would fail
+            raise SpecError(f"folder: {folder!r} {problem}", [("folder", problem)])
         base = (area / folder).resolve()
         if not base.is_relative_to(area.resolve()):
             raise SpecError(f"folder: {folder!r} is outside your area on the server",
@@ -254,22 +255,26 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, error: RequestValidationError) -> JSONResponse:
-        """FastAPI's 422, but one that echoes ``Infinity`` or ``NaN`` still is JSON (its own fails: a 500)."""
-        detail = _finite(jsonable_encoder(error.errors()))
+        """FastAPI's 422, but one that echoes ``Infinity``, ``NaN`` or a lone surrogate still is JSON (its own
+        fails: a 500)."""
+        detail = _echoable(jsonable_encoder(error.errors()))
         return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
     app.add_middleware(BodyLimit, limit=config.max_body)
     return app
 
 
-def _finite(data: Any) -> Any:
-    """``data`` with each non-finite float as the string Python's float() reads back ("inf", "nan")."""
+def _echoable(data: Any) -> Any:
+    """``data`` as JSON can carry it: each non-finite float as the string Python's float() reads back ("inf",
+    "nan"), and text with a lone surrogate (JSON's "\\ud800") escaped, as UTF-8 cannot hold it."""
     if isinstance(data, float) and not math.isfinite(data):
         return str(data)
+    if isinstance(data, str) and text_problem(data) is not None:
+        return data.encode("utf-8", "backslashreplace").decode()
     if isinstance(data, dict):
-        return {key: _finite(value) for key, value in data.items()}
+        return {_echoable(key): _echoable(value) for key, value in data.items()}
     if isinstance(data, list):
-        return [_finite(value) for value in data]
+        return [_echoable(value) for value in data]
     return data
 
 

@@ -36,7 +36,8 @@ def document_problems(data: dict[str, Any]) -> list[Problem]:
     the server's own process: only Optuna's samplers may be named, never a module found elsewhere.
     Non-finite numbers (the JSON parser reads ``Infinity`` and ``NaN``) are refused wherever they
     are: in free-form parameters they would be stored as null, and the pool would read another spec.
-    So are NUL characters, which no path, command argument or environment variable can carry.
+    So are NUL characters, which no path, command argument or environment variable can carry, and lone
+    surrogates, which no UTF-8 text can (the reply that echoed one failed after the experiment was stored).
     """
     problems = _value_problems(data)
     search = data.get("search")
@@ -50,20 +51,40 @@ def document_problems(data: dict[str, Any]) -> list[Problem]:
 
 
 def _value_problems(data: dict[str, Any]) -> list[Problem]:
-    """Non-finite numbers and NUL characters, in document order; walked with a stack of its own, so that no
-    nesting can exhaust Python's."""
+    """Non-finite numbers and text no file or reply can hold, in document order; walked with a stack of its own,
+    so that no nesting can exhaust Python's."""
     problems: list[Problem] = []
     unread: list[tuple[str, Any]] = [("", data)]  # (dotted path, value) still to read, the last first
     while unread:
         path, value = unread.pop()
         if isinstance(value, float) and not math.isfinite(value):
             problems.append((path, "must be a finite number"))
-        elif isinstance(value, str) and "\0" in value:
-            problems.append((path, "must not hold a NUL character"))
+        elif isinstance(value, str) and (problem := text_problem(value)) is not None:
+            problems.append((path, problem))
         elif isinstance(value, (dict, list)):
             items = value.items() if isinstance(value, dict) else enumerate(value)
-            unread.extend(reversed([(f"{path}.{key}" if path else str(key), item) for key, item in items]))
+            named = []
+            for key, item in items:
+                key = str(key)
+                if (problem := text_problem(key)) is not None:
+                    key = key.encode("utf-8", "backslashreplace").decode().replace("\0", "\\x00")
+                    problems.append((f"{path}.{key}" if path else key, f"its name {problem[5:]}"))
+                    continue
+                named.append((f"{path}.{key}" if path else key, item))
+            unread.extend(reversed(named))
     return problems
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be taken: a NUL character (no path, command argument or environment variable carries
+    one), or a lone surrogate (JSON's ``"\\ud800"``: no UTF-8 file, database or reply can hold it)."""
+    if "\0" in text:
+        return "must not hold a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be Unicode text: it holds a lone surrogate (\\ud800 to \\udfff)"
+    return None
 
 
 def spec_problems(spec: ExperimentSpec, area: Path, root: Path, folder: Path | None = None) -> list[Problem]:
