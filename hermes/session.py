@@ -94,6 +94,8 @@ class ExperimentSession:
         self.executor: Executor | None = None
         self._post: Callable[[Event], None] | None = None  # where new submissions go: the engine loop, or a host's
         self._loop: Engine | None = None  # the engine loop while ``run`` runs it
+        self._releasing = False  # ``run`` is releasing what it holds: its trials' processes, the storage dir
+        self._deferred: BaseException | None = None  # an interrupt that came meanwhile, raised once that is done
         self._closed = False  # SubmissionsClosed is in the log
         self._cancelled = False  # ExperimentCancelled is in the log
         self._told: set[str] = set()  # trials whose end the searcher has been told
@@ -217,11 +219,24 @@ class ExperimentSession:
             self._check_store_file()
         finally:
             self._loop = None
+            self._release(executor)
+        return Outcome(self.experiment_id, recovered.events > 0, status)
+
+    def _release(self, executor: Executor) -> None:
+        """End every trial's processes and release the storage dir, whatever interrupt comes meanwhile
+        (``interrupt`` defers it): a second Ctrl-C that cut this short left the lock held and the workers
+        alive in a process that lives on, a notebook's, which could then run no experiment of that dir."""
+        self._releasing = True
+        try:
             executor.close()
             self.engine.close()
             self.reserve.release()
             self._lock.release()
-        return Outcome(self.experiment_id, recovered.events > 0, status)
+        finally:
+            self._releasing = False
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            raise deferred
 
     def _ended_before(self) -> Outcome:
         """Run again once it has ended: it stays as it ended. A search that failed stays failed, with its reason
@@ -243,12 +258,16 @@ class ExperimentSession:
             raise HermesError(f"{path} was deleted or replaced while the experiment ran: what the run recorded is "
                               "lost with it; run it again to start over")
 
-    def interrupt(self, exception: BaseException) -> bool:
+    def interrupt(self, exception: BaseException, at_once: bool = False) -> bool:
         """Have ``run`` raise ``exception`` between two of its engine loop's batches, so that no store
         transaction is cut in half (``Engine.interrupt``; safe from a signal handler of the thread that
-        runs it). False where no loop runs: the caller may raise it at once there, since ``run`` writes
+        runs it); while it releases what it holds at its end, once that is done. False where neither is
+        so (or ``at_once``, outside the release): the caller may raise it at once there, since ``run`` writes
         nothing to the store once an exception leaves the setup before the loop or the end after it."""
-        if self._loop is None:
+        if self._releasing:
+            self._deferred = self._deferred or exception
+            return True
+        if self._loop is None or at_once:
             return False
         self._loop.interrupt(exception)
         return True
@@ -421,16 +440,23 @@ def interrupts_between_batches(session: ExperimentSession) -> Iterator[None]:
     """While the block runs, Ctrl-C raises KeyboardInterrupt and SIGTERM Terminated, between two batches of
     the session's engine loop (``ExperimentSession.interrupt``): raised inside one, in the middle of a store
     transaction, the exception left SQLite's write lock held and the interrupted status waited 60 s to be
-    written. A second Ctrl-C raises at once, wherever the run is; a second SIGTERM ends the process."""
+    written. A second Ctrl-C raises at once, wherever the run is, except while it releases its trials' processes
+    and its storage dir at its end (once that is done; a third raises at once there too); a second SIGTERM ends
+    the process."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
 
     def interrupt(signum: int, _frame: Any) -> None:
-        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+        signal.signal(signum, again if signum == signal.SIGINT else signal.SIG_DFL)
         exception = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
         if not session.interrupt(exception):
             raise exception
+
+    def again(signum: int, _frame: Any) -> None:
+        signal.signal(signum, signal.default_int_handler)
+        if not session.interrupt(KeyboardInterrupt(), at_once=True):
+            raise KeyboardInterrupt
 
     # Ctrl-C only where Python raises on it (a background job started by a shell ignores SIGINT)
     handled = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is signal.default_int_handler)

@@ -93,3 +93,52 @@ def test_a_trial_module_only_the_callers_folder_holds_is_refused_up_front(tmp_pa
         "folder of the program that runs the experiment") in lines[0], output
     assert lines[1] == "here ran", output
     assert not (project / "elsewhere" / "runs").exists()
+
+
+DOUBLE_CTRL_C = """
+import json, os, signal, sys, threading, time
+from pathlib import Path
+import hermes
+from tests.test_run import search, spec_of
+
+spec = spec_of("twice", search=search(1, 0, 0.2), budget={"steps": 30}, resources={"gpus": "none", "cpu_slots": 1})
+lock = Path("runs/hermes.lock")
+
+def interrupt_twice(apart):
+    while not (lock.exists() and lock.read_text()):  # a runner holds the storage dir
+        time.sleep(0.01)
+    time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(apart)  # while the run ends its trials and releases its storage dir, at one of these
+    os.kill(os.getpid(), signal.SIGINT)
+
+found = []
+for apart in (0.002, 0.01, 0.03):
+    threading.Thread(target=interrupt_twice, args=(apart,), daemon=True).start()
+    try:
+        hermes.run(spec)
+    except KeyboardInterrupt:
+        saved = sys.exc_info()  # as IPython keeps the last traceback, and with it what the run held
+    try:
+        time.sleep(0.3)  # a second Ctrl-C that came after the run's end raises here
+    except KeyboardInterrupt:
+        pass
+    found += [int(pid) for task in Path("/proc/self/task").iterdir() for pid in (task / "children").read_text().split()]
+again = hermes.run(spec)
+print(json.dumps({"children": found, "status": again.status, "steps": [t.steps for t in again.trials]}))
+"""
+
+
+def test_a_second_ctrl_c_lets_the_same_process_run_the_experiment_again(tmp_path: Path) -> None:
+    """Two Ctrl-Cs 10 ms apart in a notebook: the second cut short the release of the first run, whose storage
+    lock (held by the caller's own pid) refused the rerun, and whose worker and guard lived on."""
+    import subprocess
+    import sys
+
+    from tests.test_run import environment
+
+    output = subprocess.run([sys.executable, "-c", DOUBLE_CTRL_C], cwd=tmp_path, env=environment(),
+                            capture_output=True, text=True, timeout=120)
+    assert output.returncode == 0, output.stderr[-3000:]
+    result = json.loads(output.stdout.splitlines()[-1])
+    assert result == {"children": [], "status": "finished", "steps": [30]}, output.stderr[-3000:]

@@ -52,17 +52,17 @@ class RunnerLock:
         file = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644), "r+b", buffering=0)
         try:
             _lock(file.fileno())
+            file.truncate(0)
+            file.write(json.dumps(self.who).encode())
         except BlockingIOError:
             file.close()
             raise StorageInUse(
                 f"{self.path.parent} is in use by another runner, {describe(holder(self.path))}; "
                 "one runner per storage directory: wait for it to end, stop it, or use another storage.dir"
             ) from None
-        except BaseException:
+        except BaseException:  # a Ctrl-C between taking the lock and naming its holder too: else it stays held
             file.close()
             raise
-        file.truncate(0)
-        file.write(json.dumps(self.who).encode())
         self._file = file
         return self
 
