@@ -293,6 +293,9 @@ def test_trial_files_on_one_machine_and_across_ray_nodes(tmp_path: Path) -> None
     (ray / "nodes" / "a" / "trials" / "4").mkdir(parents=True)  # ran there later, saved nothing: c has its state
     assert trial_files(ray, "4").directory == ray / "nodes" / "c" / "trials" / "4"
     assert trial_files(ray, "5") == TrialFiles(None, None)
+    (durable.parent / "latest").write_bytes(b"\0" * 8)  # damaged (a crash): reports go on without it, as a
+    assert trial_files(ray, "3") == TrialFiles(  # resume sets it aside; `hermes results` was a ValueError traceback
+        ray / "nodes" / "b" / "trials" / "3", ray / "nodes" / "b" / "trials" / "3" / "checkpoints" / "step-5")
 
 
 def test_tables_align_wide_and_combining_characters_as_a_terminal_shows_them() -> None:

@@ -360,11 +360,16 @@ def _damage_pointer(root: Path) -> Path:
     return root / protocol.LATEST_FILE
 
 
+def _damage_pointer_zeros(root: Path) -> Path:
+    (root / protocol.LATEST_FILE).write_bytes(b"\0" * 6)  # what a crash may leave of a file some filesystems wrote
+    return root / protocol.LATEST_FILE
+
+
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [(_damage_empty, "it is empty"), (_damage_step, "its step is 'x', not a whole number"),
-     (_damage_pointer, "Is a directory")],
-    ids=["empty", "step", "pointer"],
+     (_damage_pointer, "Is a directory"), (_damage_pointer_zeros, "it names '")],
+    ids=["empty", "step", "pointer", "pointer-of-zeros"],
 )
 def test_a_damaged_checkpoint_is_named_set_aside_and_the_trial_retrains_from_scratch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], damage, reason: str,
@@ -396,6 +401,44 @@ def test_a_damaged_checkpoint_is_named_set_aside_and_the_trial_retrains_from_scr
         trial.report(2, accuracy=0.6)
     assert protocol.latest_checkpoint(tmp_path / "t1") == (root / "step-2", 2)  # its new checkpoints work
     assert (aside / "step-2").is_dir()
+
+
+def test_a_checkpoint_whose_state_file_was_cut_short_is_set_aside_and_the_trial_retrains_from_scratch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """torch.load's "failed finding central directory" was an uncaught error of the trial: it crashed, ran again
+    against the same file until its retries were spent, and failed, never naming the file."""
+    first = Channel(tmp_path / "t1", monkeypatch)
+    trial.Checkpoint(model=torch.nn.Linear(3, 2))
+    first.answer(protocol.CONTINUE, protocol.SUSPEND)
+    trial.report(1, accuracy=0.5)
+    with pytest.raises(trial.SuspendExit):
+        trial.report(2, accuracy=0.6)
+    state = tmp_path / "t1" / protocol.CHECKPOINTS_DIR / "step-2" / "state" / "state.pt"
+    with open(state, "r+b") as file:
+        file.truncate(100)
+    capsys.readouterr()
+
+    resumed = Channel(tmp_path / "t1", monkeypatch, **{protocol.ENV_REPORTED_STEP: "2"})
+    assert trial.Checkpoint(model=torch.nn.Linear(3, 2)).restore() == 0
+    err = capsys.readouterr().err
+    aside = tmp_path / "t1" / "checkpoints.damaged"
+    assert err.startswith(f"hermes: trial t1: its checkpoint {state} is damaged (") and f"moved to {aside}" in err
+    assert "it retrains from scratch (its steps up to 2 are trained again, not recorded again)" in err
+    assert (aside / "step-2" / "state" / "state.pt").stat().st_size == 100  # kept, for whoever wants it
+    resumed.answer(protocol.CONTINUE)
+    trial.report(accuracy=0.5)
+    assert resumed.received()[-1]["step"] == 1
+
+
+def test_a_report_names_its_step_by_keyword_or_in_its_mapping(channel: Channel) -> None:
+    """``report(step=10, loss=0.1)`` numbered the steps 1, 2, 3 itself and stored ``step`` as a metric."""
+    channel.answer(protocol.CONTINUE, protocol.CONTINUE, protocol.CONTINUE)
+    trial.report(step=3, accuracy=0.1)
+    trial.report({"step": 5, "accuracy": 0.2})
+    trial.report(6, accuracy=0.3)
+    assert [(m["step"], m["metrics"]) for m in channel.received()] == [
+        (3, {"accuracy": 0.1}), (5, {"accuracy": 0.2}), (6, {"accuracy": 0.3})]
 
 
 @pytest.mark.parametrize("lose", ["trial dir", "latest", "checkpoints"])

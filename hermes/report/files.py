@@ -10,6 +10,7 @@ moved has one on each node; only this machine's nodes are here), and their durab
 from __future__ import annotations
 
 import glob
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,14 +29,23 @@ def trial_files(experiment_dir: Path, trial_id: str) -> TrialFiles:
     pattern = f"{glob.escape(str(experiment_dir))}/nodes/*/trials/{glob.escape(trial_id)}"
     directories = [path for path in (experiment_dir / "trials" / trial_id, *map(Path, glob.glob(pattern)))
                    if path.is_dir()]
-    local = {directory: protocol.latest_checkpoint(directory) for directory in directories}
+    local = {directory: _readable(protocol.latest_checkpoint, directory) for directory in directories}
     directory = max(directories, key=lambda d: (local[d][1] if local[d] else -1, _last_written(d)), default=None)
     saved = [(found[1], False, found[0]) for found in local.values() if found is not None]
-    durable = protocol.published_checkpoint(experiment_dir / "checkpoints" / trial_id)
+    durable = _readable(protocol.published_checkpoint, experiment_dir / "checkpoints" / trial_id)
     if durable is not None:
         saved.append((durable[1], True, durable[0]))
     checkpoint = max(saved, key=lambda entry: entry[:2])[2] if saved else None
     return TrialFiles(directory, checkpoint)
+
+
+def _readable(find: Callable[[Path], tuple[Path, int] | None], directory: Path) -> tuple[Path, int] | None:
+    """The newest checkpoint ``find`` finds there; None where it is damaged (its trial sets it aside when it
+    resumes): a report lists every trial, not a traceback."""
+    try:
+        return find(directory)
+    except protocol.DamagedCheckpoint:
+        return None
 
 
 def _last_written(directory: Path) -> float:

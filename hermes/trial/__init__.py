@@ -55,18 +55,19 @@ def checkpoint_dir() -> Path | None:
     return latest[0] if latest is not None else None
 
 
-def report(step: int | Mapping[str, Any] | None = None, /, **metrics: Any) -> None:
+def report(step: int | Mapping[str, Any] | None = None, **metrics: Any) -> None:
     """Report the metrics of ``step`` (> the previous step) and obey the scheduler's answer.
 
-    ``report(3, accuracy=0.9)``, ``report(accuracy=0.9)`` or ``report({"accuracy": 0.9})``: without a
-    step it is the previous one plus one, counted from the checkpoint's step after a resume (from 1
-    for a trial with no saver, which starts over). Returns when the trial may go on; raises
-    ``SuspendExit`` after committing a checkpoint of ``step`` when it is suspended, ``StopExit``
-    when it is stopped.
+    ``report(3, accuracy=0.9)``, ``report(step=3, accuracy=0.9)``, ``report(accuracy=0.9)`` or
+    ``report({"accuracy": 0.9})`` (a mapping's ``"step"`` is the step too): without a step it is the previous
+    one plus one, counted from the checkpoint's step after a resume (from 1 for a trial with no saver, which
+    starts over). Returns when the trial may go on; raises ``SuspendExit`` after committing a checkpoint of
+    ``step`` when it is suspended, ``StopExit`` when it is stopped.
     """
     session = current()
     if isinstance(step, Mapping):
-        step, metrics = None, {**step, **metrics}
+        metrics = {**step, **metrics}
+        step = metrics.pop("step", None)
     session.report(session.next_step() if step is None else step, metrics)
 
 

@@ -52,7 +52,12 @@ class Saver(ABC):
             raise HermesError(
                 f"the checkpoint of step {step} has no part {self.name!r}: create every saver before the first report"
             )
-        self.load(directory / self.name)
+        try:
+            self.load(directory / self.name)
+        except protocol.DamagedCheckpoint as damage:
+            self.session.unreadable(damage)
+            return 0
+        self.session.note_restored()
         return step
 
 
@@ -103,7 +108,10 @@ class Checkpoint(Saver):
 
         # Our own file, so unpickling is safe; on the CPU first so a checkpoint moves between
         # devices (load_state_dict copies into the tensors' current device).
-        state = torch.load(directory / "state.pt", map_location="cpu", weights_only=False)
+        try:
+            state = torch.load(directory / "state.pt", map_location="cpu", weights_only=False)
+        except Exception as error:  # cut short (a crash, a full disk), or overwritten: no state can come of it
+            raise protocol.DamagedCheckpoint(directory / "state.pt", f"{type(error).__name__}: {error}") from None
         for key, value in self.objects.items():
             value.load_state_dict(state["objects"][key])
         if state["rng"] is not None:

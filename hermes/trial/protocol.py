@@ -129,7 +129,7 @@ def _pointer(pointer: Path) -> str | None:
         return None
     except (OSError, UnicodeDecodeError) as error:
         raise DamagedCheckpoint(pointer, _why(error)) from None
-    if not name or name in (".", "..") or "/" in name:
+    if not name or name in (".", "..") or "/" in name or "\0" in name:  # zeros: what a crash may leave
         raise DamagedCheckpoint(pointer, f"it names {name!r}, not a checkpoint")
     return name
 

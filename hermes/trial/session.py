@@ -141,7 +141,9 @@ class Session:
         self.config: dict[str, Any] = json.loads((directory / protocol.CONFIG_FILE).read_text())
         latest = self._checkpoint(reported_step or 0)
         self.start_step = latest[1] if latest is not None else 0
+        self._known_step = max(reported_step or 0, self.start_step)  # what the scheduler holds, once reported again
         self._asked_start = False  # whether the trial asked start_step(): then its loop goes on from there
+        self._restored = False  # a saver has restored its part of the checkpoint
         self.last_step = self.start_step
         self.savers: dict[str, Saver] = {}
         self.parked_rng: dict[str, Any] | None = None  # the trial's random generators while it is parked
@@ -159,16 +161,32 @@ class Session:
         try:
             latest = protocol.latest_checkpoint(self.directory)
         except protocol.DamagedCheckpoint as damage:
-            aside = self._set_aside(damage)
-            self._warn(f"its checkpoint {damage.path} is damaged ({damage.reason}); its checkpoints were moved to "
-                       f"{aside} (delete them once you no longer need them), and it retrains from scratch"
-                       + self._again(reported_step))
+            self._retrain(damage, reported_step)
             return None
         if latest is None and reported_step > 0:
             self._warn(f"it resumes at step {reported_step}, but its checkpoint is gone "
                        f"({protocol.missing_checkpoint(self.directory)}); it retrains from scratch"
                        + self._again(reported_step))
         return latest
+
+    def _retrain(self, damage: protocol.DamagedCheckpoint, known_step: int) -> None:
+        aside = self._set_aside(damage)
+        self._warn(f"its checkpoint {damage.path} is damaged ({damage.reason}); its checkpoints were moved to "
+                   f"{aside} (delete them once you no longer need them), and it retrains from scratch"
+                   + self._again(known_step))
+
+    def unreadable(self, damage: protocol.DamagedCheckpoint) -> None:
+        """A saver could not read its part of the checkpoint the trial resumes from (a file cut short by a
+        crash): as a damaged checkpoint found at the start (``_checkpoint``), it is set aside and the trial
+        retrains from scratch; retrying would only meet the same file, and used up its crash retries."""
+        if self._restored:
+            raise HermesError(f"{damage}, and another part of it is restored already: delete "
+                              f"{self.directory / protocol.CHECKPOINTS_DIR} to retrain the trial from scratch")
+        self._retrain(damage, self._known_step)
+        self.start_step = self.last_step = 0
+
+    def note_restored(self) -> None:
+        self._restored = True
 
     def _set_aside(self, damage: protocol.DamagedCheckpoint) -> Path:
         """Move the trial's damaged checkpoints out of the way (a new checkpoint would delete them): to
