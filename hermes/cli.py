@@ -80,8 +80,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from hermes.experiment import load_spec
     from hermes.live import LiveView
-    from hermes.core.states import TrialState
-    from hermes.report import ExperimentView, summarise_error
+    from hermes.report import ExperimentView, every_trial_failed
     from hermes.report.results import format_results, standings
     from hermes.session import ExperimentSession, Terminated, interrupts_between_batches
 
@@ -127,10 +126,9 @@ def _run(args: argparse.Namespace) -> int:
     if session.failure is not None:
         print(f"hermes: error: {session.failure}", file=sys.stderr)
         return 1
-    if report.trials and all(trial.state is TrialState.FAILED for trial in report.trials):
-        first = report.trials[0]  # a script or a spec that cannot work: say so where CI looks, the exit code
-        reason = summarise_error(first.error or "", width=400)  # the line that says what to fix: not cut short
-        print(f"hermes: error: every trial failed; trial {first.trial_id}: {reason}", file=sys.stderr)
+    failed = every_trial_failed(report.trials)
+    if failed is not None:  # a script or a spec that cannot work: say so where CI looks, the exit code
+        print(f"hermes: error: {failed}", file=sys.stderr)
         return 1
     return 0
 

@@ -9,17 +9,21 @@ winner's model from. The trials themselves still run in their own processes, on 
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hermes.errors import HermesError
 from hermes.experiment import load_spec, parse_spec
-from hermes.report import ExperimentView, shown_state
+from hermes.report import ExperimentView, every_trial_failed, shown_state
 from hermes.report.files import trial_files
 from hermes.report.results import standings
 from hermes.session import STORE_FILE, ExperimentSession, interrupts_between_batches
+from hermes.trial import protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +53,7 @@ class ExperimentResult:
     name: str
     experiment_id: int
     status: str  # finished, cancelled, failed (its sampler raised: ``error`` says why)
-    error: str | None
+    error: str | None  # why it failed, or why every trial failed (printed on stderr too, as ``hermes run`` does)
     store: Path  # the SQLite store; ``hermes status``, ``results`` and ``plot`` read it
     resumed: bool  # it continued an experiment found in the store
     trials: list[TrialResult]
@@ -69,6 +73,11 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
     SpecError naming the fields; Ctrl-C ends the run between two of its steps, records it interrupted and
     raises KeyboardInterrupt (calling ``run`` again continues it); a full disk raises NoSpaceError.
     """
+    if os.environ.get(protocol.ENV_TRIAL_ID) or os.environ.get(protocol.ENV_WORKER_CHANNEL):
+        raise HermesError(
+            "hermes.run was called in a trial's own process: the module that defines the trial calls it when it is "
+            "imported, and each trial imports that module, so each would start an experiment of its own; put the "
+            "call under `if __name__ == \"__main__\":`")
     if isinstance(spec, Mapping):
         checked = parse_spec({**spec, **({"name": name} if name is not None else {})}, base_dir=Path.cwd())
     else:
@@ -89,5 +98,8 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
             error=standing.error,
             directory=files.directory, checkpoint=files.checkpoint,
         ))
-    return ExperimentResult(checked.name, outcome.experiment_id, outcome.status.value, session.failure,
+    error = session.failure or every_trial_failed(view.trials)
+    if error is not None:  # where a script's user looks, as `hermes run` says it
+        print(f"hermes: error: {error}", file=sys.stderr, flush=True)
+    return ExperimentResult(checked.name, outcome.experiment_id, outcome.status.value, error,
                             checked.storage_dir / STORE_FILE, outcome.resumed, trials)

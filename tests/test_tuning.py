@@ -142,3 +142,49 @@ def test_a_second_ctrl_c_lets_the_same_process_run_the_experiment_again(tmp_path
     assert output.returncode == 0, output.stderr[-3000:]
     result = json.loads(output.stdout.splitlines()[-1])
     assert result == {"children": [], "status": "finished", "steps": [30]}, output.stderr[-3000:]
+
+
+IMPORTED_RUN = """
+import hermes
+from hermes import trial
+
+def train(config):
+    trial.report(1, score=config["x"])
+
+result = hermes.run({"name": "nested", "trial": {"function": "hpo:train", "workdir": "."},
+                     "search": {"sampler": "random", "trials": 2, "seed": 0,
+                                "space": {"x": {"type": "uniform", "low": 0, "high": 1}}},
+                     "metric": {"name": "score", "mode": "max"}, "budget": {"steps": 1},
+                     "resources": {"gpus": "none", "cpu_slots": 2}, "storage": {"dir": "runs"}})
+print("ran", result.status, [t.state for t in result.trials])
+"""
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm-workers", "process-per-run"])
+def test_a_script_that_runs_hermes_run_when_imported_is_told_to_guard_it(tmp_path: Path, warm: bool) -> None:
+    """Ray Tune's usual script, without ``if __name__ == "__main__":``: each worker importing the trial's module
+    ran an experiment of its own, whose workers did so again (processes doubled at each level)."""
+    import subprocess
+    import sys
+
+    from tests.test_run import environment
+
+    (tmp_path / "hpo.py").write_text(IMPORTED_RUN.replace('"workdir": "."', f'"workdir": ".", "warm_workers": {warm}'))
+    output = subprocess.run([sys.executable, "hpo.py"], cwd=tmp_path, env=environment(), capture_output=True,
+                            text=True, timeout=120)
+    assert output.stdout.splitlines() == ["ran finished ['failed', 'failed']"], output
+    assert "hermes: error: every trial failed; trial 0: " in output.stderr
+    assert 'put the call under `if __name__ == "__main__":`' in output.stderr
+    assert [path.name for path in (tmp_path / "runs").iterdir() if path.is_dir()] == ["nested"]  # none nested
+
+
+def test_run_from_python_says_when_every_trial_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``hermes run`` said so and exited 1; ``hermes.run`` said nothing, with ``error`` None."""
+    monkeypatch.chdir(tmp_path)
+    spec = spec_of("all-fail", search=search(2, 0, 0.01, crash={"type": "choice", "values": ["raise"]},
+                                             crash_step={"type": "choice", "values": [1]}))
+    result = hermes.run(spec)
+    assert [trial.state for trial in result.trials] == ["failed", "failed"]
+    assert result.error is not None and result.error.startswith("every trial failed; trial 0: uncaught ")
+    assert f"hermes: error: {result.error}\n" in capsys.readouterr().err

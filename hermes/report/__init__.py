@@ -176,6 +176,14 @@ TRACEBACK = "Traceback (most recent call last):"
 CRASHES = re.compile(r"\(its runs crashed (\d+) times; trial\.max_failures is \d+\)")  # the core's note
 
 
+def every_trial_failed(trials: Sequence[TrialRecord]) -> str | None:
+    """A spec or a script that cannot work: every trial failed. What to fix, from its first trial; None when not so."""
+    if not trials or any(trial.state is not TrialState.FAILED for trial in trials):
+        return None
+    first = trials[0]
+    return f"every trial failed; trial {first.trial_id}: {summarise_error(first.error or '', width=400)}"
+
+
 def summarise_error(error: str, width: int = 160) -> str:
     """A trial's error on one line: its reason and the last line of what it said (the exception: a program that
     logs to stderr says much before it), unless the first line already says it; a traceback's header says nothing,
