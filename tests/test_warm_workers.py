@@ -237,3 +237,18 @@ def test_a_trial_that_forks_neither_hangs_nor_reads_the_workers_commands(tmp_pat
     assert decisions_of(log, Suspend)  # and they were parked and resumed between their forks
     for trial_id in "ab":
         assert [metrics for _, metrics in reports(log, trial_id)] == [{"seen": 1.0, "stdin": 0.0}] * 3
+
+
+def test_a_trial_that_reports_from_a_thread_of_its_own_runs_as_in_a_process_of_its_own(tmp_path: Path) -> None:
+    """The session was the trial thread's only: hermes.trial in another thread of a warm worker failed the trial
+    ("needs 'HERMES_TRIAL_ID' from a Hermes executor"), where a process per run worked. Two trials on one slot,
+    parked and resumed between their reports."""
+    launches = {trial_id: TrialLaunch(BUDGET, function="trials.threaded:train", config={"rate": rate},
+                                      cwd=str(TESTS)) for trial_id, rate in (("a", 0.1), ("b", 0.2))}
+    with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=1), metric="score") as executor:
+        scheduler, log = run_experiment(executor, launches, period=0.05)
+    assert {trial.trial_id: trial.error for trial in scheduler.trials.values()} == {"a": None, "b": None}
+    assert decisions_of(log, Suspend) and decisions_of(log, Resume)
+    for trial_id, rate in (("a", 0.1), ("b", 0.2)):
+        assert [metrics["score"] for _, metrics in reports(log, trial_id)] == pytest.approx(
+            [rate * step for step in range(1, BUDGET + 1)])

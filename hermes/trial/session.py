@@ -349,8 +349,11 @@ class Session:
         for saver in self.savers.values():
             saver.offload()
         _release_device_cache()
+        global _computing
+        _computing = None  # another trial computes meanwhile
         self._send({"type": protocol.PARKED, "step": step})
         command = self._channel.receive()
+        _computing = self  # a spill writes its checkpoint; a resume goes on
         if command == protocol.RESUME:
             for saver in self.savers.values():
                 saver.reload()
@@ -477,12 +480,13 @@ def _release_device_cache() -> None:
 
 _current: Session | None = None
 _in_thread = threading.local()  # a warm worker's trial thread: its own session
+_computing: Session | None = None  # in a warm worker, the trial that computes now (one at a time): its other threads'
 
 
 def current() -> Session:
     """This trial's session: its thread's in a warm worker, else the process's, created on first
     use from the environment the executor set."""
-    session = getattr(_in_thread, "session", None)
+    session = getattr(_in_thread, "session", None) or _computing  # a thread the trial started: a data loader's
     if session is not None:
         return session
     global _current
@@ -492,8 +496,10 @@ def current() -> Session:
 
 
 def bind(session: Session | None) -> None:
-    """Make ``session`` the current one of the calling thread (a warm worker's trial thread)."""
-    _in_thread.session = session
+    """Make ``session`` the current one of the calling thread (a warm worker's trial thread, which starts
+    computing; None: it ends), and of the other threads of the worker while it computes."""
+    global _computing
+    _in_thread.session = _computing = session
 
 
 def _number(name: str, value: Any) -> float:
