@@ -83,6 +83,7 @@ def _run(args: argparse.Namespace) -> int:
     from hermes.report import ExperimentView, every_trial_failed
     from hermes.report.results import format_results, standings
     from hermes.session import ExperimentSession, Terminated, interrupts_between_batches
+    from hermes.store import StoreUnavailable
 
     spec = load_spec(args.spec, args.name)
     again = f"hermes run {shlex.quote(args.spec)}" + (f" --name {shlex.quote(args.name)}" if args.name is not None else "")
@@ -109,6 +110,10 @@ def _run(args: argparse.Namespace) -> int:
     except NoSpaceError as error:
         print(f"hermes: error: no space left: {error}\ninterrupted: free some space, then run "
               f"`{again}` again to continue", file=sys.stderr)
+        return 2
+    except StoreUnavailable as error:
+        print(f"hermes: error: the store {error}\ninterrupted: run `{again}` again to continue once it can be "
+              "written", file=sys.stderr)
         return 2
     except ClusterLost as error:
         print(f"hermes: error: {error}\ninterrupted: run `{again}` again to continue once the cluster is back",

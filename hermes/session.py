@@ -42,7 +42,7 @@ from hermes.policies import make_policy, make_stopper
 from hermes.recovery import Recovered, replay
 from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, make_searcher
 from hermes.search.errors import SamplerFailed
-from hermes.store.base import ExperimentStatus, ExperimentStore, StoreError
+from hermes.store.base import ExperimentStatus, ExperimentStore, StoreError, StoreUnavailable
 from hermes.store.lock import RunnerLock, SpaceReserve, describe
 from hermes.store.recorder import StoreRecorder
 from hermes.store.sql import SqlStore
@@ -198,8 +198,8 @@ class ExperimentSession:
                 loop.run(first=first)
                 self._loop = None
             # Not the experiment's fault, running it again continues it: Ctrl-C, a full disk, a lost cluster, the
-            # output's reader gone
-            except (KeyboardInterrupt, NoSpaceError, ClusterLost, BrokenPipeError):
+            # output's reader gone, a store locked by another process or made read-only
+            except (KeyboardInterrupt, NoSpaceError, ClusterLost, BrokenPipeError, StoreUnavailable):
                 self._record_end(ExperimentStatus.INTERRUPTED)
                 raise
             except OSError as error:

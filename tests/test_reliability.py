@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import shutil
 import signal
 import sqlite3
@@ -24,6 +25,7 @@ from hermes.core.states import TrialState
 from hermes.report import open_store, pick_experiment
 from hermes.store import ExperimentStatus
 from test_run import (
+    RUN_TIMEOUT,
     TESTS,
     count_reports,
     environment,
@@ -219,6 +221,31 @@ def test_a_full_disk_interrupts_the_run_and_a_rerun_with_room_completes_it(tmp_p
     assert outcome["rerun"] == 0, outcome["rerun_err"]
     assert outcome["final"] == "finished" and outcome["states"] == ["completed"] * 3
     assert outcome["steps"] == sorted([str(t), s] for t in range(3) for s in range(1, budget + 1))
+
+
+def test_a_store_its_disk_refuses_to_grow_interrupts_the_run_saying_so_and_a_rerun_completes_it(
+    tmp_path: Path,
+) -> None:
+    """A file-size limit (``ulimit -f``), as a store made read-only or locked by another process past the wait:
+    SQLAlchemy's whole dump ([SQL: ...] [parameters: ...]) was the message, and the run counted as failed."""
+    budget = 150
+    spec = spec_of("limited", search=search(4, 0, 0.005), budget={"steps": budget}, policy={"name": "rr", "period": 0.2},
+                   storage={"dir": "runs", "checkpoint_every": 50})
+    path = write_spec(tmp_path, spec)
+    limit = 400 * 1024  # bytes any file of the runner may grow to: its store's log reaches it within the run
+    limited = subprocess.run(
+        hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=environment(), capture_output=True,
+        text=True, timeout=RUN_TIMEOUT,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    assert limited.returncode == 2, limited.stderr
+    assert limited.stderr.startswith("hermes: error: the store sqlite:///"), limited.stderr
+    assert "its disk refused a write (a file-size limit, or a failing disk) (disk I/O error)\n" in limited.stderr
+    assert "interrupted: run `hermes run " in limited.stderr and "[SQL:" not in limited.stderr
+    rerun = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stderr
+    view, _ = load_view(tmp_path / "runs")
+    assert view.experiment.status is ExperimentStatus.FINISHED
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED] * 4
 
 
 # ---------------------------------------------------------------------- hung trials

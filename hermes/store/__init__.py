@@ -12,6 +12,7 @@ from hermes.store.base import (
     RunTimeline,
     StoreError,
     StoreFull,
+    StoreUnavailable,
     TrialRecord,
     build_runs,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "SqlStore",
     "StoreError",
     "StoreFull",
+    "StoreUnavailable",
     "TrialRecord",
     "build_runs",
 ]

@@ -43,6 +43,12 @@ class StoreFull(StoreError, NoSpaceError):
     """The store's disk is full: nothing of the write was kept, and the store is intact."""
 
 
+class StoreUnavailable(StoreError):
+    """The store cannot be written now: another process held it locked past the wait, it was made read-only,
+    or its disk refused the write (a file-size limit). Nothing of the write was kept; not the experiment's
+    fault: its run stops, recorded as interrupted where the store lets it, and running it again continues it."""
+
+
 class ExperimentStatus(str, Enum):
     QUEUED = "queued"  # submitted to a pool (``submit_experiment``), not yet taken up
     RUNNING = "running"  # created, or reopened by a runner

@@ -35,6 +35,7 @@ from hermes.store.base import (
     MetricRecord,
     StoreError,
     StoreFull,
+    StoreUnavailable,
     TrialRecord,
 )
 from hermes.store.codec import from_dict, to_dict
@@ -689,6 +690,9 @@ class SqlStore(ExperimentStore):
         except sa.exc.SQLAlchemyError as error:
             if _disk_full(error):
                 raise StoreFull(f"{self.url}: the disk is full: {error.orig}") from error
+            why = _unavailable(error)
+            if why is not None:
+                raise StoreUnavailable(f"{self.url}: {why} ({error.orig})") from error
             raise StoreError(f"{self.url}: {error}") from error
 
 
@@ -772,6 +776,24 @@ def _disk_full(error: sa.exc.SQLAlchemyError) -> bool:
     if isinstance(cause, sqlite3.Error):
         return (getattr(cause, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
     return isinstance(cause, OSError) and cause.errno in NO_SPACE_ERRNOS
+
+
+_UNAVAILABLE = {  # SQLite's primary result codes of a store that cannot be written now, and why
+    sqlite3.SQLITE_BUSY: "another process held it locked for longer than the 60 s a write waits",
+    sqlite3.SQLITE_LOCKED: "another process held it locked for longer than the 60 s a write waits",
+    sqlite3.SQLITE_READONLY: "it cannot be written: its file, its folder or its disk is read-only",
+    sqlite3.SQLITE_PERM: "it cannot be written: permission denied",
+    sqlite3.SQLITE_IOERR: "its disk refused a write (a file-size limit, or a failing disk)",
+    sqlite3.SQLITE_CANTOPEN: "its file cannot be opened (its folder was removed, or cannot be read)",
+}
+
+
+def _unavailable(error: sa.exc.SQLAlchemyError) -> str | None:
+    """Why SQLite could not write the store now (``_UNAVAILABLE``), or None for another failure."""
+    cause = getattr(error, "orig", None)
+    if isinstance(cause, sqlite3.Error):
+        return _UNAVAILABLE.get(getattr(cause, "sqlite_errorcode", 0) & 0xFF)
+    return None
 
 
 def _configure_sqlite(engine: sa.Engine) -> None:
