@@ -202,12 +202,13 @@ class PoolSession:
 
     def _run(self) -> None:
         opened = [member for member in map(self._open, self._pool_records(_OPEN)) if member is not None]
-        executor = self.executor = self._executor(self.store.latest_event_at())  # every timeline goes on, none overlaps
+        started = self.store.latest_event_at()  # every timeline goes on from there, none overlaps: the old pool's
+        executor = self.executor = self._executor(started)  # runs ended by then, before the new one's nodes came
         ticker = threading.Thread(target=self._tick, name="hermes-pool-poll", daemon=True)
         ticker.start()
         try:
             for member in opened:
-                self._attach(member)
+                self._attach(member, started)
             while not self._stopped.is_set():
                 self._sync()
                 events = executor.next_events()
@@ -278,11 +279,12 @@ class PoolSession:
         return _Member(record, session, StoreRecorder(self.store, record.experiment_id, session.scheduler),
                        f"e{record.experiment_id}")
 
-    def _attach(self, member: _Member) -> None:
-        """Resubmit its trials to the pool's executor, drop the old pool's nodes, and let it share the GPUs."""
+    def _attach(self, member: _Member, now: float) -> None:
+        """Resubmit its trials to the pool's executor, drop the old pool's nodes (at ``now``: for those the pool
+        found open, when it started, before its own nodes came, so that no old run seems to end after a new one
+        began on its GPU), and let it share the GPUs."""
         session, scheduler = member.session, member.session.scheduler
         experiment_id = member.record.experiment_id
-        now = self.executor.now()
         shared: Executor = _SharedExecutor(self.executor, member.key, session.spec)  # type: ignore[assignment]
         session.host(shared, member.inbox.append)
         for trial in scheduler.trials.values():  # those it ran fall back to their checkpoints: the core knows that step
@@ -324,7 +326,7 @@ class PoolSession:
                 if record.status is ExperimentStatus.QUEUED:
                     opened = self._open(record)
                     if opened is not None:
-                        self._attach(opened)
+                        self._attach(opened, self.executor.now())
                 continue
             member.record = record
             tenant = self.scheduler.tenants.get(member.key)

@@ -27,6 +27,7 @@ from hermes.experiment import parse_spec
 from hermes.experiment.spec import ResourcesSpec
 from hermes.policies import make_policy
 from hermes.pool import PoolSession, stored_form
+from hermes.report import ExperimentView
 from hermes.session import ExperimentSession
 from hermes.store import ExperimentStatus, SqlStore
 from tests.test_run import (
@@ -460,6 +461,11 @@ def check_continued(store: SqlStore, tmp_path: Path, ids: list[int], budget: int
         assert not {(experiment_id, trial_id) for trial_id in after} & completed_before, "a finished trial ran again"
         starts = Counter(r.decision.trial_id for r in store.decisions(experiment_id) if isinstance(r.decision, Start))
         assert set(starts.values()) == {1}  # resumed from checkpoints, never started from scratch again
+    runs = sorted((run for experiment_id in ids for run in ExperimentView.load(store, store.experiment(experiment_id)).runs),
+                  key=lambda run: (run.gpu, run.started_at))
+    for earlier, later in zip(runs, runs[1:]):  # the killed pool's runs end before the new pool's begin on their GPU
+        if earlier.gpu == later.gpu:
+            assert earlier.ended_at is not None and earlier.ended_at <= later.started_at, (earlier, later)
 
 
 def test_a_pool_killed_with_sigkill_continues_every_experiment(tmp_path: Path) -> None:
