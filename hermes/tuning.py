@@ -65,11 +65,21 @@ class ExperimentResult:
         return self.trials[0] if best is not None and math.isfinite(best) else None
 
 
+def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A spec whose ``trial.function`` is the function itself (as Ray Tune's ``Tuner(train)`` takes it), with the
+    ``module:function`` its trials import in its place."""
+    trial = spec.get("trial")
+    function = trial.get("function") if isinstance(trial, Mapping) else None
+    if not callable(function) or not hasattr(function, "__qualname__"):
+        return spec
+    return {**spec, "trial": {**trial, "function": f"{function.__module__}:{function.__qualname__}"}}
+
+
 def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> ExperimentResult:
     """Run the experiment ``spec`` describes to its end, or continue it, and return its results.
 
     ``spec``: the path of a YAML spec, or the spec as a mapping (its relative paths start at the current
-    directory). ``name``: in place of the spec's own (``hermes run --name``). A spec that is wrong raises
+    directory; its ``trial.function`` may be the function itself, defined in a module of the trial's workdir). ``name``: in place of the spec's own (``hermes run --name``). A spec that is wrong raises
     SpecError naming the fields; Ctrl-C ends the run between two of its steps, records it interrupted and
     raises KeyboardInterrupt (calling ``run`` again continues it); a full disk raises NoSpaceError.
     """
@@ -79,6 +89,7 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
             "imported, and each trial imports that module, so each would start an experiment of its own; put the "
             "call under `if __name__ == \"__main__\":`")
     if isinstance(spec, Mapping):
+        spec = _function_named(spec)
         checked = parse_spec({**spec, **({"name": name} if name is not None else {})}, base_dir=Path.cwd())
     else:
         checked = load_spec(spec, name)

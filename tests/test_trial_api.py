@@ -126,6 +126,21 @@ def test_reports_are_validated_in_the_trial(channel: Channel) -> None:
     assert sent == [(3, {"accuracy": 0.5}), (4, {"accuracy": pytest.approx(0.6)}), (5, {"accuracy": pytest.approx(0.7)})]
 
 
+def test_a_metric_besides_the_objective_that_is_no_number_is_left_out_saying_so_once(
+    channel: Channel, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ray Tune keeps any value; the store keeps numbers: the trial failed before its first report, where a
+    program's line read with trial.metrics_regex leaves such a group out."""
+    channel.answer(protocol.CONTINUE, protocol.CONTINUE)
+    trial.report(1, accuracy=0.5, phase="warm-up", checkpoint=None)
+    trial.report(2, accuracy=0.6, phase="train")
+    assert [message["metrics"] for message in channel.received()] == [{"accuracy": 0.5}, {"accuracy": 0.6}]
+    assert capsys.readouterr().err.splitlines() == [
+        "hermes: trial t1: its metric 'phase' is left out: the store keeps numbers, it reported str 'warm-up'",
+        "hermes: trial t1: its metric 'checkpoint' is left out: the store keeps numbers, it reported NoneType None",
+    ]
+
+
 def test_a_resumed_trial_without_a_checkpoint_of_its_state_starts_over(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

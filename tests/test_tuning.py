@@ -188,3 +188,14 @@ def test_run_from_python_says_when_every_trial_failed(tmp_path: Path, monkeypatc
     assert [trial.state for trial in result.trials] == ["failed", "failed"]
     assert result.error is not None and result.error.startswith("every trial failed; trial 0: uncaught ")
     assert f"hermes: error: {result.error}\n" in capsys.readouterr().err
+
+
+def test_run_from_python_takes_the_trial_function_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Ray Tune's ``Tuner(train)``: only ``'module:function'`` was taken ("Input should be a valid string")."""
+    from tests.trials import curve
+
+    monkeypatch.chdir(tmp_path)
+    spec = spec_of("itself", search=search(2, 0, 0.01), budget={"steps": 2})
+    spec["trial"] = {**spec["trial"], "function": curve.train}
+    result = hermes.run(spec)
+    assert [trial.state for trial in result.trials] == ["completed", "completed"]

@@ -144,6 +144,7 @@ class Session:
         self._known_step = max(reported_step or 0, self.start_step)  # what the scheduler holds, once reported again
         self._asked_start = False  # whether the trial asked start_step(): then its loop goes on from there
         self._restored = False  # a saver has restored its part of the checkpoint
+        self._left_out: set[str] = set()  # metrics that were no numbers, said once
         self.last_step = self.start_step
         self.savers: dict[str, Saver] = {}
         self.parked_rng: dict[str, Any] | None = None  # the trial's random generators while it is parked
@@ -299,13 +300,30 @@ class Session:
                 f"report() must include the objective metric {self.metric!r} (metric.name in the spec); it "
                 f"reported {', '.join(map(repr, metrics))}"
             )
-        values = {name: _number(name, value) for name, value in metrics.items()}
+        values = self._numbers(metrics)
         checkpointed = self.checkpoint_every > 0 and step % self.checkpoint_every == 0
         if checkpointed:
             self.save(step, values)
         self.last_step = step
         self._send({"type": protocol.REPORT, "step": step, "metrics": values, "checkpointed": checkpointed})
         self._obey(step, checkpointed=checkpointed, metrics=values)
+
+    def _numbers(self, metrics: Mapping[str, Any]) -> dict[str, float]:
+        """The metrics as the store keeps them, floats. The objective must be one; another metric that is no number
+        (a phase's name, a path) is left out, said once per name on its stderr, as a program's output is read."""
+        objective = self.metric if self.metric is not None else next(iter(metrics))
+        values = {}
+        for name, value in metrics.items():
+            try:
+                values[name] = _number(name, value)
+            except TypeError:
+                if name == objective:
+                    raise
+                if name not in self._left_out:
+                    self._left_out.add(name)
+                    self._warn(f"its metric {name!r} is left out: the store keeps numbers, it reported "
+                               f"{type(value).__name__} {value!r:.80}")
+        return values
 
     def _start_over(self, step: int) -> None:
         """A trial with no checkpoint of its state (no saver) began again after a resume: it retrains from
