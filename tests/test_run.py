@@ -882,7 +882,7 @@ def test_one_spec_runs_twice_under_two_names(tmp_path: Path) -> None:
     assert all(" score " in line and "(trial " in line for line in listed[2:])
     changed = write_spec(tmp_path, {**spec, "budget": {"steps": 2}, "metric": {"name": "score", "mode": "min"}})
     refused = hermes("run", str(changed), "--no-live", cwd=tmp_path)  # the same name, another spec: says what to do
-    assert refused.returncode == 2 and "(differs in metric.mode); give it a new name (hermes run SPEC --name NEW)" in (
+    assert refused.returncode == 2 and "(differs in metric.mode); give it a new name (hermes run SPEC --name NEW, or hermes.run(spec, name=...))" in (
         refused.stderr)
 
 

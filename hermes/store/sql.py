@@ -264,8 +264,8 @@ class SqlStore(ExperimentStore):
             if refused:
                 raise StoreError(
                     f"experiment {name!r} already exists in {self.url} with a different spec "
-                    f"(differs in {', '.join(refused)}); give it a new name (hermes run SPEC --name NEW) or use "
-                    "another storage dir"
+                    f"(differs in {', '.join(refused)}); give it a new name (hermes run SPEC --name NEW, or "
+                    "hermes.run(spec, name=...)) or use another storage dir"
                 )
             if differences:
                 connection.execute(EXPERIMENTS.update().where(EXPERIMENTS.c.id == row.id).values(spec=spec_json))
