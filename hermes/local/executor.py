@@ -327,7 +327,9 @@ class LocalExecutor(Executor[TrialLaunch]):
 
     def _suspend(self, trial: LocalTrial) -> None:
         run = trial.run
-        if run is None or run.paused or run.parked:
+        if run is None:  # it ended: its exit came in the batch of events that made the core suspend it
+            return
+        if run.paused or run.parked:
             raise HermesError(f"cannot suspend trial {trial.trial_id}: it is not running")
         trial.timing = SwitchTiming(trial.trial_id, self.now())
         self.switch_timings.append(trial.timing)

@@ -131,9 +131,9 @@ class SimulatedExecutor(Executor[TraceTrial]):
             cost = self.costs.resume_cost(trial.curve.state_mb, other_gpu=other_gpu, other_node=other_node)
             self._run(trial, decision.gpu, at, cost, overhead=True)
         elif isinstance(decision, Suspend):
+            if trial.gpu is None:  # it ended: its exit came in the batch of events that made the core suspend it
+                return
             self.accounts.preemptions += 1
-            if trial.gpu is None:
-                raise HermesError(f"cannot suspend trial {decision.trial_id}: it is not running")
             if trial.epoch_started == at:  # at an epoch boundary right now: checkpoint at once
                 trial.token += 1
                 self._suspend(trial, at)

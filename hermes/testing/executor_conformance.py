@@ -50,6 +50,7 @@ __all__ = [
     "test_a_trial_reports_every_step_with_its_metrics_then_exits",
     "test_suspend_and_resume_on_the_same_gpu_keep_progress",
     "test_suspend_and_resume_on_another_gpu_keep_progress",
+    "test_a_suspend_decided_before_the_core_saw_the_trials_exit_is_moot",
     "test_stop_while_running_ends_the_trial",
     "test_stop_while_parked_emits_nothing",
     "test_stop_while_suspending_ends_with_one_event",
@@ -213,6 +214,21 @@ def test_suspend_and_resume_on_another_gpu_keep_progress(harness: ExecutorHarnes
     if not harness.checkpoints:
         pytest.skip("this launch mode keeps a suspended trial on its own GPU")
     _suspend_and_resume(harness, tmp_path, harness.gpus[1])
+
+
+def test_a_suspend_decided_before_the_core_saw_the_trials_exit_is_moot(harness: ExecutorHarness, tmp_path: Path) -> None:
+    """A batch of events holds a period's end and then the trial's exit: the core suspends the trial at the first
+    and learns of its end at the second, and the engine applies the decisions after the batch, once the trial has
+    exited. The executor raised ("cannot suspend trial a: it is not running"), which ended the whole run."""
+    driver = _driver(harness, tmp_path)
+    with driver.executor:
+        driver.submit("a", harness.work(2))
+        driver.apply(Start("a", harness.gpus[0]))
+        driver.until(_is(TrialReported, "a"))
+        driver.monitor.decided(Suspend("a"))  # decided now, as the core would at a period's end ...
+        assert driver.until(_is(TrialExited, "a"))[-1].succeeded
+        driver.executor.apply(Suspend("a"), driver.executor.now())  # ... applied once the trial is gone
+        assert driver.quiet() == []
 
 
 def test_stop_while_running_ends_the_trial(harness: ExecutorHarness, tmp_path: Path) -> None:
