@@ -3,7 +3,8 @@
 It opens the dashboard of a running experiment and checks that the leaderboard, the learning
 curves and the GPU timeline render its real data (the timeline's canvas has painted bars), that
 the page keeps its state (sorting, the selected trial) across live updates, and that the
-experiment list shows a new submission without a reload. Screenshots are kept in
+experiment list shows a new submission without a reload; that the page says what went wrong (a failed
+experiment's reason, a refusal, an unknown id) instead of nothing. Screenshots are kept in
 ``test-artifacts/`` (or $HERMES_TEST_ARTIFACTS).
 """
 
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,9 @@ import pytest
 pytest.importorskip("fastapi", reason="the server needs the server extra")
 playwright = pytest.importorskip("playwright.sync_api", reason="the browser test needs playwright (test extra)")
 
-from test_server import ROOT, _free_port, _wait_for, give_code, real_spec  # noqa: E402
+from test_server import ROOT, _free_port, _until, _wait_for, give_code, real_spec  # noqa: E402
+
+from hermes.store import SqlStore  # noqa: E402
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 ARTIFACTS = Path(os.environ.get("HERMES_TEST_ARTIFACTS", ROOT / "test-artifacts"))
@@ -384,6 +388,115 @@ def test_a_long_name_wraps_and_a_phone_gets_one_column(server: tuple[str, str, s
         page.goto(f"{url}/#/")  # the list too: its long name scrolls in the table's box
         page.wait_for_selector(f'#experiments tr[data-id="{experiment_id}"]')
         assert page.evaluate(overflow) == 0
+        browser.close()
+    assert errors == []
+
+
+def test_the_page_says_what_went_wrong_and_keeps_trials_in_submission_order(
+    server: tuple[str, str, str], tmp_path: Path,
+) -> None:
+    """One server, the pages a user opens on it: a finished experiment whose trial diverged (its last value
+    "nan"), with its first reports and colours in submission order, whose trial panel empties when the user goes
+    back, and whose weight field, refused, shows the API's reason and the stored weight again; a failed
+    experiment, whose reason shows in the list and the header as text; an unknown experiment, another user's and
+    an unknown trial, each said once and not asked for again; a cancel refused as the experiment ended meanwhile."""
+    import httpx
+
+    url, token, admin_token = server
+    headers = {"Authorization": f"Bearer {token}"}
+    spec = real_spec("diverging", trials=4, steps=3)
+    for i, config in enumerate(spec["search"]["configs"]):  # type: ignore[index]
+        config["report"] = "nan" if i == 2 else "ok"
+    finished = submit(url, token, spec)
+    admins = submit(url, admin_token, real_spec("admins", trials=1, steps=1))
+    with closing(SqlStore(f"sqlite:///{tmp_path / 'srv' / 'hermes.db'}")) as store:  # the pool refuses its spec
+        failed = store.submit_experiment("<b>odd", real_spec("named-otherwise"), "dana")
+    _until(lambda: httpx.get(f"{url}/api/experiments/{finished}", headers=headers).json()["status"] == "finished")
+    running = submit(url, token, real_spec("running", trials=1, steps=1000, sleep=0.05))  # cancelled below
+    trials = httpx.get(f"{url}/api/experiments/{finished}/trials", headers=headers).json()["trials"]
+    assert [t["last"] for t in trials if t["trial"] == "2"] == ["nan"]
+    submitted = [t["trial"] for t in sorted(trials, key=lambda t: (t["submitted_at"], int(t["trial"])))]
+    assert submitted != [t["trial"] for t in trials]  # the API sends them in another order: the page sorts them
+    errors: list[str] = []
+    with playwright.sync_playwright() as p:
+        browser = launch(p)
+        page = signed_in(browser, url, token, errors, viewport={"width": 1400, "height": 1600})
+        asked: list[str] = []
+        page.on("request", lambda request: asked.append(request.url))
+
+        # the failed experiment's reason, as text: its first line in the list, whole in its header
+        reason = page.locator(f'#experiments tr[data-id="{failed}"] .reason')
+        reason.wait_for(timeout=30_000)
+        assert reason.inner_text().startswith("experiment <b>odd: its spec is named")
+        page.goto(f"{url}/#/experiments/{failed}")
+        page.wait_for_selector("#experiment-error")
+        assert "<b>odd: its spec is named 'named-otherwise'" in page.locator("#experiment-error").inner_text()
+        assert page.locator("#view b, #experiments b").count() == 0  # text, not an element made of it
+
+        # the diverged trial: "nan" its last value, "-" its best; first reports and colours in submission order
+        page.goto(f"{url}/#/experiments/{finished}")
+        page.wait_for_function("() => window.hermesDashboard.charts.first?.getOption()?.series[0].data.length === 4")
+        columns = page.locator("#leaderboard th").all_inner_texts()
+        cells = page.locator('#leaderboard tr[data-trial="2"] td').all_inner_texts()
+        assert (cells[columns.index("last")], cells[columns.index("best")]) == ("nan", "-")
+        plotted = page.evaluate("() => window.hermesDashboard.charts.first.getOption().series[0].data")
+        assert sorted((point[0], point[2]) for point in plotted) == list(enumerate(submitted))
+        page.wait_for_function("() => window.hermesDashboard.charts.timelineDrawn")
+        bars = page.evaluate("""() => {
+            const runs = window.hermesDashboard.state.runs.filter(Boolean);
+            const bars = window.hermesDashboard.charts.timeline.getOption().series[0].data;
+            return runs.map((r, i) => [r.trial, bars[i].itemStyle.color]);
+        }""")
+        expected = page.evaluate("(trials) => trials.map((t, i) => [t, trialColour(i)])", submitted)
+        assert {trial: colour for trial, colour in bars} == dict(expected)
+
+        # its weight refused: the API's reason beside the control, the field back to the stored weight
+        page.fill("#weight", "0")
+        page.click("#view .controls button:has-text('Set weight')")
+        page.wait_for_function("() => document.querySelector('#control-error').textContent.startsWith('422 ')")
+        assert "greater than or equal to" in page.locator("#control-error").inner_text()
+        assert page.input_value("#weight") == "1"
+
+        # a trial opened, then back to the experiment: the panel empties and that trial is asked for no more
+        page.click('#leaderboard tr[data-trial="0"]')
+        page.wait_for_selector("#trial-config")
+        page.go_back()
+        page.wait_for_selector("#trial p.muted", timeout=5_000)
+        assert page.locator("#trial-config").count() == 0
+        asked.clear()
+        page.wait_for_timeout(2_500)
+        assert [u for u in asked if "/trials/0" in u] == []
+        assert any(f"/api/experiments/{finished}/trials?since=" in u for u in asked)  # the experiment's are
+
+        # an unknown experiment, another user's, an unknown trial: the API's reason, said once
+        for hash_, asked_for, shown, message in (
+            (f"#/experiments/{failed + 100}", f"/api/experiments/{failed + 100}", "#not-found",
+             f"no experiment {failed + 100}"),
+            (f"#/experiments/{admins}", f"/api/experiments/{admins}", "#not-found", f"no experiment {admins}"),
+            (f"#/experiments/{finished}/trials/nine", f"/api/experiments/{finished}/trials/nine", "#trial-missing",
+             f"no trial 'nine' in experiment {finished}"),
+        ):
+            page.goto(f"{url}/{hash_}")
+            page.wait_for_selector(shown)
+            assert page.locator(shown).inner_text() == message
+            asked.clear()
+            page.wait_for_timeout(2_500)
+            assert [u for u in asked if asked_for in u] == [], hash_
+
+        # the running experiment's cancel, refused as it was cancelled meanwhile
+        page.goto(f"{url}/#/experiments/{running}")
+        page.wait_for_selector("#cancel")
+
+        def cancelled_meanwhile(dialog: Any) -> None:  # the page waits on the dialog: its header still offers Cancel
+            httpx.post(f"{url}/api/experiments/{running}/cancel", headers=headers)
+            _until(lambda: httpx.get(f"{url}/api/experiments/{running}", headers=headers).json()["status"]
+                   == "cancelled")
+            dialog.accept()
+
+        page.once("dialog", cancelled_meanwhile)
+        page.click("#cancel")
+        page.wait_for_function("() => document.querySelector('#control-error').textContent.startsWith('409 ')")
+        assert page.locator("#control-error").inner_text() == f"409 experiment {running} is cancelled already"
         browser.close()
     assert errors == []
 

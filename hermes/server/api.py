@@ -339,13 +339,18 @@ def trial_log(
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"trial {trial_id!r} has no {stream} log to show")
     size = path.stat().st_size if path.is_file() else 0
     start = max(size - LOG_TAIL, 0) if offset is None else min(offset, size)
-    end = min(size, start + LOG_TAIL)
-    text = ""
-    if end > start:
+    chunk = b""
+    if size > start:
         with open(path, "rb") as file:
             file.seek(start)
-            text = file.read(end - start).decode("utf-8", errors="replace")
-    return {"offset": end, "size": size, "text": text}
+            chunk = file.read(min(size - start, LOG_TAIL))
+    # Whole characters only: a chunk skips what is left of a character begun before it (a tail starts anywhere),
+    # and ends before a character it would cut, which the next chunk starts with; an invalid byte shows as U+FFFD.
+    head = chunk[:3]
+    lead = len(head) - len(head.lstrip(bytes(range(0x80, 0xC0))))
+    cut = re.search(rb"(?:[\xc0-\xdf]|[\xe0-\xef][\x80-\xbf]?|[\xf0-\xf7][\x80-\xbf]{0,2})\Z", chunk)
+    end = len(chunk) if cut is None else cut.start()
+    return {"offset": start + end, "size": size, "text": chunk[lead:end].decode("utf-8", errors="replace")}
 
 
 # ---------------------------------------------------------------------- users

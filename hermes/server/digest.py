@@ -6,6 +6,11 @@ GPU timeline with the reason of the decisions that began and ended them. Every c
 version, and each trial and run remembers the version it last changed at, so a client that
 polls with the version it has gets only what changed since: with 5,000 trials a poll of a
 running experiment carries a few rows, not the whole table.
+
+Versions are counted from the event log alone, event by event (the runs each event changed, then
+the trials whose records the store rewrote with it), never from when a digest happened to read
+the store: a digest built again (after a restart of the server, or dropped and rebuilt) numbers
+every change as the earlier one did, so a client's version still means the same point of the log.
 """
 
 from __future__ import annotations
@@ -86,7 +91,6 @@ class ExperimentDigest:
                     if self._records.get(record.trial_id) != record:
                         self._records[record.trial_id] = record
                         self._summary(record.trial_id).update(_record_fields(record))
-                        self._touch(record.trial_id)
 
     # Readers take the lock and return copies: requests are served from several threads while one refreshes.
     def trials_since(self, version: int, limit: int) -> tuple[list[dict[str, Any]], int]:
@@ -160,23 +164,36 @@ class ExperimentDigest:
             for index in sorted(changed):  # a version each, so that pages of runs end between two versions
                 self.version += 1
                 self.run_versions[index] = self.version
+            for trial_id in self._rewritten(event, records):
+                self._touch(trial_id)
             self._seq = seq
+
+    def _rewritten(self, event: Event, records: list[DecisionRecord]) -> list[str]:
+        """The trials whose records the store may have rewritten with ``event`` (a superset of
+        ``StoreRecorder.changed_records``), in an order fixed by the log: their reports and records are read
+        apart from the events, so the event is what gives their changes a version."""
+        changed = {record.decision.trial_id for record in records}
+        trial_id = getattr(event, "trial_id", None)
+        if trial_id is not None:
+            changed.add(trial_id)
+        if isinstance(event, (NodeAdded, NodeRemoved, GpuRemoved)):  # rewrites those running, or lost: any logged
+            changed.update(t for t, summary in self.trials.items() if summary["version"])
+        return sorted(changed)
 
     def _take_report(self, trial_id: str, step: int, at: float, values: dict[str, float]) -> None:
         value = self.target.value(values)
         summary = self._summary(trial_id)
         summary["reports"] += 1
-        summary["metrics"] = _finite_values(values)
+        summary["metrics"] = _json_numbers(values)
         if summary["first_report_at"] is None:
             summary["first_report_at"] = at
         if value is not None:
-            summary["last"] = _finite(value)
+            summary["last"] = _json_number(value)  # a diverged trial's last is "nan", not "never reported"
             score = self.target.objective.score(value)
             if summary["best"] is None or score > self.target.objective.score(summary["best"]):
                 if math.isfinite(value):
                     summary["best"], summary["best_step"] = value, step
         self.now = max(self.now, at)
-        self._touch(trial_id)
 
     def _summary(self, trial_id: str) -> dict[str, Any]:
         summary = self.trials.get(trial_id)
@@ -191,7 +208,7 @@ class ExperimentDigest:
 
     def _touch(self, trial_id: str) -> None:
         self.version += 1
-        self.trials[trial_id]["version"] = self.version
+        self._summary(trial_id)["version"] = self.version
 
 
 # ---------------------------------------------------------------------- reasons of decisions
@@ -276,10 +293,10 @@ def _run_fields(run: Any) -> dict[str, Any]:
     return fields
 
 
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
-def _finite_values(values: dict[str, float]) -> dict[str, float | str]:
+def _json_number(value: float) -> float | str:
     """JSON has no NaN or infinity: those travel as the strings Python's float() reads back."""
-    return {name: value if math.isfinite(value) else str(value) for name, value in values.items()}
+    return value if math.isfinite(value) else str(value)
+
+
+def _json_numbers(values: dict[str, float]) -> dict[str, float | str]:
+    return {name: _json_number(value) for name, value in values.items()}

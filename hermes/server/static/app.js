@@ -8,13 +8,25 @@ const PAGE_ROWS = 50;
 const state = { token: localStorage.getItem("hermesToken"), view: null };
 
 // ------------------------------------------------------------------ plumbing
+// A refusal of the API: its status, and its message in words (``detail``: a string, or a 422's list of problems).
+class ApiError extends Error {
+  constructor(status, body) {
+    let detail = body;
+    try { detail = JSON.parse(body).detail ?? body; } catch { /* not JSON: the text as it came */ }
+    if (Array.isArray(detail)) detail = detail.map((problem) => problem.msg ?? JSON.stringify(problem)).join("; ");
+    super(`${status} ${detail}`);
+    this.status = status;
+    this.detail = String(detail);
+  }
+}
+
 async function api(path, options = {}) {
   const response = await fetch("/api" + path, {
     ...options,
     headers: { "Authorization": "Bearer " + state.token, "Content-Type": "application/json" },
   });
   if (response.status === 401) { showLogin("Your token was refused."); throw new Error("unauthorised"); }
-  if (!response.ok) throw new Error(response.status + " " + (await response.text()));
+  if (!response.ok) throw new ApiError(response.status, await response.text());
   return response.json();
 }
 
@@ -34,6 +46,10 @@ const seconds = (v) => v === null || v === undefined ? "-" : v < 60 ? v.toFixed(
   v < 3600 ? (v / 60).toFixed(1) + "m" : (v / 3600).toFixed(2) + "h";
 const scrolling = (table) => el("div", { class: "scroll" }, table);  // a wide table scrolls in its box, not the page
 const trialColour = (index) => `hsl(${(index * 137.508) % 360}, 65%, 45%)`;
+const firstLine = (text, length = 80) => {
+  const line = String(text).trim().split("\n")[0];
+  return line.length > length ? line.slice(0, length - 1) + "…" : line;
+};
 // Seconds from a trial's submission to its first report: both are on the experiment's clock, which in a pool
 // is the pool's (it counts from the pool's start, so first_report_at alone says nothing of the trial).
 const toFirstReport = (t) => t.first_report_at === null || t.first_report_at === undefined ||
@@ -74,9 +90,11 @@ function listView(root) {
         rows.set(e.id, row);
         body.append(row);
       }
-      row.replaceChildren(...[e.id, e.name, e.owner ?? "-", statusBadge(e.status), e.trials, fmt(e.best),
+      const status = el("td", {}, statusBadge(e.status),
+        e.error ? el("span", { class: "error reason", title: e.error }, firstLine(e.error)) : "");
+      row.replaceChildren(...[e.id, e.name, e.owner ?? "-", status, e.trials, fmt(e.best),
         `${e.metric} (${e.mode})`, e.weight, new Date(e.created_at * 1000).toLocaleString()]
-        .map((v) => el("td", {}, v)));
+        .map((v) => v instanceof HTMLTableCellElement ? v : el("td", {}, v)));
     }
   });
 }
@@ -98,8 +116,8 @@ function experimentView(root, id, selectedTrial) {
   const timelineBox = el("div", { id: "timeline", class: "chart" });
   const firstBox = el("div", { id: "first-report", class: "chart" });
   const trialBox = el("div", { id: "trial" });
-  root.append(header,
-    el("div", { class: "grid" },
+  const controlError = el("span", { class: "error", id: "control-error" });  // kept while the header is redrawn
+  const grid = el("div", { class: "grid" },
       el("div", { class: "panel wide" }, el("h3", {}, "Leaderboard"), pager, scrolling(board)),
       el("div", { class: "panel" }, el("h3", {}, "Learning curves"), curvesBox),
       el("div", { class: "panel" }, el("h3", {}, "Hyper-parameters against the metric"), parallelBox),
@@ -107,7 +125,8 @@ function experimentView(root, id, selectedTrial) {
         "A bar per run, coloured by trial; ▲ resume, ◆ migration, | suspension, ✕ stop or failure. " +
         "Hover for the reason of each decision; scroll or drag below to zoom."), timelineBox),
       el("div", { class: "panel" }, el("h3", {}, "Time to first report"), firstBox),
-      el("div", { class: "panel" }, trialBox)));
+      el("div", { class: "panel" }, trialBox));
+  root.append(header, grid);
   const charts = { timeline: echarts.init(timelineBox), parallel: echarts.init(parallelBox),
                    first: echarts.init(firstBox), curves: null, curveCount: -1 };
   const resize = () => {
@@ -119,14 +138,26 @@ function experimentView(root, id, selectedTrial) {
   let alive = true;  // a poll under way when the view is stopped draws nothing after
 
   const stopPolling = every(POLL_MS, async () => {
+    try {
+      await poll();
+    } catch (error) {
+      if (error.status !== 404) throw error;
+      // no such experiment, or another user's: say so once, instead of asking again every 2 s
+      stopPolling(); stopTrial();
+      grid.hidden = true;
+      header.replaceChildren(el("h2", {}, "Experiment " + id),
+        el("p", { class: "error", id: "not-found" }, error.detail));
+    }
+  });
+
+  async function poll() {
     s.experiment = await api(`/experiments/${id}`);
     let trialsChanged = 0, runsChanged = 0, more = true;
     while (more) {
       const trials = await api(`/experiments/${id}/trials?since=${s.trialVersion}`);
-      for (const t of trials.trials) {
-        if (!s.trials.has(t.trial)) { s.position.set(t.trial, s.order.length); s.order.push(t.trial); }
-        s.trials.set(t.trial, t);
-      }
+      const arrived = trials.trials.some((t) => !s.trials.has(t.trial));
+      for (const t of trials.trials) s.trials.set(t.trial, t);
+      if (arrived) inSubmissionOrder();
       trialsChanged += trials.trials.length;
       s.trialVersion = trials.version;
       s.now = Math.max(s.now, trials.now);
@@ -160,31 +191,47 @@ function experimentView(root, id, selectedTrial) {
     const running = s.runs.some((r) => r && r.ended_at === null);  // its bar grows with the clock
     if (runsChanged || !charts.timelineDrawn || (running && s.now !== charts.timelineNow)) renderTimeline();
     window.hermesDashboard.updates = (window.hermesDashboard.updates || 0) + 1;
-  });
+  }
   const stopTrial = trialPanel(trialBox, id, () => s.selected, s);
+
+  // Trials in the order they were submitted (ties by id): the x axis of the first reports, and each trial's colour,
+  // the same at every visit (the API sends trials in the order they last changed).
+  function inSubmissionOrder() {
+    const submitted = (t) => s.trials.get(t).submitted_at ?? Infinity;
+    s.order = [...s.trials.keys()].sort((a, b) =>
+      submitted(a) - submitted(b) || a.localeCompare(b, undefined, { numeric: true }));
+    s.order.forEach((t, i) => s.position.set(t, i));
+  }
 
   function renderHeader() {
     const e = s.experiment;
     const counts = Object.entries(e.by_state).map(([k, v]) => `${v} ${k}`).join(", ");
-    const key = JSON.stringify([e.status, counts, e.best, e.weight]);
+    const key = JSON.stringify([e.status, counts, e.best, e.weight, e.error]);
     if (header.dataset.key === key) return;  // unchanged: leave the weight being typed alone
     header.dataset.key = key;
     const weight = el("input", { type: "number", min: "0.01", step: "0.5", value: e.weight, size: 4, id: "weight" });
+    // a refusal shows the API's reason beside the controls, and the field the weight the experiment keeps
+    const refused = (error) => { controlError.textContent = error.message; weight.value = s.experiment.weight; };
     const setWeight = el("button", { onclick: async () => {
-      await api(`/experiments/${id}/weight`, { method: "PUT", body: JSON.stringify({ weight: +weight.value }) });
+      controlError.textContent = "";
+      await api(`/experiments/${id}/weight`, { method: "PUT", body: JSON.stringify({ weight: +weight.value }) })
+        .catch(refused);
     } }, "Set weight");
     const cancel = el("button", { id: "cancel", onclick: async () => {
       if (confirm(`Cancel ${e.name}? Its trials are stopped.`)) {
-        await api(`/experiments/${id}/cancel`, { method: "POST" });
+        controlError.textContent = "";
+        await api(`/experiments/${id}/cancel`, { method: "POST" }).catch(refused);
       }
     } }, "Cancel");
     header.replaceChildren(
       el("h2", {}, `${e.name} `, statusBadge(e.status)),
+      e.error ? el("p", { class: "error reason", id: "experiment-error" }, e.error) : "",
       el("div", { class: "controls" },
         el("span", {}, `owner ${e.owner ?? "-"} · ${e.metric} (${e.mode}) · ` +
            `${e.trials} trials: ${counts || "none yet"}` +
            ` · best ${fmt(e.best)}${e.best_trial ? " (trial " + e.best_trial + ")" : ""}`),
-        el("label", {}, "weight ", weight), setWeight, e.status === "running" || e.status === "queued" ? cancel : ""));
+        el("label", {}, "weight ", weight), setWeight, e.status === "running" || e.status === "queued" ? cancel : "",
+        controlError));
   }
 
   // ---------------------------------------------------------------- leaderboard
@@ -396,7 +443,9 @@ function escape(text) {
 // ------------------------------------------------------------------ one trial: config, metrics, log tail
 function trialPanel(box, id, selected, s) {
   let shown = null, logOffset = null, stream = "stdout", metricsCursor = 0, reports = [], plot = null;
+  let missing = null;  // a selected trial the API does not know: said once, not asked for again
   const title = el("h3", {}, "Trial");
+  const hint = el("p", { class: "muted" }, "Click a trial in the leaderboard.");
   const config = el("table", { id: "trial-config" });
   const metricsTable = el("table", { id: "trial-metrics" });
   const plotBox = el("div");
@@ -405,17 +454,32 @@ function trialPanel(box, id, selected, s) {
     onchange: () => { stream = streamPick.value; logOffset = null; log.textContent = ""; },
   },
     el("option", { value: "stdout" }, "stdout"), el("option", { value: "stderr" }, "stderr"));
-  box.append(title, el("p", { class: "muted" }, "Click a trial in the leaderboard."));
+  const empty = () => {  // no trial selected (the user went back to the experiment): nothing shown, nothing asked
+    shown = null; missing = null; plot?.destroy(); plot = null;
+    title.textContent = "Trial";
+    box.replaceChildren(title, hint);
+  };
+  empty();
   return every(POLL_MS, async () => {
     const trialId = selected();
-    if (!trialId) return;
+    if (!trialId) { if (shown !== null) empty(); return; }
+    if (trialId === missing) return;
     if (trialId !== shown) {
-      shown = trialId; logOffset = null; metricsCursor = 0; reports = []; plot?.destroy(); plot = null;
+      shown = trialId; missing = null; logOffset = null; metricsCursor = 0; reports = []; plot?.destroy(); plot = null;
       box.replaceChildren(title, scrolling(config), el("h3", {}, "Metrics"), scrolling(metricsTable), plotBox,
         el("h3", {}, "Log ", streamPick), log);
       log.textContent = "";
     }
-    const t = await api(`/experiments/${id}/trials/${encodeURIComponent(trialId)}`);
+    let t;
+    try {
+      t = await api(`/experiments/${id}/trials/${encodeURIComponent(trialId)}`);
+    } catch (error) {
+      if (error.status !== 404) throw error;
+      missing = trialId;
+      title.textContent = "Trial";
+      box.replaceChildren(title, el("p", { class: "error", id: "trial-missing" }, error.detail));
+      return;
+    }
     title.textContent = `Trial ${t.trial}: ${t.state}, step ${t.step}/${t.budget}`;
     config.replaceChildren(
       ...Object.entries(t.params).map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, fmt(v)))),
