@@ -326,7 +326,7 @@ class ExperimentSession:
         if self._closed:
             return events
         searcher = self.searcher
-        while searcher.wants_more:
+        while searcher.wants_more or (not events and self._stalled()):
             allowed = self.budget.may_ask(searcher.asked, self._elapsed(now), self._gpu_seconds(now))
             try:
                 config = searcher.ask() if allowed else None
@@ -339,6 +339,13 @@ class ExperimentSession:
             trial_id = f"{config.index:0{self._width}d}"
             events.append(self.executor.submit(trial_id, self.engine.work(config.params), at=now))
         return events
+
+    def _stalled(self) -> bool:
+        """No GPU of the experiment works while it has some: the trials it has in flight wait and none may run
+        (ASHA's, paused at a rung until others reach it). A searcher's ``max_pending`` counts them, so it asked
+        for no more and the run ended with "nothing left to report": one more is asked beyond it instead."""
+        scheduler = self.scheduler
+        return scheduler.busy == 0 and scheduler.cluster.gpu_count > 0 and scheduler.submissions_open
 
     def _fail_search(self, failure: SamplerFailed, now: float) -> ExperimentCancelled:
         """The searcher raised: end the experiment (its trials stopped, what they reported kept), recorded failed."""
@@ -387,7 +394,7 @@ class ExperimentSession:
         ended = isinstance(event, TrialExited) or any(
             self.scheduler.trials[d.trial_id].state.is_terminal for d in decisions
         )
-        if ended or (self.budget.seconds is not None or self.budget.gpu_seconds is not None):
+        if ended or self._stalled() or (self.budget.seconds is not None or self.budget.gpu_seconds is not None):
             self._asks_due = True
 
     def _follow(self, event: Event, decisions: list[Decision], *, replaying: bool) -> None:

@@ -54,6 +54,21 @@ def test_a_trial_pauses_at_each_rung_and_ends_at_its_budget() -> None:
     assert paused_at == [1, 3, 9]
 
 
+def test_a_diverged_trial_is_never_promoted() -> None:
+    """Five trials reported NaN (the core's score: -inf) and one a number: ranked among the worst, a diverged trial
+    was promoted while fewer than the top third were strictly better, so all five trained to their budget."""
+    policy = AshaPolicy()
+    diverged = []
+    for i in range(5):
+        trial = Trial(f"d{i}", i, 50, submitted_at=0.0)
+        trial.record(1, float("nan"), float("-inf"), 1.0)
+        assert policy.observe(trial, 1.0) is Verdict.PAUSE
+        diverged.append(trial)
+    sound = at_first_rung(policy, "s", 5, 0.9)
+    assert [policy.priority(trial, 2.0) for trial in diverged] == [None] * 5
+    assert policy.priority(sound, 2.0) is not None
+
+
 def test_only_the_top_third_of_a_rung_is_promotable() -> None:
     policy = AshaPolicy()
     trials = [at_first_rung(policy, f"t{i}", i, float(i)) for i in range(9)]

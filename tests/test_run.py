@@ -1496,3 +1496,16 @@ def test_a_damaged_record_stops_a_rerun_before_anything_runs_naming_it_as_status
     assert status.stderr.startswith(f"hermes: error: {database} has a damaged record: {record.format(seq=seq)}")
     row = count_rows(database, "SELECT count(*) FROM experiments WHERE status = 'running'")
     assert row == 1  # as the killed run left it
+
+
+def test_asha_with_a_cap_on_trials_in_flight_asks_for_more_when_every_one_waits_at_a_rung(tmp_path: Path) -> None:
+    """A learning searcher keeps a few trials in flight (``max_pending``); ASHA pauses each at its rung until
+    others reach it. Every trial in flight paused, none was asked for, and the run ended "the executor has nothing
+    left to report but the experiment is unfinished" (TPE with ASHA, Ray Tune's and Optuna's usual pair)."""
+    space = search(9, 0, 0.01)
+    spec = spec_of("asha-capped", search={**space, "max_pending": 3}, budget={"steps": 9}, policy={"name": "asha"},
+                   resources={"gpus": "none", "cpu_slots": 1})
+    run_ok(write_spec(tmp_path, spec))
+    view, _ = load_view(tmp_path / "runs")
+    assert view.experiment.status is ExperimentStatus.FINISHED and len(view.trials) == 9
+    assert sum(trial.state is TrialState.COMPLETED for trial in view.trials) == 1  # 9 -> 3 -> 1, as ASHA promotes

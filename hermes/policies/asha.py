@@ -6,7 +6,10 @@ budget as the last rung). A trial trains until its next rung and pauses there (`
 paused trial may be promoted, that is resumed towards its next rung, while it is among the top
 ``1/reduction_factor`` of all the scores recorded at its rung (trials already promoted from
 there count in that top, so each rung promotes at most a ``1/reduction_factor`` share of what
-reached it). Whenever a GPU frees up it goes to a promotion, deepest rung first and best score
+reached it, but for ties at the cutoff, which are all promoted, as Ray Tune's and Optuna's ASHA do).
+A trial whose score at its rung is not finite (NaN, infinite: diverged) is never promoted, as
+Optuna prunes it: ranked among the worst, it was promoted while fewer than the top share were
+strictly better, so diverged trials tied with each other trained to their budget. Whenever a GPU frees up it goes to a promotion, deepest rung first and best score
 first within a rung; only when nothing is promotable does a new trial start. A paused trial that
 is not promotable gets priority ``None``: it waits, and at the end of the experiment the core
 stops it. ASHA never preempts a trial between rungs.
@@ -94,9 +97,12 @@ class AshaPolicy(SchedulingPolicy):
         depth = 1.0 + math.log(rungs[min(rung + 1, len(rungs) - 1)] / self.min_steps, self.reduction_factor)
         if trial_id not in self._paused:
             return depth + 1.0  # promoted and interrupted before its next rung: finish the promotion
+        score = _finite(trial.scores[-1])
+        if score == -math.inf:  # diverged
+            return None
         scores = self._scores[self._key(trial, rung)]
         top = len(scores) // self.reduction_factor
-        better = len(scores) - bisect_right(scores, _finite(trial.scores[-1]))
+        better = len(scores) - bisect_right(scores, score)
         if better >= top:
             return None
         return depth + 0.5 * (1.0 - better / top)
