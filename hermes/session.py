@@ -204,12 +204,12 @@ class ExperimentSession:
                 raise
             except OSError as error:
                 if error.errno not in NO_SPACE_ERRNOS:
-                    self._record_end(ExperimentStatus.FAILED)
+                    self._record_end(ExperimentStatus.FAILED, f"{type(error).__name__}: {error}")
                     raise
                 self._record_end(ExperimentStatus.INTERRUPTED)
                 raise NoSpaceError(f"{error.filename or 'a file'}: {error.strerror}") from error
-            except BaseException:
-                self._record_end(ExperimentStatus.FAILED)
+            except BaseException as error:  # a bug of ours, most likely: `hermes status` says what it was
+                self._record_end(ExperimentStatus.FAILED, f"{type(error).__name__}: {error}")
                 raise
             # cancel() ends it as cancelled; a spent budget of time or GPU hours ends it as finished
             status = ExperimentStatus.FINISHED if self._cancel_reason is None else ExperimentStatus.CANCELLED
@@ -279,13 +279,13 @@ class ExperimentSession:
             if self._post is not None and self.executor is not None:
                 self._post(ExperimentCancelled(self.executor.now(), reason))
 
-    def _record_end(self, status: ExperimentStatus) -> None:
-        """Record how the run ended, so that it is not shown as running; on a full disk, with the
-        room the reserve kept for this. A store that refuses (another writer took over) is left as is:
-        the error being raised says why."""
+    def _record_end(self, status: ExperimentStatus, error: str | None = None) -> None:
+        """Record how the run ended (and why it failed), so that it is not shown as running; on a full disk,
+        with the room the reserve kept for this. A store that refuses (another writer took over) is left as
+        is: the error being raised says why."""
         try:
             self.reserve.release()
-            self.store.set_status(self.experiment_id, status)
+            self.store.set_status(self.experiment_id, status, error=error)
         except StoreError:
             pass
 

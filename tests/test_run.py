@@ -1509,3 +1509,22 @@ def test_asha_with_a_cap_on_trials_in_flight_asks_for_more_when_every_one_waits_
     view, _ = load_view(tmp_path / "runs")
     assert view.experiment.status is ExperimentStatus.FINISHED and len(view.trials) == 9
     assert sum(trial.state is TrialState.COMPLETED for trial in view.trials) == 1  # 9 -> 3 -> 1, as ASHA promotes
+
+
+def test_a_run_that_fails_on_an_error_of_its_own_records_what_it_was(tmp_path: Path) -> None:
+    """Stored failed with no reason: `hermes status` said "failed", and nothing more."""
+    from hermes.experiment import parse_spec
+
+    def broken(event: object, _decisions: object) -> None:
+        if isinstance(event, TrialReported):
+            raise RuntimeError("a listener's bug")
+
+    spec = parse_spec(spec_of("broken", search=search(1, 0, 0.01)), base_dir=tmp_path)
+    session = ExperimentSession(spec, listeners=[broken])
+    with pytest.raises(RuntimeError, match="a listener's bug"):
+        session.run()
+    view, _ = load_view(tmp_path / "runs")
+    assert view.experiment.status is ExperimentStatus.FAILED
+    assert view.experiment.error == "RuntimeError: a listener's bug"
+    status = hermes("status", "runs", cwd=tmp_path)
+    assert "error       RuntimeError: a listener's bug" in status.stdout, status.stdout
