@@ -70,7 +70,7 @@ def test_the_documented_spec_loads_on_the_head_and_every_pod_can_write_where_it_
     spec_file.write_text(in_layout(head, SPEC.read_text()))
     spec = load_spec(spec_file)
     assert spec.storage_dir == head / "var/lib/hermes/runs"
-    assert spec.checkpoint_uri == f"file://{head}/mnt/hermes/checkpoints"
+    assert spec.checkpoint_uri == f"file://{head}/mnt/hermes/checkpoints/{spec.name}"
     # Without allow_outside, load_spec refuses it: that line is needed, not decoration.
     data = yaml.safe_load(spec_file.read_text())
     del data["storage"]["allow_outside"]

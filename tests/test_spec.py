@@ -512,9 +512,9 @@ def test_hermes_run_refuses_a_broken_spec_before_writing_anything(
 
 @pytest.mark.parametrize(("uri", "expected"), [
     (None, "{base}/runs/{name}/checkpoints"),  # the default: a plain path, not a file:// URI fsspec misreads
-    ("ckpts", "{base}/ckpts"),  # as storage.dir: from the spec's folder, not each Ray node's working directory
-    ("/mnt/shared ckpts", "/mnt/shared ckpts"),
-    ("s3://bucket/prefix", "s3://bucket/prefix"),
+    ("ckpts", "{base}/ckpts/{name}"),  # as storage.dir: from the spec's folder, not each Ray node's working directory
+    ("/mnt/shared ckpts", "/mnt/shared ckpts/{name}"),  # each experiment's apart: they shared one, and overwrote
+    ("s3://bucket/prefix/", "s3://bucket/prefix/{name}"),  # each other's checkpoints
 ])
 def test_the_checkpoint_uri_a_relative_path_starting_at_the_spec(tmp_path: Path, uri: str | None, expected: str) -> None:
     (tmp_path / "the spec").mkdir()

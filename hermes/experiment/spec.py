@@ -539,8 +539,9 @@ class StorageSpec(_Section):
     dir: str = "runs"  # holds hermes.db (all experiments, by name), checkpoints and logs
     checkpoint_every: StrictPositiveInt = 1  # steps between checkpoints (its cost: docs/trials.md)
     # engine: ray: where durable checkpoints go so that any node can resume any trial (an fsspec URI:
-    # file:// or a path on a shared mount, relative to the spec's folder as dir is, s3://, gs://); default:
-    # <dir>/<name>/checkpoints on the driver (``ExperimentSpec.checkpoint_uri``).
+    # file:// or a path on a shared mount, relative to the spec's folder as dir is, s3://, gs://), each
+    # experiment's in a folder named after it there; default: <dir>/<name>/checkpoints on the driver
+    # (``ExperimentSpec.checkpoint_uri``).
     # Where the checkpoints are is not what the experiment is (they may move), so it stays out of the stored spec.
     uri: str | None = Field(default=None, exclude=True)
     # A dir outside the spec's folder, the trial's workdir and the home is refused unless this says
@@ -647,13 +648,17 @@ class ExperimentSpec(_Section):
 
     @property
     def checkpoint_uri(self) -> str:
-        """Where durable checkpoints go on Ray: ``storage.uri``, whose path without a scheme is relative to the spec
-        file's folder as ``storage.dir`` is (every node's own working directory would take it otherwise);
-        default ``<storage dir>/<name>/checkpoints``."""
+        """Where durable checkpoints go on Ray: ``<storage.uri>/<name>``, whose path without a scheme is relative to
+        the spec file's folder as ``storage.dir`` is (every node's own working directory would take it otherwise);
+        default ``<storage dir>/<name>/checkpoints``. Named after the experiment, as Ray Tune keeps a run's under
+        its name: experiments that shared one URI (the documented setup) overwrote each other's trials'
+        checkpoints, and a continued one resumed from another's state."""
         uri = self.storage.uri
         if uri is None:
             return str(self.storage_dir / self.name / "checkpoints")
-        return uri if "://" in uri else str((self._base_dir / Path(uri).expanduser()).resolve())
+        if "://" in uri:
+            return f"{uri.rstrip('/')}/{self.name}"
+        return str((self._base_dir / Path(uri).expanduser()).resolve() / self.name)
 
 
 def load_spec(path: str | Path, name: str | None = None) -> ExperimentSpec:
