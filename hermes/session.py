@@ -40,7 +40,7 @@ from hermes.execution.registry import make_engine
 from hermes.experiment import ExperimentSpec
 from hermes.policies import make_policy, make_stopper
 from hermes.recovery import Recovered, replay
-from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, make_searcher
+from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, make_searcher, max_pending_for
 from hermes.search.errors import SamplerFailed
 from hermes.store.base import ExperimentStatus, ExperimentStore, StoreError, StoreUnavailable
 from hermes.store.lock import RunnerLock, SpaceReserve, describe
@@ -340,6 +340,15 @@ class ExperimentSession:
             events.append(self.executor.submit(trial_id, self.engine.work(config.params), at=now))
         return events
 
+    def _more_in_flight(self) -> None:
+        """GPUs joined (a Ray node, a pool's grant): a searcher kept to a few trials per slot gets as many more in
+        flight; its number came from the slots the engine had at the start, and the new GPUs stayed idle."""
+        searcher = self.searcher
+        wanted = max_pending_for(self.spec.search, searcher.learns, self.scheduler.cluster.gpu_count)
+        if wanted is not None and searcher.max_pending is not None and wanted > searcher.max_pending:
+            searcher.max_pending = wanted
+            self._asks_due = True
+
     def _stalled(self) -> bool:
         """No GPU of the experiment works while it has some: the trials it has in flight wait and none may run
         (ASHA's, paused at a rung until others reach it). A searcher's ``max_pending`` counts them, so it asked
@@ -391,6 +400,8 @@ class ExperimentSession:
         except SamplerFailed as failure:
             self._post(self._fail_search(failure, event.at))
             return
+        if isinstance(event, (NodeAdded, GpuAdded)):
+            self._more_in_flight()
         ended = isinstance(event, TrialExited) or any(
             self.scheduler.trials[d.trial_id].state.is_terminal for d in decisions
         )

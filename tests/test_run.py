@@ -1528,3 +1528,34 @@ def test_a_run_that_fails_on_an_error_of_its_own_records_what_it_was(tmp_path: P
     assert view.experiment.error == "RuntimeError: a listener's bug"
     status = hermes("status", "runs", cwd=tmp_path)
     assert "error       RuntimeError: a listener's bug" in status.stdout, status.stdout
+
+
+def test_a_learning_searcher_keeps_more_trials_in_flight_when_gpus_join(tmp_path: Path) -> None:
+    """TPE keeps 4 trials per slot in flight, counted from the slots the engine had at the start: a Ray node that
+    joined later with 6 GPUs got 4 trials, and 2 of its GPUs stayed idle for the whole run. Driven as a pool or
+    a runner drives a session: the core's events, then what the searcher may submit after each."""
+    from hermes.core.events import NodeAdded
+    from hermes.experiment import parse_spec
+    from hermes.local import LocalExecutor, local_slots
+
+    space = {"rate": RATE}
+    spec = parse_spec(spec_of("grow", search={"sampler": "tpe", "trials": 40, "seed": 0, "space": space},
+                              resources={"gpus": "none", "cpu_slots": 1}), base_dir=tmp_path)
+    session = ExperimentSession(spec)
+    session.replay()
+    with LocalExecutor(tmp_path / "work", slots=local_slots(cpu_slots=1), metric="score") as executor:
+        session.host(executor, lambda event: None)
+        submitted = []
+
+        def handle(event: object) -> None:
+            decisions = session.scheduler.handle(event)
+            session.after(event, decisions)
+            for submission in session.submissions(event.at):
+                submitted.append(submission)
+                handle(submission)
+
+        handle(NodeAdded(0.0, "first", ("first/gpu0",)))
+        assert len(submitted) == 4  # 4 per slot
+        handle(NodeAdded(1.0, "joined", tuple(f"joined/gpu{i}" for i in range(6))))
+        assert len(submitted) == 4 * 7
+    session.store.close()

@@ -44,6 +44,7 @@ __all__ = [
     "check_sampler",
     "hermes_searcher",
     "make_searcher",
+    "max_pending_for",
     "without_budget",
 ]
 
@@ -56,10 +57,10 @@ def make_searcher(search: SearchSpec, mode: Literal["max", "min"], slots: int = 
     """
     searcher = hermes_searcher(search)
     if searcher is not None:
-        return searcher(search, max_pending=_max_pending(search, searcher.learns, slots))
+        return searcher(search, max_pending=max_pending_for(search, searcher.learns, slots))
     from hermes.search.optuna_search import OptunaSearcher
 
-    pending = _max_pending(search, True, slots)
+    pending = max_pending_for(search, True, slots)
     return OptunaSearcher(search, _optuna_sampler(search), mode=mode, max_pending=pending)
 
 
@@ -76,7 +77,8 @@ def hermes_searcher(search: SearchSpec) -> type[BaseSearcher] | None:
         raise SamplerError("sampler" if isinstance(search.sampler, str) else "sampler.name", str(error)) from None
 
 
-def _max_pending(search: SearchSpec, learns: bool, slots: int) -> int | None:
+def max_pending_for(search: SearchSpec, learns: bool, slots: int) -> int | None:
+    """The ``max_pending`` of the spec's searcher on ``slots`` slots (see ``make_searcher``)."""
     if search.max_pending:
         return search.max_pending
     return PENDING_PER_SLOT * slots if learns or search.trials is None else None
