@@ -106,7 +106,8 @@ def _run(args: argparse.Namespace) -> int:
             outcome = session.run()
     except KeyboardInterrupt as interrupt:
         print(f"interrupted: run `{again}` again to continue", file=sys.stderr)
-        return 128 + signal.SIGTERM if isinstance(interrupt, Terminated) else 130
+        # the signal itself: Ray's wait makes a plain KeyboardInterrupt of a Terminated
+        return 128 + (session.interrupted_by or (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT))
     except NoSpaceError as error:
         print(f"hermes: error: no space left: {error}\ninterrupted: free some space, then run "
               f"`{again}` again to continue", file=sys.stderr)

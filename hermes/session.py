@@ -95,6 +95,7 @@ class ExperimentSession:
         self._post: Callable[[Event], None] | None = None  # where new submissions go: the engine loop, or a host's
         self._loop: Engine | None = None  # the engine loop while ``run`` runs it
         self._releasing = False  # ``run`` is releasing what it holds: its trials' processes, the storage dir
+        self.interrupted_by: int | None = None  # the signal that interrupted the run (``interrupts_between_batches``)
         self._deferred: BaseException | None = None  # an interrupt that came meanwhile, raised once that is done
         self._closed = False  # SubmissionsClosed is in the log
         self._cancelled = False  # ExperimentCancelled is in the log
@@ -162,7 +163,9 @@ class ExperimentSession:
         try:
             recovered = self.replay()
             executor = self.executor = self.engine.executor(self.storage / self.spec.name, recovered.now)
-        except BaseException:  # a damaged log, or an engine that cannot start: nothing ran, nothing is kept
+        except BaseException as error:  # a damaged log, or an engine that cannot start: nothing ran, nothing is kept
+            if isinstance(error, KeyboardInterrupt):  # while Ray's agents start, say: a rerun continues it
+                self._record_end(ExperimentStatus.INTERRUPTED, only_if=ExperimentStatus.RUNNING)
             self.engine.close()
             self._lock.release()
             raise
@@ -279,12 +282,15 @@ class ExperimentSession:
             if self._post is not None and self.executor is not None:
                 self._post(ExperimentCancelled(self.executor.now(), reason))
 
-    def _record_end(self, status: ExperimentStatus, error: str | None = None) -> None:
-        """Record how the run ended (and why it failed), so that it is not shown as running; on a full disk,
-        with the room the reserve kept for this. A store that refuses (another writer took over) is left as
-        is: the error being raised says why."""
+    def _record_end(self, status: ExperimentStatus, error: str | None = None,
+                    only_if: ExperimentStatus | None = None) -> None:
+        """Record how the run ended (and why it failed), so that it is not shown as running (``only_if``: where
+        it is stored so); on a full disk, with the room the reserve kept for this. A store that refuses
+        (another writer took over) is left as is: the error being raised says why."""
         try:
             self.reserve.release()
+            if only_if is not None and self.store.experiment(self.experiment_id).status is not only_if:
+                return
             self.store.set_status(self.experiment_id, status, error=error)
         except StoreError:
             pass
@@ -466,6 +472,7 @@ def interrupts_between_batches(session: ExperimentSession) -> Iterator[None]:
         return
 
     def interrupt(signum: int, _frame: Any) -> None:
+        session.interrupted_by = session.interrupted_by or signum  # whatever a library makes of the exception
         signal.signal(signum, again if signum == signal.SIGINT else signal.SIG_DFL)
         exception = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
         if not session.interrupt(exception):

@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -204,6 +205,36 @@ def test_ctrl_c_while_its_own_ray_starts_ends_that_ray(tmp_path: Path) -> None:
     assert runner.returncode == 130, output
     assert "interrupted before the experiment started" in output and "Traceback" not in output, output
     wait_for(lambda: not session_processes(runner.pid), 30, "the run's Ray instance to end")
+
+
+def test_sigterm_while_the_agents_start_records_the_run_interrupted(tmp_path: Path) -> None:
+    """SIGTERM once the experiment is in the store, while Ray's node agents start: it was left "running when its
+    runner ended without a word", and the run exited 130 (Ray's wait makes a KeyboardInterrupt of SIGTERM's)."""
+    spec = spec_of("early", engine="ray", ray={"address": "local"}, resources={"gpus": "none", "cpu_slots": 1})
+    write_spec(tmp_path, spec)
+    env = {key: value for key, value in environment().items() if key != "RAY_ADDRESS"}
+    runner = subprocess.Popen(hermes_command("run", "experiment.yaml", "--no-live"), cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: count_rows(tmp_path / "runs" / "hermes.db", "experiments") > 0, 120, "the experiment")
+        time.sleep(0.3)  # into the second or two its node agents take to start
+        runner.send_signal(signal.SIGTERM)
+        output, _ = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+    assert runner.returncode == 128 + signal.SIGTERM, output
+    view, _ = load_view(tmp_path / "runs")
+    assert view.experiment.status is ExperimentStatus.INTERRUPTED, output
+    wait_for(lambda: not session_processes(runner.pid), 30, "the run's Ray instance to end")
+
+
+def count_rows(database: Path, table: str) -> int:
+    try:
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+            return connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    except sqlite3.Error:
+        return 0
 
 
 def test_ray_address_local_runs_on_a_ray_of_its_own_and_ends_it(tmp_path: Path) -> None:
