@@ -12,7 +12,7 @@ def load_class(path: str, base: type, base_name: str | None = None) -> type:
     module, _, attribute = path.partition(":")
     try:
         loaded = getattr(importlib.import_module(module), attribute)
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # a module that runs a command line when imported exits
         raise ValueError(f"cannot load {path}: {type(error).__name__}: {error}") from None
     if not (isinstance(loaded, type) and issubclass(loaded, base)):
         raise ValueError(f"{path} is not a subclass of {base_name or f'{base.__module__}.{base.__name__}'}")

@@ -237,6 +237,27 @@ def test_an_id_no_store_holds_is_not_found_and_a_cursor_past_one_is_refused_nami
     assert server.hermes.store.experiment(bobs).weight == 1.0
 
 
+def test_a_plug_in_of_ones_own_is_refused_as_the_server_would_import_it(server: Server, capsys) -> None:
+    """``module:Class`` names a policy, a stopper or a searcher of one's own, which the spec's check imports: any
+    installed module ran in the server's process (``venv.__main__`` built a virtualenv in its folder, a 500)."""
+    refusals = [
+        (real_spec("p", policy={"name": "this:Policy"}), ["body", "spec", "policy", "name"]),
+        (real_spec("s", policy={"name": "rr", "stopper": {"name": "this:Stopper"}}),
+         ["body", "spec", "policy", "stopper", "name"]),
+        ({**real_spec("q"), "search": {**real_spec("q")["search"], "sampler": "this:Searcher"}},
+         ["body", "spec", "search", "sampler"]),
+        ({**real_spec("r"), "search": {**real_spec("r")["search"], "sampler": {"name": "this:Searcher"}}},
+         ["body", "spec", "search", "sampler", "name"]),
+    ]
+    for spec, loc in refusals:
+        response = server.client.post("/api/experiments", json={"spec": spec}, headers=server.as_("alice"))
+        assert response.status_code == 422, (loc, response.text)
+        [problem] = response.json()["detail"]
+        assert problem["loc"] == loc and "module:Class" in problem["msg"], problem
+    assert "The Zen of Python" not in capsys.readouterr().out  # `this` prints it when imported
+    assert server.hermes.store.experiments() == []
+
+
 def test_a_nul_character_is_refused_naming_its_field(server: Server) -> None:
     """No path, command argument or environment variable can carry a NUL: one is refused like any bad field."""
     refusals = [

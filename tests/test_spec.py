@@ -232,6 +232,8 @@ BAD = [
     (put("policy", "stopper", "params", value={"rungs": 3}), "policy.stopper.params: stopper asha: "),
     (put("policy", "name", value="nosuch.module:Policy"),
      "policy.name: policy 'nosuch.module:Policy': cannot load nosuch.module:Policy: ModuleNotFoundError"),
+    (put("policy", "name", value="pygments.__main__:Policy"),  # a module that runs a command line when imported:
+     "policy.name: policy 'pygments.__main__:Policy': cannot load pygments.__main__:Policy: SystemExit"),  # it exits
     (put("policy", "name", value="hermes.policies.rr:NoSuchPolicy"),
      "policy.name: policy 'hermes.policies.rr:NoSuchPolicy': cannot load hermes.policies.rr:NoSuchPolicy: "
      "AttributeError"),

@@ -33,7 +33,8 @@ def document_problems(data: dict[str, Any]) -> list[Problem]:
     """What must be refused before the spec is even validated, since validating it would act on it.
 
     Validation builds the Optuna sampler a spec names by class path, which imports its module in
-    the server's own process: only Optuna's samplers may be named, never a module found elsewhere.
+    the server's own process: only Optuna's samplers may be named, never a module found elsewhere; and so
+    it loads a policy, stopper or searcher of one's own (``module:Class``): those are refused.
     Non-finite numbers (the JSON parser reads ``Infinity`` and ``NaN``) are refused wherever they
     are: in free-form parameters they would be stored as null, and the pool would read another spec.
     So are NUL characters, which no path, command argument or environment variable can carry, and lone
@@ -47,7 +48,23 @@ def document_problems(data: dict[str, Any]) -> list[Problem]:
         problems.append(("search.sampler.optuna", f"{class_path!r}: the server builds only Optuna's own "
                                                   "samplers (a class of the optuna package, like "
                                                   "optuna.samplers.NSGAIISampler)"))
+    for field, name in _plug_in_names(data, sampler):
+        if isinstance(name, str) and ":" in name:
+            problems.append((field, f"{name!r}: the server runs only its own policies, stoppers and searchers, "
+                                    "by name; a class of one's own (module:Class) would be imported in its process"))
     return problems
+
+
+def _plug_in_names(data: dict[str, Any], sampler: Any) -> list[tuple[str, Any]]:
+    """The names of the spec that may be a plug-in's ``module:Class`` (``hermes.plugins.load_class``), by field."""
+    policy = data.get("policy")
+    policy = policy if isinstance(policy, dict) else {}
+    stopper = policy.get("stopper")
+    found = [("policy.name", policy.get("name"))]
+    if isinstance(stopper, dict):
+        found.append(("policy.stopper.name", stopper.get("name")))
+    found.append(("search.sampler.name", sampler.get("name")) if isinstance(sampler, dict) else ("search.sampler", sampler))
+    return found
 
 
 def _value_problems(data: dict[str, Any]) -> list[Problem]:
