@@ -374,6 +374,9 @@ def test_a_spec_names_no_file_outside_its_users_area(server: Server, tmp_path: P
     refused(real_spec("w", trial={"function": "trials.curve:train", "workdir": "out"}), "trial.workdir")
     refused(real_spec("w", trial={"function": "trials.curve:train", "workdir": "../bob"}), "trial.workdir", "root")
     refused(real_spec("w", storage={"dir": "out/runs"}), "storage.dir")
+    (area / "runs").mkdir(exist_ok=True)
+    (area / "runs" / "taken").symlink_to(root / "users" / "bob")  # the experiment's own folder: bob's files were
+    assert "holds taken, a link to" in refused(real_spec("taken", storage={"dir": "runs"}), "storage.dir")  # written
     assert str(outside / "secret.py") in refused(real_spec("w", trial={"function": "linked:train", "workdir": "code"}),
                                                   "trial.function")
     refused(real_spec("w", trial={"function": "pkg.mod:train", "workdir": "code"}), "trial.function")

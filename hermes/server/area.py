@@ -126,7 +126,9 @@ def spec_problems(spec: ExperimentSpec, area: Path, root: Path, folder: Path | N
         problems.append(("engine", f"{spec.engine!r}: the server runs every experiment in its own pool (local)"))
     if spec.storage.uri is not None:
         problems.append(("storage.uri", "the server keeps checkpoints in storage.dir, inside your area"))
-    confine("storage.dir", (base / spec.storage.dir).resolve(), "is ")
+    if confine("storage.dir", (base / spec.storage.dir).resolve(), "is "):
+        # where the experiment's files go: a link there to another user's experiment had this one written into it
+        confine("storage.dir", (base / spec.storage.dir / spec.name).resolve(), f"holds {spec.name}, a link to ")
     workdir = (base / spec.trial.workdir).resolve()
     confine("trial.workdir", workdir, "is ")
     if not workdir.is_relative_to(area):
