@@ -48,7 +48,7 @@ from hermes.local.engine import slots_for, tick_period
 from hermes.local.launch import TrialLaunch
 from hermes.session import ExperimentSession
 from hermes.store.base import ExperimentRecord, ExperimentStatus, ExperimentStore
-from hermes.store.lock import RunnerLock
+from hermes.store.lock import RunnerLock, describe
 from hermes.store.recorder import StoreRecorder
 
 if TYPE_CHECKING:
@@ -274,6 +274,8 @@ class PoolSession:
             session.replay()
         except HermesError as error:
             log.warning("experiment %s cannot run: %s", record.full_name, error)
+            # It may have run under a pool that died: this pool writes its end now, or would stop on its claim.
+            self.store.claim_writer(record.experiment_id, describe(self._lock.who))
             self.store.set_status(record.experiment_id, ExperimentStatus.FAILED, error=str(error))
             return None
         return _Member(record, session, StoreRecorder(self.store, record.experiment_id, session.scheduler),

@@ -8,6 +8,7 @@ process (``python -m hermes.pool``), whose trials die with it.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -329,6 +330,31 @@ def test_a_trial_that_kills_its_worker_takes_no_other_experiments_trials_along(t
 
 
 # ---------------------------------------------------------------------- unmodified programs in a pool
+def test_an_experiment_a_dead_pool_ran_that_can_no_longer_run_fails_alone(tmp_path: Path) -> None:
+    """Its workdir moved while the pool was down (a server root moved in an upgrade): failing it took the writer's
+    claim of the dead pool for another writer's, and the new pool stopped at every start, every user's
+    experiments with it."""
+    workdir = tmp_path / "moved"
+    shutil.copytree(TESTS / "trials", workdir / "trials")
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    lost = submit(store, pool_spec("lost", 2, 0.05, trial={"function": "trials.curve:train", "workdir": str(workdir)}))
+    store.claim_writer(lost, "the pool that died")  # as it ran it
+    store.set_status(lost, ExperimentStatus.RUNNING)
+    shutil.rmtree(workdir)
+    calm = submit(store, pool_spec("calm", 2, 0.05), owner="bob")
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        wait_for(lambda: status(store, calm) is ExperimentStatus.FINISHED, TIMEOUT, "the other one to finish")
+    finally:
+        pool.stop()
+        runner.join(TIMEOUT)
+    failed = store.experiment(lost)
+    assert failed.status is ExperimentStatus.FAILED and "trial.workdir" in (failed.error or ""), failed
+    store.close()
+
+
 def test_a_sampler_that_raises_fails_its_experiment_alone_and_a_specs_resources_are_the_pools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One user's Optuna sampler that raises ends that user's experiment, failed with the reason; the pool, and the
     other experiment sharing it, go on."""
