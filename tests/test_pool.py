@@ -338,8 +338,10 @@ def test_an_experiment_a_dead_pool_ran_that_can_no_longer_run_fails_alone(tmp_pa
     shutil.copytree(TESTS / "trials", workdir / "trials")
     store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
     lost = submit(store, pool_spec("lost", 2, 0.05, trial={"function": "trials.curve:train", "workdir": str(workdir)}))
-    store.claim_writer(lost, "the pool that died")  # as it ran it
-    store.set_status(lost, ExperimentStatus.RUNNING)
+    dead = SqlStore(f"sqlite:///{tmp_path}/pool.db")  # the pool that died, as it ran it
+    dead.claim_writer(lost, "the pool that died")
+    dead.set_status(lost, ExperimentStatus.RUNNING)
+    dead.close()
     shutil.rmtree(workdir)
     calm = submit(store, pool_spec("calm", 2, 0.05), owner="bob")
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
