@@ -155,9 +155,9 @@ def test_an_address_whose_port_is_out_of_range_is_refused_at_once(tmp_path: Path
 
 
 @pytest.mark.parametrize(("uri", "expected"), [
-    ("s3://bucket/checkpoints", "storage.uri: 's3://bucket/checkpoints' cannot be opened: Install s3fs"),
-    ("nosuch://x", "storage.uri: 'nosuch://x' cannot be opened: Protocol not known: nosuch"),
-    ("file:///proc/hermes", "storage.uri: cannot write checkpoints to 'file:///proc/hermes': "),
+    ("s3://bucket/checkpoints", "storage.uri: 's3://bucket/checkpoints/bad-uri' cannot be opened: Install s3fs"),
+    ("nosuch://x", "storage.uri: 'nosuch://x/bad-uri' cannot be opened: Protocol not known: nosuch"),
+    ("file:///proc/hermes", "storage.uri: cannot write checkpoints to 'file:///proc/hermes/bad-uri': "),
 ])
 def test_a_storage_uri_that_cannot_take_checkpoints_is_refused_before_ray_starts(
     uri: str, expected: str, tmp_path: Path

@@ -224,10 +224,14 @@ def test_a_suspend_decided_before_the_core_saw_the_trials_exit_is_moot(harness: 
     with driver.executor:
         driver.submit("a", harness.work(2))
         driver.apply(Start("a", harness.gpus[0]))
-        driver.until(_is(TrialReported, "a"))
-        driver.monitor.decided(Suspend("a"))  # decided now, as the core would at a period's end ...
-        assert driver.until(_is(TrialExited, "a"))[-1].succeeded
-        driver.executor.apply(Suspend("a"), driver.executor.now())  # ... applied once the trial is gone
+
+        def decide_at_the_first_report(event: TrialReported) -> list[Decision]:
+            if event.step == 1:
+                driver.monitor.decided(Suspend("a"))  # decided before its exit came, as at a period's end ...
+            return []
+
+        assert driver.until(_is(TrialExited, "a"), decide_at_the_first_report)[-1].succeeded
+        driver.executor.apply(Suspend("a"), driver.executor.now())  # ... and applied once the trial is gone
         assert driver.quiet() == []
 
 
