@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -92,6 +93,27 @@ def test_codec_round_trips(item: Event | Decision) -> None:
     assert data["type"] == type(item).__name__
     assert from_dict(data) == item
     assert all(not isinstance(value, tuple) for value in data.values())  # JSON has no tuples
+
+
+@pytest.mark.parametrize("item", SAMPLES, ids=lambda item: type(item).__name__)
+def test_the_stored_form_leaves_out_defaults_and_round_trips(item: Event | Decision) -> None:
+    data = to_dict(item, defaults=False)
+    assert from_dict(data) == item
+
+
+def test_a_store_keeps_no_field_at_its_default_so_an_older_hermes_reads_it(tmp_path: Path) -> None:
+    """A field added since (``TrialExited.crashed``) was written into every exit, false included: an older Hermes
+    then called the whole store damaged ("unexpected keyword argument 'crashed'")."""
+    store = SqlStore(f"sqlite:///{tmp_path}/hermes.db")
+    experiment = store.create_or_open_experiment("old-readers", {"name": "old-readers"})
+    store.claim_writer(experiment, "test")
+    exited = TrialExited(1.0, "t0", True)
+    store.append_event(experiment, exited)
+    with sqlite3.connect(tmp_path / "hermes.db") as connection:
+        [(data,)] = connection.execute("SELECT data FROM events").fetchall()
+    assert json.loads(data) == {"type": "TrialExited", "at": 1.0, "trial_id": "t0", "succeeded": True}
+    assert store.events(experiment) == [exited]
+    store.close()
 
 
 def test_codec_rejects_what_it_does_not_know() -> None:

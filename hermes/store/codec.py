@@ -29,13 +29,17 @@ _TUPLE_FIELDS: dict[type, frozenset[str]] = {
 }
 
 
-def to_dict(item: Event | Decision) -> dict[str, Any]:
-    """The item's class name under ``type`` and its fields, as JSON-ready values."""
+def to_dict(item: Event | Decision, *, defaults: bool = True) -> dict[str, Any]:
+    """The item's class name under ``type`` and its fields, as JSON-ready values; without ``defaults``, a field
+    that holds its default is left out (``from_dict`` puts it back): what a store keeps, so that an older Hermes,
+    which knows no field added since, still reads every record that does not use it."""
     if type(item) not in _TUPLE_FIELDS:
         raise HermesError(f"cannot encode {type(item).__name__}: not an event or a decision")
     data: dict[str, Any] = {"type": type(item).__name__}
     for field in dataclasses.fields(item):
         value = getattr(item, field.name)
+        if not defaults and field.default is not dataclasses.MISSING and value == field.default:
+            continue
         if isinstance(value, tuple):
             value = list(value)
         elif isinstance(value, Mapping):

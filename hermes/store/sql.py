@@ -387,7 +387,7 @@ class SqlStore(ExperimentStore):
 
     # ------------------------------------------------------------------ event log and decisions
     def append_event(self, experiment_id: int, event: Event, decisions: Sequence[Decision] = ()) -> int:
-        data = _dumps(to_dict(event))
+        data = _dumps(to_dict(event, defaults=False))
         rows = _decision_rows(experiment_id, decisions, event.at)
         with self._writing() as connection:
             self._require_writer(connection, experiment_id)
@@ -435,10 +435,10 @@ class SqlStore(ExperimentStore):
         experiment_id: int, event: Event, decisions: Sequence[Decision], trials: Sequence[TrialRecord]
     ) -> tuple[Any, str, list[dict[str, Any]], str | None, list[tuple[str, dict[str, Any]]]]:
         """What an event's rows hold, encoded before the transaction begins."""
-        encoded = to_dict(event)
+        encoded = to_dict(event, defaults=False)
         metrics = None
         if isinstance(event, TrialReported):  # its metrics go to the metrics table, not twice into the log
-            metrics = _metric_values(event.trial_id, event.step, encoded.pop("metrics") or {"value": event.value})
+            metrics = _metric_values(event.trial_id, event.step, encoded.pop("metrics", None) or {"value": event.value})
         rows = _decision_rows(experiment_id, decisions, event.at)
         return event, _dumps(encoded), rows, metrics, [(trial.trial_id, _trial_values(trial)) for trial in trials]
 
@@ -833,7 +833,7 @@ def _decision_rows(experiment_id: int, decisions: Sequence[Decision], at: float)
             "type": type(decision).__name__,
             "trial_id": decision.trial_id,
             "gpu": getattr(decision, "gpu", None),
-            "data": _dumps(to_dict(decision)),
+            "data": _dumps(to_dict(decision, defaults=False)),
         }
         for position, decision in enumerate(decisions)
     ]
