@@ -164,6 +164,7 @@ class PoolSession:
         self._shares: list[Share] = []  # replaced whole at each sync, so any thread may read it
         self._lock = RunnerLock(self.directory / "pool", "pool")
         self._draining = False  # ``_drain`` runs: the calls it makes leave draining to it
+        self._unsettled: dict[str, _Member] = {}  # experiments told events since their last commit (``_settle``)
 
     @staticmethod
     def submit(store: ExperimentStore, spec: ExperimentSpec, *, owner: str = "", weight: float = 1.0) -> int:
@@ -211,11 +212,16 @@ class PoolSession:
                 self._attach(member, started)
             while not self._stopped.is_set():
                 self._sync()
+                asking = any(member.session.asks_due for member in self.members.values())
+                if asking:  # a search's next batch of submissions: no waiting for its trials' next event
+                    executor.wake()
                 events = executor.next_events()
                 for event in events:
                     self._apply(self._call(lambda: self.scheduler.handle(event)), event.at)
                     executor.settled(event)
-                if not events and executor.idle():
+                if asking:
+                    self._apply(self._drain(), executor.now())
+                elif not events and executor.idle():
                     self._stopped.wait(self.poll)
         finally:
             self._stopped.set()
@@ -374,16 +380,23 @@ class PoolSession:
         """One call of the pool core: record what each experiment's core handled, tell its session,
         and hand the submissions that follow to the core too; return every decision to apply."""
         decisions: list[Decision] = call()
-        touched: dict[str, _Member] = {}
         for routed in self.scheduler.routed:
-            member = touched[routed.experiment] = self.members[routed.experiment]
+            member = self._unsettled[routed.experiment] = self.members[routed.experiment]
             member.recorder(routed.event, routed.decisions)
             member.session.after(routed.event, routed.decisions)
-        for member in touched.values():
-            member.recorder.flush()  # one commit per experiment, before any decision is applied
+        if self._draining:  # the drain settles once it has told its batch: a commit per batch, not per submission
+            return decisions
+        self._settle()
+        return decisions + self._drain()
+
+    def _settle(self) -> None:
+        """One commit per experiment touched, before any decision is applied; an experiment whose core finished
+        ends."""
+        unsettled, self._unsettled = self._unsettled, {}
+        for member in unsettled.values():
+            member.recorder.flush()
             if member.session.scheduler.finished:
                 self._finished(member)
-        return decisions + self._drain()
 
     def _drain(self) -> list[Decision]:
         """Tell each experiment's core what its session posted, then the submissions its searcher makes
@@ -394,13 +407,15 @@ class PoolSession:
             return []
         self._draining = True
         decisions: list[Decision] = []
+        asked: set[str] = set()  # one batch of submissions per experiment and drain: a big search goes in by turns
         try:
             told = True
             while told:
                 told = False
                 for member in list(self.members.values()):
-                    while member.key in self.scheduler.tenants:
-                        if not member.inbox:
+                    while member.key in self.scheduler.tenants and not member.session.scheduler.finished:
+                        if not member.inbox and member.key not in asked:
+                            asked.add(member.key)
                             member.inbox.extend(member.session.submissions(self.executor.now()))
                         if not member.inbox:
                             break
@@ -411,6 +426,7 @@ class PoolSession:
                         member.inbox.clear()
         finally:
             self._draining = False
+        self._settle()
         return decisions
 
     def _apply(self, decisions: list[Decision], at: float) -> None:

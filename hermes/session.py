@@ -48,6 +48,7 @@ from hermes.store.recorder import StoreRecorder
 from hermes.store.sql import SqlStore
 
 STORE_FILE = "hermes.db"
+SUBMISSIONS_AT_ONCE = 100  # trials asked for in one go; more follow once the core has these (``submissions``)
 Listener = Callable[[Event, list[Decision]], None]
 
 
@@ -101,6 +102,7 @@ class ExperimentSession:
         self._cancelled = False  # ExperimentCancelled is in the log
         self._told: set[str] = set()  # trials whose end the searcher has been told
         self._asks_due = True  # an event since the last asks may let the searcher propose more
+        self._in_transit = 0  # events ``submissions`` gave that the core has not handled yet
         self._cancel_lock = threading.Lock()
         self._cancel_reason: str | None = None  # cancel() was called
         self.failure: str | None = None  # why the experiment failed as a whole (its searcher raised)
@@ -313,11 +315,20 @@ class ExperimentSession:
     def submissions(self, now: float) -> list[Event]:
         """The submissions the searcher and the budget allow now, when an event since the last call may
         allow more. A host posts them to the core before any other event: a replay asks where the log holds
-        them, so the searcher must have been told exactly the events before them when it was asked."""
-        if not self._asks_due:
+        them, so the searcher must have been told exactly the events before them when it was asked. At most
+        ``SUBMISSIONS_AT_ONCE``: the rest come at the next call (``asks_due`` stays), so that a search of a
+        hundred thousand trials does not hold a pool's every other experiment, and its own cancel, for minutes."""
+        if not self._asks_due or self._in_transit:  # the last batch first: a host may handle posts out of order
             return []
         self._asks_due = False
-        return self._submissions(now)
+        submissions = self._submissions(now)
+        self._in_transit = len(submissions)
+        return submissions
+
+    @property
+    def asks_due(self) -> bool:
+        """Whether ``submissions`` may have more to give now."""
+        return self._asks_due
 
     # ------------------------------------------------------------------ trials from the searcher
     def _submissions(self, now: float) -> list[Event]:
@@ -331,9 +342,14 @@ class ExperimentSession:
             return [ExperimentCancelled(now, "its budget of time or GPU hours is spent")]
         if self._closed:
             return events
-        searcher = self.searcher
+        searcher, budget = self.searcher, self.budget
+        elapsed = self._elapsed(now)  # both stand still while it asks; the GPU time sums every trial's: once
+        used = self._gpu_seconds(now) if budget.gpu_seconds is not None else 0.0
         while searcher.wants_more or (not events and self._stalled()):
-            allowed = self.budget.may_ask(searcher.asked, self._elapsed(now), self._gpu_seconds(now))
+            if len(events) == SUBMISSIONS_AT_ONCE:
+                self._asks_due = True
+                break
+            allowed = budget.may_ask(searcher.asked, elapsed, used)
             try:
                 config = searcher.ask() if allowed else None
             except SamplerFailed as failure:
@@ -399,6 +415,8 @@ class ExperimentSession:
             self._post(submission)
 
     def _follow_live(self, event: Event, decisions: list[Decision]) -> None:
+        if self._in_transit and isinstance(event, (TrialSubmitted, SubmissionsClosed, ExperimentCancelled)):
+            self._in_transit -= 1
         if self.failure is not None:
             return  # the experiment is ending: its searcher is told nothing more
         try:

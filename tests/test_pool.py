@@ -191,6 +191,28 @@ def test_a_pool_takes_up_a_search_of_thousands_of_trials(tmp_path: Path) -> None
     store.close()
 
 
+def test_a_search_of_many_trials_goes_in_by_turns_and_holds_no_other_experiment(tmp_path: Path) -> None:
+    """100,000 trials were all asked for in one go, in the pool's one thread: another user's experiment of 2 trials
+    waited 111 s (1 s alone), and the big one's own cancel waited too."""
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
+    big = submit(store, pool_spec("big", 20_000, 0.05, budget=50))
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        wait_for(lambda: store.trials(big), TIMEOUT, "the big search to be taken up")
+        small = submit(store, pool_spec("small", 2, 0.02, budget=3), owner="bob")
+        wait_for(lambda: status(store, small) is ExperimentStatus.FINISHED, TIMEOUT, "the small one to finish")
+        assert len(store.trials(big)) < 20_000  # it ran while the big one was still being submitted
+        store.request_cancel(big)
+        wait_for(lambda: status(store, big) is ExperimentStatus.CANCELLED, TIMEOUT, "the cancellation")
+        assert len(store.trials(big)) < 20_000  # taken at once, not once every trial was asked for
+    finally:
+        pool.stop()
+        runner.join(TIMEOUT)
+    store.close()
+
+
 def test_a_pool_started_again_goes_on_from_the_latest_time_in_its_store(tmp_path: Path) -> None:
     """One clock for the pool, across restarts: the pool's GPU timeline puts every experiment's runs on it, so
     an experiment taken up by a new pool must not start at 0 again, even when no open experiment carries the
