@@ -288,7 +288,9 @@ class ExperimentSession:
                     only_if: ExperimentStatus | None = None) -> None:
         """Record how the run ended (and why it failed), so that it is not shown as running (``only_if``: where
         it is stored so); on a full disk, with the room the reserve kept for this. A store that refuses
-        (another writer took over) is left as is: the error being raised says why."""
+        (another writer took over) is left as is: the error being raised says why. A second Ctrl-C waits for
+        this write (``interrupt``), as for the release that follows: it left the run shown as running."""
+        self._releasing = True
         try:
             self.reserve.release()
             if only_if is not None and self.store.experiment(self.experiment_id).status is not only_if:
@@ -296,6 +298,8 @@ class ExperimentSession:
             self.store.set_status(self.experiment_id, status, error=error)
         except StoreError:
             pass
+        finally:
+            self._releasing = False
 
     # ------------------------------------------------------------------ hosted by another loop (hermes.pool)
     def replay(self) -> Recovered:

@@ -1559,3 +1559,31 @@ def test_a_learning_searcher_keeps_more_trials_in_flight_when_gpus_join(tmp_path
         handle(NodeAdded(1.0, "joined", tuple(f"joined/gpu{i}" for i in range(6))))
         assert len(submitted) == 4 * 7
     session.store.close()
+
+
+def test_a_ctrl_c_that_comes_twice_records_the_run_interrupted(tmp_path: Path) -> None:
+    """GNU timeout, and a terminal under a wrapper that passes signals on, send SIGINT to the runner and then to its
+    group: the second came while the run recorded its end, and left it "running when its runner ended without a
+    word (killed?)" in 5 runs of 6."""
+    path = write_spec(tmp_path, spec_of("twice", search=search(4, 0, 0.05), budget={"steps": 40},
+                                        policy={"name": "rr", "period": 0.2},
+                                        resources={"gpus": "none", "cpu_slots": 1}))
+    database = tmp_path / "runs" / "hermes.db"
+    for apart in (0.0, 0.005, 0.02, 0.05):  # the second while the run records its end, at one of these
+        before = count_reports(database)  # each run reports more, from where the last one stopped
+        runner = subprocess.Popen(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=environment(),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+        try:
+            wait_for(lambda: count_reports(database) >= before + 3, RUN_TIMEOUT, "reports")
+            os.kill(runner.pid, signal.SIGINT)
+            time.sleep(apart)
+            os.killpg(runner.pid, signal.SIGINT)  # the runner's group: itself again
+            _, stderr = runner.communicate(timeout=RUN_TIMEOUT)
+        finally:
+            if runner.poll() is None:
+                os.killpg(runner.pid, signal.SIGKILL)
+                runner.communicate()
+        assert runner.returncode in (130, -signal.SIGINT), stderr  # one that came once the run ended: Python's exit
+        view, _ = load_view(tmp_path / "runs")
+        assert view.experiment.status is ExperimentStatus.INTERRUPTED, (apart, stderr)
