@@ -535,6 +535,34 @@ def test_a_trials_timeout_counts_its_running_time_on_every_node(cluster: RayClus
     assert len(after) < 15, f"it ran {len(after)} more steps of 0.1 s on the second node: its first 1.5 s were lost"
 
 
+def test_a_run_whose_node_ray_cannot_place_it_on_says_so(
+    cluster: RayCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another experiment's run holds a node's GPUs: a second user's run waited for its agent there, up to
+    agent_timeout, without a word."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=0, num_gpus=2)
+    class Holder:
+        def ready(self) -> bool:
+            return True
+
+    held = cluster.nodes[1].node_id
+    holder = Holder.options(scheduling_strategy=NodeAffinitySchedulingStrategy(held, soft=False)).remote()
+    try:
+        ray.get(holder.ready.remote(), timeout=60)
+        with caplog.at_level(logging.WARNING, logger="hermes.ray"):
+            executor = RayExecutor(tmp_path, storage_uri=str(tmp_path / "ckpt"), metric="score", agent_timeout=8)
+        executor.close()
+    finally:
+        ray.kill(holder)
+    notes = [message for message in (record.getMessage() for record in caplog.records)
+             if "waiting for Ray to start this run" in message]
+    assert len(notes) == 1 and f"node(s) {node_name(held)}: their GPUs are held by other Ray work" in notes[0], notes
+    wait_for(lambda: not trial_processes(tmp_path), 30, "no trial process")
+
+
 def test_an_agent_that_cannot_start_names_its_node_and_why(cluster: RayCluster, tmp_path: Path) -> None:
     """An agent that raised as it started (here: a node without s3fs) was lost before it was ready, without a
     word, and the driver waited for good."""

@@ -49,6 +49,7 @@ from hermes.local.loop import checked_period, monotonic_clock
 
 
 log = logging.getLogger("hermes.ray")
+PLACEMENT_NOTE_S = 5.0  # seconds a node's agent may wait for Ray to place it before the user is told
 HEAD_TIMEOUT = 5.0  # seconds a connection to the cluster's head may take before it counts as gone
 
 
@@ -132,12 +133,25 @@ class RayExecutor(Executor[TrialLaunch]):
         self._next_poll = 0.0
         try:
             self._poll_membership()
-            deadline = time.monotonic() + agent_timeout
+            started = time.monotonic()
+            deadline, noted = started + agent_timeout, False
             while any(not a.ready for a in self._agents.values()) and time.monotonic() < deadline:
                 self._wait(min(1.0, deadline - time.monotonic()))
+                if not noted and time.monotonic() - started > PLACEMENT_NOTE_S:
+                    noted = True
+                    self._note_unplaced(agent_timeout)
         except BaseException:
             self.close()  # the agents that did start
             raise
+
+    def _note_unplaced(self, agent_timeout: float) -> None:
+        """Say which nodes' agents Ray has not started yet: other Ray work holds their GPUs (another experiment's
+        run, say). A second user's run waited there for minutes without a word."""
+        waiting = sorted(agent.node for agent in self._agents.values() if not agent.ready)
+        if waiting:
+            log.warning("waiting for Ray to start this run on node(s) %s: their GPUs are held by other Ray work "
+                        "(another experiment's run?); it starts on the others after %.0f s in all, and takes these "
+                        "up once Ray starts them", ", ".join(waiting), agent_timeout)
 
     # ------------------------------------------------------------------ the contract
     def now(self) -> float:
