@@ -107,7 +107,8 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as interrupt:
         print(f"interrupted: run `{again}` again to continue", file=sys.stderr)
         # the signal itself: Ray's wait makes a plain KeyboardInterrupt of a Terminated
-        return 128 + (session.interrupted_by or (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT))
+        signum = session.interrupted_by or (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
+        return 128 + signum
     except NoSpaceError as error:
         print(f"hermes: error: no space left: {error}\ninterrupted: free some space, then run "
               f"`{again}` again to continue", file=sys.stderr)

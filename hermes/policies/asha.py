@@ -9,8 +9,9 @@ there count in that top, so each rung promotes at most a ``1/reduction_factor`` 
 reached it, but for ties at the cutoff, which are all promoted, as Ray Tune's and Optuna's ASHA do).
 A trial whose score at its rung is not finite (NaN, infinite: diverged) is never promoted, as
 Optuna prunes it: ranked among the worst, it was promoted while fewer than the top share were
-strictly better, so diverged trials tied with each other trained to their budget. Whenever a GPU frees up it goes to a promotion, deepest rung first and best score
-first within a rung; only when nothing is promotable does a new trial start. A paused trial that
+strictly better, so diverged trials tied with each other trained to their budget. Whenever a GPU
+frees up it goes to a promotion, deepest rung first and best score first within a rung; only when
+nothing is promotable does a new trial start. A paused trial that
 is not promotable gets priority ``None``: it waits, and at the end of the experiment the core
 stops it. ASHA never preempts a trial between rungs.
 

@@ -63,7 +63,10 @@ def _plug_in_names(data: dict[str, Any], sampler: Any) -> list[tuple[str, Any]]:
     found = [("policy.name", policy.get("name"))]
     if isinstance(stopper, dict):
         found.append(("policy.stopper.name", stopper.get("name")))
-    found.append(("search.sampler.name", sampler.get("name")) if isinstance(sampler, dict) else ("search.sampler", sampler))
+    if isinstance(sampler, dict):
+        found.append(("search.sampler.name", sampler.get("name")))
+    else:
+        found.append(("search.sampler", sampler))
     return found
 
 

@@ -216,7 +216,9 @@ def test_suspend_and_resume_on_another_gpu_keep_progress(harness: ExecutorHarnes
     _suspend_and_resume(harness, tmp_path, harness.gpus[1])
 
 
-def test_a_suspend_decided_before_the_core_saw_the_trials_exit_is_moot(harness: ExecutorHarness, tmp_path: Path) -> None:
+def test_a_suspend_decided_before_the_core_saw_the_trials_exit_is_moot(
+    harness: ExecutorHarness, tmp_path: Path
+) -> None:
     """A batch of events holds a period's end and then the trial's exit: the core suspends the trial at the first
     and learns of its end at the second, and the engine applies the decisions after the batch, once the trial has
     exited. The executor raised ("cannot suspend trial a: it is not running"), which ended the whole run."""
