@@ -187,14 +187,19 @@ def test_a_second_runner_is_refused_before_it_starts_ray(tmp_path: Path) -> None
     assert "Started a local Ray instance" not in result.stderr
 
 
+def run_on_a_ray_of_its_own(tmp_path: Path, name: str) -> subprocess.Popen[str]:
+    """``hermes run`` of a one-slot experiment with ``ray: {address: local}``, in a session of its own."""
+    spec = spec_of(name, engine="ray", ray={"address": "local"}, resources={"gpus": "none", "cpu_slots": 1})
+    write_spec(tmp_path, spec)
+    env = {key: value for key, value in environment().items() if key != "RAY_ADDRESS"}
+    return subprocess.Popen(hermes_command("run", "experiment.yaml", "--no-live"), cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
 def test_ctrl_c_while_its_own_ray_starts_ends_that_ray(tmp_path: Path) -> None:
     """Ctrl-C in the seconds ``address: local`` takes to start Ray gave a traceback and left Ray's processes
     running; it is now taken once Ray has started, which is then ended, and the run says it was interrupted."""
-    spec = spec_of("interrupted", engine="ray", ray={"address": "local"}, resources={"gpus": "none", "cpu_slots": 1})
-    write_spec(tmp_path, spec)
-    env = {key: value for key, value in environment().items() if key != "RAY_ADDRESS"}
-    runner = subprocess.Popen(hermes_command("run", "experiment.yaml", "--no-live"), cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    runner = run_on_a_ray_of_its_own(tmp_path, "interrupted")
     try:
         time.sleep(1.5)  # Ray takes 5 s or more to start here
         runner.send_signal(signal.SIGINT)
@@ -210,11 +215,7 @@ def test_ctrl_c_while_its_own_ray_starts_ends_that_ray(tmp_path: Path) -> None:
 def test_sigterm_while_the_agents_start_records_the_run_interrupted(tmp_path: Path) -> None:
     """SIGTERM once the experiment is in the store, while Ray's node agents start: it was left "running when its
     runner ended without a word", and the run exited 130 (Ray's wait makes a KeyboardInterrupt of SIGTERM's)."""
-    spec = spec_of("early", engine="ray", ray={"address": "local"}, resources={"gpus": "none", "cpu_slots": 1})
-    write_spec(tmp_path, spec)
-    env = {key: value for key, value in environment().items() if key != "RAY_ADDRESS"}
-    runner = subprocess.Popen(hermes_command("run", "experiment.yaml", "--no-live"), cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    runner = run_on_a_ray_of_its_own(tmp_path, "early")
     try:
         wait_for(lambda: count_rows(tmp_path / "runs" / "hermes.db", "experiments") > 0, 120, "the experiment")
         time.sleep(0.3)  # into the second or two its node agents take to start
