@@ -14,7 +14,8 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,18 @@ def pool_spec(
     return stored_form(parse_spec(spec))  # as a pool stores it
 
 
+@contextmanager
+def running(pool: PoolSession) -> Iterator[threading.Thread]:
+    """The pool's loop in a thread of its own for the block; stopped and joined after it, however it ends."""
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        yield runner
+    finally:
+        pool.stop()
+        runner.join(TIMEOUT)
+
+
 def submit(store: SqlStore, spec: dict[str, Any], owner: str = "ann", weight: float = 1.0) -> int:
     return store.submit_experiment(spec["name"], spec, owner=owner, weight=weight)
 
@@ -95,9 +108,7 @@ def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(
     first = submit(store, pool_spec("first", 4, 0.05), weight=1.0)
     never = submit(store, pool_spec("never", 2, 0.05))
     store.request_cancel(never)  # before the pool looks: a queued experiment's cancellation
-    runner = threading.Thread(target=pool.run)
-    runner.start()
-    try:
+    with running(pool) as runner:
         wait_for(lambda: status(store, first) is ExperimentStatus.RUNNING, TIMEOUT, "the pool to take up the first")
         second = submit(store, pool_spec("second", 4, 0.05), owner="bob", weight=3.0)
         doomed = submit(store, pool_spec("doomed", 6, 0.2, budget=50))
@@ -123,9 +134,6 @@ def test_a_pool_runs_experiments_submitted_while_it_runs_and_cancels_on_request(
         wait_for(lambda: status(store, never) is ExperimentStatus.CANCELLED, TIMEOUT, "a queued cancellation")
         wait_for(lambda: status(store, raw) is ExperimentStatus.FAILED, TIMEOUT, "the raw spec to fail")
         wait_for(lambda: status(store, broken) is ExperimentStatus.FAILED, TIMEOUT, "the broken spec to fail")
-    finally:
-        pool.stop()
-        runner.join(TIMEOUT)
     assert not runner.is_alive()
     for experiment_id in (first, second):
         check_completed(store, tmp_path, experiment_id, 4, 5)
@@ -160,13 +168,8 @@ def test_a_pools_learning_searcher_is_asked_where_the_log_holds_its_submissions(
     store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=4), poll=0.1)
     told = submit(store, spec)
-    runner = threading.Thread(target=pool.run)
-    runner.start()
-    try:
+    with running(pool) as runner:
         wait_for(lambda: status(store, told) is ExperimentStatus.FINISHED, TIMEOUT, "the experiment to finish")
-    finally:
-        pool.stop()
-        runner.join(TIMEOUT)
     assert len({trial.params["rate"] for trial in store.trials(told)}) > 8
     ExperimentSession(parse_spec(spec), store=store, experiment_id=told).replay()  # raises where it differs
     store.close()
@@ -178,15 +181,10 @@ def test_a_pool_takes_up_a_search_of_thousands_of_trials(tmp_path: Path) -> None
     store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
     big = submit(store, pool_spec("big", 1500, 0.05, budget=50))
-    runner = threading.Thread(target=pool.run)
-    runner.start()
-    try:
+    with running(pool) as runner:
         wait_for(lambda: len(store.trials(big)) == 1500, TIMEOUT, "every trial to be submitted")
         store.request_cancel(big)
         wait_for(lambda: status(store, big) is ExperimentStatus.CANCELLED, TIMEOUT, "the cancellation")
-    finally:
-        pool.stop()
-        runner.join(TIMEOUT)
     assert not runner.is_alive()
     store.close()
 
@@ -197,9 +195,7 @@ def test_a_search_of_many_trials_goes_in_by_turns_and_holds_no_other_experiment(
     store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
     big = submit(store, pool_spec("big", 20_000, 0.05, budget=50))
-    runner = threading.Thread(target=pool.run)
-    runner.start()
-    try:
+    with running(pool) as runner:
         wait_for(lambda: store.trials(big), TIMEOUT, "the big search to be taken up")
         small = submit(store, pool_spec("small", 2, 0.02, budget=3), owner="bob")
         wait_for(lambda: status(store, small) is ExperimentStatus.FINISHED, TIMEOUT, "the small one to finish")
@@ -207,9 +203,6 @@ def test_a_search_of_many_trials_goes_in_by_turns_and_holds_no_other_experiment(
         store.request_cancel(big)
         wait_for(lambda: status(store, big) is ExperimentStatus.CANCELLED, TIMEOUT, "the cancellation")
         assert len(store.trials(big)) < 20_000  # taken at once, not once every trial was asked for
-    finally:
-        pool.stop()
-        runner.join(TIMEOUT)
     store.close()
 
 
@@ -222,13 +215,8 @@ def test_a_pool_started_again_goes_on_from_the_latest_time_in_its_store(tmp_path
     for name in ("before", "after"):
         pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
         experiment_id = submit(store, pool_spec(name, 3, 0.05))
-        runner = threading.Thread(target=pool.run)
-        runner.start()
-        try:
+        with running(pool):
             wait_for(lambda: status(store, experiment_id) is ExperimentStatus.FINISHED, TIMEOUT, f"{name} to finish")
-        finally:
-            pool.stop()
-            runner.join(TIMEOUT)
         check_completed(store, tmp_path, experiment_id, 3, 5)
         ran.append([event.at for event in store.events(experiment_id)])
     before, after = ran
@@ -242,27 +230,17 @@ def test_an_experiment_whose_cancel_was_under_way_when_the_pool_stopped_ends_can
     store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
     experiment_id = submit(store, pool_spec("slow", 1, 3.0, budget=4))
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
-    runner = threading.Thread(target=pool.run)
-    runner.start()
-    try:
+    with running(pool):  # stopped within the trial's 3 s step: it is still running, asked to stop at its next report
         wait_for(lambda: any(isinstance(e, Start) for e in (r.decision for r in store.decisions(experiment_id))),
                  TIMEOUT, "its trial to start")
         store.request_cancel(experiment_id)
         wait_for(lambda: any(isinstance(e, ExperimentCancelled) for e in store.events(experiment_id)), TIMEOUT,
                  "the cancel to be decided")
-    finally:
-        pool.stop()  # within the trial's 3 s step: it is still running, asked to stop at its next report
-        runner.join(TIMEOUT)
     assert [t.state for t in store.trials(experiment_id)] == [TrialState.RUNNING]
     assert status(store, experiment_id) is ExperimentStatus.INTERRUPTED
     again = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
-    runner = threading.Thread(target=again.run)
-    runner.start()
-    try:
+    with running(again):
         wait_for(lambda: status(store, experiment_id) is not ExperimentStatus.INTERRUPTED, TIMEOUT, "its end")
-    finally:
-        again.stop()
-        runner.join(TIMEOUT)
     assert status(store, experiment_id) is ExperimentStatus.CANCELLED
     assert [t.state for t in store.trials(experiment_id)] == [TrialState.STOPPED]
     store.close()
@@ -291,9 +269,7 @@ def train(config: dict[str, Any]) -> None:
         spec = pool_spec(origin, 4, 0.1, budget=8, trial={"function": "model:train", "workdir": str(workdir)})
         ids[origin] = submit(store, spec, owner=origin)
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
-    runner = threading.Thread(target=pool.run)
-    runner.start()
-    try:
+    with running(pool) as runner:
         wait_for(lambda: all(status(store, i) is ExperimentStatus.FINISHED for i in ids.values()), TIMEOUT,
                  "both experiments to finish")
         assert runner.is_alive()
@@ -311,9 +287,6 @@ def train(config: dict[str, Any]) -> None:
         assert suspended, "the experiments' trials took turns"
         wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pids in workers.values() for pid in pids),
                  10, "the finished experiments' workers to end")
-    finally:
-        pool.stop()
-        runner.join(TIMEOUT)
     assert not runner.is_alive()
     store.close()
 
@@ -329,14 +302,9 @@ def test_a_trial_that_kills_its_worker_takes_no_other_experiments_trials_along(t
                                                           budget={"steps": budget}))), owner="ann")
     calm = submit(store, pool_spec("calm", 4, 0.08, budget=budget), owner="bob")
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
-    runner = threading.Thread(target=pool.run)
-    runner.start()
-    try:
+    with running(pool) as runner:
         wait_for(lambda: {status(store, crashy), status(store, calm)} == {ExperimentStatus.FINISHED}, TIMEOUT,
                  "both experiments to finish")
-    finally:
-        pool.stop()
-        runner.join(TIMEOUT)
     check_completed(store, tmp_path, calm, 4, budget)
     calm_pids = {pid for path in (tmp_path / "runs" / "calm" / "trials").iterdir()
                  for pid in json.loads((path / "result.json").read_text())["pids"]}
@@ -367,13 +335,8 @@ def test_an_experiment_a_dead_pool_ran_that_can_no_longer_run_fails_alone(tmp_pa
     shutil.rmtree(workdir)
     calm = submit(store, pool_spec("calm", 2, 0.05), owner="bob")
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
-    runner = threading.Thread(target=pool.run)
-    runner.start()
-    try:
+    with running(pool) as runner:
         wait_for(lambda: status(store, calm) is ExperimentStatus.FINISHED, TIMEOUT, "the other one to finish")
-    finally:
-        pool.stop()
-        runner.join(TIMEOUT)
     failed = store.experiment(lost)
     assert failed.status is ExperimentStatus.FAILED and "trial.workdir" in (failed.error or ""), failed
     store.close()
@@ -395,15 +358,10 @@ def test_a_sampler_that_raises_fails_its_experiment_alone_and_a_specs_resources_
     # the pool's slots run it, whatever its spec names: not a GPU this machine lacks, nor a thousand slots
     calm = submit(store, pool_spec("calm", 3, 0.05, budget=6, resources={"gpus": [7], "cpu_slots": 1000}), owner="bob")
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
-    runner = threading.Thread(target=pool.run)
-    runner.start()
-    try:
+    with running(pool) as runner:
         wait_for(lambda: status(store, failing_id) is ExperimentStatus.FAILED, TIMEOUT, "the failing one to fail")
         wait_for(lambda: status(store, calm) is ExperimentStatus.FINISHED, TIMEOUT, "the calm one to finish")
         assert runner.is_alive()
-    finally:
-        pool.stop()
-        runner.join(TIMEOUT)
     error = store.experiment(failing_id).error or ""
     assert "search.sampler failing_sampler.FailingSampler failed when told trial" in error and "boom" in error
     assert all(trial.state.is_terminal for trial in store.trials(failing_id))
@@ -419,13 +377,8 @@ def test_a_hung_trial_in_a_pool_is_failed_by_its_own_specs_limit(tmp_path: Path)
     spec["trial"]["timeout"] = 2
     experiment_id = submit(store, stored_form(parse_spec(spec)))
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
-    runner = threading.Thread(target=pool.run)
-    runner.start()
-    try:
+    with running(pool) as runner:
         wait_for(lambda: status(store, experiment_id) is ExperimentStatus.FINISHED, 30, "the experiment to end")
-    finally:
-        pool.stop()
-        runner.join(TIMEOUT)
     trials = {trial.trial_id: trial for trial in store.trials(experiment_id)}
     assert trials["0"].state is TrialState.FAILED and "trial.timeout" in (trials["0"].error or "")
     assert trials["1"].state is TrialState.COMPLETED
@@ -446,14 +399,9 @@ def test_an_unmodified_program_that_prints_rarely_is_preempted_between_its_lines
     store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
     experiment_id = submit(store, stored_form(parse_spec(spec)))
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
-    runner = threading.Thread(target=pool.run)
-    runner.start()
-    try:
+    with running(pool) as runner:
         wait_for(lambda: status(store, experiment_id) is ExperimentStatus.FINISHED, TIMEOUT, "the experiment to end")
         assert pool.executor.loop.period is None
-    finally:
-        pool.stop()
-        runner.join(TIMEOUT)
     trials = store.trials(experiment_id)
     assert [trial.state for trial in trials] == [TrialState.COMPLETED] * 2
     events = store.events(experiment_id)
@@ -511,8 +459,8 @@ def check_continued(store: SqlStore, tmp_path: Path, ids: list[int], budget: int
         assert not {(experiment_id, trial_id) for trial_id in after} & completed_before, "a finished trial ran again"
         starts = Counter(r.decision.trial_id for r in store.decisions(experiment_id) if isinstance(r.decision, Start))
         assert set(starts.values()) == {1}  # resumed from checkpoints, never started from scratch again
-    runs = sorted((run for experiment_id in ids for run in ExperimentView.load(store, store.experiment(experiment_id)).runs),
-                  key=lambda run: (run.gpu, run.started_at))
+    views = [ExperimentView.load(store, store.experiment(experiment_id)) for experiment_id in ids]
+    runs = sorted((run for view in views for run in view.runs), key=lambda run: (run.gpu, run.started_at))
     for earlier, later in zip(runs, runs[1:]):  # the killed pool's runs end before the new pool's begin on their GPU
         if earlier.gpu == later.gpu:
             assert earlier.ended_at is not None and earlier.ended_at <= later.started_at, (earlier, later)
