@@ -140,6 +140,14 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _again(trial: Trial) -> str:
+    """Where a crashed trial's next run starts: a program that keeps its state in its process (not movable) starts
+    over and catches up the steps it reported; another resumes from its checkpoint."""
+    if not trial.movable and trial.step:
+        return f"it starts again from its beginning, catching up to step {trial.step}"
+    return f"it runs again from step {trial.step}" if trial.step else "it runs again from its beginning"
+
+
 def _progress_printer(session: ExperimentSession) -> Listener:
     """Without a terminal: one line per trial that ends, for logs and CI. An error shows as its reason and its
     exception (``summarise_error``): a program that logs to stderr says much before it."""
@@ -170,7 +178,7 @@ def _progress_printer(session: ExperimentSession) -> Listener:
             if not trial.state.is_terminal:  # it crashed, and runs again
                 reason = summarise_error(event.error or "no reason given", width=120)
                 print(f"[{event.at:8.1f}s] trial {trial.trial_id} crashed ({reason}); crash {trial.crashes} of "
-                      f"trial.max_failures {session.scheduler.max_failures}, it runs again from step {trial.step}",
+                      f"trial.max_failures {session.scheduler.max_failures}, {_again(trial)}",
                       flush=True)
             else:
                 ended(trial, event.at)

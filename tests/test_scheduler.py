@@ -751,6 +751,17 @@ def test_a_run_that_crashed_after_reports_runs_again_from_its_checkpoint_until_m
     assert trial.error == "exit code -9 (SIGKILL)\n(its runs crashed 3 times; trial.max_failures is 2)"
 
 
+def test_a_crash_after_the_last_step_completes_the_trial() -> None:
+    """Its budget is trained and recorded: a failing teardown (CUDA, NCCL) neither fails nor retrains it."""
+    core = rr(max_failures=2)
+    core.node(0, "n0", "g0")
+    assert core.submit(0, "a", budget=2) == [Start("a", "g0")]
+    assert core.report(1, "a", 1) == [] and core.report(2, "a", 2) == []
+    assert core.exited(3, "a", False, "exit code -11 (SIGSEGV)", crashed=True) == []
+    trial = core.trial("a")
+    assert (trial.state, trial.crashes, trial.error) == (TrialState.COMPLETED, 0, None)
+
+
 def test_a_crash_runs_again_only_after_a_report_and_only_when_it_is_a_crash() -> None:
     """Before any report (a broken script, a typo) and for a limit or a misuse (no ``crashed``) it fails at once;
     a stop it was told wins over a crash; the default core runs nothing again."""

@@ -218,6 +218,33 @@ def test_a_program_whose_lines_are_all_of_step_0_is_told_steps_count_from_1(tmp_
     assert [(trial.state, trial.error) for trial in view.trials] == [(TrialState.FAILED, error)]
 
 
+# ---------------------------------------------------------------------- 6b. a crash after the last step
+def test_a_program_that_crashes_after_its_last_step_completes_and_runs_once(tmp_path: Path) -> None:
+    """A CUDA or NCCL teardown that fails after the last epoch: the trial trained its budget, so it is completed.
+    Before, it ran twice more from its beginning and failed; a crash before the last step still runs it again,
+    and says that the program starts over."""
+    program = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "with open('starts.txt', 'a') as starts:\n"
+        "    starts.write(sys.argv[1] + '\\n')\n"
+        "last = int(sys.argv[1]) if len(Path('starts.txt').read_text().split()) == 1 else 3\n"
+        "for epoch in range(1, last + 1):\n"
+        "    print(f'epoch {epoch} accuracy {epoch / 10}')\n"
+        "sys.exit('teardown failed')\n"
+    )
+    path = program_spec(tmp_path, "teardown", program, r"epoch (?P<step>\d+) accuracy (?P<accuracy>\S+)", 3,
+                        space={"crash_at": [2]}, max_failures=2)
+    result = run_ok(path)
+    assert "trial 0 crashed (exit code 1: teardown failed); crash 1 of trial.max_failures 2, it starts again from " \
+           "its beginning, catching up to step 2" in result.stdout, result.stdout
+    assert result.stdout.count(" crashed (") == 1
+    assert (tmp_path / "starts.txt").read_text().split() == ["2", "2"]  # run again once, not twice more
+    view, _ = load_view(tmp_path / "runs")
+    assert [(trial.state, trial.step, trial.error) for trial in view.trials] == [(TrialState.COMPLETED, 3, None)]
+    assert values_of(tmp_path / "runs") == {"0": [(1, 0.1), (2, 0.2), (3, 0.3)]}
+
+
 # ---------------------------------------------------------------------- 7. processes that leave the trial's group
 RANKS = r"""
 import subprocess, sys
