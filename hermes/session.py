@@ -180,9 +180,9 @@ class ExperimentSession:
                     at=trial.submitted_at,
                     reported_step=trial.catch_up_step,
                 )
-            first: list[Event] = []
+            first: list[Event] = list(recovered.lost_nodes)  # before anything the new executor reports
             if self._closed and self._budget_changed and self._extended(recovered.now):  # a larger budget
-                first.append(SubmissionsReopened(recovered.now))  # before the lost nodes: a finished core takes no events
+                first.append(SubmissionsReopened(recovered.now))  # after the lost nodes: none gets a new trial
                 self._closed = self._cancelled = False
             elif self.scheduler.finished:
                 return self._ended_before()
@@ -198,7 +198,6 @@ class ExperimentSession:
                     self._post = loop.post
                     if self._cancel_reason is not None:
                         loop.post(ExperimentCancelled(recovered.now, self._cancel_reason))
-                first.extend(recovered.lost_nodes)
                 self._loop = loop
                 loop.run(first=first)
                 self._loop = None

@@ -1435,6 +1435,8 @@ def test_a_time_budget_ends_the_experiment_cleanly(tmp_path: Path) -> None:
 
 
 def test_a_rerun_with_a_larger_trial_budget_extends_the_experiment(tmp_path: Path) -> None:
+    """The first run's node is lost before submissions reopen: a new trial started on it (the same slot's
+    name, another run) was resumed while it ran, and counted as crashed ("the trial ended: suspended")."""
     spec = spec_of("e2e-extend", search=search(3, 2, 0.01), budget={"steps": 2})
     path = write_spec(tmp_path, spec)
     run_ok(path)
@@ -1443,12 +1445,20 @@ def test_a_rerun_with_a_larger_trial_budget_extends_the_experiment(tmp_path: Pat
     spec["search"]["trials"] = 5
     write_spec(tmp_path, spec)
     again = run_ok(path)
-    assert "(continued)" in again.stdout
+    assert "(continued)" in again.stdout and " crashed (" not in again.stdout
+    store = open_store(tmp_path / "runs")
+    try:
+        kinds = [type(event).__name__ for event in store.events(pick_experiment(store, None).experiment_id)]
+    finally:
+        store.close()
+    assert kinds.index("NodeRemoved") < kinds.index("SubmissionsReopened") < kinds.index("NodeAdded", kinds.index(
+        "NodeRemoved"))
     extended, _ = load_view(tmp_path / "runs")
     assert len(extended.trials) == 5 and all(t.state is TrialState.COMPLETED for t in extended.trials)
     assert [t.params for t in extended.trials[:3]] == [t.params for t in first.trials]  # the first three kept
     kept = {m.trial_id: m for m in first.metrics}
     assert all(m == kept[m.trial_id] for m in extended.metrics if m.trial_id in kept and m.step == kept[m.trial_id].step)
+    assert "e2e-extend: finished (continued)" in run_ok(path).stdout  # its log, a finished core's lost node too, replays
     spec["search"]["seed"] = 9  # anything but the budget is still refused
     write_spec(tmp_path, spec)
     refused = hermes("run", str(path), "--no-live", cwd=tmp_path)

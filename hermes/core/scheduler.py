@@ -121,8 +121,7 @@ class Scheduler:
     # ------------------------------------------------------------------ events in, decisions out
     def handle(self, event: Event) -> list[Decision]:
         """Apply one event and return what the executor must do about it, in order."""
-        if self.finished and type(event) is not SubmissionsReopened:
-            raise HermesError(f"the experiment is finished; cannot handle {type(event).__name__}")
+        self._refuse_if_finished(event)
         self._last_time = event.at
         decisions = self._handlers[type(event)](self, event)
         if not self.submissions_open and not self._busy:
@@ -137,8 +136,7 @@ class Scheduler:
         every report as before, but who ran where, and who was suspended or stopped, is what the
         log says. Trials that wait between runs stay unplaced (placing them is no decision); a
         recovered core loses the old run's nodes first anyway, which unplaces every trial."""
-        if self.finished and type(event) is not SubmissionsReopened:
-            raise HermesError(f"the experiment is finished; cannot handle {type(event).__name__}")
+        self._refuse_if_finished(event)
         self._last_time = event.at
         self._replaying = True
         try:
@@ -371,6 +369,13 @@ class Scheduler:
             if not trial.state.is_terminal and not trial.stop_requested:
                 decisions += self._stop(trial)
         return decisions
+
+    def _refuse_if_finished(self, event: Event) -> None:
+        """A finished core takes only a reopening, and the loss of nodes: a runner that continues a finished
+        experiment with a larger budget loses the old run's nodes before it reopens, so that no new trial is
+        started on a node that is gone (its slot's process ran on, and the trial was counted as crashed)."""
+        if self.finished and type(event) not in (SubmissionsReopened, NodeRemoved):
+            raise HermesError(f"the experiment is finished; cannot handle {type(event).__name__}")
 
     _handlers = {
         TrialSubmitted: _on_submitted,
