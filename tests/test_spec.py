@@ -14,6 +14,7 @@ import yaml
 
 from hermes.errors import HermesError, SpecError
 from hermes.experiment import ExperimentSpec, load_spec, parse_spec
+from hermes.experiment.spec import read_spec
 from hermes.search import make_searcher
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -230,6 +231,13 @@ BAD = [
     (put("policy", "params", value={"quantum": 3}), "policy.params: policy rr: "),
     (put("policy", "stopper", value={"name": "hyperband"}), "policy.stopper.name: unknown early stopper 'hyperband'"),
     (put("policy", "stopper", "params", value={"rungs": 3}), "policy.stopper.params: stopper asha: "),
+    # Types as the constructor's hints say: 2.5 passed the range check and failed hours in (a float is no index)
+    (put("policy", "stopper", "params", value={"reduction_factor": 2.5}),
+     "policy.stopper.params: stopper asha: reduction_factor must be a whole number, got 2.5"),
+    (put("policy", value={"name": "asha", "params": {"min_steps": True}}),
+     "policy.params: policy asha: min_steps must be a whole number, got True"),
+    (put("policy", "period", value=True), "policy.period: "),
+    (put("trial", "stall", value={"factor": True}), "trial.stall.factor: "),  # it ran as a factor of 1
     (put("policy", "name", value="nosuch.module:Policy"),
      "policy.name: policy 'nosuch.module:Policy': cannot load nosuch.module:Policy: ModuleNotFoundError"),
     (put("policy", "name", value="pygments.__main__:Policy"),  # a module that runs a command line when imported:
@@ -308,6 +316,51 @@ def test_unreadable_files_raise_spec_errors(tmp_path: Path, text: str, message: 
         load_spec(tmp_path / "missing.yaml")
 
 
+def test_a_file_that_is_not_utf8_is_refused_by_run_and_submit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Latin-1 é ended hermes run and hermes submit with a UnicodeDecodeError traceback."""
+    from hermes.cli import main
+
+    text = yaml.safe_dump(SPEC, sort_keys=False).encode()
+    path = tmp_path / "spec.yaml"
+    path.write_bytes(text + b"description: caf\xe9\n")
+    where = f"byte 0xe9 at position {len(text) + 16}, line {len(text.splitlines()) + 1}"
+    with pytest.raises(SpecError) as raised:
+        load_spec(path)
+    assert str(raised.value) == f"{path}: not valid UTF-8 ({where}); save it as UTF-8"
+    assert main(["run", str(path), "--no-live"]) == 2
+    assert main(["submit", str(path), "--server", "http://127.0.0.1:9", "--token", "t"]) == 2  # refused before sent
+    assert capsys.readouterr().err == f"hermes: error: {path}: not valid UTF-8 ({where}); save it as UTF-8\n" * 2
+
+
+def test_a_key_given_twice_is_refused_with_its_lines(tmp_path: Path) -> None:
+    """YAML 1.1 keeps the last of two equal keys silently: a second lr, or metric, replaced the first unseen."""
+    text = yaml.safe_dump(SPEC, sort_keys=False)
+    first = text.splitlines().index("metric:") + 1
+    path = tmp_path / "spec.yaml"
+    path.write_text(text + "metric: {name: loss, mode: min}\n")
+    with pytest.raises(SpecError) as raised:
+        load_spec(path)
+    assert str(raised.value) == (f"{path}: not valid YAML: line {len(text.splitlines()) + 1}: duplicate key 'metric' "
+                                 f"(first on line {first}); give each key once")
+    path.write_text("a:\n  x: 1\n  y: {x: 2, x: 3}\n")
+    with pytest.raises(SpecError, match=r"line 3: duplicate key 'x' \(first on line 3\)"):
+        read_spec(path)
+    path.write_text("a: &a {x: 1, y: 2}\nb: {<<: *a, y: 3}\nc: {<<: [*a, {x: 4}], z: 5}\n")  # merged: may be overridden
+    assert read_spec(path) == {"a": {"x": 1, "y": 2}, "b": {"x": 1, "y": 3}, "c": {"x": 1, "y": 2, "z": 5}}
+
+
+def test_numbers_are_read_as_yaml_1_2_reads_them(tmp_path: Path) -> None:
+    """YAML 1.1 read 010 as octal 8 and 1:30 as 90 (base 60): 10 and the text, as YAML 1.2 and its readers mean."""
+    path = tmp_path / "spec.yaml"
+    path.write_text("a: 010\nb: 1:30\nc: 1:30.5\nd: -007\ne: 0x10\nf: 0b11\ng: 1_000\nh: 2.5\ni: .inf\n")
+    assert read_spec(path) == {"a": 10, "b": "1:30", "c": "1:30.5", "d": -7, "e": 16, "f": 3, "g": 1000, "h": 2.5,
+                               "i": math.inf}
+    path.write_text(yaml.safe_dump(SPEC, sort_keys=False).replace("trials: 16", "trials: 010"))
+    assert load_spec(path).search.trials == 10
+
+
 # ---------------------------------------------------------------------- configurations
 def configs_of(spec: ExperimentSpec) -> list[dict[str, Any]]:
     """What the spec's searcher proposes for its trial budget (random and grid choose without results)."""
@@ -329,6 +382,76 @@ def test_random_configs_are_seeded_in_range_and_typed() -> None:
     assert lrs[0] < -3 and lrs[-1] > -2  # spread in log space, not crowded near the top
     reseeded = configs_of(parse_spec(spec_with(put("search", "seed", value=1))))
     assert [c["lr"] for c in reseeded] != [c["lr"] for c in configs]
+
+
+def test_exponents_in_choices_grids_and_configs_are_floats_as_in_low_and_high() -> None:
+    """YAML 1.1 reads 1e-4 as text: low and high took it as the float, while a choice, a grid and configs passed the
+    text on to the trial."""
+    space = {"lr": {"type": "choice", "values": ["1e-4", "1.5e3"]}, "wd": {"type": "grid", "values": ["5E-4", 0.0]}}
+    spec = parse_spec(spec_with(lambda d: d["search"].update(space=space, trials=4)))
+    assert spec.search.space["lr"].values == [1e-4, 1.5e3] and spec.search.grid == {"wd": [5e-4, 0.0]}
+    assert {type(config[name]) for config in configs_of(spec) for name in ("lr", "wd")} == {float}
+    listed = parse_spec(spec_with(lambda d: d.update(search={"configs": [{"lr": "1e-4"}, {"lr": "1e-3"}]}))).search
+    assert listed.configs == [{"lr": 1e-4}, {"lr": 1e-3}] and listed.space["lr"].values == [1e-4, 1e-3]
+    given = {"configs": [{"lr": "1e-3"}], "space": {"lr": {"type": "loguniform", "low": "1e-5", "high": 0.1}}}
+    assert parse_spec(spec_with(lambda d: d.update(search=given))).search.configs == [{"lr": 1e-3}]
+
+
+@pytest.mark.parametrize(("parameter", "value", "message"), [
+    ({"type": "int", "low": 1, "high": 5}, 3.0, "3.0 is out of search.space.n's type: must be an int, got float 3.0"),
+    ({"type": "int", "low": 1, "high": 5}, True, "True is out of search.space.n's type: must be an int, got bool True"),
+    ({"type": "loguniform", "low": 1e-5, "high": 0.1}, "fast",
+     "'fast' is out of search.space.n's type: must be a number, got str 'fast'"),
+    ({"type": "choice", "values": [1, 2]}, True,
+     "True is out of search.space.n's values as written: they hold int 1, not bool True"),
+    ({"type": "choice", "values": [1, 2]}, 3, "3 is outside search.space.n: not one of its values"),
+    ({"type": "int", "low": 1, "high": 5}, 6, "6 is outside search.space.n [1, 5]"),
+], ids=["float-for-int", "bool-for-int", "text-for-number", "bool-for-listed-int", "not-listed", "out-of-range"])
+def test_a_config_outside_its_space_says_why(parameter: dict[str, Any], value: object, message: str) -> None:
+    """A value of the wrong type (3.0 for an int) was "outside search.space.n", which sent users to its range."""
+    data = spec_with(lambda d: d.update(search={"configs": [{"n": value}], "space": {"n": parameter}}))
+    with pytest.raises(SpecError) as raised:
+        parse_spec(data, source="s.yaml")
+    assert str(raised.value) == f"s.yaml: search.configs.0.n: {message}"
+
+
+def test_the_space_derived_from_configs_keeps_values_apart_by_type() -> None:
+    """1, 1.0 and true made one choice of 1, so the space held one of three values and the stored spec failed its
+    own check when read again (as the pool does)."""
+    configs = [{"x": 1}, {"x": 2.5}, {"x": 1}, {"x": "1"}, {"x": False}]
+    spec = parse_spec(spec_with(lambda d: d.update(search={"configs": configs})))
+    assert spec.search.space["x"].values == [1, 2.5, "1", False]
+    assert parse_spec(spec.model_dump(mode="json")).model_dump() == spec.model_dump()
+    for other, typed in [(1.0, "float 1.0"), (True, "bool True")]:
+        mixed = spec_with(put("search", value={"configs": [*configs, {"x": other}]}))
+        with pytest.raises(SpecError) as raised:
+            parse_spec(mixed, source="s.yaml")
+        assert str(raised.value) == (f"s.yaml: search.configs.5.x: {typed} equals the int 1 of an earlier config: "
+                                     "write a parameter's values alike, as the choice derived from configs takes "
+                                     "values that differ by equality")
+
+
+def test_a_rerun_that_changes_a_values_type_is_another_experiment() -> None:
+    """[2, true] then [2.0, 1] compared equal (2 == 2.0, True == 1): the rerun continued, mixing the types."""
+    from hermes.store import SqlStore, StoreError
+
+    def stored(values: list[Any]) -> dict[str, Any]:
+        return parse_spec(spec_with(put("search", "space", "width", "values", value=values))).model_dump(mode="json")
+
+    store = SqlStore("sqlite://")
+    try:
+        experiment = store.create_or_open_experiment("exp", stored([2, True]))
+        for values in ([2.0, 1], [2, 1], [2.0, True]):
+            with pytest.raises(StoreError, match=r"\(differs in search\.space\.width\.values\); give it a new name"):
+                store.create_or_open_experiment("exp", stored(values))
+        assert store.create_or_open_experiment("exp", stored([2, True])) == experiment
+        listed = {"search": {"configs": [{"x": 1, "y": "a"}]}}
+        store.create_or_open_experiment("listed", listed)
+        with pytest.raises(StoreError, match=r"\(differs in search\.configs\)"):  # a mapping inside a list
+            store.create_or_open_experiment("listed", {"search": {"configs": [{"x": 1.0, "y": "a"}]}})
+        assert store.create_or_open_experiment("listed", {"search": {"configs": [{"y": "a", "x": 1}]}})
+    finally:
+        store.close()
 
 
 def test_more_trials_keep_the_configs_already_drawn() -> None:
@@ -440,6 +563,8 @@ def package(root: Path, files: dict[str, str]) -> Path:
         ("proj.broken:train", "trial.function: {w}/proj/broken.py does not parse: "),
         ("__main__:train", "trial.function: a trial's function runs in a process of its own, which imports it from a "
                            "module: not from __main__"),
+        ("types:train", "trial.function: {w}/types.py has the name of Python's own module 'types', which a trial's "
+                        "process imports before it, so it would never import this one: rename it"),
     ],
 )
 def test_a_trial_function_that_cannot_be_found(tmp_path: Path, function: str, message: str) -> None:
@@ -447,6 +572,7 @@ def test_a_trial_function_that_cannot_be_found(tmp_path: Path, function: str, me
         "proj/__init__.py": "",
         "proj/train.py": "import torch\nRAN = open(__file__ + '.ran', 'w')\ndef train(config):\n    pass\n",
         "proj/broken.py": "def train(config)\n",
+        "types.py": "def train(config):\n    pass\n",  # every trial failed: "module 'types' has no attribute"
     })
     with pytest.raises(SpecError) as raised:
         load_in(tmp_path, put("trial", value={"function": function, "workdir": "code"}))

@@ -31,6 +31,9 @@ def missing_function(target: str, workdir: Path) -> str | None:
         return ("a trial's function runs in a process of its own, which imports it from a module: not from "
                 "__main__ (a script run directly, a notebook's cell); move it into a .py file of trial.workdir")
     spec = importlib.machinery.PathFinder.find_spec(parts[0], [str(workdir)])
+    if spec is not None and parts[0] in sys.stdlib_module_names and parts[0] in sys.modules:  # loaded by then
+        return (f"{spec.origin} has the name of Python's own module {parts[0]!r}, which a trial's process imports "
+                "before it, so it would never import this one: rename it")
     own = None
     if spec is None:
         try:  # installed packages, editable installs and built-ins; a top-level name imports nothing

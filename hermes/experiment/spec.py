@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Hashable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -33,7 +34,6 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    PositiveFloat,
     PrivateAttr,
     Strict,
     StrictBool,
@@ -50,6 +50,7 @@ from pydantic_core import ErrorDetails
 from hermes.errors import SpecError
 from hermes.experiment.command import CommandError, parse_template, validate_template
 from hermes.experiment.locate import missing_function
+from hermes.plugins import construct
 from hermes.trial.protocol import MAX_STEP
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -154,7 +155,7 @@ class Choice(_Section):
     def _scalars(cls, values: list[Any]) -> list[Any]:
         if not values:
             raise ValueError("must list at least one value")
-        values = [_plain(value) for value in values]
+        values = [_yaml_float(_plain(value)) for value in values]  # 1e-4 is a number here as in low and high
         for index, value in enumerate(values):
             if not _scalar(value):
                 raise _PathError(str(index), f"must be a string, a finite number or a boolean, got {value!r}")
@@ -252,7 +253,7 @@ class SearchSpec(_Section):
         if configs is not None and not configs:
             raise ValueError("must list at least one configuration")
         if configs is not None:
-            configs = [{name: _plain(value) for name, value in config.items()} for config in configs]
+            configs = [{name: _yaml_float(_plain(value)) for name, value in config.items()} for config in configs]
         for index, config in enumerate(configs or []):
             if not config:
                 raise _PathError(str(index), "sets no parameter")
@@ -337,17 +338,49 @@ class SearchSpec(_Section):
         """Derive the space from the configs (each parameter a choice of its values), or check them against it."""
         assert self.configs is not None
         if not self.space:
-            names = list(self.configs[0])
-            values = {name: list(dict.fromkeys(config[name] for config in self.configs)) for name in names}
-            self.space = {name: Choice(type="choice", values=values[name]) for name in names}
+            # Each value once, as its first config wrote it; one equal to an earlier value but of another type
+            # (1, 1.0, true) is refused, as a choice written so is: merged, the space held one of them, and the
+            # stored spec failed its own check (the pool reads it again).
+            seen: dict[str, dict[Any, Any]] = {name: {} for name in self.configs[0]}
+            for index, config in enumerate(self.configs):
+                for name, value in config.items():
+                    earlier = seen[name].setdefault(value, value)
+                    if not _same(value, earlier):
+                        raise _PathError(f"configs.{index}.{name}", (
+                            f"{_typed(value)} equals the {_typed(earlier)} of an earlier config: write a parameter's "
+                            "values alike, as the choice derived from configs takes values that differ by equality"))
+            self.space = {name: Choice(type="choice", values=list(values)) for name, values in seen.items()}
             return
         for index, config in enumerate(self.configs):
             if set(config) != set(self.space):
                 names = ", ".join(self.space)
                 raise _PathError(f"configs.{index}", f"must set exactly the parameters of space ({names})")
             for param, value in config.items():
-                if not self.space[param].contains(value):
-                    raise _PathError(f"configs.{index}.{param}", f"{value!r} is outside search.space.{param}")
+                problem = _misfit(self.space[param], value, f"search.space.{param}")
+                if problem is not None:
+                    raise _PathError(f"configs.{index}.{param}", problem)
+
+
+def _typed(value: Any) -> str:
+    """A value with its type, for messages where the type is the difference: float 3.0, bool True."""
+    return f"{type(value).__name__} {value!r}"
+
+
+def _misfit(parameter: Parameter, value: Any, where: str) -> str | None:
+    """Why a config's value lies outside its parameter ``where``, or None: a value of the wrong type says so, where
+    "outside" sent users looking at the range. The messages start "<value> is out", as they did."""
+    if parameter.contains(value):
+        return None
+    if isinstance(parameter, IntRange) and type(value) is not int:
+        return f"{value!r} is out of {where}'s type: must be an int, got {_typed(value)}"
+    if isinstance(parameter, Uniform) and type(value) not in (int, float):
+        return f"{value!r} is out of {where}'s type: must be a number, got {_typed(value)}"
+    if isinstance(parameter, Choice):
+        equal = next((listed for listed in parameter.values if listed == value), None)
+        if equal is not None:  # 2.0 where 2 is listed, true where 1 is
+            return f"{value!r} is out of {where}'s values as written: they hold {_typed(equal)}, not {_typed(value)}"
+        return f"{value!r} is outside {where}: not one of its values"
+    return f"{value!r} is outside {where} [{parameter.low}, {parameter.high}]"
 
 
 def _seconds(value: Any) -> Any:
@@ -366,9 +399,9 @@ class StallSpec(_Section):
     for ``factor`` times its slowest step so far but at least ``min`` seconds, or ``after`` seconds
     whatever its steps (which also covers the time before its first report)."""
 
-    factor: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 20.0  # 0: off
-    min: PositiveFloat = 60.0
-    after: PositiveFloat | None = None
+    factor: Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(ge=0, allow_inf_nan=False)] = 20.0  # 0: off
+    min: StrictPositiveFloat = 60.0
+    after: StrictPositiveFloat | None = None
 
     @field_validator("min", "after", mode="before")
     @classmethod
@@ -389,7 +422,7 @@ class TrialSpec(_Section):
     # How long a trial may take: seconds (or '90m', '2h') of running time in all, suspended time
     # not counted; and when a silent one is hung. How to run, not what the experiment is: a rerun
     # may change them, so they stay out of the stored spec.
-    timeout: PositiveFloat | None = Field(default=None, exclude=True)
+    timeout: StrictPositiveFloat | None = Field(default=None, exclude=True)
     stall: StallSpec = Field(default_factory=StallSpec, exclude=True)
     # How often a trial whose run crashed after reporting runs again from its checkpoint before it is
     # failed (Ray Tune's max_failures, Determined's max_restarts). Part of what the experiment is: a
@@ -473,7 +506,7 @@ class PolicySpec(_Section):
     name: str = "hermes"
     # seconds of GPU time a trial runs before a better one may preempt it; None: the policy's own (60 s, and hermes
     # lets a turn last one of the trial's own reports)
-    period: PositiveFloat | None = None
+    period: StrictPositiveFloat | None = None
     params: dict[str, Any] = {}
     stopper: StopperSpec | None = None
 
@@ -499,7 +532,7 @@ class PolicySpec(_Section):
         except ValueError as error:
             raise _PathError("name", str(error)) from None
         try:
-            policy(**self.settings)
+            construct(policy, self.settings)
         except (TypeError, ValueError) as error:
             raise _PathError("params", f"policy {self.name}: {error}") from None
         if self.stopper is not None:
@@ -508,7 +541,7 @@ class PolicySpec(_Section):
             except ValueError as error:
                 raise _PathError("stopper.name", str(error)) from None
             try:
-                stopper(**self.stopper.params)
+                construct(stopper, self.stopper.params)
             except (TypeError, ValueError) as error:
                 raise _PathError("stopper.params", f"stopper {self.stopper.name}: {error}") from None
         return self
@@ -555,7 +588,7 @@ class RaySpec(_Section):
 
     # ray.init's: "auto" on a cluster's node, "<ip>:<port>", or "local" for a Ray of this run's own
     address: str = Field(default="auto", min_length=1)
-    poll: PositiveFloat = 0.25  # seconds between reads of Ray's node table, for joining and lost nodes
+    poll: StrictPositiveFloat = 0.25  # seconds between reads of Ray's node table, for joining and lost nodes
 
 
 class ExperimentSpec(_Section):
@@ -665,18 +698,78 @@ def load_spec(path: str | Path, name: str | None = None) -> ExperimentSpec:
     """Read and validate a YAML spec, and check it against this machine (its workdir, trial function
     and storage dir); any problem raises SpecError naming the file and the fields. ``name``: in place of
     the spec's own (``hermes run --name``)."""
+    data = read_spec(path)
+    if name is not None:
+        data["name"] = name
+    return parse_spec(data, source=str(path), base_dir=Path(path).resolve().parent)
+
+
+def read_spec(path: str | Path) -> dict[str, Any]:
+    """A spec file's YAML as a dict, not yet validated: ``hermes submit`` sends it so, and reads it as ``hermes run``
+    does. A file that cannot be read, decoded or parsed raises SpecError naming the file."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_bytes().decode("utf-8")
     except OSError as error:
         raise SpecError(f"{path}: cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        line = error.object.count(b"\n", 0, error.start) + 1
+        raise SpecError(f"{path}: not valid UTF-8 (byte {error.object[error.start]:#04x} at position {error.start}, "
+                        f"line {line}); save it as UTF-8") from None
+    try:
+        data = yaml.load(text, Loader=_SpecLoader)  # a SafeLoader: builds plain data only
     except yaml.YAMLError as error:
         raise SpecError(f"{path}: not valid YAML: {error}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: must be a YAML mapping with name, trial, search, metric and budget")
-    if name is not None:
-        data["name"] = name
-    return parse_spec(data, source=str(path), base_dir=path.resolve().parent)
+    return data
+
+
+_INT, _FLOAT, _MERGE = (f"tag:yaml.org,2002:{kind}" for kind in ("int", "float", "merge"))
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without the YAML 1.1 readings that surprise: a key given twice is refused (1.1 keeps
+    the last silently), and numbers are read as YAML 1.2 reads them, 010 as 10 (1.1: octal 8) and 1:30 as the
+    text it is (1.1: 90, base 60). Decimal rather than a refusal: a spec's numbers are counts and sizes, whose
+    leading zero nobody means as octal."""
+
+    # PyYAML's resolvers, less its int and float patterns: ours are added below the class
+    yaml_implicit_resolvers: ClassVar[dict[Any, list[Any]]] = {
+        first: [(tag, pattern) for tag, pattern in resolvers if tag not in (_INT, _FLOAT)]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """Refuse a key given twice, naming both lines: YAML 1.1 keeps the last and drops the first unseen."""
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE:  # <<: keys it merges in may be overridden, as YAML says
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):  # refused as such by PyYAML's construct_mapping
+                continue
+            line = key_node.start_mark.line + 1
+            if key in lines:
+                raise yaml.constructor.ConstructorError(
+                    problem=f"line {line}: duplicate key {key!r} (first on line {lines[key]}); give each key once")
+            lines[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        """An int's leading zeros are a decimal's; 0x (hex) and 0b (binary) as in YAML 1.1."""
+        value = str(self.construct_scalar(node)).replace("_", "")
+        if value.lstrip("+-")[:2] in ("0x", "0b"):
+            return int(super().construct_yaml_int(node))
+        return int(value)
+
+
+_SpecLoader.add_constructor(_INT, _SpecLoader.construct_yaml_int)
+_SpecLoader.add_implicit_resolver(_INT, re.compile(r"[-+]?(?:0b[0-1_]+|0x[0-9a-fA-F_]+|[0-9][0-9_]*)$"),
+                                  list("-+0123456789"))
+_SpecLoader.add_implicit_resolver(_FLOAT, re.compile(r"""(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?
+    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.VERBOSE),
+                                  list("-+0123456789."))
 
 
 def parse_spec(data: dict[str, Any], source: str = "<spec>", base_dir: str | Path | None = None) -> ExperimentSpec:

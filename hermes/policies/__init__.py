@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from hermes.core.policy import EarlyStopper, ExecutionProfile, SchedulingPolicy, Verdict
-from hermes.plugins import load_class
+from hermes.plugins import construct, load_class
 
 POLICIES: dict[str, str] = {
     "fifo": "hermes.policies.fifo:FifoPolicy",
@@ -37,11 +37,12 @@ def stopper_class(name: str) -> type[EarlyStopper]:
 
 
 def make_policy(name: str, **params: Any) -> SchedulingPolicy:
-    return policy_class(name)(**params)
+    """TypeError for a parameter of the wrong type (``hermes.plugins.construct``), ValueError out of range."""
+    return construct(policy_class(name), params)
 
 
 def make_stopper(name: str, **params: Any) -> EarlyStopper:
-    return stopper_class(name)(**params)
+    return construct(stopper_class(name), params)
 
 
 def _load(registry: dict[str, str], name: str, kind: str, base: type) -> Any:

@@ -188,7 +188,7 @@ class SqlStore(ExperimentStore):
     def __init__(self, url: str = "sqlite:///hermes.db") -> None:
         parsed = sa.make_url(url)
         self.url = parsed.render_as_string(hide_password=True)
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"pool_pre_ping": True}  # a server's connections outlive a PostgreSQL restart
         if parsed.get_backend_name() == "sqlite":
             if parsed.database in (None, "", ":memory:"):
                 # One shared connection, or each thread would see its own empty database.
@@ -899,7 +899,7 @@ _ORDERED = {"search.space": "the order of its parameters"}
 
 
 def _differences(old: Any, new: Any, path: str = "") -> list[str]:
-    """Dotted paths where two JSON documents differ (key order matters only at ``_ORDERED`` paths)."""
+    """Dotted paths where two JSON documents differ, types included (key order matters only at ``_ORDERED`` paths)."""
     if isinstance(old, dict) and isinstance(new, dict):
         keys = [*old, *(key for key in new if key not in old)]
         differences = [
@@ -912,4 +912,14 @@ def _differences(old: Any, new: Any, path: str = "") -> list[str]:
         if path in _ORDERED and [key for key in old if key in new] != [key for key in new if key in old]:
             differences.append(f"{path} ({_ORDERED[path]})")
         return differences
-    return [] if old == new else [path or "the whole spec"]
+    return [] if _same_json(old, new) else [path or "the whole spec"]
+
+
+def _same_json(old: Any, new: Any) -> bool:
+    """Equal and of one type, in lists and mappings too: 1 == 1.0 == True in Python, but a trial given true or 2.0
+    where it was given 1 or 2 runs another experiment."""
+    if isinstance(old, list) and isinstance(new, list):
+        return len(old) == len(new) and all(map(_same_json, old, new))
+    if isinstance(old, dict) and isinstance(new, dict):
+        return old.keys() == new.keys() and all(_same_json(value, new[key]) for key, value in old.items())
+    return type(old) is type(new) and old == new
