@@ -151,12 +151,11 @@ def _run(job: tuple[str, str, str, int, int, str, int | None, float, int | None]
 
 
 def clairvoyant(trace: Trace) -> tuple[float, float]:
-    """GPU seconds in which an oracle has the final best, and a trial on target, fully trained.
+    """GPU seconds in which an oracle has the final best (any one tied for it), and a trial on target, fully trained.
 
     It trains the one trial first, alone on a GPU, so no policy that schedules this trace can do
     better: FIFO's time over these seconds is the most any policy can gain over FIFO here."""
-    best = trace.best_final()
-    return sum(best.seconds), min(sum(t.seconds) for t in _on_target(trace))
+    return min(sum(t.seconds) for t in trace.best_finals()), min(sum(t.seconds) for t in _on_target(trace))
 
 
 def _on_target(trace: Trace) -> list[TraceTrial]:
@@ -181,7 +180,7 @@ def sweep_first(trace: Trace, gpus: int) -> tuple[float, float]:
     def trained(trial: TraceTrial) -> float:
         return max(swept, trial.seconds[0]) + sum(trial.seconds[1:])
 
-    return trained(trace.best_final()), min(trained(t) for t in _on_target(trace))
+    return min(map(trained, trace.best_finals())), min(trained(t) for t in _on_target(trace))
 
 
 def halving_in_hindsight(trace: Trace, gpus: int) -> tuple[float, float]:
@@ -210,7 +209,7 @@ def halving_in_hindsight(trace: Trace, gpus: int) -> tuple[float, float]:
                                                        and sign * t.metrics[until - 1] > bar)]
             trained, rung = until, rung * 2
 
-    return seconds(trace.best_final()), min(seconds(t) for t in _on_target(trace))
+    return min(map(seconds, trace.best_finals())), min(seconds(t) for t in _on_target(trace))
 
 
 def caps(name: str, mode: str, fifo: list[Run], gpus: int, trials: int | None = None,

@@ -447,6 +447,17 @@ def test_fifo_figures_on_two_gpus() -> None:
     assert result.overhead_fraction == 0.0
 
 
+def test_time_to_best_is_the_first_completion_of_any_trial_tied_for_best() -> None:
+    """Two trials end on the best metric: the best is reached when the first of them completes, not when the one
+    first in the file does (100 s later here)."""
+    trace = Trace("tie", "max", (_curve("slow", [0.9], [100.0]), _curve("fast", [0.9], [1.0]),
+                                 _curve("other", [0.1], [1.0])))
+    result = simulate(trace, FifoPolicy(), gpus=3, seed=0, costs=HAND_COSTS)
+    assert result.time_to_best_s == pytest.approx(1.5 + 1.0) == result.time_to_target_s
+    assert result.makespan_s == pytest.approx(1.5 + 100.0)
+    assert [t.name for t in trace.best_finals()] == ["slow", "fast"]
+
+
 def test_rr_figures_on_a_hand_traced_run() -> None:
     """One GPU, period 5 s, two trials of two 10 s epochs: every report after the first epoch preempts."""
     trace = Trace("rr", "max", (_curve("a", [0.1, 0.2], [10.0, 10.0]), _curve("b", [0.3, 0.4], [10.0, 10.0])))
@@ -594,3 +605,55 @@ def test_a_policy_of_ones_own_is_simulated_from_the_command_line_by_class_path(
                  "--policy", f"{__name__}:ShortestFirst", "--stopper", "hermes.policies.stopping:MedianStopper"]) == 0
     figures = json.loads(capsys.readouterr().out)
     assert figures["policy"] == "ShortestFirst" and figures["trials"] == 40
+
+
+class WithoutPriority(SchedulingPolicy):
+    """Abstract: it has no ``priority``."""
+
+
+class WithoutPeriod(SchedulingPolicy):
+    """Takes no ``period``, which --period gives it."""
+
+    def __init__(self) -> None:
+        super().__init__(5.0)
+
+    def priority(self, trial: Trial, now: float) -> float:
+        return -trial.step
+
+
+class WithoutPatience(EarlyStopper):
+    """Needs an argument that the simulator does not give."""
+
+    def __init__(self, patience: int) -> None:
+        self.patience = patience
+
+    def should_stop(self, trial: Trial) -> bool:
+        return False
+
+
+@pytest.mark.parametrize(("options", "told"), [
+    (["--policy", f"{__name__}:WithoutPriority"],
+     "--policy {module}:WithoutPriority: Can't instantiate abstract class"),
+    (["--policy", f"{__name__}:WithoutPeriod", "--period", "3"],
+     "--policy {module}:WithoutPeriod: WithoutPeriod.__init__() got an unexpected keyword argument 'period'"),
+    (["--policy", "fifo", "--stopper", f"{__name__}:WithoutPatience"],
+     "--stopper {module}:WithoutPatience: WithoutPatience.__init__() missing 1 required positional argument"),
+    (["--compare", f"fifo,{__name__}:WithoutPriority"],
+     "--compare 'fifo,{module}:WithoutPriority': Can't instantiate abstract class"),
+    (["--compare", f"fifo,{__name__}:WithoutPeriod", "--period", "3"],
+     "--compare 'fifo,{module}:WithoutPeriod': WithoutPeriod.__init__() got an unexpected keyword argument 'period'"),
+], ids=["abstract", "no-period", "stopper-argument", "compare-abstract", "compare-no-period"])
+def test_cli_simulate_refuses_a_class_it_cannot_build(
+    options: list[str], told: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A policy or stopper that loads but cannot be built was a traceback in the middle of the simulation; it is
+    refused before it starts, with the reason, as `hermes run` refuses it."""
+    assert main(["simulate", "--trace", DIGITS, "--mode", "max", "--gpus", "2", "--seeds", "1", *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hermes: error: " + told.format(module=__name__)) and "Traceback" not in err, err
+
+
+def test_cli_simulate_builds_a_policy_as_the_simulation_will() -> None:
+    """Without --period no period is given: the check must not refuse what the simulation can build."""
+    assert main(["simulate", "--trace", DIGITS, "--mode", "max", "--gpus", "2", "--policy", f"{__name__}:WithoutPeriod",
+                 "--json"]) == 0

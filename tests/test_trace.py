@@ -76,6 +76,8 @@ def test_best_final_skips_diverged_and_prefers_first_on_ties(tmp_path: Path) -> 
     path.write_text(HEADER + "a,1,5,1\nb,1,9,1\nb,2,,1\nc,1,5,1\n")
     assert load_trace(path, "max").best_final().name == "a"
     assert load_trace(path, "min").best_final().name == "a"
+    assert [t.name for t in load_trace(path, "min").best_finals()] == ["a", "c"]  # every trial tied for best
+    assert [t.name for t in load_trace(path, "max").best_finals()] == ["a", "c"]
 
 
 def test_best_final_needs_a_finished_trial() -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 from hermes.core.states import TrialState
@@ -31,15 +33,19 @@ class RecordedTrace:
 
 
 def experiment_trace(view: ExperimentView, experiment_dir: Path | None = None) -> RecordedTrace:
-    """The experiment's finished trials as a trace: an epoch per report, in step order.
+    """The experiment's finished trials as a trace: an epoch per report that has a value, in step order.
 
-    A run's epochs share its time from its start (or resume) to its last report evenly: a report's own
-    arrival time is the executor's, and a program stopped with SIGSTOP has its last lines read together.
-    A failed trial is one that diverged: its last epoch costs the time from its last report to the end of
-    its run, and gives nothing; so does a report whose objective is missing or not finite. A trial stopped
-    early, or not finished, is left out, and counted. With ``experiment_dir`` (the experiment's folder on
-    this machine), a trial's state size, which sets what a switch costs in the simulator, is that of its
-    newest checkpoint; without one, the simulator's default."""
+    An epoch's seconds must not hold what the recording policy paid (each start or resume, with its restore,
+    which the simulator charges again under the policy it replays), so they are the time between two reports
+    of one run. A run's first report follows its start: its epoch takes the mean of the run's others, else of
+    the trial's other runs; only a trial none of whose runs reported twice has the time since each run began,
+    start-up included, as nothing tells the two apart. A report whose objective is missing or not finite gives
+    no epoch: its time goes to the trial's next report that has a value (the trial trained on), and where none
+    follows, the trial diverged there. A failed trial is one that diverged: its last epoch costs the time from
+    its last report to the end of its run, and gives nothing. A trial stopped early, or not finished, is left
+    out, and counted. With ``experiment_dir`` (the experiment's folder on this machine), a trial's state size,
+    which sets what a switch costs in the simulator, is that of its newest checkpoint; without one, the
+    simulator's default."""
     reports: dict[str, list[MetricRecord]] = {}
     for record in view.metrics:
         reports.setdefault(record.trial_id, []).append(record)
@@ -74,23 +80,29 @@ def _curve(
         if index < 0:
             return None
         by_run.setdefault(index, []).append(record)
+    gaps = {index: [later.at - earlier.at for earlier, later in pairwise(made)] for index, made in by_run.items()}
+    trial_gaps = [gap for run_gaps in gaps.values() for gap in run_gaps]
     metrics: list[float] = []
     seconds: list[float] = []
+    owed = 0.0  # seconds of reports without a value, paid by the next epoch that has one
     for index, made in sorted(by_run.items()):
-        each = max((made[-1].at - starts[index]) / len(made), SHORTEST_EPOCH_S)
-        for record in made:
-            seconds.append(each)
+        known = gaps[index] or trial_gaps
+        first = statistics.fmean(known) if known else made[0].at - starts[index]
+        for record, each in zip(made, [first, *gaps[index]]):
+            owed += max(each, SHORTEST_EPOCH_S)
             value = view.target.value(record.values)
-            if value is None or not math.isfinite(value):
-                return metrics, seconds, True  # the epoch was paid for and gave no value: diverged
-            metrics.append(value)
+            if value is not None and math.isfinite(value):
+                metrics.append(value)
+                seconds.append(owed)
+                owed = 0.0
     if failed:
         last = runs[-1]
         if last.ended_at is None:
             return None
         since = max([last.started_at, *(record.at for record in by_run.get(len(runs) - 1, []))])
-        seconds.append(max(last.ended_at - since, SHORTEST_EPOCH_S))
-        return metrics, seconds, True
+        owed += max(last.ended_at - since, SHORTEST_EPOCH_S)
+    if owed:
+        return metrics, [*seconds, owed], True  # the last epochs were paid for and gave no value: diverged
     return (metrics, seconds, False) if metrics else None
 
 

@@ -32,7 +32,7 @@ class Summary:
 
     policy: str
     seeds: int
-    best_reached: int  # seeds in which the final-best trial was fully trained
+    best_reached: int  # seeds in which a trial with the best final metric was fully trained
     target_reached: int
     time_to_best_s: float
     time_to_target_s: float

@@ -55,7 +55,7 @@ class SimulationResult:
     policy: str
     gpus: int
     trials: int
-    time_to_best_s: float | None  # when the trace's final-best trial completed its budget
+    time_to_best_s: float | None  # when a trial with the trace's best final metric first completed its budget
     time_to_target_s: float | None  # when a trial first completed its budget within the tolerance of the best
     mean_first_feedback_s: float
     median_first_feedback_s: float
@@ -115,15 +115,15 @@ def simulate(
     makespan = executor.now()
     first = sorted(t.first_report_at for t in scheduler.trials.values() if t.first_report_at is not None)
     early = makespan / 10
-    best_final = trace.best_final()
-    on_target = [
-        at for name, at in accounts.completed_at.items() if target.within(curves[name].metrics[-1], best_final.metrics[-1])
-    ]
+    best_finals = trace.best_finals()
+    best = best_finals[0].metrics[-1]
+    on_target = [at for name, at in accounts.completed_at.items() if target.within(curves[name].metrics[-1], best)]
+    on_best = [accounts.completed_at[t.name] for t in best_finals if t.name in accounts.completed_at]
     return SimulationResult(
         policy=policy.name,
         gpus=gpus,
         trials=len(arrivals),
-        time_to_best_s=accounts.completed_at.get(best_final.name),
+        time_to_best_s=min(on_best, default=None),
         time_to_target_s=min(on_target, default=None),
         mean_first_feedback_s=statistics.fmean(first) if first else math.nan,
         median_first_feedback_s=statistics.median(first) if first else math.nan,

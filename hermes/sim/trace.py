@@ -71,13 +71,17 @@ class Trace:
     def best_final(self) -> TraceTrial:
         """The trial with the best last metric, the oracle's pick that regret is measured against.
 
-        Diverged trials never count; a tie goes to the trial first in the file.
+        Diverged trials never count; a tie goes to the trial first in the file (``best_finals`` has them all).
         """
+        return self.best_finals()[0]
+
+    def best_finals(self) -> tuple[TraceTrial, ...]:
+        """Every trial whose last metric is the best, in file order: the best is reached when any of them is."""
         finished = [t for t in self.trials if not t.diverged]
         if not finished:
             raise TraceError(f"{self.path}: every trial diverged, so none has a final metric")
-        sign = 1.0 if self.mode == "max" else -1.0
-        return max(finished, key=lambda t: sign * t.metrics[-1])
+        best = (max if self.mode == "max" else min)(t.metrics[-1] for t in finished)
+        return tuple(t for t in finished if t.metrics[-1] == best)
 
     def shuffled(self, seed: int) -> tuple[TraceTrial, ...]:
         """The trials in a seeded random arrival order, so runs differ only by the seed."""

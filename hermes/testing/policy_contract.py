@@ -91,7 +91,7 @@ def fresh_policy(name: str, executor: SimulatedExecutor) -> SchedulingPolicy:
 
 def run(name: str, listener: Listener | None = None, *, stopper: str | None = None, seed: int = 4) -> list[str]:
     """One simulation of 60 mixed curves on 5 GPUs in two nodes under policy ``name`` (and ``stopper``);
-    its decision log, one line per decision with the time of the event it answers."""
+    its decision log, one line per decision with the event it answers (its number, kind and time)."""
     trace = synthetic_trace(60, 10, seed=seed, kind="mixed", epoch_seconds=(5.0, 40.0), diverge_fraction=0.1)
     executor = SimulatedExecutor(LAYOUT)
     scheduler = Scheduler(
@@ -100,9 +100,12 @@ def run(name: str, listener: Listener | None = None, *, stopper: str | None = No
         stopper=make_stopper(stopper) if stopper is not None else None,
     )
     log: list[str] = []
+    events = 0
 
     def listen(event: Event, decisions: list[Decision]) -> None:
-        log.extend(f"{event.at:.6f} {decision!r}" for decision in decisions)
+        nonlocal events
+        events += 1
+        log.extend(f"event {events} ({type(event).__name__} at {event.at:.6f}): {decision!r}" for decision in decisions)
         if listener is not None:
             listener(scheduler, event, decisions)
 
@@ -111,8 +114,26 @@ def run(name: str, listener: Listener | None = None, *, stopper: str | None = No
         engine.post(executor.submit(curve.name, curve, at=0.0))
     engine.post(SubmissionsClosed(0.0))
     engine.run()
-    assert scheduler.finished
+    assert scheduler.finished, f"the run ended after {events} events with trials unfinished"
     return log
+
+
+def assert_same_decisions(got: list[str], expected: list[str], what: str, *, swapped_after: int | None = None) -> None:
+    """Fail naming the first decision that differs and the event it answers: pytest does not rewrite the asserts
+    of an imported module, and two logs of thousands of lines compared bare said nothing. ``swapped_after``: the
+    event after which a state_dict round trip took place; a difference up to it is the run's own."""
+    if got == expected:
+        return
+    index = next((i for i, pair in enumerate(zip(got, expected)) if pair[0] != pair[1]), min(len(got), len(expected)))
+
+    def line(log: list[str]) -> str:
+        return log[index] if index < len(log) else "no decision: the log ends here"
+
+    event = min(int(log[index].split()[1]) for log in (got, expected) if index < len(log))
+    before = swapped_after is not None and event <= swapped_after
+    raise AssertionError(f"{what}: decision {index + 1} of {len(expected)} differs first"
+                         + (f" (at event {event}, before the round trip: the run itself differs)" if before else "")
+                         + f"\n  expected: {line(expected)}\n  got:      {line(got)}")
 
 
 def stops(log: list[str]) -> int:
@@ -139,9 +160,9 @@ def _count_events(name: str, *, stopper: str | None = None) -> tuple[list[str], 
 # ---------------------------------------------------------------------------------------- policies
 def test_the_same_events_give_the_same_decisions(policy_name: str) -> None:
     first = run(policy_name)
-    assert len(first) >= 60  # every trial starts
-    assert run(policy_name) == first
-    assert run(policy_name, seed=5) != first  # the log does depend on the run
+    assert len(first) >= 60, f"{len(first)} decisions: every one of the 60 trials must start"
+    assert_same_decisions(run(policy_name), first, "the same run again gave other decisions")
+    assert run(policy_name, seed=5) != first, "another run gave the same decisions: the log proves nothing"
 
 
 def test_priority_does_not_change_state(policy_name: str) -> None:
@@ -151,9 +172,10 @@ def test_priority_does_not_change_state(policy_name: str) -> None:
             if not trial.state.is_terminal:
                 scheduler.policy.priority(trial, event.at)
                 scheduler.policy.priority(trial, event.at + 1000.0)
-        assert _state(scheduler.policy) == before
+        assert _state(scheduler.policy) == before, f"priority changed the state at {event.at}: {type(event).__name__}"
 
-    assert run(policy_name, ask_everything) == run(policy_name)
+    assert_same_decisions(run(policy_name, ask_everything), run(policy_name),
+                          "priority asked of every trial at every event changed a later decision")
 
 
 def test_a_time_invariant_order_equals_a_full_scan(policy_name: str) -> None:
@@ -193,8 +215,9 @@ def test_a_state_dict_round_trip_mid_run_changes_no_decision(policy_name: str) -
             fresh = fresh_policy(policy_name, SimulatedExecutor(LAYOUT))
             scheduler.restore_policy(fresh, json.loads(json.dumps(scheduler.policy.state_dict())))
 
-    assert run(policy_name, swap_halfway) == uninterrupted
-    assert events == total
+    assert_same_decisions(run(policy_name, swap_halfway), uninterrupted,
+                          f"a state_dict round trip after event {total // 2}", swapped_after=total // 2)
+    assert events == total, f"{events} events after the round trip, {total} without it"
 
 
 # ---------------------------------------------------------------------------------------- stoppers
@@ -202,8 +225,9 @@ def test_a_stopper_gives_the_same_decisions_for_the_same_run(stopper_name: str) 
     first = run(STOPPER_POLICY, stopper=stopper_name)
     assert stops(first) > stops(run(STOPPER_POLICY)), "the stopper stopped no trial: this run proves nothing"
     other = run(STOPPER_POLICY, stopper=stopper_name, seed=5)  # another run in between: nothing may carry over
-    assert run(STOPPER_POLICY, stopper=stopper_name) == first
-    assert run(STOPPER_POLICY, stopper=stopper_name, seed=5) == other
+    assert_same_decisions(run(STOPPER_POLICY, stopper=stopper_name), first, "the same run again gave other decisions")
+    assert_same_decisions(run(STOPPER_POLICY, stopper=stopper_name, seed=5), other,
+                          "the same run (seed 5) again gave other decisions")
 
 
 def test_should_stop_asked_again_changes_nothing(stopper_name: str) -> None:
@@ -225,8 +249,9 @@ def test_should_stop_asked_again_changes_nothing(stopper_name: str) -> None:
 
     uninterrupted = run(STOPPER_POLICY, stopper=stopper_name)
     assert stops(uninterrupted) > stops(run(STOPPER_POLICY)), "the stopper stopped no trial: this run proves nothing"
-    assert run(STOPPER_POLICY, ask_everything, stopper=stopper_name) == uninterrupted
-    assert asked > 1000
+    assert_same_decisions(run(STOPPER_POLICY, ask_everything, stopper=stopper_name), uninterrupted,
+                          "should_stop asked again of every trial at every event changed a later decision")
+    assert asked > 1000, f"should_stop was asked again only {asked} times"
 
 
 def test_a_stopper_state_dict_round_trip_mid_run_changes_no_decision(stopper_name: str) -> None:
@@ -244,6 +269,7 @@ def test_a_stopper_state_dict_round_trip_mid_run_changes_no_decision(stopper_nam
             fresh.load_state_dict(json.loads(json.dumps(scheduler.stopper.state_dict())))
             scheduler.stopper = fresh  # the core holds its stopper there, and nowhere else
 
-    assert run(STOPPER_POLICY, swap_halfway, stopper=stopper_name) == uninterrupted
-    assert events == total
+    assert_same_decisions(run(STOPPER_POLICY, swap_halfway, stopper=stopper_name), uninterrupted,
+                          f"a state_dict round trip after event {total // 2}", swapped_after=total // 2)
+    assert events == total, f"{events} events after the round trip, {total} without it"
     assert stopped_after > 0, "no trial was stopped after the round trip: this run proves nothing"
