@@ -45,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_cancel(commands)
     args = parser.parse_args(argv)
     try:
+        _choose_server(args)
         code = args.handler(args)
         sys.stdout.flush()  # a reader that went away shows here at the latest, inside the try
         return code
@@ -127,7 +128,8 @@ def _run(args: argparse.Namespace) -> int:
     with closing(session.store) as store:
         experiment = store.experiment(outcome.experiment_id)
         report = ExperimentView.load(store, experiment)
-    print(f"{spec.name}: {outcome.status.value}{' (continued)' if outcome.resumed else ''}; "
+    why = f": {session.ended_by}" if session.ended_by and session.failure is None else ""
+    print(f"{spec.name}: {outcome.status.value}{' (continued)' if outcome.resumed else ''}{why}; "
           f"store {session.storage / 'hermes.db'}")
     print(format_results(report, standings(report)[: args.top], "table"))
     if session.failure is not None:
@@ -160,7 +162,8 @@ def _progress_printer(session: ExperimentSession) -> Listener:
     def ended(trial: Trial, at: float) -> None:
         value = f", {session.spec.metric.name} {trial.values[-1]:.4g}" if trial.values else ""
         error = f" ({summarise_error(trial.error, width=120)})" if trial.error else ""
-        print(f"[{at:8.1f}s] trial {trial.trial_id} {trial.state.value} at step {trial.step}{value}{error}", flush=True)
+        where = f"at step {trial.step}" if trial.step else "before its first report"  # a trial a budget ended unstarted
+        print(f"[{at:8.1f}s] trial {trial.trial_id} {trial.state.value} {where}{value}{error}", flush=True)
 
     def show(event: Event, decisions: list[Decision]) -> None:
         if isinstance(event, NodeAdded):
@@ -245,8 +248,9 @@ def _simulate(args: argparse.Namespace) -> int:
         raise HermesError(f"--mode max or min: in which direction the metric of {args.trace} improves")
     else:
         trace = load_trace(args.trace, args.mode, state_mb=args.state_mb)
+    period = {} if args.period is None else {"period": args.period}  # what run_one builds each policy with
     if not args.compare:
-        _loadable(policy_class, args.policy, f"--policy {args.policy}")
+        _loadable(policy_class, args.policy, f"--policy {args.policy}", **period)
     if args.stopper is not None:
         _loadable(stopper_class, args.stopper, f"--stopper {args.stopper}")
     nodes = args.nodes or math.ceil(args.gpus / GPUS_PER_NODE)
@@ -264,7 +268,7 @@ def _simulate(args: argparse.Namespace) -> int:
         if not policies:
             raise HermesError(f"--compare {args.compare!r}: no policy")
         for name in policies:
-            _loadable(policy_class, name, f"--compare {args.compare!r}")
+            _loadable(policy_class, name, f"--compare {args.compare!r}", **period)
         twice = next((name for i, name in enumerate(policies) if name in policies[:i]), None)
         if twice:  # its runs would merge into one row that counts each seed twice
             raise HermesError(f"--compare {args.compare!r}: policy {twice!r} is named twice")
@@ -286,10 +290,12 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _loadable(load: Callable[[str], type], name: str, option: str) -> None:
+def _loadable(load: Callable[[str], type], name: str, option: str, **params: Any) -> None:
+    """Load and build it once, with the arguments the simulator gives it, so that a class that cannot be
+    built (abstract, or wanting other arguments) is refused now, as `hermes run` refuses it, not in a traceback."""
     try:
-        load(name)
-    except ValueError as error:
+        load(name)(**params)
+    except (TypeError, ValueError) as error:
         raise HermesError(f"{option}: {error}") from None
 
 
@@ -315,9 +321,21 @@ def _add_storage_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def _add_server_arguments(command: argparse.ArgumentParser, what: str) -> None:
-    command.add_argument("--server", metavar="URL", default=os.environ.get("HERMES_SERVER"),
-                         help=f"{what} (default: $HERMES_SERVER)")
+    command.add_argument("--server", metavar="URL", help=f"{what} (default: $HERMES_SERVER)")
     command.add_argument("--token", help="API token (default: $HERMES_TOKEN)")
+
+
+def _choose_server(args: argparse.Namespace) -> None:
+    """``--server``, else ``$HERMES_SERVER`` unless a storage dir is named: the dir on the command line wins over
+    the environment's default (``hermes list runs`` listed the server's experiments, and ``plot`` drew them in
+    runs/). A dir and ``--server`` together are refused: which one was meant is not for us to guess."""
+    if not hasattr(args, "server"):
+        return
+    named = getattr(args, "dir", None)
+    if args.server and named is not None:
+        raise HermesError(f"give a storage dir ({named}) or --server ({args.server}), not both")
+    if args.server is None and named is None:
+        args.server = os.environ.get("HERMES_SERVER")
 
 
 @contextmanager
@@ -618,15 +636,10 @@ def _client(args: argparse.Namespace) -> Client:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    import yaml
+    from hermes.experiment.spec import read_spec
 
     client = _client(args)
-    try:
-        spec = yaml.safe_load(Path(args.spec).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as error:
-        raise HermesError(f"{args.spec}: cannot read the spec: {error}") from None
-    if not isinstance(spec, dict):
-        raise HermesError(f"{args.spec}: must be a YAML mapping with name, trial, search, metric and budget")
+    spec = read_spec(args.spec)  # as hermes run reads it: the same numbers, and its errors (a SpecError)
     if args.name is not None:
         spec["name"] = args.name
     # Your area on the server mirrors the folder you submit from: the spec is read there as it lies here.

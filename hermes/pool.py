@@ -226,7 +226,6 @@ class PoolSession:
         finally:
             self._stopped.set()
             executor.close()
-            self._save_accounts()
             for member in self.members.values():
                 if member.session.scheduler.finished:
                     continue
@@ -234,6 +233,10 @@ class PoolSession:
                     self.store.set_status(member.record.experiment_id, ExperimentStatus.INTERRUPTED)
                 except HermesError:
                     log.exception("could not mark experiment %s interrupted", member.record.full_name)
+            try:  # after the marks: a store gone (the error that stopped the pool, say) fails this too
+                self._save_accounts()
+            except HermesError:
+                log.exception("could not save the pool's fair-share accounts")
 
     def _executor(self, clock: float) -> LocalExecutor | RayExecutor:
         directory = self.directory / "pool"

@@ -49,6 +49,7 @@ from hermes.store.sql import SqlStore
 
 STORE_FILE = "hermes.db"
 SUBMISSIONS_AT_ONCE = 100  # trials asked for in one go; more follow once the core has these (``submissions``)
+BUDGET_SPENT = "its budget of time or GPU hours is spent"  # why such an experiment ended: its log and its status say
 Listener = Callable[[Event, list[Decision]], None]
 
 
@@ -105,6 +106,7 @@ class ExperimentSession:
         self._in_transit = 0  # events ``submissions`` gave that the core has not handled yet
         self._cancel_lock = threading.Lock()
         self._cancel_reason: str | None = None  # cancel() was called
+        self.ended_by: str | None = None  # why it ended before its searcher did: its budget of time or GPU hours
         self.failure: str | None = None  # why the experiment failed as a whole (its searcher raised)
         self._origin: float | None = None  # when its first event happened, on the engine's clock
         self._width = len(str(max((spec.search.trials or 1000) - 1, 1)))
@@ -191,6 +193,7 @@ class ExperimentSession:
                 self.scheduler,
                 executor,
                 [StoreRecorder(self.store, self.experiment_id, self.scheduler), self._after, *self.listeners],
+                submitter=self,
             )
             try:
                 self.store.set_status(self.experiment_id, ExperimentStatus.RUNNING)
@@ -342,7 +345,8 @@ class ExperimentSession:
             return events
         if self._budget_spent(now):
             self._cancelled = self._closed = True
-            return [ExperimentCancelled(now, "its budget of time or GPU hours is spent")]
+            self.ended_by = BUDGET_SPENT
+            return [ExperimentCancelled(now, BUDGET_SPENT)]
         if self._closed:
             return events
         searcher, budget = self.searcher, self.budget
@@ -412,8 +416,12 @@ class ExperimentSession:
 
     def _after(self, event: Event, decisions: list[Decision]) -> None:
         """The engine loop's listener: what ``after`` does, then the submissions that follow, which the loop
-        handles next (``Engine`` takes a listener's posts before any other event)."""
+        handles next (``Engine`` takes a listener's posts before any other event). A turn's own submissions ask
+        for no next turn: the loop asks for it between batches, so that trials start, reports come and an
+        interrupt is taken between turns (a search of 100,000 trials held SIGTERM for 9 s, a million for minutes)."""
         self._follow_live(event, decisions)
+        if isinstance(event, (TrialSubmitted, SubmissionsClosed)):
+            return
         for submission in self.submissions(event.at):
             self._post(submission)
 

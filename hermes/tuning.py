@@ -67,12 +67,20 @@ class ExperimentResult:
 
 def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     """A spec whose ``trial.function`` is the function itself (as Ray Tune's ``Tuner(train)`` takes it), with the
-    ``module:function`` its trials import in its place."""
+    ``module:function`` its trials import in its place. A function of the script being run (``__main__``) is its
+    file's module, which trials import from the script's folder (the workdir, unless the spec gives one): the
+    script's ``if __name__ == "__main__":`` keeps them from running it. A notebook's has no file: the spec check
+    says to move it into one."""
     trial = spec.get("trial")
     function = trial.get("function") if isinstance(trial, Mapping) else None
     if not callable(function) or not hasattr(function, "__qualname__"):
         return spec
-    return {**spec, "trial": {**trial, "function": f"{function.__module__}:{function.__qualname__}"}}
+    module, named = function.__module__, dict(trial)
+    script = getattr(sys.modules.get("__main__"), "__file__", None) if module == "__main__" else None
+    if script is not None:
+        module = Path(script).stem
+        named.setdefault("workdir", str(Path(script).resolve().parent))
+    return {**spec, "trial": {**named, "function": f"{module}:{function.__qualname__}"}}
 
 
 def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> ExperimentResult:

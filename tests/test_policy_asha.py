@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from hermes.core.states import TrialState
 from hermes.core.trial import Trial
 from hermes.policies import Verdict, make_policy
 from hermes.policies.asha import NEW_TRIAL, AshaPolicy, HyperbandPolicy
@@ -83,11 +84,21 @@ def test_promotions_count_against_the_top_and_deeper_rungs_go_first() -> None:
     policy = AshaPolicy()
     trials = [at_first_rung(policy, f"t{i}", i, float(i)) for i in range(6)]
     best, second = trials[5], trials[4]
+    training = Trial("training", 20, 50, submitted_at=0.0)  # on its way to its first rung
+    core = {trial.trial_id: trial for trial in [*trials, training]}
+    policy.attach(core)
     assert policy.priority(second, 10.0) is not None and policy.priority(best, 10.0) is not None
     assert reported(policy, best, [10.0, 11.0]) == [Verdict.CONTINUE, Verdict.PAUSE]  # promoted to rung 3
-    # Rung 3 holds one trial: not enough for a top third, so nothing goes on from there yet.
+    # Rung 3 holds one trial: not enough for a top third, so nothing goes on from there while others train
     assert policy.priority(best, 10.0) is None
+    training.move_to(TrialState.STOPPED)  # every trial paused or ended, but more may come: a new one is asked for
+    assert policy.priority(best, 10.0) is None
+    policy.submissions_closed(True)  # none comes: the search is spent, and its best goes on all the same
+    assert policy.priority(best, 10.0) == 3.0 and policy.priority(second, 10.0) is not None
+    core.pop("training")
+    policy.submissions_closed(False)
     others = [at_first_rung(policy, f"u{i}", 10 + i, 0.0) for i in range(3)]  # 9 at rung 1: top 3
+    core["more"] = Trial("more", 30, 50, submitted_at=0.0)
     assert policy.priority(second, 10.0) is not None
     assert all(policy.priority(t, 10.0) is None for t in others)
     third = trials[3]
@@ -129,6 +140,16 @@ def test_simulation_trains_trials_only_to_rungs(name: str) -> None:
     assert 0 < len(finished) <= len(trace.trials) // 3
     assert len(trained) == len(trace.trials)  # every trial started before the experiment ended
     assert result.overhead_fraction < 0.05
+
+
+@pytest.mark.parametrize("name", ["asha", "hyperband"])
+def test_a_small_search_trains_the_best_of_its_last_rung_to_the_end(name: str) -> None:
+    """5 trials, 9 steps, factor 3: rung 3 holds 2 scores, too few to promote a third of, and the search ended with
+    no trial past step 3. Once every trial is paused or ended, the best of such a rung goes on, deepest first."""
+    trace = synthetic_trace(5, 9, seed=1, kind="saturating", epoch_seconds=(5.0, 20.0))
+    result = simulate(trace, make_policy(name), gpus=2, seed=0, record=True)
+    trained = Counter(epoch.trial_id for epoch in result.epochs)
+    assert 9 in trained.values(), trained
 
 
 def test_asha_misses_a_best_trial_that_starts_badly() -> None:

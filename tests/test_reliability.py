@@ -291,5 +291,6 @@ def test_a_hung_trial_fails_saying_why_and_the_experiment_goes_on(tmp_path: Path
             assert match, trial.error
             if match.groups():  # silent for 5 times its slowest step, to the 3 digits shown
                 assert float(match[1]) == pytest.approx(5 * float(match[2]), rel=0.01)
-            assert f"trial {trial.trial_id} failed at step {hang_after}" in result.stdout
+            where = f"at step {hang_after}" if hang_after else "before its first report"
+            assert f"trial {trial.trial_id} failed {where}" in result.stdout
     assert not trial_processes((tmp_path / "runs").resolve())

@@ -149,6 +149,10 @@ def test_another_users_experiment_is_not_found(server: Server) -> None:
     response = server.client.put(f"/api/experiments/{bobs}/weight", json={"weight": 5}, headers=server.as_("alice"))
     assert response.status_code == 404
     assert server.hermes.store.experiment(bobs).weight == 1.0
+    response = server.client.put(f"/api/experiments/{bobs}/weight", json={"weight": 5}, headers=server.as_("bob"))
+    changed, read = response.json(), server.get(f"/api/experiments/{bobs}", "bob")
+    assert changed["weight"] == 5.0 and changed["trials"] == 12  # the record a GET gives: its trials were null
+    assert changed == {**read, "spec": None}
     # the cluster view names only the caller; others are one row
     users = [row["user"] for row in server.get("/api/cluster", "alice")["users"]]
     assert "bob" not in users
@@ -971,6 +975,33 @@ def test_the_server_keeps_its_experiments_and_users_in_postgresql(tmp_path: Path
             assert past.status_code == 422, (route, past.text)
         store.close()
     assert not (tmp_path / "server" / "hermes.db").exists()
+
+
+def test_a_pool_stopped_by_a_postgresql_restart_starts_again_and_runs_its_experiments(
+    tmp_path: Path, postgres: Any
+) -> None:
+    """A few seconds without its database stopped the pool for good, while the server took submissions that nothing
+    ran and showed its experiments running: the pool starts again from the store, and connections are checked
+    before use (the first request after the restart was a 500)."""
+    url = postgres.new_database()
+    config = ServerConfig(root=tmp_path / "server", database=url, resources=ResourcesSpec(gpus="none", cpu_slots=2),
+                          poll=0.2)
+    with TestClient(create_app(config)) as client:
+        server = Server(client)
+        before = server.client.post("/api/experiments", json={"spec": real_spec("before", steps=30, sleep=0.1)},
+                                    headers=server.as_("alice")).json()["id"]
+        deadline = time.monotonic() + 30
+        while not server.get(f"/api/experiments/{before}/metrics")["metrics"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        postgres.stop()
+        time.sleep(1.5)
+        postgres.start()
+        after = server.client.post("/api/experiments", json={"spec": real_spec("after")}, headers=server.as_("alice"))
+        assert after.status_code == 201, after.text
+        for experiment_id in (before, after.json()["id"]):
+            experiment = server.wait(experiment_id, timeout=90)
+            assert experiment["status"] == "finished" and experiment["by_state"] == {"completed": 3, "failed": 1}
 
 
 def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None:

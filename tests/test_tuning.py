@@ -199,3 +199,35 @@ def test_run_from_python_takes_the_trial_function_itself(tmp_path: Path, monkeyp
     spec["trial"] = {**spec["trial"], "function": curve.train}
     result = hermes.run(spec)
     assert [trial.state for trial in result.trials] == ["completed", "completed"]
+
+
+SCRIPT_ITSELF = """
+import hermes
+from hermes import trial
+
+def train(config):
+    trial.report(1, score=config["x"])
+
+if __name__ == "__main__":
+    result = hermes.run({"name": "script", "trial": {"function": train},
+                         "search": {"sampler": "random", "trials": 2, "seed": 0,
+                                    "space": {"x": {"type": "uniform", "low": 0, "high": 1}}},
+                         "metric": {"name": "score", "mode": "max"}, "budget": {"steps": 1},
+                         "resources": {"gpus": "none", "cpu_slots": 1}, "storage": {"dir": "runs"}})
+    print("ran", result.status, [t.state for t in result.trials])
+"""
+
+
+def test_a_script_run_directly_may_name_its_own_trial_function(tmp_path: Path) -> None:
+    """The README's pattern, ``"function": train`` in the script that is run: it was refused as ``__main__:train``.
+    Its trials import the script's file as a module, from its folder (here not the current directory)."""
+    import subprocess
+    import sys
+
+    from tests.test_run import environment
+
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "tune.py").write_text(SCRIPT_ITSELF)
+    output = subprocess.run([sys.executable, "scripts/tune.py"], cwd=tmp_path, env=environment(),
+                            capture_output=True, text=True, timeout=120)
+    assert output.stdout.splitlines()[-1] == "ran finished ['completed', 'completed']", output

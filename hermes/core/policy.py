@@ -89,9 +89,14 @@ class SchedulingPolicy(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
 
+    def submissions_closed(self, closed: bool) -> None:
+        """Told when submissions close (every trial that will come is the core's) and when they reopen (a larger
+        budget): a policy that holds trials back for ones to come may then let them go."""
+
     def attach(self, trials: Mapping[str, Trial]) -> None:
-        """After ``load_state_dict``: the core's trials, for a policy that keeps references to them
-        (they are core objects, not plain data, so ``state_dict`` cannot hold them)."""
+        """The core's trials, a live mapping, when the core is made and after ``load_state_dict``: for a policy that
+        keeps references to them or looks at them all (they are core objects, not plain data, so ``state_dict``
+        cannot hold them)."""
 
 
 class EarlyStopper(ABC):

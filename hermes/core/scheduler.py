@@ -99,6 +99,7 @@ class Scheduler:
         self._replaying = False  # in ``replay``: the log's decisions, not the policy's, say who runs where
         self.reclaimed: set[str] = set()  # GPUs a shared pool takes back once their trials release them
         self._avoiding: dict[str, str] = {}  # trial -> the node its last run crashed on, until it reports elsewhere
+        policy.attach(self.trials)
 
     @property
     def busy(self) -> int:
@@ -352,16 +353,16 @@ class Scheduler:
             self.unplaced = dict(sorted(self.unplaced.items(), key=lambda item: item[1].seq))
 
     def _on_submissions_closed(self, event: SubmissionsClosed) -> list[Decision]:
-        self.submissions_open = False
+        self._close_submissions(True)
         return []
 
     def _on_reopened(self, event: SubmissionsReopened) -> list[Decision]:
-        self.submissions_open = True
+        self._close_submissions(False)
         self.finished = False
         return []
 
     def _on_cancelled(self, event: ExperimentCancelled) -> list[Decision]:
-        self.submissions_open = False
+        self._close_submissions(True)
         decisions: list[Decision] = []
         if self._replaying:
             return decisions
@@ -369,6 +370,10 @@ class Scheduler:
             if not trial.state.is_terminal and not trial.stop_requested:
                 decisions += self._stop(trial)
         return decisions
+
+    def _close_submissions(self, closed: bool) -> None:
+        self.submissions_open = not closed
+        self.policy.submissions_closed(closed)
 
     def _refuse_if_finished(self, event: Event) -> None:
         """A finished core takes only a reopening, and the loss of nodes: a runner that continues a finished

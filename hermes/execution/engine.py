@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
 from hermes.core.decisions import Decision
 from hermes.core.events import Event
@@ -20,6 +20,15 @@ from hermes.execution.contract import Executor
 DecisionListener = Callable[[Event, list[Decision]], None]
 """Called with every event and the decisions the core made about it, before the executor acts.
 A listener may also have ``flush()``, called before the executor acts on what it was told."""
+
+
+class Submitter(Protocol):
+    """A source of work asked between batches: a search's next turn of submissions (``ExperimentSession``)."""
+
+    @property
+    def asks_due(self) -> bool: ...
+
+    def submissions(self, now: float) -> list[Event]: ...
 
 
 class Engine:
@@ -41,9 +50,13 @@ class Engine:
         listeners: Iterable[DecisionListener] = (),
         *,
         waits_for_posts: bool = False,
+        submitter: Submitter | None = None,
     ) -> None:
         """``waits_for_posts``: when the executor has nothing left to report, wait for a post
-        (a host that submits more work later) instead of failing."""
+        (a host that submits more work later) instead of failing. ``submitter``: asked for its next turn
+        between batches, when the executor has nothing new, so that a search of many trials goes in turn by
+        turn, its trials starting and an interrupt taken between turns."""
+        self.submitter = submitter
         self.scheduler = scheduler
         self.executor = executor
         self.listeners = list(listeners)
@@ -113,7 +126,12 @@ class Engine:
             interrupt, self._interrupt = self._interrupt, None
             if interrupt is not None:  # between batches: what the executor reported since stays with it
                 raise interrupt
+            submitter = self.submitter if self.submitter is not None and self.submitter.asks_due else None
+            if submitter is not None:  # its next turn: what the executor has is taken without waiting for more
+                self.executor.wake()
             events = self.executor.next_events()
+            if submitter is not None and not events and not self._inbox:
+                events = submitter.submissions(self.executor.now())
             if events and not self._inbox:  # the usual case, without the lock (as in _take_posts)
                 return events
             with self._posted:

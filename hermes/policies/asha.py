@@ -13,7 +13,12 @@ strictly better, so diverged trials tied with each other trained to their budget
 frees up it goes to a promotion, deepest rung first and best score first within a rung; only when
 nothing is promotable does a new trial start. A paused trial that
 is not promotable gets priority ``None``: it waits, and at the end of the experiment the core
-stops it. ASHA never preempts a trial between rungs.
+stops it. A rung that holds fewer than ``reduction_factor`` scores promotes no share of them; once
+the search is spent (submissions closed, and every trial not ended paused at a rung: none trains or
+waits to start), the best of such a rung is promoted all the same, deepest rung first, as Ray Tune's
+and Optuna's ASHA let it go on: a search of 8 trials with 9 steps and a factor of 3 ended with none
+past step 3. While trials may still come, a new one is asked for instead, as ASHA does.
+ASHA never preempts a trial between rungs.
 
 Hyperband runs several ASHA brackets side by side; bracket ``b`` has its first rung at
 ``min_steps * reduction_factor**b`` steps, so later brackets judge trials after more training.
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right, insort
-from typing import Any
+from typing import Any, Mapping
 
 from hermes.core.trial import Trial
 from hermes.core.policy import SchedulingPolicy, Verdict
@@ -51,6 +56,9 @@ class AshaPolicy(SchedulingPolicy):
         self._scores: dict[str, list[float]] = {}  # rung key -> scores recorded there, ascending
         self._rung: dict[str, int] = {}  # trial -> index of the last rung it reached
         self._paused: set[str] = set()  # trials paused at their last rung, awaiting promotion
+        self._trials: Mapping[str, Trial] = {}  # the core's, to tell when every trial is paused or ended
+        self._closed = False  # submissions closed: no trial comes beyond those of ``_trials``
+        self._active: str | None = None  # a trial last seen neither paused nor ended: usually still so
 
     # ------------------------------------------------------------------ rungs
     def bracket(self, trial: Trial) -> int:
@@ -104,12 +112,34 @@ class AshaPolicy(SchedulingPolicy):
         scores = self._scores[self._key(trial, rung)]
         top = len(scores) // self.reduction_factor
         better = len(scores) - bisect_right(scores, score)
-        if better >= top:
-            return None
-        return depth + 0.5 * (1.0 - better / top)
+        if better < top:
+            return depth + 0.5 * (1.0 - better / top)
+        if top == 0 and better == 0 and self._spent():  # the best of a rung too small to promote a share
+            return depth
+        return None
+
+    def _spent(self) -> bool:
+        """Whether no trial comes and every one not ended is paused at a rung: none trains or waits to start. A
+        trial found active is checked first next time (it mostly still is), so a search in full swing costs no scan."""
+        if not self._closed:
+            return False
+        trials = self._trials
+        if self._active is not None and self._active in trials and self._is_active(trials[self._active]):
+            return False
+        self._active = next((trial_id for trial_id, trial in trials.items() if self._is_active(trial)), None)
+        return self._active is None
+
+    def _is_active(self, trial: Trial) -> bool:
+        return not trial.state.is_terminal and trial.trial_id not in self._paused
 
     def turn_over(self, trial: Trial, now: float) -> bool:
         return False  # a trial yields only at its rungs
+
+    def submissions_closed(self, closed: bool) -> None:
+        self._closed = closed
+
+    def attach(self, trials: Mapping[str, Trial]) -> None:
+        self._trials = trials
 
     # ------------------------------------------------------------------ restart
     def state_dict(self) -> dict[str, Any]:
@@ -117,12 +147,14 @@ class AshaPolicy(SchedulingPolicy):
             "scores": {key: [_json_score(s) for s in scores] for key, scores in self._scores.items()},
             "rung": dict(self._rung),
             "paused": sorted(self._paused),
+            "closed": self._closed,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._scores = {key: [-math.inf if s is None else float(s) for s in scores] for key, scores in state["scores"].items()}
         self._rung = {trial_id: int(rung) for trial_id, rung in state["rung"].items()}
         self._paused = set(state["paused"])
+        self._closed = bool(state["closed"])
 
 
 class HyperbandPolicy(AshaPolicy):

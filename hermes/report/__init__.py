@@ -30,6 +30,7 @@ from hermes.store import (
 from hermes.store.lock import clock_now, holder
 
 STORE_FILE = "hermes.db"  # in the storage dir (``storage.dir`` of the spec); one file holds every experiment
+NAMES_SHOWN = 10  # names a "no experiment" error lists, the newest: a server may hold thousands
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +158,10 @@ def named(experiments: Sequence[ExperimentRecord], name: str, where: str) -> Exp
     if found:
         names = ", ".join(experiment.full_name for experiment in found)
         raise HermesError(f"{len(found)} experiments in {where} are called {name!r}: {names}; name one as OWNER/NAME")
-    names = ", ".join(experiment.full_name for experiment in experiments) or "none"
-    raise HermesError(f"no experiment {name!r} in {where}; it holds {names}")
+    newest = [experiment.full_name for experiment in experiments[-NAMES_SHOWN:]]
+    names = ", ".join(newest) if len(experiments) <= NAMES_SHOWN else (
+        f"{len(experiments)} experiments, the newest {', '.join(newest)} (`hermes list` names them all)")
+    raise HermesError(f"no experiment {name!r} in {where}; it holds {names or 'none'}")
 
 
 def store_location(store: ExperimentStore) -> str:

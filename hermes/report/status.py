@@ -11,10 +11,12 @@ from pathlib import Path
 from hermes.core.decisions import Resume, Suspend
 from hermes.core.events import (
     Event,
+    ExperimentCancelled,
     GpuAdded,
     GpuRemoved,
     NodeAdded,
     NodeRemoved,
+    SubmissionsReopened,
     TrialExited,
 )
 from hermes.core.states import TrialState
@@ -49,6 +51,7 @@ class Status:
     reruns: int  # runs that crashed, after which their trial ran again from its checkpoint
     state: str  # the stored status, with who runs it, or that nobody does although it says running
     live: bool  # a runner runs it now: otherwise no GPU is busy, whatever runs the log left open
+    ended_by: str | None  # why a finished experiment ended before its searcher did (its budget of time or GPU hours)
 
 
 def experiment_status(store: ExperimentStore, experiment: ExperimentRecord, lock: Path | None = None) -> Status:
@@ -75,7 +78,21 @@ def experiment_status(store: ExperimentStore, experiment: ExperimentRecord, lock
         reruns=_reruns(view, events),
         state=_state(experiment, lock),
         live=live,
+        ended_by=_ended_by(experiment, events),
     )
+
+
+def _ended_by(experiment: ExperimentRecord, events: Sequence[Event]) -> str | None:
+    """The reason its log gives for ending it, when it finished by that (a cancel on request is a status of its
+    own; a reopening, a larger budget, undoes it)."""
+    if experiment.status is not ExperimentStatus.FINISHED:
+        return None
+    for event in reversed(events):
+        if isinstance(event, SubmissionsReopened):
+            return None
+        if isinstance(event, ExperimentCancelled):
+            return event.reason or None
+    return None
 
 
 def _reruns(view: ExperimentView, events: Sequence[Event]) -> int:
@@ -145,7 +162,8 @@ def format_status(status: Status) -> str:
     experiment, target = view.experiment, view.target
     trials = _trial_counts(Counter(status.by_state), status.live)
     lines = [
-        f"experiment  {experiment.name} (id {experiment.experiment_id}): {status.state}",
+        f"experiment  {experiment.name} (id {experiment.experiment_id}): {status.state}"
+        + (f" ({status.ended_by})" if status.ended_by else ""),
         f"metric      {target.name} ({target.objective.mode})",
         f"elapsed     {format_duration(status.elapsed)}",
         f"trials      {len(view.trials)}" + (f": {trials}" if trials else ""),

@@ -220,14 +220,20 @@ def cancel(experiment_id: int, hermes: HermesDep, user: UserDep) -> Experiment:
     if record.status.is_final:
         raise HTTPException(status.HTTP_409_CONFLICT, f"experiment {experiment_id} is {record.status.value} already")
     hermes.store.request_cancel(experiment_id)  # the pool stops its trials, or never starts it
-    return _summary(hermes.store.experiment(experiment_id), None)
+    return _current(hermes, experiment_id)
 
 
 @router.put("/experiments/{experiment_id}/weight", summary="change the experiment's share of the GPU pool")
 def set_weight(experiment_id: int, body: WeightRequest, hermes: HermesDep, user: UserDep) -> Experiment:
     _experiment(hermes, user, experiment_id)
     hermes.store.set_weight(experiment_id, body.weight)
-    return _summary(hermes.store.experiment(experiment_id), None)
+    return _current(hermes, experiment_id)
+
+
+def _current(hermes: Hermes, experiment_id: int) -> Experiment:
+    """The experiment as ``GET`` gives it, less its spec: what a change left it (its trials and best too)."""
+    record = hermes.store.experiment(experiment_id)
+    return _summary(record, hermes.digest(record))
 
 
 # ---------------------------------------------------------------------- what an experiment recorded

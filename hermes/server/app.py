@@ -43,6 +43,7 @@ log = logging.getLogger("hermes.server")
 STATIC = Path(__file__).parent / "static"
 MAX_BODY = 1 << 20  # bytes of a request body: a spec with a thousand listed configs fits many times over
 DIGESTS_KEPT = 200  # experiments whose digest stays in memory, the least recently read dropped (rebuilt if asked)
+POOL_RESTART_S = (1.0, 30.0)  # a pool stopped by an error starts again after the first, doubling up to the second
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +75,10 @@ class Hermes:
         self.config = config
         self.store = SqlStore(config.database_url)
         self.accounts = Accounts(config.database_url)
-        self.pool = PoolSession(self.store, config.root.resolve(), resources=config.resources, poll=config.poll,
-                                engine="ray" if config.ray_address else "local",
-                                ray_address=config.ray_address or "auto", storage_uri=config.storage_uri,
-                                read_spec=self.read_spec)
+        self.pool = self._new_pool()
         self._pool_thread = threading.Thread(target=self._run_pool, name="hermes-pool", daemon=True)
+        self._closing = threading.Event()
+        self._pool_lock = threading.Lock()  # ``close`` stops the pool that runs, not one replaced meanwhile
         self._digests: OrderedDict[int, ExperimentDigest] = OrderedDict()  # least recently read first
         self._digests_lock = threading.Lock()
 
@@ -146,16 +146,37 @@ class Hermes:
         self.pool.claim()
         self._pool_thread.start()
 
+    def _new_pool(self) -> PoolSession:
+        config = self.config
+        return PoolSession(self.store, config.root.resolve(), resources=config.resources, poll=config.poll,
+                           engine="ray" if config.ray_address else "local", ray_address=config.ray_address or "auto",
+                           storage_uri=config.storage_uri, read_spec=self.read_spec)
+
     def _run_pool(self) -> None:
-        try:
-            self.pool.run()
-        except Exception:
-            log.exception("the pool stopped; submitted experiments wait for the next start")
+        """Run the pool until ``close``. A pool that an error stopped (its database gone for a moment, a
+        PostgreSQL restart) starts again from the store, as a restarted server continues: before, the server
+        went on taking submissions that nothing ran, and showed its experiments running."""
+        delay = POOL_RESTART_S[0]
+        while True:
+            try:
+                self.pool.run()
+                return  # stopped by close
+            except Exception:
+                log.exception("the pool stopped; it starts again from the store in %.0f s", delay)
+            if self._closing.wait(delay):
+                return
+            delay = min(2 * delay, POOL_RESTART_S[1])
+            with self._pool_lock:
+                if self._closing.is_set():
+                    return
+                self.pool = self._new_pool()
 
     def close(self) -> None:
         """Stop the pool (its trials stop; running experiments are continued by the next start)."""
-        if self._pool_thread.is_alive():
+        with self._pool_lock:
+            self._closing.set()
             self.pool.stop()
+        if self._pool_thread.ident is not None:  # started (a server that runs no experiments has none)
             self._pool_thread.join()
         self.accounts.close()
 

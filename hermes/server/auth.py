@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -72,7 +73,7 @@ class Accounts:
 
     def __init__(self, url: str) -> None:
         parsed = sa.make_url(url)
-        options = {}
+        options: dict[str, Any] = {"pool_pre_ping": True}  # a server's connections outlive a PostgreSQL restart
         if parsed.get_backend_name() == "sqlite" and parsed.database:
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
             options = {"connect_args": {"timeout": 60.0, "check_same_thread": False}}

@@ -51,12 +51,19 @@ class PostgresServer:
         if self._as:
             shutil.chown(self.directory, "postgres")
         self._run(str(self.bin / "initdb"), "-D", str(data), "-U", "hermes", "--auth=trust", "-E", "UTF8")
-        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run(str(self.bin / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(self.directory / "log"),
-                  "-w", "start")
+        self.start()
         return self
 
     def __exit__(self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.directory / "data"), "-o", options, "-l",
+                  str(self.directory / "log"), "-w", "start")
+
+    def stop(self) -> None:
+        """As a crash would: every connection is cut (a test of an outage starts it again)."""
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.directory / "data"), "-m", "immediate", "-w", "stop")
 
     def url(self, database: str = "postgres") -> str:
