@@ -130,6 +130,22 @@ def test_the_timeline_draws_every_gpu_the_experiment_had_idle_ones_too(drawn: Dr
     assert [path.name for path in written] == ["idle_curves.png", "idle_gpus.png"]
 
 
+def test_the_step_axis_has_whole_steps_only(drawn: Draw) -> None:
+    """Steps are whole numbers: a curve of 4 steps was ticked at 1.5, 2.5 and 3.5 too."""
+    events = [
+        NodeAdded(0.0, "n0", ("n0/g0",)),
+        TrialSubmitted(0.0, "a", 4),
+        SubmissionsClosed(0.0),
+        *(TrialReported(float(step), "a", step, 0.1 * step) for step in range(1, 5)),
+        TrialExited(4.5, "a", succeeded=True),
+    ]
+    _, curves, _ = drawn("short", events, ExperimentStatus.FINISHED)
+    step_axes = curves.axes[0]
+    low, high = step_axes.get_xlim()
+    ticks = [tick for tick in step_axes.get_xticks() if low <= tick <= high]
+    assert len(ticks) >= 2 and all(tick == int(tick) for tick in ticks), ticks
+
+
 def test_an_experiment_whose_every_trial_failed_says_so_and_claims_no_best(drawn: Draw) -> None:
     events = [
         NodeAdded(0.0, "n0", ("n0/g0", "n0/g1")),

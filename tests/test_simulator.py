@@ -11,7 +11,7 @@ import functools
 import json
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -19,7 +19,7 @@ import pytest
 
 from hermes.cli import _print_json, main
 from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
-from hermes.core.events import Event, SubmissionsClosed, TrialExited, TrialSubmitted, TrialSuspended
+from hermes.core.events import Event, GpuRemoved, SubmissionsClosed, TrialExited, TrialSubmitted, TrialSuspended
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
@@ -507,6 +507,72 @@ def test_migration_across_nodes_costs_extra() -> None:
     assert dear.overhead_fraction > cheap.overhead_fraction
 
 
+def _pinned(trace: Trace) -> Trace:
+    """``trace`` as an unmodified program's: every trial suspended in place with SIGSTOP, its state in its process."""
+    return replace(trace, trials=tuple(replace(trial, movable=False) for trial in trace.trials))
+
+
+def test_an_unmovable_trial_never_migrates_and_its_switches_move_no_state() -> None:
+    """A run submits an unmodified program with movable=False and SIGSTOPs it in place; the simulator migrated it,
+    charging 50 MB of state each way, where the real run never did (4 migrations and 22.9% overhead on a search
+    that ran with none)."""
+    trace = synthetic_trace(12, 6, seed=5, kind="saturating", epoch_seconds=(2.0, 20.0))
+    trace = replace(trace, trials=tuple(replace(trial, state_mb=50.0) for trial in trace.trials))
+    costs = SwitchCosts(start=1.0, suspend=0.5, resume=1.5, spill=0.0, migration=0.0, device_mb_s=100.0,
+                        spill_mb_s=100.0)
+    moved = simulate(trace, RoundRobinPolicy(period=5), gpus=4, seed=5, costs=costs)
+    assert moved.migrations > 0  # the same search, movable: the case migrates
+    pinned = simulate(_pinned(trace), RoundRobinPolicy(period=5), gpus=4, seed=5, costs=costs, record=True)
+    assert pinned.migrations == 0 and pinned.preemptions > 0
+    assert len({(epoch.trial_id, epoch.gpu) for epoch in pinned.epochs}) == len(trace.trials)  # one GPU each
+    resumes = sum(verb == "Resume" for _, verb, _, _ in pinned.decisions)
+    useful = sum(map(sum, (trial.seconds for trial in trace.trials)))
+    assert pinned.overhead_fraction == pytest.approx((pinned.preemptions * 0.5 + resumes * 1.5) / useful)
+
+
+@pytest.mark.parametrize("lost", ["running", "suspended"])
+def test_an_unmovable_trial_that_lost_its_process_starts_again_and_catches_up(lost: str) -> None:
+    """It keeps no checkpoint: where its GPU goes, running or stopped there, a new process starts from the beginning
+    (the start cost), trains the epochs the core has again without reporting them, and reports from the next."""
+    executor = SimulatedExecutor({"n0": ("n0/g0", "n0/g1")}, HAND_COSTS, record_epochs=True)
+    curve = TraceTrial("a", (0.1, 0.2, 0.3, 0.4), (10.0,) * 4, False, MappingProxyType({}), movable=False)
+    assert executor.submit("a", curve).movable is False
+    executor.next_events()  # the cluster
+    executor.apply(Start("a", "n0/g0"), 0.0)
+    assert [event.step for event in executor.next_events()] == [1]  # at 11.5
+    executor.apply(Suspend("a"), 11.5)
+    assert executor.next_events() == [TrialSuspended(12.0, "a", 1)]
+    executor.apply(Resume("a", "n0/g0"), 12.0)
+    assert [event.step for event in executor.next_events()] == [2]  # at 23.5; it trains on
+    if lost == "suspended":
+        executor.apply(Suspend("a"), 23.5)
+        assert executor.next_events() == [TrialSuspended(24.0, "a", 2)]
+    executor.remove_gpu("n0/g0")
+    executor.next_events()  # GpuRemoved
+    lost_at = executor.now()
+    executor.apply(Resume("a", "n0/g1", migrated=True), lost_at)
+    events: list[Event] = []
+    while not events or not isinstance(events[-1], TrialExited):
+        events += executor.next_events()
+    assert [event.step for event in events[:-1]] == [3, 4] and events[-1].succeeded
+    assert [epoch.epoch for epoch in executor.epochs if epoch.gpu == "n0/g1"] == [1, 2, 3, 4]
+    assert events[-1].at == pytest.approx(lost_at + HAND_COSTS.start + 40.0)
+
+
+def test_unmovable_trials_replay_through_the_core_when_gpus_go() -> None:
+    """The core and the simulator agree on where a restarted unmodified program stands: no step is reported twice
+    (the core refuses that), every trial trains its budget, and none migrates."""
+    trace = _pinned(synthetic_trace(8, 6, seed=3, epoch_seconds=(2.0, 10.0)))
+    changes = [GpuRemoved(15.0, "n0/g0"), GpuRemoved(40.0, "n0/g2")]
+    result = simulate(trace, RoundRobinPolicy(period=5), gpus=4, seed=3, record=True, changes=changes)
+    assert result.migrations == 0
+    done = defaultdict(int)
+    for epoch in result.epochs:
+        done[epoch.trial_id] = max(done[epoch.trial_id], epoch.epoch)
+    assert done == {trial.name: trial.epochs for trial in trace.trials}
+    assert len(result.epochs) > sum(trial.epochs for trial in trace.trials)  # processes were lost, epochs re-trained
+
+
 def test_cluster_layout_spreads_gpus_evenly() -> None:
     assert cluster_layout(5, 2) == {"n0": ("n0/g0", "n0/g1", "n0/g2"), "n1": ("n1/g0", "n1/g1")}
     with pytest.raises(ValueError):
@@ -532,6 +598,26 @@ def test_cli_simulate_refuses_a_negative_seed(capsys: pytest.CaptureFixture[str]
         main(["simulate", "--trace", DIGITS, "--mode", "max", "--gpus", "2", "--seed", "-1"])
     assert "argument --seed: must be a whole number >= 0, got '-1'" in capsys.readouterr().err
     assert main(["simulate", "--trace", DIGITS, "--mode", "max", "--gpus", "2", "--seed", "0", "--policy", "fifo"]) == 0
+
+
+def test_cli_compare_table_says_never_where_no_seed_reached_the_best(capsys: pytest.CaptureFixture[str]) -> None:
+    """A policy that never trained the best trial printed ``nan`` for its times and ratios; the table says "never",
+    as the README's tables do, its ratios "-", and --json keeps null."""
+    compare = ["simulate", "--trace", DIGITS, "--mode", "max", "--gpus", "2", "--seeds", "2", "--compare", "fifo,asha",
+               "--target-tolerance", "0"]
+    assert main(compare) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[3:]}
+    assert rows["asha"][1:6] == ["0/2", "never", "-", "never", "-"] and "nan" not in rows["asha"]
+    assert rows["fifo"][1] == "2/2" and float(rows["fifo"][2]) > 0
+    assert main([*compare, "--json"]) == 0
+    asha = next(row for row in _strict_json(capsys.readouterr().out) if row["policy"] == "asha")
+    assert asha["time_to_best_s"] is None and asha["time_to_target_s"] is None
+
+
+def test_cli_simulate_help_shows_the_default_target_tolerance(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    assert "default 1%" in " ".join(capsys.readouterr().out.split())
 
 
 def test_cli_compare_refuses_a_policy_named_twice(capsys: pytest.CaptureFixture[str]) -> None:

@@ -100,6 +100,22 @@ def test_params_keep_text_that_is_not_a_number(tmp_path: Path) -> None:
     assert dict(load_trace(path, "max").trials[0].params) == {"opt": "adam", "lr": 0.001}
 
 
+def test_movable_column_is_optional_and_read_from_a_trials_first_row(tmp_path: Path, lcbench: Trace) -> None:
+    """An unmodified program's trial (suspended in place, state in its process) is marked 0, so the simulator does not
+    migrate it; without the column, or with an empty cell, a trial is movable, as every shipped trace's is."""
+    path = tmp_path / "movable.csv"
+    path.write_text(HEADER.rstrip("\n") + ",movable\na,1,0.1,1,0\na,2,0.2,1,0\nb,1,0.3,1,1\nc,1,0.4,1,\n")
+    trace = load_trace(path, "max")
+    assert [t.movable for t in trace.trials] == [False, True, True]
+    written = tmp_path / "written.csv"
+    write_trace(trace, written)
+    assert written.read_text().splitlines()[:2] == ["trial,epoch,metric,seconds,movable", "a,1,0.1,1.0,0"]
+    assert load_trace(written, "max").trials == trace.trials
+    assert all(t.movable for t in lcbench.trials)
+    write_trace(lcbench, written)  # all movable: no column, the file as before
+    assert "movable" not in written.read_text().partition("\n")[0]
+
+
 # Bad files: each error names the file and the line.
 
 BAD_FILES = {
@@ -121,6 +137,7 @@ BAD_FILES = {
     "epoch_repeated": (HEADER + "0,1,0.5,3\n0,2,0.6,3\n0,2,0.6,3\n", 4, "epoch 2 of trial 0 follows epoch 2"),
     "not_contiguous": (HEADER + "0,1,0.5,3\n1,1,0.5,3\n0,2,0.6,3\n", 4, "trial 0 continues after other trials"),
     "row_after_divergence": (HEADER + "0,1,0.5,3\n0,2,,3\n0,3,0.7,3\n", 4, "row after it diverged in epoch 2"),
+    "movable_not_a_flag": (HEADER.rstrip("\n") + ",movable\n0,1,0.5,3,yes\n", 2, "movable must be 1 or 0, got 'yes'"),
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,13 +11,15 @@ import pytest
 from hermes.core.events import SubmissionsClosed
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.execution.engine import Engine
+from hermes.experiment import parse_spec
 from hermes.policies import make_policy
 from hermes.report import ExperimentView, pick_experiment
 from hermes.report.trace import experiment_trace
 from hermes.sim.costs import SwitchCosts
 from hermes.sim.executor import SimulatedExecutor
+from hermes.sim.simulate import simulate
 from hermes.sim.synthetic import synthetic_trace
-from hermes.sim.trace import Trace, TraceTrial
+from hermes.sim.trace import Trace, TraceTrial, load_trace, write_trace
 from hermes.store import SqlStore
 from hermes.store.recorder import StoreRecorder
 from hermes.testing.recorded import experiment_spec
@@ -24,9 +27,11 @@ from hermes.testing.recorded import experiment_spec
 PROCESS = SwitchCosts.profile("process")  # a process per run: every start or resume costs 2 to 3 s
 
 
-def traced(store: SqlStore, name: str, curves: tuple[TraceTrial, ...], policy: str, **params: float) -> Trace:
-    """``curves`` trained under ``policy`` on two simulated GPUs, recorded as a runner records, then traced back."""
-    experiment_id = store.create_or_open_experiment(name, experiment_spec(name, len(curves), 8))
+def traced(store: SqlStore, name: str, curves: tuple[TraceTrial, ...], policy: str, *,
+           spec: dict[str, object] | None = None, **params: float) -> Trace:
+    """``curves`` trained under ``policy`` on two simulated GPUs, recorded as a runner records, then traced back;
+    ``spec``: the experiment's (default: a function's)."""
+    experiment_id = store.create_or_open_experiment(name, spec or experiment_spec(name, len(curves), 8))
     scheduler = Scheduler(make_policy(policy, **params), objective=Objective("max"))
     executor = SimulatedExecutor({"n0": ("n0/g0", "n0/g1")}, PROCESS)
     engine = Engine(scheduler, executor, [StoreRecorder(store, experiment_id, scheduler)])
@@ -73,3 +78,31 @@ def test_a_report_without_a_finite_value_gives_its_time_to_the_next(tmp_path: Pa
     assert trials["ends-on-nan"].metrics == (0.3, 0.5) and trials["ends-on-nan"].diverged
     assert trials["ends-on-nan"].seconds == pytest.approx((1.0, 1.0, 2.0))
     assert trials["clean"].metrics == (0.1, 0.4) and trials["clean"].seconds == pytest.approx((1.0, 1.0))
+
+
+def test_an_unmodified_programs_trials_are_traced_as_not_movable(tmp_path: Path) -> None:
+    """A command read with trial.metrics_regex is an unmodified program: a run submits its trials movable=False and
+    SIGSTOPs them in place, so they never migrate. Its trace did not say so, and its replay migrated them (4 times,
+    with 22.9% overhead, on a search that ran with none): the trace marks them movable 0."""
+    source = synthetic_trace(6, 8, seed=2, epoch_seconds=(1.0, 2.0))
+    pinned = tuple(replace(curve, movable=False) for curve in source.trials)
+    spec = parse_spec({
+        "name": "printer",
+        "trial": {"command": "python print_metrics.py --lr {lr}",
+                  "metrics_regex": r"epoch (?P<step>\d+) accuracy (?P<value>[\d.]+)"},
+        "search": {"trials": len(pinned), "space": {"lr": {"type": "loguniform", "low": 0.01, "high": 1.0}}},
+        "metric": {"name": "accuracy", "mode": "max"},
+        "budget": {"steps": 8},
+    }).model_dump(mode="json")
+    store = SqlStore(f"sqlite:///{tmp_path / 'hermes.db'}")
+    trace = traced(store, "printer", pinned, "fifo", spec=spec)
+    assert [trial.movable for trial in trace.trials] == [False] * len(pinned)
+    assert all(trial.movable for trial in traced(store, "function", source.trials, "fifo").trials)
+    path = tmp_path / "printer.csv"
+    write_trace(trace, path)
+    assert path.read_text().partition("\n")[0].endswith(",movable")
+    replayed = load_trace(path, "max")
+    assert replayed.trials == trace.trials
+    as_movable = replace(replayed, trials=tuple(replace(trial, movable=True) for trial in replayed.trials))
+    assert simulate(as_movable, make_policy("hermes"), gpus=2, seed=2).migrations > 0  # what the replay did
+    assert simulate(replayed, make_policy("hermes"), gpus=2, seed=2).migrations == 0

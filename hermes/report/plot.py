@@ -108,6 +108,9 @@ def _draw_curves(view: ExperimentView, figure: Figure) -> None:
         step_axes.plot([s.best_step], [s.best], marker="*", markersize=11, color=colours[s.trial_id], zorder=4,
                        linestyle="none", label=f"#{s.rank} trial {s.trial_id}: {format_number(s.best)}")
     if top:
+        from matplotlib.ticker import MaxNLocator
+
+        step_axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no tick at 2.5
         step_axes.legend(title=f"best {target.name}", loc="best", fontsize="small")
         title = f"{view.experiment.name}: {target.name} of {len(view.trials)} trials, best {len(top)} in colour"
     else:

@@ -45,7 +45,9 @@ def experiment_trace(view: ExperimentView, experiment_dir: Path | None = None) -
     its last report to the end of its run, and gives nothing. A trial stopped early, or not finished, is left
     out, and counted. With ``experiment_dir`` (the experiment's folder on this machine), a trial's state size,
     which sets what a switch costs in the simulator, is that of its newest checkpoint; without one, the
-    simulator's default."""
+    simulator's default. A trial is movable unless the experiment runs an unmodified program (a command with
+    ``trial.metrics_regex``), which every executor submits with ``movable=False`` (it SIGSTOPs it in place): the
+    simulator must not migrate it or charge it a state transfer either."""
     reports: dict[str, list[MetricRecord]] = {}
     for record in view.metrics:
         reports.setdefault(record.trial_id, []).append(record)
@@ -53,6 +55,7 @@ def experiment_trace(view: ExperimentView, experiment_dir: Path | None = None) -
     for run in sorted(view.runs, key=lambda run: run.started_at):
         runs.setdefault(run.trial_id, []).append(run)
     trials, left_out = [], 0
+    movable = not (view.experiment.spec.get("trial") or {}).get("metrics_regex")
     for trial in view.trials:
         if trial.state not in (TrialState.COMPLETED, TrialState.FAILED) or trial.trial_id not in runs:
             left_out += 1
@@ -65,7 +68,7 @@ def experiment_trace(view: ExperimentView, experiment_dir: Path | None = None) -
         metrics, seconds, diverged = recorded
         params = {name: _param(value) for name, value in trial.params.items()}
         state_mb = None if experiment_dir is None else _checkpoint_mb(experiment_dir, trial.trial_id)
-        trials.append(TraceTrial(trial.trial_id, tuple(metrics), tuple(seconds), diverged, params, state_mb))
+        trials.append(TraceTrial(trial.trial_id, tuple(metrics), tuple(seconds), diverged, params, state_mb, movable))
     return RecordedTrace(Trace(view.experiment.name, view.target.objective.mode, tuple(trials)), left_out)
 
 

@@ -127,10 +127,18 @@ def format_table(summaries: list[Summary], baseline: str = "fifo") -> str:
     for s in summaries:
         ratio = (lambda figure: s.speedup(base, figure)) if base else (lambda figure: math.nan)
         lines.append(
-            f"{s.policy:<{name}}{f'{s.best_reached}/{s.seeds}':>7}{s.time_to_best_s / scale:>13.2f}"
-            f"{ratio('time_to_best_s'):>7.2f}{s.time_to_target_s / scale:>15.2f}{ratio('time_to_target_s'):>7.2f}"
-            f"{s.mean_first_feedback_s / scale:>18.3f}{ratio('mean_first_feedback_s'):>8.1f}"
+            f"{s.policy:<{name}}{f'{s.best_reached}/{s.seeds}':>7}{_cell(s.time_to_best_s / scale, '13.2f')}"
+            f"{_cell(ratio('time_to_best_s'), '7.2f', '-')}{_cell(s.time_to_target_s / scale, '15.2f')}"
+            f"{_cell(ratio('time_to_target_s'), '7.2f', '-')}{_cell(s.mean_first_feedback_s / scale, '18.3f')}"
+            f"{_cell(ratio('mean_first_feedback_s'), '8.1f', '-')}"
             f"{s.makespan_s / scale:>14.1f}{s.gpu_utilization:>7.1%}{s.overhead_fraction:>10.2%}"
             f"{s.preemptions:>9.0f}{s.migrations:>9.0f}"
         )
     return "\n".join(lines)
+
+
+def _cell(value: float, spec: str, missing: str = "never") -> str:
+    """``value`` right-aligned as ``spec`` says; NaN (no seed got there, so no time and no ratio) as ``missing``,
+    the word the published tables use."""
+    width = spec.partition(".")[0]
+    return f"{missing:>{width}}" if math.isnan(value) else f"{value:>{spec}}"

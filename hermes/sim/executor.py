@@ -5,7 +5,9 @@ counter) behind the same execution contract as the real executors (hermes/execut
 Suspension is cooperative, as in the real trial API: a trial suspends at its next epoch boundary,
 so no epoch is ever trained twice or lost. Cluster changes (``changes``: nodes and GPUs that join
 or leave) come out of ``next_events`` at their times; a run on a lost GPU falls back to its last
-suspension's checkpoint.
+suspension's checkpoint. A trial that is not movable (``TraceTrial.movable``: an unmodified program,
+SIGSTOPped in place) moves no state when it switches, and where its process is lost it starts again
+from its beginning and catches up, unreported, to the epoch the core knows.
 """
 
 from __future__ import annotations
@@ -50,11 +52,13 @@ class EpochRecord:
 class _SimTrial:
     trial_id: str
     curve: TraceTrial
+    moved_mb: float | None  # state a switch moves: none for a process stopped in place; None: the default
     gpu: str | None = None
     last_node: str | None = None
     last_gpu: str | None = None
     epoch: int = 0  # epochs completed
     checkpoint: int = 0  # epochs its last suspension saved
+    known: int = 0  # epochs the core has: a process started again re-trains them without reporting them
     token: int = 0  # bumped to cancel what is scheduled for this trial
     epoch_started: float = 0.0  # when the epoch in progress began training
     run_started: float = 0.0
@@ -103,12 +107,16 @@ class SimulatedExecutor(Executor[TraceTrial]):
     def submit(self, trial_id: str, work: TraceTrial, *, at: float | None = None, reported_step: int = 0) -> TrialSubmitted:
         if trial_id in self.trials:
             raise HermesError(f"trial {trial_id} submitted twice")
-        switch = self.costs.switch_cost(work.state_mb)
+        trial = _SimTrial(trial_id, work, work.state_mb if work.movable else 0.0)
+        switch = self.costs.switch_cost(trial.moved_mb)
         if not self.trials or switch > self.profile.switch_cost:
             self.profile = ExecutionProfile(switch_cost=switch)  # the dearest of its trials, as the local executor
-        trial = self.trials[trial_id] = _SimTrial(trial_id, work)
-        trial.epoch = trial.checkpoint = reported_step
-        return TrialSubmitted(self.clock if at is None else at, trial_id, work.epochs, work.params)
+        self.trials[trial_id] = trial
+        if work.movable:
+            trial.epoch = trial.checkpoint = reported_step
+        else:  # it kept no checkpoint: its next run starts from the beginning
+            trial.known = reported_step
+        return TrialSubmitted(self.clock if at is None else at, trial_id, work.epochs, work.params, work.movable)
 
     def now(self) -> float:
         return self.clock
@@ -126,9 +134,12 @@ class SimulatedExecutor(Executor[TraceTrial]):
             self._run(trial, decision.gpu, at, self.costs.start, overhead=False)
         elif isinstance(decision, Resume):
             self.accounts.migrations += decision.migrated
-            other_node = trial.last_node is not None and self.gpu_node[decision.gpu] != trial.last_node
-            other_gpu = trial.last_gpu is not None and decision.gpu != trial.last_gpu
-            cost = self.costs.resume_cost(trial.curve.state_mb, other_gpu=other_gpu, other_node=other_node)
+            if not trial.curve.movable and trial.last_gpu is None:  # its process is gone: a new one starts
+                cost = self.costs.start
+            else:
+                other_node = trial.last_node is not None and self.gpu_node[decision.gpu] != trial.last_node
+                other_gpu = trial.last_gpu is not None and decision.gpu != trial.last_gpu
+                cost = self.costs.resume_cost(trial.moved_mb, other_gpu=other_gpu, other_node=other_node)
             self._run(trial, decision.gpu, at, cost, overhead=True)
         elif isinstance(decision, Suspend):
             if trial.gpu is None:  # it ended: its exit came in the batch of events that made the core suspend it
@@ -159,7 +170,7 @@ class SimulatedExecutor(Executor[TraceTrial]):
         self._push(at + trial.curve.seconds[trial.epoch], trial, _EPOCH_END)
 
     def _suspend(self, trial: _SimTrial, at: float) -> None:
-        cost = self.costs.suspend_cost(trial.curve.state_mb)
+        cost = self.costs.suspend_cost(trial.moved_mb)
         self.accounts.overhead += cost
         self._push(at + cost, trial, _SUSPENDED)
 
@@ -191,7 +202,7 @@ class SimulatedExecutor(Executor[TraceTrial]):
             self._release(trial, at)
             if kind == _SUSPENDED:
                 trial.checkpoint = trial.epoch
-                return [TrialSuspended(at, trial.trial_id, trial.epoch)]
+                return [TrialSuspended(at, trial.trial_id, max(trial.epoch, trial.known))]  # the core's step
             return [TrialExited(at, trial.trial_id, succeeded=False, error="stopped")]
         return []
 
@@ -205,10 +216,12 @@ class SimulatedExecutor(Executor[TraceTrial]):
         if epoch > len(curve.metrics):  # the trace says this epoch diverged
             self._release(trial, at)
             return [TrialExited(at, trial_id, succeeded=False, error=f"diverged in epoch {epoch}")]
-        value = curve.metrics[epoch - 1]
-        self.accounts.report_times.append(at)
-        self.accounts.report_values.append(value)
-        events: list[Event] = [TrialReported(at, trial_id, epoch, value)]
+        events: list[Event] = []
+        if epoch > trial.known:  # else caught up: the core has it
+            value = curve.metrics[epoch - 1]
+            self.accounts.report_times.append(at)
+            self.accounts.report_values.append(value)
+            events.append(TrialReported(at, trial_id, epoch, value))
         if epoch == len(curve.seconds):  # its last epoch
             self._release(trial, at)
             self.accounts.completed_at[trial_id] = at
@@ -239,8 +252,19 @@ class SimulatedExecutor(Executor[TraceTrial]):
             for trial in self.trials.values():
                 if trial.gpu in lost:
                     self._release(trial, change.at)
-                    trial.epoch = trial.checkpoint
+                    if trial.curve.movable:
+                        trial.epoch = trial.checkpoint
+                if not trial.curve.movable and trial.gpu is None and trial.last_gpu in lost:
+                    self._lose_process(trial)
         return change
+
+    @staticmethod
+    def _lose_process(trial: _SimTrial) -> None:
+        """Its process, running or stopped, went with its GPU: the next starts from the beginning (no checkpoint),
+        and catches up to the epoch the core knows, as ``Trial.catch_up_step`` says."""
+        trial.known = max(trial.known, trial.epoch)
+        trial.epoch = trial.checkpoint = 0
+        trial.last_gpu = trial.last_node = None
 
     def _release(self, trial: _SimTrial, at: float) -> None:
         self.accounts.busy += at - trial.run_started

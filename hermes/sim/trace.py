@@ -1,8 +1,10 @@
 """Learning-curve traces: the recorded epochs that the simulator replays instead of training.
 
 A trace is a CSV file with the header ``trial,epoch,metric,seconds`` and optional
-``param_<name>`` columns and an optional ``state_mb`` column (the size of the trial's state, which
-sets what a switch costs in the simulator; its first row counts), one row per trial per epoch. The rows of a trial are
+``param_<name>`` columns, an optional ``state_mb`` column (the size of the trial's state, which
+sets what a switch costs in the simulator; its first row counts) and an optional ``movable`` column
+(1, the default, or 0 for an unmodified program, which a run suspends in place with SIGSTOP: it never
+migrates and a switch moves no state; its first row counts), one row per trial per epoch. The rows of a trial are
 contiguous and number its epochs 1, 2, ... in order. ``seconds`` is the time the
 epoch took on one GPU, at most a year. An empty ``metric`` means the trial diverged in that epoch
 and produced no value, so it must be the trial's last row.
@@ -27,6 +29,7 @@ from hermes.errors import TraceError
 
 REQUIRED_COLUMNS = ("trial", "epoch", "metric", "seconds")
 STATE_COLUMN = "state_mb"
+MOVABLE_COLUMN = "movable"
 PARAM_PREFIX = "param_"
 MODES = ("max", "min")
 # A year: far beyond any real epoch, yet low enough that no sum of a trace's epochs overflows to
@@ -49,6 +52,9 @@ class TraceTrial:
     """Hyper-parameters from the ``param_<name>`` columns, floats where they parse."""
     state_mb: float | None = None
     """MB of state a switch moves (model, optimizer, data position); None: the cost model's default."""
+    movable: bool = True
+    """False for an unmodified program: suspended in place (SIGSTOP), it never migrates and a switch moves no state,
+    and a run that lost its process starts again from its beginning (TrialSubmitted.movable)."""
 
     @property
     def epochs(self) -> int:
@@ -101,14 +107,17 @@ def write_trace(trace: Trace, out: str | os.PathLike[str] | TextIO) -> None:
 def _write_rows(trace: Trace, file: TextIO) -> None:
     names = list(dict.fromkeys(name for trial in trace.trials for name in trial.params))
     sized = any(trial.state_mb is not None for trial in trace.trials)
+    pinned = not all(trial.movable for trial in trace.trials)  # the column only where it says something
     writer = csv.writer(file, lineterminator="\n")
-    writer.writerow([*REQUIRED_COLUMNS, *(PARAM_PREFIX + name for name in names), *[STATE_COLUMN] * sized])
+    writer.writerow([*REQUIRED_COLUMNS, *(PARAM_PREFIX + name for name in names), *[STATE_COLUMN] * sized,
+                     *[MOVABLE_COLUMN] * pinned])
     for trial in trace.trials:
         params = [trial.params.get(name, "") for name in names]
         state = ["" if trial.state_mb is None else trial.state_mb] * sized
+        movable = [int(trial.movable)] * pinned
         for epoch, seconds in enumerate(trial.seconds, 1):
             metric = trial.metrics[epoch - 1] if epoch <= len(trial.metrics) else ""
-            writer.writerow([trial.name, epoch, metric, seconds, *params, *state])
+            writer.writerow([trial.name, epoch, metric, seconds, *params, *state, *movable])
 
 
 def load_trace(path: str | os.PathLike[str], mode: str, *, state_mb: float | None = None) -> Trace:
@@ -144,6 +153,7 @@ class _Columns:
     seconds: int
     params: tuple[tuple[int, str], ...]
     state_mb: int | None
+    movable: int | None
 
 
 def _read_trials(path: str, reader: Iterator[list[str]], state_mb: float | None) -> tuple[TraceTrial, ...]:
@@ -166,6 +176,7 @@ def _read_trials(path: str, reader: Iterator[list[str]], state_mb: float | None)
             if name.startswith(PARAM_PREFIX)
         ),
         state_mb=header.index(STATE_COLUMN) if STATE_COLUMN in header else None,
+        movable=header.index(MOVABLE_COLUMN) if MOVABLE_COLUMN in header else None,
     )
     rows = _numbered_rows(path, reader, columns.width)
     ended: dict[str, int] = {}
@@ -201,6 +212,7 @@ def _read_trial(
     seconds: list[float] = []
     params: dict[str, float | str] = {}
     diverged = False
+    movable = True
     for line, row in rows:
         where = f"{path}:{line}"
         if name in ended:
@@ -232,8 +244,12 @@ def _read_trial(
                 state_mb = _number(where, STATE_COLUMN, row[columns.state_mb], float)
                 if not (math.isfinite(state_mb) and state_mb >= 0):
                     raise TraceError(f"{where}: state_mb must be finite and >= 0, got {row[columns.state_mb]!r}")
+            if columns.movable is not None and row[columns.movable].strip():
+                if row[columns.movable].strip() not in ("0", "1"):
+                    raise TraceError(f"{where}: movable must be 1 or 0, got {row[columns.movable]!r}")
+                movable = row[columns.movable].strip() == "1"
     ended[name] = line
-    return TraceTrial(name, tuple(metrics), tuple(seconds), diverged, params, state_mb)
+    return TraceTrial(name, tuple(metrics), tuple(seconds), diverged, params, state_mb, movable)
 
 
 def _number(where: str, column: str, text: str, kind: type[int] | type[float]) -> int | float:
