@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from hermes.errors import ClusterLost, HermesError, NoSpaceError
+from hermes.errors import ClusterLost, HermesError, HostLimit, NoSpaceError
 
 if TYPE_CHECKING:
     from hermes.core.decisions import Decision
@@ -93,15 +93,21 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # while its engine started (a Ray of its own): nothing ran yet
         print("interrupted before the experiment started", file=sys.stderr)
         return 130
+    except NoSpaceError as error:  # not even its runner lock could be written
+        print(f"hermes: error: no space left: {error}\nfree some space, then run `{again}`", file=sys.stderr)
+        return 2
     console = Console()
-    if args.no_live or not console.is_terminal:
+    # A terminal that redraws: not a file or a pipe (FORCE_COLOR made Rich call them terminals, and filled logs with
+    # frames), nor TERM=dumb (Emacs' shell, where Rich draws nothing until the end)
+    if args.no_live or not (sys.stdout.isatty() and console.is_interactive):
         session.listeners.append(_progress_printer(session))
         view = nullcontext()
     else:
         clock = lambda: session.executor.now() if session.executor else 0.0  # noqa: E731
         view = LiveView(spec.name, spec.metric.name, spec.metric.mode, session.scheduler, clock, console,
                         budget=session.budget, in_flight=session.searcher.max_pending)
-        session.listeners.append(view)
+        session.listeners += [view, _progress_printer(  # above the view: what its table cannot say
+            session, lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True), only_errors=True)]
     try:
         with interrupts_between_batches(session), view:
             outcome = session.run()
@@ -120,6 +126,11 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     except ClusterLost as error:
         print(f"hermes: error: {error}\ninterrupted: run `{again}` again to continue once the cluster is back",
+              file=sys.stderr)
+        return 2
+    except HostLimit as error:
+        print(f"hermes: error: this machine ran out of what a trial needs: {error}\ninterrupted: raise the limit "
+              f"(`ulimit -n` for open files), or run fewer trials at once, then run `{again}` again to continue",
               file=sys.stderr)
         return 2
     except BrokenPipeError:  # `hermes run spec.yaml | head`: the reader went away
@@ -150,9 +161,12 @@ def _again(trial: Trial) -> str:
     return f"it runs again from step {trial.step}" if trial.step else "it runs again from its beginning"
 
 
-def _progress_printer(session: ExperimentSession) -> Listener:
+def _progress_printer(session: ExperimentSession, say: Callable[[str], None] | None = None,
+                      only_errors: bool = False) -> Listener:
     """Without a terminal: one line per trial that ends, for logs and CI. An error shows as its reason and its
-    exception (``summarise_error``): a program that logs to stderr says much before it."""
+    exception (``summarise_error``): a program that logs to stderr says much before it. With the live view
+    (``only_errors``, said through ``say``, above the view): the crashes and failures, which its table cannot say."""
+    say = say or (lambda line: print(line, flush=True))
     from hermes.core.decisions import Stop
     from hermes.core.events import GpuAdded, GpuRemoved, NodeAdded, NodeRemoved, TrialExited
     from hermes.report import summarise_error
@@ -162,8 +176,10 @@ def _progress_printer(session: ExperimentSession) -> Listener:
     def ended(trial: Trial, at: float) -> None:
         value = f", {session.spec.metric.name} {trial.values[-1]:.4g}" if trial.values else ""
         error = f" ({summarise_error(trial.error, width=120)})" if trial.error else ""
+        if only_errors and not trial.error:
+            return
         where = f"at step {trial.step}" if trial.step else "before its first report"  # a trial a budget ended unstarted
-        print(f"[{at:8.1f}s] trial {trial.trial_id} {trial.state.value} {where}{value}{error}", flush=True)
+        say(f"[{at:8.1f}s] trial {trial.trial_id} {trial.state.value} {where}{value}{error}")
 
     def show(event: Event, decisions: list[Decision]) -> None:
         if isinstance(event, NodeAdded):
@@ -174,15 +190,14 @@ def _progress_printer(session: ExperimentSession) -> Listener:
             lost = event.node if isinstance(event, NodeRemoved) else event.gpu
             if lost in present:
                 present.discard(lost)
-                print(f"[{event.at:8.1f}s] {'node' if isinstance(event, NodeRemoved) else 'GPU'} {lost} lost: what "
-                      "ran there resumes elsewhere from its last checkpoint", flush=True)
+                say(f"[{event.at:8.1f}s] {'node' if isinstance(event, NodeRemoved) else 'GPU'} {lost} lost: what "
+                    "ran there resumes elsewhere from its last checkpoint")
         elif isinstance(event, TrialExited):
             trial = session.scheduler.trials[event.trial_id]
             if not trial.state.is_terminal:  # it crashed, and runs again
                 reason = summarise_error(event.error or "no reason given", width=120)
-                print(f"[{event.at:8.1f}s] trial {trial.trial_id} crashed ({reason}); crash {trial.crashes} of "
-                      f"trial.max_failures {session.scheduler.max_failures}, {_again(trial)}",
-                      flush=True)
+                say(f"[{event.at:8.1f}s] trial {trial.trial_id} crashed ({reason}); crash {trial.crashes} of "
+                    f"trial.max_failures {session.scheduler.max_failures}, {_again(trial)}")
             else:
                 ended(trial, event.at)
         for decision in decisions:  # a waiting or suspended trial stopped ends now: no exit of its own follows
@@ -204,8 +219,8 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
         description="Replay a learning-curve trace in simulated time with the real scheduling core.",
     )
     sim.add_argument("--trace", required=True,
-                     help="CSV with header trial,epoch,metric,seconds[,param_*][,state_mb]; or the storage dir of a "
-                          "run, whose experiment is replayed (see `hermes trace`)")
+                     help="CSV with header trial,epoch,metric,seconds[,param_*][,state_mb][,movable]; or the storage "
+                          "dir of a run, whose experiment is replayed (see `hermes trace`)")
     sim.add_argument("--experiment", help="with a storage dir: the experiment (default: the newest in the store)")
     sim.add_argument("--mode", choices=("max", "min"),
                      help="direction in which the metric improves (a CSV needs it; a stored experiment knows it)")
@@ -220,7 +235,9 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
                      help="switch-cost profile: warm workers (default) or a process per run (hermes/sim/calibration.json)")
     sim.add_argument("--state-mb", type=_size,
                      help="state size of trials whose trace gives none, or that kept no checkpoint (default 100)")
-    sim.add_argument("--target-tolerance", default="1%", help="time to target: absolute (0.5) or relative (1%%)")
+    sim.add_argument("--target-tolerance", default="1%",
+                     help="time to target: within this of the best final metric, absolute (0.5) or relative (2%%); "
+                          "default %(default)s")
     sim.add_argument("--json", action="store_true",
                      help="print the figures as one JSON object (with --compare: a list, an object per policy)")
     sim.add_argument("--compare", help="comma-separated policies to compare, e.g. fifo,rr,slaq,hermes")

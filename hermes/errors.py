@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})  # what a full disk, or a full quota, raises
+# What a host out of open files (ulimit -n), processes (a pids limit) or memory raises where a process or a pipe is made
+HOST_LIMIT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
 
 
 class HermesError(Exception):
@@ -29,6 +31,11 @@ class SpecError(HermesError):
 class NoSpaceError(HermesError):
     """A disk that Hermes or a trial writes to is full. Not the experiment's fault: the run stops,
     recorded as interrupted, and running it again once there is room continues it."""
+
+
+class HostLimit(HermesError):
+    """The host ran out of open files, processes or memory for a trial's process or pipes. Not the trial's fault:
+    the run stops, recorded as interrupted, and running it again once the limit is raised continues it."""
 
 
 class ClusterLost(HermesError):

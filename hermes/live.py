@@ -180,6 +180,7 @@ class LiveView:
         self._last_snapshot = 0.0
         self._lock = threading.Lock()
         self._live: Live | None = None
+        self._interrupted = False  # the run ended on an exception: its last frame must not show it running
 
     def __enter__(self) -> LiveView:
         self._take()
@@ -188,6 +189,7 @@ class LiveView:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self._interrupted = exc_info[0] is not None
         self._take()
         if self._live is not None:
             self._live.__exit__(*exc_info)
@@ -242,12 +244,13 @@ class LiveView:
         if snapshot is None:
             return Text("starting...")
         now = max(snapshot.taken_at, self.clock())
-        eta = self.eta(snapshot, now)
+        eta = None if self._interrupted else self.eta(snapshot, now)
         header = Text.assemble(
             (f"{self.title}  ", "bold"),
+            ("interrupted  ", "bold red") if self._interrupted else "",  # its trials stopped: none runs
             f"elapsed {_duration(now)}  ",
             f"ETA {eta}  " if eta is not None else "",
-            f"GPUs {snapshot.gpus_busy}/{snapshot.gpus} busy  ",
+            f"GPUs {0 if self._interrupted else snapshot.gpus_busy}/{snapshot.gpus} busy  ",
             "  ".join(f"{state} {count}" for state, count in snapshot.counts.items()),
         )
         height = options.size.height
@@ -262,6 +265,8 @@ class LiveView:
         while leaders > 1 and lines(header, board) > height:  # a very short terminal: fewer leaders
             leaders -= 1
             board = self._leaderboard(console, options, snapshot, leaders)
+        if lines(header, board) > height:  # not even one leader's table: its line
+            board = self._best_line(snapshot)
         shown = min(len(listed), height)
         while True:
             table = self._trials_table(console, options, listed, shown, pending)
@@ -329,6 +334,13 @@ class LiveView:
             if _fits(console, options, table):
                 break
         return table
+
+    def _best_line(self, snapshot: _Snapshot) -> Text:
+        """The leader in one line, for a terminal too short for a table (its cells were all "...")."""
+        ranked = sorted((r for r in snapshot.rows if r.best is not None), key=lambda r: (-r.score, r.seq))
+        if not ranked:
+            return Text(f"best {self.metric}: none yet", style="dim")
+        return Text(f"best {self.metric}: {format_number(ranked[0].best)} (trial {ranked[0].trial_id})")
 
     def _leaderboard(self, console: Console, options: ConsoleOptions, snapshot: _Snapshot, leaders: int) -> Table:
         ranked = sorted((r for r in snapshot.rows if r.best is not None), key=lambda r: (-r.score, r.seq))[:leaders]

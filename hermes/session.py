@@ -9,6 +9,7 @@ out. A session started on a store that already holds the experiment continues it
 
 from __future__ import annotations
 
+import errno
 import signal
 import threading
 from collections.abc import Iterator
@@ -33,7 +34,7 @@ from hermes.core.events import (
 )
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import FAILED, STOPPED
-from hermes.errors import NO_SPACE_ERRNOS, ClusterLost, HermesError, NoSpaceError
+from hermes.errors import HOST_LIMIT_ERRNOS, NO_SPACE_ERRNOS, ClusterLost, HermesError, HostLimit, NoSpaceError
 from hermes.execution.contract import Executor
 from hermes.execution.engine import Engine
 from hermes.execution.registry import make_engine
@@ -210,6 +211,9 @@ class ExperimentSession:
                 self._record_end(ExperimentStatus.INTERRUPTED)
                 raise
             except OSError as error:
+                if error.errno in HOST_LIMIT_ERRNOS:
+                    self._record_end(ExperimentStatus.INTERRUPTED)
+                    raise HostLimit(f"{error.strerror} (errno {errno.errorcode.get(error.errno)})") from error
                 if error.errno not in NO_SPACE_ERRNOS:
                     self._record_end(ExperimentStatus.FAILED, f"{type(error).__name__}: {error}")
                     raise
@@ -305,8 +309,13 @@ class ExperimentSession:
 
     # ------------------------------------------------------------------ hosted by another loop (hermes.pool)
     def replay(self) -> Recovered:
-        """Rebuild the core and the searcher from the store's log; ``run`` does this first."""
-        return replay(self.store, self.experiment_id, self.scheduler, lambda e, ds: self._follow(e, ds, replaying=True))
+        """Rebuild the core and the searcher from the store's log; ``run`` does this first. Trials asked from
+        here on are numbered as the log's are (a rerun with more trials went from 7 to 08)."""
+        recovered = replay(self.store, self.experiment_id, self.scheduler,
+                           lambda e, ds: self._follow(e, ds, replaying=True))
+        if self.scheduler.trials:
+            self._width = len(next(iter(self.scheduler.trials)))
+        return recovered
 
     def host(self, executor: Executor, post: Callable[[Event], None]) -> None:
         """Let a host's loop drive this experiment instead of ``run``: its trials are submitted to

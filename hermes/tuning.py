@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hermes.errors import HermesError
+from hermes.errors import HermesError, SpecError
 from hermes.experiment import load_spec, parse_spec
 from hermes.report import ExperimentView, every_trial_failed, shown_state
 from hermes.report.files import trial_files
@@ -76,10 +76,21 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     if not callable(function) or not hasattr(function, "__qualname__"):
         return spec
     module, named = function.__module__, dict(trial)
-    script = getattr(sys.modules.get("__main__"), "__file__", None) if module == "__main__" else None
+    if "." in function.__qualname__:  # a method, or a function defined in another: no module has it at top level
+        raise SpecError(f"trial.function: {function.__qualname__} is not a module's top-level function, which a "
+                        "trial's process imports: define it at the top of a module", [("trial.function", "nested")])
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None) if module == "__main__" else None
     if script is not None:
-        module = Path(script).stem
-        named.setdefault("workdir", str(Path(script).resolve().parent))
+        path = Path(script).resolve()
+        run_as = getattr(getattr(main, "__spec__", None), "name", None)  # python -m pkg.mod: its real name
+        module = run_as or path.stem
+        if not all(part.isidentifier() for part in module.split(".")):
+            raise SpecError(f"trial.function: the script {path.name} defines it, and a trial's process imports it "
+                            f"by the file's name, which {module!r} cannot be: rename the file",
+                            [("trial.function", "not importable")])
+        root = path.parents[module.count(".")]  # the folder that holds the module, or its top package
+        named.setdefault("workdir", str(root))
     return {**spec, "trial": {**named, "function": f"{module}:{function.__qualname__}"}}
 
 

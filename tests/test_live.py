@@ -3,9 +3,15 @@ size of a terminal, as Rich's Live draws it (LiveRender: what does not fit the h
 
 from __future__ import annotations
 
+import fcntl
 import io
 import math
+import os
 import re
+import struct
+import subprocess
+import termios
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -182,6 +188,29 @@ def test_the_leaderboard_shows_in_a_terminal_of_any_height(height: int) -> None:
     assert re.search(r"│ 1 │ 07 +│ +0\.8494 │", board), text  # its winner
 
 
+@pytest.mark.parametrize("height", [6, 5, 3])
+def test_a_terminal_too_short_for_a_table_shows_the_best_in_a_line(height: int) -> None:
+    """Every cell of the one-leader table was cut to "...": no best value showed."""
+    run = Run()
+    many(run)
+    text = run.draw(width=80, height=height)
+    assert "best score: 0.8494 (trial 07)" in text and "..." not in text, text
+
+
+def test_the_last_frame_of_an_interrupted_run_shows_nothing_running() -> None:
+    """After Ctrl-C it said "ETA ~0:04  GPUs 2/2 busy" while the store had the run interrupted, no GPU busy."""
+    run = Run()
+    many(run)
+    console = Console(width=120, height=60, record=True, file=io.StringIO(), color_system=None)
+    view = LiveView("exp", "score", "max", run.scheduler, lambda: run.now, console, budget=Budget(trials=50))
+    with pytest.raises(KeyboardInterrupt):
+        with view:
+            raise KeyboardInterrupt
+    console.print(LiveRender(view))
+    top = [line for line in console.export_text().splitlines() if line.startswith("exp  ")][-1]  # the last frame's
+    assert top.startswith("exp  interrupted  elapsed ") and "ETA" not in top and "GPUs 0/2 busy" in top, top
+
+
 def test_the_rows_are_the_running_trials_then_the_best_ended_ones_and_the_pending_are_counted() -> None:
     run = Run()
     many(run)
@@ -234,3 +263,47 @@ def test_a_trial_that_never_reported_shows_a_dash() -> None:
     text = run.draw()
     assert re.search(r"│ 0 +│ running +│ gpu\d +│ +0/3 │ +- │ +- │", text), text
     assert TrialState.RUNNING.value in text
+
+
+# ---------------------------------------------------------------------- 5. hermes run: live or plain lines
+def run_in(tmp_path: Path, name: str, stdout: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``hermes run`` of two trials, one of which fails at its first step, with its output to ``stdout``."""
+    from tests.test_run import environment, hermes_command, search, spec_of, write_spec
+
+    spec = spec_of(name, search=search(2, 0, 0.01, crash={"type": "grid", "values": ["none", "raise"]},
+                                       crash_step={"type": "choice", "values": [1]}), budget={"steps": 3})
+    return subprocess.Popen(hermes_command("run", str(write_spec(tmp_path, spec))), cwd=tmp_path,
+                            env={**environment(), **env}, stdout=stdout, stderr=subprocess.STDOUT)
+
+
+def test_output_to_a_file_is_plain_lines_whatever_rich_is_told(tmp_path: Path) -> None:
+    """FORCE_COLOR (set by CI systems) made Rich call a file a terminal: the log filled with redrawn frames and
+    had no line per trial."""
+    log = tmp_path / "out.log"
+    with open(log, "wb") as file:
+        assert run_in(tmp_path, "to-file", file.fileno(), {"FORCE_COLOR": "1", "TTY_COMPATIBLE": "1"}).wait(120) == 0
+    text = log.read_text()
+    assert "\x1b[" not in text and " trial 0 completed at step 3, score " in text, text
+
+
+def test_a_failed_trial_is_said_above_the_live_view(tmp_path: Path) -> None:
+    """The view's table showed "failed", and its error was nowhere (the final table lists the best five)."""
+    master, terminal = os.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    runner = run_in(tmp_path, "in-a-terminal", terminal, {"TERM": "xterm"})
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(master, 1 << 16)
+        except OSError:  # EIO: the terminal's last writer is gone
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(master)
+    assert runner.wait(120) == 0
+    text = output.decode(errors="replace")
+    assert "\x1b[" in text, text  # drawn live
+    assert re.search(r"trial 1 failed before its first report \(uncaught RuntimeError", text), text
+    assert " trial 0 completed at step" not in text  # the view says that much

@@ -223,6 +223,59 @@ def test_a_full_disk_interrupts_the_run_and_a_rerun_with_room_completes_it(tmp_p
     assert outcome["steps"] == sorted([str(t), s] for t in range(3) for s in range(1, budget + 1))
 
 
+FULL_FROM_THE_START = """
+import json, subprocess
+from pathlib import Path
+disk = Path({disk!r})
+(disk / "runs").mkdir()
+with open(disk / "filler", "wb", buffering=0) as file:  # not a byte left
+    try:
+        while file.write(bytes(1 << 16)):
+            pass
+    except OSError:
+        pass
+run = subprocess.run({command!r}, capture_output=True, text=True, timeout=90)
+print(json.dumps({{"code": run.returncode, "stderr": run.stderr}}))
+"""
+
+
+def test_a_run_on_a_disk_with_no_byte_left_says_so_without_a_traceback(tmp_path: Path) -> None:
+    """Its runner lock, the first file it writes, raised ENOSPC as a traceback (exit 1)."""
+    disk = tmp_path / "disk"
+    spec = spec_of("full-start", search=search(1, 0, 0.01),
+                   storage={"dir": str(disk / "runs"), "allow_outside": True})
+    path = write_spec(tmp_path, spec)
+    script = FULL_FROM_THE_START.format(disk=str(disk), command=hermes_command("run", str(path), "--no-live"))
+    result = in_small_filesystem(tmp_path, script, "1m")
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout.splitlines()[-1])
+    assert outcome["code"] == 2 and "Traceback" not in outcome["stderr"], outcome["stderr"]
+    assert outcome["stderr"].startswith(f"hermes: error: no space left: {disk / 'runs' / 'hermes.lock'}: No space "), (
+        outcome["stderr"])
+
+
+@pytest.mark.parametrize("kind", ["function", "command"])
+def test_a_runner_out_of_open_files_is_interrupted_saying_so_and_a_rerun_completes_it(tmp_path: Path, kind: str
+                                                                                         ) -> None:
+    """``ulimit -n`` too low for its slots' workers and pipes: a traceback, and the experiment recorded failed; a
+    program's trials that could not start failed for good ("cannot start python: Too many open files")."""
+    spec = spec_of("few-files", search=search(8, 0, 0.01), budget={"steps": 3},
+                   resources={"gpus": "none", "cpu_slots": 8})
+    if kind == "command":
+        spec["trial"] = {"command": f"{sys.executable} trials/printer.py --steps 3 --rate {{rate}} --sleep 0.01",
+                         "metrics_regex": r"score (?P<value>\S+)", "workdir": str(TESTS)}
+    path = write_spec(tmp_path, spec)
+    limited = subprocess.run(
+        hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=environment(), capture_output=True,
+        text=True, timeout=RUN_TIMEOUT, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32)))
+    assert limited.returncode == 2 and "Traceback" not in limited.stderr, limited.stderr
+    assert limited.stderr.startswith("hermes: error: this machine ran out of what a trial needs: Too many open "
+                                     "files (errno EMFILE)\ninterrupted: raise the limit (`ulimit -n` for open"), (
+        limited.stderr)
+    assert "few-files (id 1): interrupted" in hermes("status", "runs", cwd=tmp_path).stdout
+    assert "few-files: finished (continued)" in run_ok(path).stdout
+
+
 def test_a_store_its_disk_refuses_to_grow_interrupts_the_run_saying_so_and_a_rerun_completes_it(
     tmp_path: Path,
 ) -> None:

@@ -565,8 +565,10 @@ def test_reports_never_write_to_the_store(
     (empty / STORE_FILE).write_bytes(b"")
     for command in ("status", "results", "plot"):
         assert main([command, str(empty)]) == 2
-        assert capsys.readouterr().err == (
-            f"hermes: error: {empty / STORE_FILE} holds no Hermes store (it has no experiments table)\n"
+        assert capsys.readouterr().err == (  # a copy of hermes.db alone, taken while a run wrote, reads so: say why
+            f"hermes: error: {empty / STORE_FILE} holds no Hermes store (it has no experiments table); a copy made "
+            f"while a run wrote needs {STORE_FILE}-wal beside it (or `sqlite3 {STORE_FILE} .backup copy.db` makes "
+            "one whole)\n"
         )
     assert (empty / STORE_FILE).read_bytes() == b""  # no schema was created in it
 
@@ -732,3 +734,17 @@ def test_status_lists_each_error_once_with_its_trials_and_at_most_ten() -> None:
     assert lines[:2] == ["  trial 0 (failed at step 2): exit code 0", "  trial 1 (failed at step 2): exit code 1"]
     assert len(lines) == ERRORS_SHOWN + 1
     assert lines[-1] == "  ... and 5 more with other errors: `hermes results --format csv` gives every trial's"
+
+
+def test_a_spec_or_the_store_file_given_for_the_storage_dir_is_told_which_dir_to_give(
+    recorded: Recorded, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both were told "no Hermes store at .../experiment.yaml/hermes.db: ... holds no hermes.db"."""
+    monkeypatch.chdir(Path(__file__).parents[1])
+    assert main(["status", "examples/digits/experiment.yaml"]) == 2
+    told = "hermes: error: examples/digits/experiment.yaml is a spec: give its storage dir, runs\n"
+    assert capsys.readouterr().err == told  # its storage.dir, ../../runs, from its folder
+    store_file = recorded.directory / STORE_FILE
+    assert main(["results", str(store_file)]) == 2
+    assert f"{store_file} is the store's file: give its folder, the storage dir {recorded.directory}\n" in (
+        capsys.readouterr().err)

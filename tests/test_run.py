@@ -1472,7 +1472,7 @@ def test_a_rerun_with_a_larger_trial_budget_extends_the_experiment(tmp_path: Pat
     run_ok(path)
     first, _ = load_view(tmp_path / "runs")
     assert len(first.trials) == 3
-    spec["search"]["trials"] = 5
+    spec["search"]["trials"] = 11
     write_spec(tmp_path, spec)
     again = run_ok(path)
     assert "(continued)" in again.stdout and " crashed (" not in again.stdout
@@ -1484,7 +1484,8 @@ def test_a_rerun_with_a_larger_trial_budget_extends_the_experiment(tmp_path: Pat
     assert kinds.index("NodeRemoved") < kinds.index("SubmissionsReopened") < kinds.index("NodeAdded", kinds.index(
         "NodeRemoved"))
     extended, _ = load_view(tmp_path / "runs")
-    assert len(extended.trials) == 5 and all(t.state is TrialState.COMPLETED for t in extended.trials)
+    assert len(extended.trials) == 11 and all(t.state is TrialState.COMPLETED for t in extended.trials)
+    assert [t.trial_id for t in extended.trials] == [str(index) for index in range(11)]  # not 0-2, then 03-10
     assert [t.params for t in extended.trials[:3]] == [t.params for t in first.trials]  # the first three kept
     kept = {m.trial_id: m for m in first.metrics}
     assert all(m == kept[m.trial_id] for m in extended.metrics if m.trial_id in kept and m.step == kept[m.trial_id].step)

@@ -241,8 +241,12 @@ def test_a_program_that_crashes_after_its_last_step_completes_and_runs_once(tmp_
     assert result.stdout.count(" crashed (") == 1
     assert (tmp_path / "starts.txt").read_text().split() == ["2", "2"]  # run again once, not twice more
     view, _ = load_view(tmp_path / "runs")
-    assert [(trial.state, trial.step, trial.error) for trial in view.trials] == [(TrialState.COMPLETED, 3, None)]
+    assert [(trial.state, trial.step) for trial in view.trials] == [(TrialState.COMPLETED, 3)]
+    assert view.trials[0].error == "after its last step: exit code 1: teardown failed"
+    assert "trial 0 completed at step 3, accuracy 0.3 (after its last step: exit code 1: teardown failed)" in \
+           result.stdout
     assert values_of(tmp_path / "runs") == {"0": [(1, 0.1), (2, 0.2), (3, 0.3)]}
+    assert ", 1 run again after a crash\n" in hermes("status", "runs", cwd=tmp_path).stdout  # the first, not the last
 
 
 # ---------------------------------------------------------------------- 7. processes that leave the trial's group
@@ -298,3 +302,47 @@ def test_every_process_of_a_pinned_slot_starts_on_its_cores(tmp_path: Path) -> N
              for line in log.read_text().splitlines() if line.startswith("Cpus_allowed_list")]
     assert len(lines) == 30
     assert all(line.split()[-1].isdigit() for line in lines), lines  # one core each, never "0-1"
+
+
+# ---------------------------------------------------------------------- 8. numbers a pattern cuts short
+CUT_SHORT = r"""
+import sys
+print("epoch 1 accuracy 0.50 loss 0.25")
+if sys.argv[1] == "exponent":  # Python's own float output for a small loss
+    print("epoch 2 accuracy 0.75 loss 9.999999999999977e-11")
+else:  # more digits than the group reads
+    print("epoch 2 accuracy 0.9512 loss 0.125")
+"""
+
+
+def test_a_group_that_reads_part_of_a_number_fails_the_trial_naming_a_pattern_that_reads_it_whole(
+    tmp_path: Path,
+) -> None:
+    """Before, ``[\\d.]+`` read 9.999999999999977e-11 as 9.999999999999977, and ``\\d\\.\\d\\d`` 0.9512 as 0.95,
+    recorded without a word; now the trial fails at that line, its steps before it kept."""
+    pattern = r"epoch (?P<step>\d+) accuracy (?P<accuracy>\d\.\d\d).* loss (?P<loss>[\d.]+)"
+    path = program_spec(tmp_path, "cut", CUT_SHORT, pattern, 2, space={"how": ["exponent", "digits"]})
+    result = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    view, _ = load_view(tmp_path / "runs")
+    errors = {trial.params["how"]: (trial.state, trial.error) for trial in view.trials}
+    whole = r"[-+]?[\d.]+(?:[eE][-+]?\d+)?"
+    exponent = ("trial.metrics_regex's group 'loss' read '9.999999999999977' in the line 'epoch 2 accuracy 0.75 "
+                f"loss 9.999999999999977e-11', where the number goes on: read it whole, with (?P<loss>{whole})")
+    digits = ("trial.metrics_regex's group 'accuracy' read '0.95' in the line 'epoch 2 accuracy 0.9512 loss 0.125', "
+              f"where the number goes on: read it whole, with (?P<accuracy>{whole})")
+    assert errors == {"exponent": (TrialState.FAILED, exponent), "digits": (TrialState.FAILED, digits)}
+    assert values_of(tmp_path / "runs") == {trial.trial_id: [(1, 0.5)] for trial in view.trials}
+
+
+def test_the_documented_pattern_reads_signs_and_exponents(tmp_path: Path) -> None:
+    """docs/trials.md's example pattern read Python's ``1e-05`` as 1 and missed ``-1e-05``."""
+    docs = (Path(__file__).parents[1] / "docs" / "trials.md").read_text()
+    pattern = docs.split("Example, for `examples/scripts/print_metrics.py`:\n\n```\n")[1].split("\n")[0]
+    program = ("for epoch in range(1, 4):\n"
+               "    print(f'epoch {epoch} loss {(-1) ** epoch * 10.0 ** (-5 * epoch)} accuracy {1 - 0.1 ** epoch}')\n")
+    run_ok(program_spec(tmp_path, "exponents", program, pattern, 3))
+    view, _ = load_view(tmp_path / "runs")
+    assert [(trial.state, trial.error) for trial in view.trials] == [(TrialState.COMPLETED, None)]
+    assert [(record.step, record.values) for record in view.metrics] == [
+        (epoch, {"loss": (-1) ** epoch * 10.0 ** (-5 * epoch), "value": 1 - 0.1 ** epoch}) for epoch in (1, 2, 3)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import typing
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 from hermes.errors import HermesError, SpecError
 from hermes.experiment import ExperimentSpec, load_spec, parse_spec
 from hermes.experiment.spec import read_spec
+from hermes.plugins import construct
 from hermes.search import make_searcher
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -361,6 +363,69 @@ def test_numbers_are_read_as_yaml_1_2_reads_them(tmp_path: Path) -> None:
     assert load_spec(path).search.trials == 10
 
 
+def test_a_signed_float_is_a_number_as_the_unsigned_one_is(tmp_path: Path) -> None:
+    """-.5 and +.5 were text while .5 was a number: a grid gave the trial '-.5', and low: -.5 was refused."""
+    path = tmp_path / "spec.yaml"
+    path.write_text("a: -.5\nb: +.5\nc: -.5e-3\nd: +.5E+3\ne: -.inf\nf: +.inf\ng: +1.5\nh: -1.\ni: -1.5e+3\n")
+    assert read_spec(path) == {"a": -0.5, "b": 0.5, "c": -5e-4, "d": 500.0, "e": -math.inf, "f": math.inf, "g": 1.5,
+                               "h": -1.0, "i": -1500.0}
+    space = {"wd": {"type": "uniform", "low": "LOW", "high": "HIGH"}, "m": {"type": "grid", "values": "VALUES"}}
+    path.write_text(yaml.safe_dump(spec_with(lambda d: d["search"].update(space=space, trials=12)), sort_keys=False)
+                    .replace("LOW", "-.5").replace("HIGH", "+.5")
+                    .replace("VALUES", "[-.5, .25, +.5, +1.5e3, -1.5e3, -.5e-3]"))
+    spec = load_spec(path)
+    assert (spec.search.space["wd"].low, spec.search.space["wd"].high) == (-0.5, 0.5)
+    assert spec.search.grid == {"m": [-0.5, 0.25, 0.5, 1500.0, -1500.0, -5e-4]}
+    assert {type(config[name]) for config in configs_of(spec) for name in ("wd", "m")} == {float}
+
+
+def test_policy_and_stopper_params_read_numbers_as_the_spec_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """YAML 1.1 reads optimism: 1e-1 as text, which was refused ("must be a number, got '1e-1'") or, for
+    switch_cost (float | None, unchecked), failed inside the policy; switch_cost: true was taken."""
+    path = tmp_path / "spec.yaml"
+    policy = {"name": "hermes", "params": {"optimism": "O", "switch_cost": "S"},
+              "stopper": {"name": "median", "params": {"confidence": "C"}}}
+    path.write_text(yaml.safe_dump(spec_with(put("policy", value=policy)), sort_keys=False)
+                    .replace("optimism: O", "optimism: 1e-1").replace("switch_cost: S", "switch_cost: 1e3")
+                    .replace("confidence: C", "confidence: 9e-1"))
+    spec = load_spec(path)
+    assert spec.policy.params == {"optimism": 0.1, "switch_cost": 1000.0}
+    assert spec.policy.stopper is not None and spec.policy.stopper.params == {"confidence": 0.9}
+    unset = parse_spec(spec_with(put("policy", value={"name": "hermes", "params": {"switch_cost": None}})))
+    assert unset.policy.params == {"switch_cost": None}
+    with pytest.raises(SpecError, match="policy.params: policy hermes: switch_cost must be a number or null, got True"):
+        parse_spec(spec_with(put("policy", value={"name": "hermes", "params": {"switch_cost": True}})))
+    # a plug-in's params that are lists or mappings hold numbers read so too
+    package(tmp_path / "code", {"open_policy.py": "from hermes.policies.rr import RoundRobinPolicy\n"
+                                                  "class Open(RoundRobinPolicy):\n"
+                                                  "    def __init__(self, **params):\n        super().__init__()\n"})
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    params = {"rungs": ["1e3", ["2.5E-1"]], "limits": {"a": "1e2"}, "label": "fast"}
+    spec = parse_spec(spec_with(put("policy", value={"name": "open_policy:Open", "params": params})))
+    assert spec.policy.params == {"rungs": [1000.0, [0.25]], "limits": {"a": 100.0}, "label": "fast"}
+
+
+def test_construct_checks_optional_numbers_and_skips_hints_it_cannot_check() -> None:
+    """A parameter annotated float | None (Optional[int]) takes a number of its kind or None, nothing else."""
+
+    class Plugin:
+        def __init__(self, cost: float | None = None, text: int | str = 0, items: list[int] | None = None,
+                     count: typing.Optional[int] = None) -> None:  # noqa: UP045 (typing.Union's form, read too)
+            self.cost, self.count, self.text, self.items = cost, count, text, items
+
+    built = construct(Plugin, {"cost": 2, "count": None, "text": "x", "items": "anything"})
+    assert (built.cost, built.count, built.text, built.items) == (2, None, "x", "anything")
+    assert construct(Plugin, {"cost": None, "count": 3}).count == 3
+    for params, message in [({"cost": True}, "cost must be a number or null, got True"),
+                            ({"cost": "1e3"}, "cost must be a number or null, got '1e3'"),
+                            ({"count": 2.5}, "count must be a whole number or null, got 2.5"),
+                            ({"count": False}, "count must be a whole number or null, got False")]:
+        with pytest.raises(TypeError, match=f"^{message}$"):
+            construct(Plugin, params)
+
+
 # ---------------------------------------------------------------------- configurations
 def configs_of(spec: ExperimentSpec) -> list[dict[str, Any]]:
     """What the spec's searcher proposes for its trial budget (random and grid choose without results)."""
@@ -636,6 +701,24 @@ def test_hermes_run_refuses_a_broken_spec_before_writing_anything(
         "defines no 'trian'; did you mean 'train'?\n"
     )
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_wrong_name_in_place_of_the_specs_is_blamed_on_it_not_on_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """hermes run spec.yaml --name team/x said "spec.yaml: name: ...", sending the user to a file without fault."""
+    from hermes.cli import main
+
+    path = write(tmp_path, SPEC)
+    rule = "must start with a letter or digit and use only letters, digits, '.', '_' and '-', 128 characters at most"
+    with pytest.raises(SpecError) as raised:
+        load_spec(path, "team/x")
+    assert str(raised.value) == f"the name given in place of the spec's (--name), 'team/x': {rule}"
+    assert raised.value.problems == [("name", rule)]
+    assert main(["run", str(path), "--name", "team/x", "--no-live"]) == 2
+    assert capsys.readouterr().err == f"hermes: error: {raised.value}\n"
+    assert not (tmp_path / "runs").exists()
+    assert load_spec(path, "team-x").name == "team-x"
 
 
 @pytest.mark.parametrize(("uri", "expected"), [

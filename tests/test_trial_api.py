@@ -466,8 +466,11 @@ def test_a_resume_whose_checkpoint_is_gone_says_it_retrains_from_scratch(
     capsys.readouterr()
     Channel(tmp_path / "t1", monkeypatch, **{protocol.ENV_REPORTED_STEP: "2"})  # which writes its config again
     missing = root if lose == "trial dir" else gone
+    what = "its checkpoint is gone" if lose == "latest" else (  # a parked trial's were never written: not "gone"
+        "it has no checkpoint on disk: none was written (a trial parked in its worker's memory when its run ended "
+        "writes none), or they were deleted")
     assert capsys.readouterr().err == (
-        f"hermes: trial t1: it resumes at step 2, but its checkpoint is gone (there is no {missing}); it retrains "
+        f"hermes: trial t1: it resumes at step 2, but {what} (there is no {missing}); it retrains "
         "from scratch (its steps up to 2 are trained again, not recorded again)\n"
     )
     assert trial.start_step() == 0

@@ -6,12 +6,13 @@ Real trial processes (tests/trials/curve.py on CPU slots), a real SQLite store, 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 import hermes
-from hermes.errors import SpecError
+from hermes.errors import HermesError, SpecError
 from hermes.trial import protocol
 from tests.test_run import hermes as hermes_cli
 from tests.test_run import score, search, spec_of, write_spec
@@ -231,3 +232,58 @@ def test_a_script_run_directly_may_name_its_own_trial_function(tmp_path: Path) -
     output = subprocess.run([sys.executable, "scripts/tune.py"], cwd=tmp_path, env=environment(),
                             capture_output=True, text=True, timeout=120)
     assert output.stdout.splitlines()[-1] == "ran finished ['completed', 'completed']", output
+    # run as a package's module (python -m): imported by its name, from the package's folder (No module named 'pkg')
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "tune.py").write_text(SCRIPT_ITSELF.replace('"name": "script"', '"name": "module"'))
+    output = subprocess.run([sys.executable, "-m", "pkg.tune"], cwd=tmp_path / "scripts", env={
+        **environment(), "PYTHONPATH": f"{tmp_path}{os.pathsep}{environment().get('PYTHONPATH', '')}"},
+        capture_output=True, text=True, timeout=120)
+    assert output.stdout.splitlines()[-1] == "ran finished ['completed', 'completed']", output
+    # a file name no import can name: said, not "must be 'package.module:function', got 'my-tune:train'"
+    (tmp_path / "scripts" / "my-tune.py").write_text(SCRIPT_ITSELF)
+    output = subprocess.run([sys.executable, "scripts/my-tune.py"], cwd=tmp_path, env=environment(),
+                            capture_output=True, text=True, timeout=120)
+    assert "the script my-tune.py defines it, and a trial's process imports it by the file's name" in output.stderr
+
+
+TORCH_TRIAL = """
+import torch
+from hermes import trial
+
+def train(config):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    state = trial.Checkpoint(model=model, optimizer=optimizer)
+    for step in range(state.restore() + 1, trial.budget() + 1):
+        optimizer.zero_grad()
+        loss = model(torch.ones(4, 3)).square().mean()
+        loss.backward()
+        optimizer.step()
+        trial.report(step, loss=float(loss))
+    torch.save(model.state_dict(), trial.trial_dir() / "final.pt")
+"""
+
+
+def test_the_best_trials_model_loads_from_its_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``result.best.checkpoint`` is a folder: torch.load of its file failed (weights_only, its numpy generators) and
+    ``trial.Checkpoint`` works only in a trial, so no documented way led to the winner's model."""
+    import torch
+
+    from hermes.trial import load_state
+
+    (tmp_path / "net.py").write_text(TORCH_TRIAL)
+    monkeypatch.chdir(tmp_path)
+    result = hermes.run({"name": "net", "trial": {"function": "net:train"},
+                         "search": {"sampler": "list", "configs": [{"lr": 0.1}, {"lr": 0.01}]},
+                         "metric": {"name": "loss", "mode": "min"}, "budget": {"steps": 2},
+                         "resources": {"gpus": "none", "cpu_slots": 1}, "storage": {"dir": "runs"}})
+    best = result.best
+    assert best is not None and best.checkpoint is not None
+    model = torch.nn.Linear(3, 1)
+    model.load_state_dict(load_state(best.checkpoint)["model"])
+    final = torch.load(best.checkpoint.parents[1] / "final.pt")
+    assert all(torch.equal(model.state_dict()[key], final[key]) for key in final)  # the winner's last step
+    with pytest.raises(HermesError, match="is not there: is .* a checkpoint's folder"):
+        load_state(tmp_path)

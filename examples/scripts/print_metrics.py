@@ -3,8 +3,9 @@
     python examples/scripts/print_metrics.py --epochs 5 --lr 0.1
     epoch 1 loss 0.9048 accuracy 0.0952
 
-Hermes reads the metrics with a pattern such as ``epoch (?P<step>\\d+) .* accuracy (?P<value>[\\d.]+)``
-and suspends it with SIGSTOP.
+Hermes reads the metrics with a pattern such as
+``epoch (?P<step>\\d+) .* accuracy (?P<value>[-+]?[\\d.]+(?:[eE][-+]?\\d+)?)`` (a number's sign and exponent
+too: ``[\\d.]+`` alone reads ``1e-05`` as 1) and suspends it with SIGSTOP.
 """
 
 from __future__ import annotations

@@ -232,6 +232,8 @@ class Scheduler:
             outcome = COMPLETED if trial.step >= trial.budget else STOPPED  # stopped once it trained its budget
         elif (event.succeeded and trial.steps) or (event.crashed and trial.step >= trial.budget):
             outcome = COMPLETED  # a crash after its last step (a CUDA or NCCL teardown) loses nothing of it
+            if not event.succeeded:  # but it is said: a final save of the model may be what failed
+                trial.error = f"after its last step: {event.error}"
         elif event.crashed and trial.crashes < self.max_failures and (
             trial.state in HOLDING_GPU or trial.state is SUSPENDED
         ) and (trial.steps or self._may_try_elsewhere(trial)):

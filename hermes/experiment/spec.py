@@ -30,6 +30,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -55,6 +56,7 @@ from hermes.trial.protocol import MAX_STEP
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a directory's name, and the store's key with its owner
+_NAME_RULE = "must start with a letter or digit and use only letters, digits, '.', '_' and '-', 128 characters at most"
 # Whole numbers, numbers and switches are taken as written: true is not 1, 2.0 is not 2, "3" is not 3, and
 # "0.1" is not 0.1 (a float field takes a whole number as a float; a string only as _yaml_float says).
 _EXPONENT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
@@ -497,9 +499,22 @@ class BudgetSpec(_Section):
     steps: Annotated[StrictPositiveInt, Field(le=MAX_STEP)]
 
 
+def _yaml_floats(value: Any) -> Any:
+    """_yaml_float throughout a policy's or stopper's params, lists and mappings included: their numbers are read as
+    the rest of the spec's are (optimism: 1e-1 reached the policy as text)."""
+    if isinstance(value, list):
+        return [_yaml_floats(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _yaml_floats(item) for key, item in value.items()}
+    return _yaml_float(value)
+
+
+Params = Annotated[dict[str, Any], AfterValidator(_yaml_floats)]
+
+
 class StopperSpec(_Section):
     name: str
-    params: dict[str, Any] = {}
+    params: Params = {}
 
 
 class PolicySpec(_Section):
@@ -507,7 +522,7 @@ class PolicySpec(_Section):
     # seconds of GPU time a trial runs before a better one may preempt it; None: the policy's own (60 s, and hermes
     # lets a turn last one of the trial's own reports)
     period: StrictPositiveFloat | None = None
-    params: dict[str, Any] = {}
+    params: Params = {}
     stopper: StopperSpec | None = None
 
     @model_serializer(mode="wrap")
@@ -610,8 +625,7 @@ class ExperimentSpec(_Section):
     @classmethod
     def _slug(cls, name: str) -> str:
         if not _NAME.fullmatch(name):
-            raise ValueError("must start with a letter or digit and use only letters, digits, '.', '_' and '-', "
-                             "128 characters at most")
+            raise ValueError(_NAME_RULE)
         return name
 
     @model_validator(mode="after")
@@ -697,7 +711,10 @@ class ExperimentSpec(_Section):
 def load_spec(path: str | Path, name: str | None = None) -> ExperimentSpec:
     """Read and validate a YAML spec, and check it against this machine (its workdir, trial function
     and storage dir); any problem raises SpecError naming the file and the fields. ``name``: in place of
-    the spec's own (``hermes run --name``)."""
+    the spec's own (``hermes run --name``); a wrong one is blamed on it, not on the file, which holds no fault."""
+    if name is not None and not (isinstance(name, str) and _NAME.fullmatch(name)):
+        raise SpecError(f"the name given in place of the spec's (--name), {name!r}: {_NAME_RULE}",
+                        [("name", _NAME_RULE)])
     data = read_spec(path)
     if name is not None:
         data["name"] = name
@@ -767,9 +784,10 @@ class _SpecLoader(yaml.SafeLoader):
 _SpecLoader.add_constructor(_INT, _SpecLoader.construct_yaml_int)
 _SpecLoader.add_implicit_resolver(_INT, re.compile(r"[-+]?(?:0b[0-1_]+|0x[0-9a-fA-F_]+|[0-9][0-9_]*)$"),
                                   list("-+0123456789"))
-_SpecLoader.add_implicit_resolver(_FLOAT, re.compile(r"""(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?
-    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.VERBOSE),
-                                  list("-+0123456789."))
+# A sign may lead each form (-.5 was text while .5 was a number). An exponent that YAML 1.1 reads as text (1e-4: no
+# dot; 1.5e3: no sign) stays text here: the fields that take a number read it (_yaml_float).
+_SpecLoader.add_implicit_resolver(_FLOAT, re.compile(r"""(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)
+    (?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.VERBOSE), list("-+0123456789."))
 
 
 def parse_spec(data: dict[str, Any], source: str = "<spec>", base_dir: str | Path | None = None) -> ExperimentSpec:

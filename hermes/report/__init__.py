@@ -7,6 +7,7 @@ Times are the experiment's clock (seconds since it started), as stamped on its e
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from rich.cells import cell_len
 
 from hermes.core.scheduler import Objective
 from hermes.core.states import TrialState
-from hermes.errors import HermesError
+from hermes.errors import HermesError, SpecError
 from hermes.store import (
     ExperimentRecord,
     ExperimentStatus,
@@ -129,14 +130,36 @@ def shown_state(state: TrialState, live: bool) -> str:
 
 def open_store(directory: str | Path) -> SqlStore:
     """The store in a storage dir, read-only: a report never writes, not even the schema into an
-    empty file. A HermesError names the path when there is none."""
-    path = Path(directory) / STORE_FILE
+    empty file. A HermesError names the path when there is none, and the storage dir where a file was given."""
+    given = Path(directory)
+    if given.is_file():
+        raise HermesError(_not_a_storage_dir(given))
+    path = given / STORE_FILE
     if not path.is_file():
-        where = "does not exist" if not Path(directory).exists() else f"holds no {STORE_FILE}"
+        where = "does not exist" if not given.exists() else f"holds no {STORE_FILE}"
         raise HermesError(
             f"no Hermes store at {path}: {directory} {where}; pass the storage dir of a run (storage.dir in its spec)"
         )
     return SqlStore.open_read_only(path)
+
+
+def _not_a_storage_dir(path: Path) -> str:
+    """What to give instead of a file: the runner lock, the checkpoints and the plots are found from the storage
+    dir, so a report takes that, not the store's file nor the spec that names it."""
+    if path.name == STORE_FILE:
+        return f"{path} is the store's file: give its folder, the storage dir {path.parent}"
+    told = f"{path} is a file: give the storage dir of a run (storage.dir in its spec), which holds {STORE_FILE}"
+    if path.suffix not in (".yaml", ".yml"):
+        return told
+    from pydantic import ValidationError  # and YAML: paid only when a spec is given
+
+    from hermes.experiment.spec import StorageSpec, read_spec
+
+    try:  # only its storage section: a spec whose trial or policy cannot load here still names its storage dir
+        storage = StorageSpec.model_validate(read_spec(path).get("storage", {})).dir
+    except (SpecError, ValidationError):
+        return told
+    return f"{path} is a spec: give its storage dir, {os.path.normpath(path.parent / Path(storage).expanduser())}"
 
 
 def pick_experiment(store: ExperimentStore, name: str | None) -> ExperimentRecord:

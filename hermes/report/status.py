@@ -96,15 +96,16 @@ def _ended_by(experiment: ExperimentRecord, events: Sequence[Event]) -> str | No
 
 
 def _reruns(view: ExperimentView, events: Sequence[Event]) -> int:
-    """Crashed runs that did not end their trial: all its crashes, less the last one of a trial that failed by it."""
+    """Crashed runs that did not end their trial: all its crashes, less the last one of a trial that ended by it
+    (failed, or completed: a crash after its last step)."""
     crashes: Counter[str] = Counter()
     last_exit: dict[str, TrialExited] = {}
     for event in events:
         if isinstance(event, TrialExited):
             crashes[event.trial_id] += event.crashed
             last_exit[event.trial_id] = event
-    failed = {trial.trial_id for trial in view.trials if trial.state is TrialState.FAILED}
-    return sum(crashes.values()) - sum(last_exit[trial_id].crashed for trial_id in failed if trial_id in last_exit)
+    ended = {trial.trial_id for trial in view.trials if trial.state in (TrialState.FAILED, TrialState.COMPLETED)}
+    return sum(crashes.values()) - sum(last_exit[trial_id].crashed for trial_id in ended if trial_id in last_exit)
 
 
 def _count(number: int, thing: str) -> str:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from hermes.errors import NO_SPACE_ERRNOS, NoSpaceError
 from hermes.store.base import StoreError
 
 LOCK_FILE = "hermes.lock"
@@ -60,6 +61,11 @@ class RunnerLock:
                 f"{self.path.parent} is in use by another runner, {describe(holder(self.path))}; "
                 "one runner per storage directory: wait for it to end, stop it, or use another storage.dir"
             ) from None
+        except OSError as error:  # a full disk: its holder cannot be named, said as a full disk is everywhere
+            file.close()
+            if error.errno in NO_SPACE_ERRNOS:
+                raise NoSpaceError(f"{self.path}: {error.strerror}") from None
+            raise
         except BaseException:  # a Ctrl-C between taking the lock and naming its holder too: else it stays held
             file.close()
             raise

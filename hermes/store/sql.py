@@ -234,8 +234,11 @@ class SqlStore(ExperimentStore):
                 found = sa.inspect(connection).has_table(EXPERIMENTS.name)
                 if not sa.inspect(connection).has_table(EXPERIMENT_SETTINGS.name):  # written before it existed
                     store._experiment_rows = _PLAIN_EXPERIMENT_ROWS
-            if not found:
-                raise StoreError(f"{path} holds no Hermes store (it has no {EXPERIMENTS.name} table)")
+            if not found:  # a copy of the file alone, made while a run wrote, has its tables still in the -wal file
+                wal = "" if Path(f"{path}-wal").exists() else (
+                    f"; a copy made while a run wrote needs {Path(path).name}-wal beside it (or `sqlite3 "
+                    f"{Path(path).name} .backup copy.db` makes one whole)")
+                raise StoreError(f"{path} holds no Hermes store (it has no {EXPERIMENTS.name} table){wal}")
         except StoreError:
             store.close()
             raise

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes.trial import protocol
-from hermes.trial.checkpoint import Checkpoint, Files, Saver, capture_rng, restore_rng
+from hermes.trial.checkpoint import Checkpoint, Files, Saver, capture_rng, load_state, restore_rng
 from hermes.trial.session import Session, StopExit, SuspendExit, current
 
 
@@ -83,6 +83,7 @@ __all__ = [
     "checkpoint_dir",
     "config",
     "current",
+    "load_state",
     "report",
     "restore_rng",
     "start_step",

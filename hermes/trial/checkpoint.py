@@ -118,6 +118,20 @@ class Checkpoint(Saver):
             restore_rng(state["rng"])
 
 
+def load_state(checkpoint: str | Path, name: str = "state") -> dict[str, Any]:
+    """The state dicts a trial's ``Checkpoint`` saved in ``checkpoint`` (a checkpoint's folder, as
+    ``hermes.run``'s ``result.best.checkpoint`` gives it), by the names the trial gave its objects; outside a
+    trial, to use the winner: ``model.load_state_dict(load_state(result.best.checkpoint)["model"])``."""
+    import torch
+
+    path = Path(checkpoint) / name / "state.pt"
+    if not path.is_file():
+        raise HermesError(f"{path} is not there: is {checkpoint} a checkpoint's folder, and {name!r} the name of "
+                          "the trial's Checkpoint?")
+    state = torch.load(path, map_location="cpu", weights_only=False)  # our own file, with its random generators
+    return dict(state["objects"])
+
+
 class Files(Saver):
     """Arbitrary files: ``save(directory)`` writes them, ``load(directory)`` reads them back."""
 

@@ -165,9 +165,11 @@ class Session:
             self._retrain(damage, reported_step)
             return None
         if latest is None and reported_step > 0:
-            self._warn(f"it resumes at step {reported_step}, but its checkpoint is gone "
-                       f"({protocol.missing_checkpoint(self.directory)}); it retrains from scratch"
-                       + self._again(reported_step))
+            never = not (self.directory / protocol.CHECKPOINTS_DIR).exists()  # or deleted: nothing tells them apart
+            what = ("it has no checkpoint on disk: none was written (a trial parked in its worker's memory when its "
+                    "run ended writes none), or they were deleted" if never else "its checkpoint is gone")
+            self._warn(f"it resumes at step {reported_step}, but {what} ({protocol.missing_checkpoint(self.directory)});"
+                       " it retrains from scratch" + self._again(reported_step))
         return latest
 
     def _retrain(self, damage: protocol.DamagedCheckpoint, known_step: int) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes.core.events import TrialExited, TrialSuspended
-from hermes.errors import HermesError, NoSpaceError
+from hermes.errors import HOST_LIMIT_ERRNOS, NO_SPACE_ERRNOS, HermesError, NoSpaceError
 from hermes.local.launchers.base import CHANNEL, EXIT, Launcher
 from hermes.local.resources import Slot
 from hermes.local.handshake import Handshake
@@ -38,6 +38,8 @@ from hermes.trial import protocol
 
 MAX_LINE = 1 << 20  # bytes of a line kept: of a longer one (a progress bar drawn without \r or \n), the last ones
 _SEGMENT = re.compile(rb"[^\r\n]*[\r\n]")  # a segment of output with the byte that ends it
+NUMBER = r"[-+]?[\d.]+(?:[eE][-+]?\d+)?"  # a group's pattern that reads a whole number as Python prints it: 1e-05
+_GOES_ON = re.compile(r"[eE][-+]?\d|\.?\d")  # what, right after a number, makes it part of a longer one
 
 
 class ProcessLauncher(Launcher):
@@ -81,6 +83,8 @@ class ProcessLauncher(Launcher):
             stderr_log.close()
             for fd in parent_fds:
                 os.close(fd)
+            if error.errno in HOST_LIMIT_ERRNOS:  # the host's limit (ulimit -n), not the trial's: failing it lost it
+                raise
             host.release(trial, slot)
             host.emit(TrialExited(host.now(), trial.trial_id, False, f"cannot start {argv[0]}: {error}"))
             return
@@ -165,8 +169,13 @@ class ProcessLauncher(Launcher):
             self._ended(run, output)
             return False
         if output.log is not None:
-            output.log.write(chunk)
-            output.log.flush()
+            try:
+                output.log.write(chunk)
+                output.log.flush()
+            except OSError as error:  # a full disk: say whose log, where it said "a file"
+                if error.errno in NO_SPACE_ERRNOS:
+                    raise NoSpaceError(f"trial {run.trial.trial_id}: {output.log.name}: {error.strerror}") from None
+                raise
         for line in _lines(output, chunk):
             self._line(run, output, line)
         return True
@@ -359,6 +368,12 @@ class ScriptLauncher(ProcessLauncher):
         name = "value" if "value" in groups else host.metric_of(trial) or ""
         if name not in groups:
             return None  # the objective's group is optional in the pattern and did not match: not a report
+        cut = next((group for group, found in groups.items()
+                    if _number(found) is not None and _GOES_ON.match(text, match.end(group))), None)
+        if cut is not None:  # [\d.]+ reads 1e-05 as 1: the number it read is not the one printed
+            host.fail(run, f"trial.metrics_regex's group {cut!r} read {groups[cut]!r} {_in(text)}, where the number "
+                           f"goes on: read it whole, with (?P<{cut}>{NUMBER})")
+            return None
         if name not in metrics:
             run.misread = run.misread or f"its group {name!r} read {groups[name]!r}, not a number, {_in(text)}"
             return None
