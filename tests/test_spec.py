@@ -405,6 +405,9 @@ def test_policy_and_stopper_params_read_numbers_as_the_spec_does(
     params = {"rungs": ["1e3", ["2.5E-1"]], "limits": {"a": "1e2"}, "label": "fast"}
     spec = parse_spec(spec_with(put("policy", value={"name": "open_policy:Open", "params": params})))
     assert spec.policy.params == {"rungs": [1000.0, [0.25]], "limits": {"a": 100.0}, "label": "fast"}
+    search = {"sampler": {"name": "tpe", "args": {"prior_weight": "1e0", "seed": 3}},  # a sampler's arguments too
+              "trials": 4, "space": {"lr": {"type": "uniform", "low": 0, "high": 1}}}
+    assert parse_spec(spec_with(put("search", value=search))).search.sampler_args == {"prior_weight": 1.0, "seed": 3}
 
 
 def test_construct_checks_optional_numbers_and_skips_hints_it_cannot_check() -> None:

@@ -232,7 +232,7 @@ class SearchSpec(_Section):
                                        f"optuna.samplers.NSGAIISampler, got {path!r}")
         if not isinstance(sampler.get("args", {}), dict):
             raise _PathError("args", "must be a mapping of argument names to values")
-        return sampler
+        return {**sampler, "args": _yaml_floats(sampler["args"])} if "args" in sampler else sampler
 
     @field_validator("max_time", mode="before")
     @classmethod
