@@ -232,7 +232,8 @@ class RayExecutor(Executor[TrialLaunch]):
         import ray
 
         agents = list(self._agents.values())
-        closing = [agent.handle.close.remote() for agent in agents]
+        # An agent Ray has not placed yet holds no trial, and would answer only once placed: 30 s of waiting.
+        closing = [agent.handle.close.remote() for agent in agents if agent.ready]
         try:
             ray.wait(closing, num_returns=len(closing), timeout=30)
         finally:
