@@ -8,6 +8,7 @@ winner's model from. The trials themselves still run in their own processes, on 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -34,7 +35,7 @@ class TrialResult:
     trial_id: str
     state: str  # a TrialState's value, or "interrupted" (left on a GPU by a run that did not end)
     params: dict[str, Any]
-    best: float | None  # the best value of the objective it reported; None before its first report
+    best: float | None  # the best finite value of the objective it reported; None where none was finite (or none yet)
     best_step: int | None
     final: float | None  # its last reported value
     steps: int  # the last step it reported
@@ -69,12 +70,19 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     """A spec whose ``trial.function`` is the function itself (as Ray Tune's ``Tuner(train)`` takes it), with the
     ``module:function`` its trials import in its place. A function of the script being run (``__main__``) is its
     file's module, which trials import from the script's folder (the workdir, unless the spec gives one): the
-    script's ``if __name__ == "__main__":`` keeps them from running it. A notebook's has no file: the spec check
-    says to move it into one."""
+    script's ``if __name__ == "__main__":`` keeps them from running it, so the function itself must lie outside that
+    guard, as the spec check says. A notebook's has no file: the spec check says to move it into one."""
     trial = spec.get("trial")
     function = trial.get("function") if isinstance(trial, Mapping) else None
-    if not callable(function) or not hasattr(function, "__qualname__"):
+    if not callable(function):
         return spec
+    unnamed = _unnamed(function)
+    if unnamed is not None:
+        fixed = isinstance(function, functools.partial)
+        hint = "; a value every trial takes goes in search.space as it is (lr: 0.1)" if fixed else ""
+        raise SpecError(f"trial.function: {unnamed} cannot be imported by a trial's process, which imports its "
+                        f"function by module and name: give a module's top-level def (def train(config): ...){hint}",
+                        [("trial.function", "not importable")])
     module, named = function.__module__, dict(trial)
     if "." in function.__qualname__:  # a method, or a function defined in another: no module has it at top level
         raise SpecError(f"trial.function: {function.__qualname__} is not a module's top-level function, which a "
@@ -92,6 +100,18 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
         root = path.parents[module.count(".")]  # the folder that holds the module, or its top package
         named.setdefault("workdir", str(root))
     return {**spec, "trial": {**named, "function": f"{module}:{function.__qualname__}"}}
+
+
+def _unnamed(function: Any) -> str | None:
+    """What ``function`` is where no module has it under a name of its own (a trial's process imports it by one):
+    a lambda, a functools.partial, an object with __call__; None for a def."""
+    if isinstance(function, functools.partial):
+        return "a functools.partial"
+    if not hasattr(function, "__qualname__"):
+        return f"a callable {type(function).__name__} object"
+    if getattr(function, "__name__", None) == "<lambda>":
+        return "a lambda"
+    return None
 
 
 def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> ExperimentResult:

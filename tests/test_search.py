@@ -116,6 +116,71 @@ def test_optuna_samplers_propose_within_the_space_and_learn(sampler: dict[str, A
         searcher.on_end(config.index, objective(config.params))
 
 
+INT_OPTIONS: dict[str, Any] = {
+    "batch": {"type": "int", "low": 1, "high": 1000, "log": True},
+    "hidden": {"type": "int", "low": 64, "high": 1000, "step": 64},  # 64, ..., 960: 1000 is off the step
+}
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+@pytest.mark.parametrize("sampler", ["random", "tpe", "qmc"])
+def test_int_parameters_take_log_and_step_in_every_sampler(sampler: str) -> None:
+    """As Optuna's suggest_int(log=True) and suggest_int(step=...): neither could be written ("unknown field")."""
+    search = search_spec(sampler=sampler, trials=200, seed=1, space=copy.deepcopy(INT_OPTIONS))
+    searcher = make_searcher(search, "max", slots=50)
+    proposals = []
+    for _ in range(200):
+        config = searcher.ask()
+        assert config is not None and within(search, config.params)
+        proposals.append(config.params)
+        searcher.on_end(config.index, float(config.params["hidden"]))
+    batch, hidden = [p["batch"] for p in proposals], [p["hidden"] for p in proposals]
+    assert all(type(value) is int for value in batch + hidden)
+    assert {value % 64 for value in hidden} == {0} and max(hidden) <= 960 and len(set(hidden)) > 5
+    assert 0.3 < sum(value < 32 for value in batch) / len(batch) < 0.7  # log-uniform: half lie below sqrt(1000)
+    assert not search.space["hidden"].contains(100) and search.space["hidden"].contains(960)
+
+
+def test_fixed_parameters_reach_every_trial_and_no_sampler_searches_them() -> None:
+    """Ray Tune's ``param_space={"lr": 0.1}`` (spec ``lr: 0.1``) was refused: "Input should be a valid dictionary"."""
+    space = {**copy.deepcopy(SPACE), "warmup": 3, "optimizer": "adam", "nesterov": True, "decay": "1e-4"}
+    search = search_spec(sampler="random", trials=4, seed=2, space=space)
+    fixed = {"warmup": 3, "optimizer": "adam", "nesterov": True, "decay": 1e-4}  # 1e-4 is a number, as in a choice
+    searcher, plain = make_searcher(search, "max"), make_searcher(search_spec(trials=4, seed=2), "max")
+    for _ in range(4):
+        params, others = searcher.ask().params, plain.ask().params  # type: ignore[union-attr]
+        assert params == {**others, **fixed} and within(search, params)  # the other draws are as without them
+    stored = search.model_dump(mode="json")
+    assert stored["space"]["warmup"] == 3 and stored["space"]["decay"] == 1e-4  # stored as written
+    assert parse_spec({**BASE, "search": stored}).search.model_dump(mode="json") == stored
+
+    tpe = make_searcher(search_spec(sampler="tpe", trials=2, space=space), "max")
+    assert {k: v for k, v in tpe.ask().params.items() if k in fixed} == fixed  # type: ignore[union-attr]
+    assert set(tpe.study.trials[0].distributions) == set(SPACE)  # type: ignore[attr-defined]
+
+    grid = search_spec(sampler="grid", space={"a": {"type": "grid", "values": [1, 2]}, "warmup": 3})
+    searcher = make_searcher(grid, "max")
+    assert [searcher.ask().params for _ in range(2)] == [{"a": 1, "warmup": 3}, {"a": 2, "warmup": 3}]  # type: ignore
+    fixed_space = {"a": {"type": "choice", "values": [1, 2]}, "warmup": 3}
+    for configs in ([{"a": 1}, {"a": 2}], [{"a": 1, "warmup": 3}, {"a": 2, "warmup": 3}]):  # left out, or as fixed
+        searcher = make_searcher(search_spec(sampler="list", configs=configs, space=fixed_space), "max")
+        proposed = [searcher.ask().params for _ in range(2)]  # type: ignore[union-attr]
+        assert proposed == [{"a": 1, "warmup": 3}, {"a": 2, "warmup": 3}]
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_qmc_draws_a_sequence_of_its_own_for_each_seed() -> None:
+    """Optuna's QMCSampler takes its seed only when scrambled, which it is not by default: every seed gave the same
+    sequence after the first trial."""
+    def proposals(seed: int, **args: Any) -> list[dict[str, Any]]:
+        searcher = make_searcher(search_spec(sampler={"name": "qmc", "args": args}, trials=4, seed=seed), "max")
+        return [searcher.ask().params for _ in range(4)]  # type: ignore[union-attr]
+
+    assert proposals(0) == proposals(0)
+    assert all(a != b for a, b in zip(proposals(0)[1:], proposals(1)[1:], strict=True))
+    assert proposals(0, scramble=False)[1:] == proposals(1, scramble=False)[1:]  # as asked: Optuna's own sequence
+
+
 # ---------------------------------------------------------------------- determinism: same log, same proposals
 Log = list[tuple[Any, ...]]
 
@@ -212,6 +277,26 @@ def test_optuna_is_told_reports_as_they_arrive_and_how_each_trial_ended() -> Non
         searcher.on_report(7, 1, 1.0)
 
 
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_a_trial_that_never_reported_a_finite_value_is_told_failed(mode: str) -> None:
+    """Every report NaN: the core's best score is -inf, so the session tells +inf (min) or -inf (max), which Optuna
+    took as a COMPLETE trial's value; docs/search.md promises FAIL for a diverged trial."""
+    import optuna
+
+    searcher = make_searcher(search_spec(trials=4, sampler="tpe"), mode)
+    for index in range(4):
+        searcher.ask()
+        searcher.on_report(index, 1, math.nan)
+    searcher.on_end(0, math.inf)
+    searcher.on_end(1, -math.inf, stopped=True)
+    searcher.on_end(2, 0.5)  # finite reports before it diverged: its best of them, as before
+    searcher.on_end(3, 0.75, stopped=True)
+    state = optuna.trial.TrialState
+    study = searcher.study  # type: ignore[attr-defined]
+    assert [trial.state for trial in study.trials] == [state.FAIL, state.FAIL, state.COMPLETE, state.PRUNED]
+    assert study.trials[2].value == 0.5
+
+
 # ---------------------------------------------------------------------- errors name the field
 BAD = [
     ({"sampler": "bayes"}, "search.sampler: unknown sampler 'bayes'; choose one of random, grid, list, tpe, cmaes"),
@@ -257,6 +342,28 @@ BAD = [
     ({"configs": [{}]}, "search.configs.0: sets no parameter"),
     ({"trials": 2, "max_time": True}, "search.max_time: Input should be a valid number"),
     ({"trials": 2, "max_gpu_hours": "1"}, "search.max_gpu_hours: Input should be a valid number"),
+    ({"trials": 2, "space": {"n": {"type": "int", "low": 1, "high": 9, "log": True, "step": 2}}},
+     "search.space.n.step: cannot be combined with log: true (as in Optuna's suggest_int); give one of them"),
+    ({"trials": 2, "space": {"n": {"type": "int", "low": 0, "high": 9, "log": True}}},
+     "search.space.n.low: must be at least 1 for log: true, got 0"),
+    ({"trials": 2, "space": {"n": {"type": "int", "low": 1, "high": 9, "step": 0}}},
+     "search.space.n.step: must be a whole number of at least 1, got 0"),
+    ({"trials": 2, "space": {"n": {"type": "int", "low": 1, "high": 9, "step": 2.0}}},
+     "search.space.n.step: Input should be a valid integer"),
+    ({"configs": [{"n": 4}], "space": {"n": {"type": "int", "low": 1, "high": 9, "step": 2}}},
+     "search.configs.0.n: 4 is off search.space.n's step: must be 1 plus a multiple of 2"),
+    ({"configs": [{"a": 1, "w": 4}], "space": {"a": {"type": "choice", "values": [1]}, "w": 3}},
+     "search.configs.0.w: 4 is out of search.space.w: it is fixed at int 3"),
+    ({"configs": [{"w": 3}], "space": {"a": {"type": "choice", "values": [1]}, "w": 3}},
+     "search.configs.0: must set exactly the parameters of space (a); it may set the fixed ones (w) too"),
+    ({"trials": 2, "space": {"lr": [0.1, 0.2]}}, "search.space.lr: must be a parameter (a mapping with a type: "
+     "uniform, loguniform, int, choice, grid) or a fixed value (text, a finite number or a boolean), got [0.1, 0.2]"),
+    ({"trials": 2, "space": {"lr": math.nan}}, "search.space.lr: must be a parameter (a mapping with a type"),
+    ({"sampler": {"name": "tpe", "args": {"gamma": len}}, "trials": 2},
+     "search.sampler.args.gamma: must be a plain value (text, a finite number, a boolean, null, or a list or mapping "
+     "of them) that the stored spec can hold, got a callable: <built-in function len>"),
+    ({"sampler": {"name": "tpe", "args": {"x": [1, {"y": object}]}}, "trials": 2},
+     "search.sampler.args.x.1.y: must be a plain value"),
 ]
 
 

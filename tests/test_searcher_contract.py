@@ -12,7 +12,7 @@ import pytest
 from hermes.search import BaseSearcher
 from hermes.search.fixed import draw
 from hermes.testing.searcher_contract import *  # noqa: F401,F403
-from tests.test_search import SPACE
+from tests.test_search import INT_OPTIONS, SPACE
 GRID: dict[str, Any] = {
     "optimizer": {"type": "grid", "values": ["sgd", "adam"]},
     "batch": {"type": "grid", "values": [16, 32, 64]},
@@ -33,6 +33,14 @@ SEARCHES = [
                   "space": SPACE}, id="tpe", marks=NEEDS_OPTUNA),
     pytest.param({"sampler": "qmc", "trials": 8, "seed": 3, "space": SPACE}, id="qmc",
                  marks=[NEEDS_OPTUNA, pytest.mark.filterwarnings("ignore:QMCSampler is experimental")]),
+    # int parameters with log and step, and fixed parameters, which no sampler searches
+    pytest.param({"sampler": "random", "trials": 12, "seed": 3, "space": {**SPACE, **INT_OPTIONS, "warmup": 3}},
+                 id="random-int-options-fixed"),
+    pytest.param({"sampler": "grid", "space": {**GRID, "warmup": 3}}, id="grid-fixed"),
+    pytest.param({"sampler": "list", "configs": CONFIGS, "space": {"lr": SPACE["lr"], "width": SPACE["width"],
+                  "optimizer": {"type": "choice", "values": ["sgd", "adam"]}, "warmup": 3}}, id="list-fixed"),
+    pytest.param({"sampler": {"name": "tpe", "args": {"n_startup_trials": 4}}, "trials": 12, "seed": 3,
+                  "space": {**SPACE, **INT_OPTIONS, "warmup": 3}}, id="tpe-int-options-fixed", marks=NEEDS_OPTUNA),
 ]
 
 

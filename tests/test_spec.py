@@ -131,6 +131,35 @@ def test_numpy_scalars_are_taken_as_the_python_values_they_hold() -> None:
     assert configs == [{"width": 32, "lr": 0.5}] and [type(v) for v in configs[0].values()] == [int, float]
 
 
+def test_numpy_numbers_are_taken_wherever_a_python_spec_gives_them() -> None:
+    """Beyond a choice's values and configs, NumPy's numbers were refused ("search.seed: Input should be a valid
+    integer", "reduction_factor must be a whole number, got np.int64(3)"), and a sampler's argument passed the check
+    and then failed to be stored (PydanticSerializationError, after hermes.db was made)."""
+    np = pytest.importorskip("numpy")
+
+    def change(data: dict[str, Any]) -> None:
+        data["search"].update(seed=np.int64(3), trials=np.int64(4), sampler={"name": "tpe", "args": {
+            "n_startup_trials": np.int64(2), "multivariate": np.bool_(True)}})
+        data["search"]["space"] = {"lr": {"type": "loguniform", "low": np.float64(1e-4), "high": 0.1},
+                                   "layers": {"type": "int", "low": np.int32(1), "high": np.int64(3)}, "w": np.int8(7)}
+        data["budget"]["steps"] = np.int64(2)
+        data["resources"] = {"cpu_slots": np.int64(2), "gpus": [np.int64(0)]}
+        data["policy"] = {"name": "asha", "params": {"reduction_factor": np.int64(3)},
+                          "stopper": {"name": "median", "params": {"grace_steps": np.int64(1),
+                                                                   "confidence": np.float32(0.5)}}}
+
+    spec = parse_spec(spec_with(change))
+    assert (spec.search.seed, spec.search.trials, spec.budget.steps, spec.resources.cpu_slots) == (3, 4, 2, 2)
+    assert spec.search.sampler_args == {"n_startup_trials": 2, "multivariate": True}
+    assert spec.policy.params == {"reduction_factor": 3}
+    assert spec.policy.stopper is not None and spec.policy.stopper.params == {"grace_steps": 1, "confidence": 0.5}
+    stored = spec.model_dump(mode="json")
+    assert stored["search"]["space"]["w"] == 7 and stored["search"]["space"]["layers"] == {"type": "int", "low": 1,
+                                                                                           "high": 3}
+    assert type(stored["search"]["sampler"]["args"]["n_startup_trials"]) is int
+    assert parse_spec(stored).model_dump(mode="json") == stored
+
+
 def test_grid_sampler_defaults_to_one_pass_over_the_grid() -> None:
     space = {
         "optimizer": {"type": "grid", "values": ["sgd", "adam"]},
@@ -633,6 +662,9 @@ def package(root: Path, files: dict[str, str]) -> Path:
                            "module: not from __main__"),
         ("types:train", "trial.function: {w}/types.py has the name of Python's own module 'types', which a trial's "
                         "process imports before it, so it would never import this one: rename it"),
+        ("guarded:train", "trial.function: module guarded ({w}/guarded.py) defines 'train' only under `if __name__ == "
+                          "\"__main__\":`, whose body a trial's process never runs (it imports the module): define it "
+                          "at the module's top level"),
     ],
 )
 def test_a_trial_function_that_cannot_be_found(tmp_path: Path, function: str, message: str) -> None:
@@ -641,6 +673,9 @@ def test_a_trial_function_that_cannot_be_found(tmp_path: Path, function: str, me
         "proj/train.py": "import torch\nRAN = open(__file__ + '.ran', 'w')\ndef train(config):\n    pass\n",
         "proj/broken.py": "def train(config)\n",
         "types.py": "def train(config):\n    pass\n",  # every trial failed: "module 'types' has no attribute"
+        # every trial failed: "module 'guarded' has no attribute 'train'"
+        "guarded.py": "import sys\nif '__main__' == __name__:\n    from os import *\n    def train(config):\n"
+                      "        pass\n    train(sys.argv)\n",
     })
     with pytest.raises(SpecError) as raised:
         load_in(tmp_path, put("trial", value={"function": function, "workdir": "code"}))
@@ -657,6 +692,7 @@ def test_a_trial_function_that_cannot_be_found(tmp_path: Path, function: str, me
         "from os.path import *\n",  # names it cannot list: accepted, the worker will tell
         "def __getattr__(name):\n    return print\n",
         "globals()['train'] = print\n",
+        "if __name__ == '__main__':\n    pass\nelse:\n    def train(config):\n        pass\n",  # imported: else runs
     ],
 )
 def test_a_trial_function_that_is_or_may_be_there(tmp_path: Path, text: str) -> None:

@@ -58,6 +58,45 @@ def test_a_search_whose_every_value_diverged_has_no_best(tmp_path: Path, monkeyp
     assert listed.splitlines()[-1].rstrip().endswith("2 completed"), listed  # an empty best column
 
 
+SPY_SAMPLER = """
+import optuna
+
+told = []  # (number, state, values) of each trial the study was told the end of, in hermes.run's process
+
+
+class Spy(optuna.samplers.RandomSampler):
+    \"\"\"Random, but trial n takes a choice's value n (mod its length), so each trial's kind is known.\"\"\"
+
+    def sample_independent(self, study, trial, name, distribution):
+        if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+            return distribution.choices[trial.number % len(distribution.choices)]
+        return super().sample_independent(study, trial, name, distribution)
+
+    def after_trial(self, study, trial, state, values):
+        told.append((trial.number, state.name, values))
+        super().after_trial(study, trial, state, values)
+"""
+
+
+def test_a_trial_that_only_diverged_is_told_to_the_sampler_as_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every report NaN: the sampler was told a COMPLETE trial of value -inf (+inf when minimising), which TPE ranks
+    as a result; docs/search.md promises FAIL. Hermes's own states stay as they are (it ran to its budget)."""
+    import importlib
+
+    (tmp_path / "spy_sampler.py").write_text(SPY_SAMPLER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    searched = {**search(2, 0, 0.01, report={"type": "choice", "values": ["nan", "ok"]}),
+                "sampler": {"optuna": "spy_sampler.Spy"}}
+    result = hermes.run(spec_of("diverged", search=searched, budget={"steps": 2}))
+    by_kind = {trial.params["report"]: trial for trial in result.trials}
+    assert [by_kind[kind].state for kind in ("nan", "ok")] == ["completed", "completed"]
+    told = sorted(importlib.import_module("spy_sampler").told)
+    assert told == [(0, "FAIL", None), (1, "COMPLETE", [by_kind["ok"].best])]
+
+
 def test_run_from_python_refuses_a_wrong_spec_naming_its_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SpecError, match="budget.steps"):
@@ -200,6 +239,85 @@ def test_run_from_python_takes_the_trial_function_itself(tmp_path: Path, monkeyp
     spec["trial"] = {**spec["trial"], "function": curve.train}
     result = hermes.run(spec)
     assert [trial.state for trial in result.trials] == ["completed", "completed"]
+
+
+class _Callable:
+    def __call__(self, config: dict[str, object]) -> None:
+        pass
+
+
+def test_a_trial_function_no_process_can_import_is_refused_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lambda was "must be 'package.module:function', got 'tests.test_tuning:<lambda>'", a functools.partial
+    "Input should be a valid string"."""
+    import functools
+
+    from tests.trials import curve
+
+    monkeypatch.chdir(tmp_path)
+    spec = spec_of("unnamed", search=search(2, 0, 0.01), budget={"steps": 2})
+    for function, what in [(lambda config: curve.train(config), "a lambda"),
+                           (functools.partial(curve.train), "a functools.partial"),
+                           (_Callable(), "a callable _Callable object")]:
+        with pytest.raises(SpecError) as raised:
+            hermes.run({**spec, "trial": {**spec["trial"], "function": function}})
+        assert str(raised.value).startswith(f"trial.function: {what} cannot be imported by a trial's process, which "
+                                            "imports its function by module and name: give a module's top-level def "
+                                            "(def train(config): ...)")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_numpy_numbers_and_fixed_parameters_run_and_a_callable_argument_is_refused_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """np.int64 in search.sampler.args (and search.seed) failed with a raw PydanticSerializationError once hermes.db
+    was made, a callable too; a fixed parameter (Ray Tune's ``param_space={"sleep": 0.01}``) was refused."""
+    np = pytest.importorskip("numpy")
+    monkeypatch.chdir(tmp_path)
+    searched = {"sampler": {"name": "tpe", "args": {"gamma": lambda n: min(n, 2)}}, "trials": 2, "seed": np.int64(1),
+                "space": {"rate": {"type": "uniform", "low": 0.1, "high": 1.0}, "sleep": 0.01}}
+    with pytest.raises(SpecError, match=r"^<spec>: search.sampler.args.gamma: must be a plain value .* got a "
+                                        r"callable: <function "):
+        hermes.run(spec_of("numpy", search=searched, budget={"steps": 2}))
+    assert not (tmp_path / "runs").exists()  # refused before anything was written
+    searched["sampler"] = {"name": "tpe", "args": {"n_startup_trials": np.int64(1)}}
+    result = hermes.run(spec_of("numpy", search=searched, budget={"steps": 2}))
+    assert [trial.state for trial in result.trials] == ["completed", "completed"]
+    assert [trial.params["sleep"] for trial in result.trials] == [0.01, 0.01]
+
+
+GUARDED_FUNCTION = """
+import hermes
+from hermes import trial
+
+if __name__ == "__main__":
+    def train(config):
+        trial.report(1, score=config["x"])
+
+    hermes.run({"name": "guarded", "trial": {"function": train},
+                "search": {"sampler": "random", "trials": 2, "space": {"x": {"type": "uniform", "low": 0, "high": 1}}},
+                "metric": {"name": "score", "mode": "max"}, "budget": {"steps": 1},
+                "resources": {"gpus": "none", "cpu_slots": 1}, "storage": {"dir": "runs"}})
+"""
+
+
+def test_a_trial_function_under_the_main_guard_is_refused_up_front(tmp_path: Path) -> None:
+    """Defined beside the hermes.run call, under ``if __name__ == "__main__":``: the check passed, and every trial
+    failed with "module 'tune' has no attribute 'train'", as a trial's process imports the script."""
+    import subprocess
+    import sys
+
+    from tests.test_run import environment
+
+    (tmp_path / "tune.py").write_text(GUARDED_FUNCTION)
+    output = subprocess.run([sys.executable, "tune.py"], cwd=tmp_path, env=environment(), capture_output=True,
+                            text=True, timeout=120)
+    assert output.returncode != 0
+    assert (f"trial.function: module tune ({tmp_path / 'tune.py'}) defines 'train' only under `if __name__ == "
+            "\"__main__\":`, whose body a trial's process never runs (it imports the module): define it at the "
+            "module's top level") in output.stderr, output.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 SCRIPT_ITSELF = """

@@ -63,9 +63,12 @@ def missing_function(target: str, workdir: Path) -> str | None:
         return f"{origin} does not parse: {error.msg} (line {error.lineno})"
     except OSError as error:
         return f"cannot read {origin}: {error.strerror or error}"
-    bound, certain = _top_level_names(tree)
+    bound, certain, guarded = _top_level_names(tree.body)
     if name in bound or not certain:
         return None
+    if name in _top_level_names(guarded)[0]:
+        return (f"module {module_name} ({origin}) defines {name!r} only under `if __name__ == \"__main__\":`, whose "
+                "body a trial's process never runs (it imports the module): define it at the module's top level")
     functions = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
     close = difflib.get_close_matches(name, functions, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f" (its functions: {', '.join(functions) or 'none'})"
@@ -124,13 +127,19 @@ def installed_files(target: str) -> list[Path]:
     return found + ([Path(spec.origin)] if spec.origin is not None and spec.has_location else [])
 
 
-def _top_level_names(tree: ast.Module) -> tuple[set[str], bool]:
-    """The names a module's top level binds, and whether that list is certain to be complete."""
+def _top_level_names(body: list[ast.stmt]) -> tuple[set[str], bool, list[ast.stmt]]:
+    """The names the statements of a module's top level bind when the module is imported, whether that list is
+    certain to be complete, and the statements under ``if __name__ == "__main__":``, which an import skips."""
     bound: set[str] = set()
     certain = True
-    pending: list[ast.AST] = list(tree.body)
+    guarded: list[ast.stmt] = []
+    pending: list[ast.AST] = list(body)
     while pending:
         node = pending.pop()
+        if isinstance(node, ast.If) and _is_main_guard(node.test):
+            guarded += node.body
+            pending += [node.test, *node.orelse]
+            continue
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(node.name)
             certain &= node.name not in _DYNAMIC
@@ -149,4 +158,14 @@ def _top_level_names(tree: ast.Module) -> tuple[set[str], bool]:
         elif isinstance(node, ast.Lambda):
             continue
         pending += ast.iter_child_nodes(node)
-    return bound, certain
+    return bound, certain, guarded
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """Whether ``test`` is ``__name__ == "__main__"`` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [side.id for side in sides if isinstance(side, ast.Name)]
+    texts = [side.value for side in sides if isinstance(side, ast.Constant)]
+    return names == ["__name__"] and texts == ["__main__"]

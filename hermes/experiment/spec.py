@@ -6,7 +6,10 @@ Every problem is reported as a SpecError naming the file and the field path, e.g
 Search space semantics (see ``hermes.search``):
 
 - ``uniform`` / ``loguniform``: a float in [low, high] (loguniform: uniform in log space);
-  ``int``: an integer in [low, high], both included; ``choice``: one of ``values``, drawn per trial.
+  ``int``: an integer in [low, high], both included (``log: true``: uniform in log space; ``step``: low, low + step,
+  ... up to high, as Optuna's ``suggest_int``); ``choice``: one of ``values``, drawn per trial.
+- A bare value (``lr: 0.1``, as Ray Tune's ``param_space`` takes one) is fixed: every trial gets it, and no
+  sampler searches it.
 - ``grid``: every value is tried. Grid parameters are crossed (all combinations). ``search.trials``
   counts all trials and must be a multiple of the number of combinations: trial ``i`` takes
   combination ``i mod combinations`` (so the first trials cover the grid once, then it repeats),
@@ -135,6 +138,8 @@ class IntRange(_Section):
     type: Literal["int"]
     low: StrictInt
     high: StrictInt
+    log: StrictBool = False  # uniform in log space, as Optuna's suggest_int(log=True)
+    step: StrictInt = 1  # the values are low, low + step, ... up to high (which need not be one of them)
 
     @field_validator("high")
     @classmethod
@@ -144,8 +149,36 @@ class IntRange(_Section):
             raise ValueError(f"must be greater than low ({low})")
         return high
 
+    @field_validator("step")
+    @classmethod
+    def _whole_step(cls, step: int) -> int:
+        if step < 1:
+            raise ValueError(f"must be a whole number of at least 1, got {step}")
+        return step
+
+    @model_validator(mode="after")
+    def _log_fits(self) -> IntRange:
+        """Optuna's rules for a log-uniform integer, so that every sampler takes the same space."""
+        if self.log and self.step != 1:
+            raise _PathError("step", "cannot be combined with log: true (as in Optuna's suggest_int); give one of them")
+        if self.log and self.low < 1:
+            raise _PathError("low", f"must be at least 1 for log: true, got {self.low}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave out log and step at their defaults, so specs stored before they existed still match."""
+        data = handler(self)
+        return {key: value for key, value in data.items() if (key, value) not in (("log", False), ("step", 1))}
+
+    @property
+    def top(self) -> int:
+        """The largest value on the step: high itself when high - low is a multiple of step."""
+        return self.low + (self.high - self.low) // self.step * self.step
+
     def contains(self, value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high
+        return (isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high
+                and (value - self.low) % self.step == 0)
 
 
 class Choice(_Section):
@@ -176,6 +209,22 @@ class Grid(Choice):
     type: Literal["grid"]  # type: ignore[assignment]
 
 
+class Constant(Choice):
+    """A fixed parameter, written as its bare value (``lr: 0.1``, as Ray Tune's ``param_space`` takes one): every
+    trial gets it and no sampler searches it. A choice of one value, so that what reads a choice's values
+    (a command's placeholders, a config's check) reads it too; stored as the bare value it was written as."""
+
+    type: Literal["constant"]  # type: ignore[assignment]
+
+    @model_serializer(mode="plain")
+    def _bare(self) -> Any:
+        return self.value
+
+    @property
+    def value(self) -> Any:
+        return self.values[0]
+
+
 def _same(value: Any, other: Any) -> bool:
     return type(value) is type(other) and value == other
 
@@ -193,8 +242,35 @@ def _plain(value: Any) -> Any:
     return value
 
 
-Parameter = Annotated[Uniform | LogUniform | IntRange | Choice | Grid, Field(discriminator="type")]
-PARAMETER_TYPES = ("uniform", "loguniform", "int", "choice", "grid")
+def _plain_tree(value: Any) -> Any:
+    """``_plain`` throughout a spec built in Python: its numbers (seed, a policy's params) may be NumPy's."""
+    if isinstance(value, dict):
+        return {key: _plain_tree(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain_tree(item) for item in value)
+    return _plain(value)
+
+
+def _json_value(value: Any, path: str) -> Any:
+    """``value`` (a sampler's argument) as plain JSON, NumPy scalars as the values they hold; a _PathError at
+    ``path`` for what a stored spec cannot hold (a callable, an object)."""
+    value = _plain(value)
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise _PathError(path, f"must have text keys, got {key!r}")
+        return {key: _json_value(item, f"{path}.{key}") for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(item, f"{path}.{index}") for index, item in enumerate(value)]
+    if value is None or isinstance(value, str) or _scalar(value):
+        return value
+    what = "a callable" if callable(value) else type(value).__name__
+    raise _PathError(path, f"must be a plain value (text, a finite number, a boolean, null, or a list or mapping of "
+                           f"them) that the stored spec can hold, got {what}: {value!r}")
+
+
+Parameter = Annotated[Uniform | LogUniform | IntRange | Choice | Grid | Constant, Field(discriminator="type")]
+PARAMETER_TYPES = ("uniform", "loguniform", "int", "choice", "grid")  # and "constant", written as the bare value
 
 
 class SearchSpec(_Section):
@@ -232,12 +308,29 @@ class SearchSpec(_Section):
                                        f"optuna.samplers.NSGAIISampler, got {path!r}")
         if not isinstance(sampler.get("args", {}), dict):
             raise _PathError("args", "must be a mapping of argument names to values")
-        return {**sampler, "args": _yaml_floats(sampler["args"])} if "args" in sampler else sampler
+        return {**sampler, "args": _yaml_floats(_json_value(sampler["args"], "args"))} if "args" in sampler else sampler
 
     @field_validator("max_time", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
         return _seconds(value)
+
+    @field_validator("space", mode="before")
+    @classmethod
+    def _constants(cls, space: Any) -> Any:
+        """A bare value is a fixed parameter (``Constant``); anything else but a mapping says what may be given."""
+        if not isinstance(space, dict):
+            return space
+        fixed = {}
+        for name, parameter in space.items():
+            value = _yaml_float(_plain(parameter))
+            if isinstance(value, (dict, BaseModel)):
+                continue
+            if not _scalar(value):
+                raise _PathError(str(name), f"must be a parameter (a mapping with a type: {', '.join(PARAMETER_TYPES)})"
+                                            f" or a fixed value (text, a finite number or a boolean), got {value!r}")
+            fixed[name] = {"type": "constant", "values": [value]}
+        return {**space, **fixed}
 
     @field_validator("space")
     @classmethod
@@ -313,7 +406,7 @@ class SearchSpec(_Section):
         if not self.space:
             raise _PathError("space", "required")
         for param, parameter in self.space.items():
-            if name == "grid" and not isinstance(parameter, Grid):
+            if name == "grid" and not isinstance(parameter, (Grid, Constant)):
                 raise _PathError(f"space.{param}", "sampler grid takes grid parameters only; use sampler random")
             if isinstance(parameter, Grid) and search.hermes_searcher(self) is None:
                 raise _PathError(f"space.{param}", f"sampler {name} takes no grid parameters; use type choice")
@@ -353,10 +446,13 @@ class SearchSpec(_Section):
                             "values alike, as the choice derived from configs takes values that differ by equality"))
             self.space = {name: Choice(type="choice", values=list(values)) for name, values in seen.items()}
             return
+        fixed = [name for name, parameter in self.space.items() if isinstance(parameter, Constant)]
+        searched = [name for name in self.space if name not in fixed]
         for index, config in enumerate(self.configs):
-            if set(config) != set(self.space):
-                names = ", ".join(self.space)
-                raise _PathError(f"configs.{index}", f"must set exactly the parameters of space ({names})")
+            if not set(searched) <= set(config) <= set(self.space):
+                also = f"; it may set the fixed ones ({', '.join(fixed)}) too" if fixed else ""
+                raise _PathError(f"configs.{index}", f"must set exactly the parameters of space ({', '.join(searched)})"
+                                                     f"{also}")
             for param, value in config.items():
                 problem = _misfit(self.space[param], value, f"search.space.{param}")
                 if problem is not None:
@@ -373,8 +469,12 @@ def _misfit(parameter: Parameter, value: Any, where: str) -> str | None:
     "outside" sent users looking at the range. The messages start "<value> is out", as they did."""
     if parameter.contains(value):
         return None
+    if isinstance(parameter, Constant):
+        return f"{value!r} is out of {where}: it is fixed at {_typed(parameter.value)}"
     if isinstance(parameter, IntRange) and type(value) is not int:
         return f"{value!r} is out of {where}'s type: must be an int, got {_typed(value)}"
+    if isinstance(parameter, IntRange) and parameter.low <= value <= parameter.high:
+        return f"{value!r} is off {where}'s step: must be {parameter.low} plus a multiple of {parameter.step}"
     if isinstance(parameter, Uniform) and type(value) not in (int, float):
         return f"{value!r} is out of {where}'s type: must be a number, got {_typed(value)}"
     if isinstance(parameter, Choice):
@@ -621,6 +721,13 @@ class ExperimentSpec(_Section):
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_numbers(cls, data: Any) -> Any:
+        """A spec built in Python may hold NumPy's numbers anywhere (seed=np.int64(3), a policy's params): they are
+        the numbers they hold, where strict fields refused them and a sampler's reached the store as objects."""
+        return _plain_tree(data)
+
     @field_validator("name")
     @classmethod
     def _slug(cls, name: str) -> str:
@@ -811,7 +918,7 @@ def _describe(detail: ErrorDetails) -> tuple[str, str]:
     """The problem's dotted field path and what is wrong there."""
     path = [str(part) for part in detail["loc"]]
     # Pydantic puts the tag of a tagged union in the path (search.space.lr.loguniform.low): drop it.
-    if path[:2] == ["search", "space"] and len(path) > 3 and path[3] in PARAMETER_TYPES:
+    if path[:2] == ["search", "space"] and len(path) > 3 and path[3] in (*PARAMETER_TYPES, "constant"):
         del path[3]
     cause = detail.get("ctx", {}).get("error")
     if isinstance(cause, _PathError):

@@ -75,13 +75,15 @@ class BaseSearcher(ABC):
         self._report(index, step, float(value))
 
     def on_end(self, index: int, value: float | None, *, stopped: bool = False) -> None:
-        """Trial ``index`` ended with ``value`` (its best or final metric; None or NaN: it failed).
+        """Trial ``index`` ended with ``value`` (its best or final metric; None, NaN or infinite: it failed).
 
+        A trial that never reported a finite value (every report NaN: it diverged) has no result to learn
+        from: the core ranks such a trial's best as -inf, which Optuna took as a real value.
         ``stopped``: the scheduler ended it before its full budget, so ``value`` is a partial result.
         """
         self._check_open(index)
         self._ended.add(index)
-        self._end(index, None if value is None or math.isnan(value) else float(value), stopped)
+        self._end(index, None if value is None or not math.isfinite(value) else float(value), stopped)
 
     @abstractmethod
     def _propose(self, index: int) -> dict[str, Any] | None:
@@ -91,7 +93,7 @@ class BaseSearcher(ABC):
         """Searchers that chose up front have nothing to learn."""
 
     def _end(self, index: int, value: float | None, stopped: bool) -> None:
-        """Searchers that chose up front have nothing to learn."""
+        """Searchers that chose up front have nothing to learn. ``value`` is finite, or None: the trial failed."""
 
     def _check_open(self, index: int) -> None:
         if not 0 <= index < self._asked:

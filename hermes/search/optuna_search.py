@@ -6,7 +6,8 @@ as they arrive, so samplers that read running trials or intermediate values see 
 standings. No provisional value is ever told: ``study.tell`` ends a trial for good, and a partial
 curve's value is not comparable to a final one. At its end a trial is told COMPLETE with its value,
 PRUNED when the scheduler stopped it early (Optuna then ranks it by its last report and how far it
-got), or FAIL. ``docs/search.md`` says which samplers use what.
+got), or FAIL (it failed, or never reported a finite value). The space's fixed parameters are no part of the
+study: each proposal gets them as they are. ``docs/search.md`` says which samplers use what.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ class OptunaSearcher(BaseSearcher):
         super().__init__(max_pending=max_pending)
         self._states = optuna.trial.TrialState
         self._study = _quiet_study(optuna, sampler, "maximize" if mode == "max" else "minimize")
-        self._distributions = {name: _distribution(optuna, p) for name, p in search.space.items()}
+        self._space = list(search.space)
+        self._distributions = _distributions(optuna, search)
+        self._fixed = {name: p.values[0] for name, p in search.space.items() if p.type == "constant"}
         self._sampler = search.sampler_name
         self._trials: dict[int, optuna.trial.Trial] = {}
         self._steps: dict[int, set[int]] = {}  # steps reported, per running trial
@@ -59,7 +62,7 @@ class OptunaSearcher(BaseSearcher):
         with self._failing(f"proposing trial {index}"):
             trial = self._trials[index] = self._study.ask(self._distributions)
         self._steps[index] = set()
-        return {name: trial.params[name] for name in self._distributions}
+        return {name: self._fixed[name] if name in self._fixed else trial.params[name] for name in self._space}
 
     def _report(self, index: int, step: int, value: float) -> None:
         if step in self._steps[index]:  # a trial resumed from an older checkpoint reports a step again: keep the first
@@ -116,6 +119,8 @@ def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) 
         raise SamplerError(field, f"{class_path} needs the Python package {needed!r} (pip install {needed})")
     if "seed" in inspect.signature(cls).parameters and "seed" not in args:
         args = {**args, "seed": seed}
+        if issubclass(cls, optuna.samplers.QMCSampler) and "scramble" not in args:
+            args["scramble"] = True  # unscrambled, its sequence is the same whatever the seed
     try:
         return cls(**args)
     except (TypeError, ValueError) as error:
@@ -129,7 +134,7 @@ def ask_once(sampler: optuna.samplers.BaseSampler, search: SearchSpec, field: st
 
     study = _quiet_study(optuna, sampler, "minimize")
     try:
-        study.ask({name: _distribution(optuna, parameter) for name, parameter in search.space.items()})
+        study.ask(_distributions(optuna, search))
     except Exception as error:  # a sampler is anyone's code
         raise SamplerError(field, f"sampler {search.sampler_name} failed a first proposal on the spec's space: "
                                   f"{type(error).__name__}: {error}") from None
@@ -152,9 +157,15 @@ def _quiet_study(optuna: Any, sampler: optuna.samplers.BaseSampler, direction: s
         optuna.logging.set_verbosity(verbosity)
 
 
+def _distributions(optuna: Any, search: SearchSpec) -> dict[str, optuna.distributions.BaseDistribution]:
+    """What Optuna searches: the space less its fixed parameters."""
+    return {name: _distribution(optuna, p) for name, p in search.space.items() if p.type != "constant"}
+
+
 def _distribution(optuna: Any, parameter: Parameter) -> optuna.distributions.BaseDistribution:
     if parameter.type in ("uniform", "loguniform"):
         return optuna.distributions.FloatDistribution(parameter.low, parameter.high, log=parameter.type == "loguniform")
-    if parameter.type == "int":
-        return optuna.distributions.IntDistribution(parameter.low, parameter.high)
+    if parameter.type == "int":  # its top, not high: Optuna would warn that high is not on the step
+        return optuna.distributions.IntDistribution(parameter.low, parameter.top, log=parameter.log,
+                                                    step=parameter.step)
     return optuna.distributions.CategoricalDistribution(parameter.values)  # choice (the spec bars grid here)
