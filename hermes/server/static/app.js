@@ -5,7 +5,11 @@
 
 const POLL_MS = 2000;
 const PAGE_ROWS = 50;
-const state = { token: localStorage.getItem("hermesToken"), view: null };
+const state = { token: localStorage.getItem("hermesToken"), view: null, answeredAt: null };
+// What a token is made of (hermes_ and URL-safe base64): anything else, such as a pasted "…", the browser cannot
+// even send in a header, and the server would refuse it anyway.
+const TOKEN = /^[A-Za-z0-9_-]+$/;
+const NOT_A_TOKEN = "That is no token: a token holds only ASCII letters, digits, _ and -.";
 
 // ------------------------------------------------------------------ plumbing
 // A refusal of the API: its status, and its message in words (``detail``: a string, or a 422's list of problems).
@@ -20,14 +24,40 @@ class ApiError extends Error {
   }
 }
 
+// No answer from the server (it is down or restarting, or the proxy in front of it says so): the notice under the
+// header says since when the page shows nothing new, and the polls go on until it answers.
+class Unreachable extends Error {}
+
 async function api(path, options = {}) {
-  const response = await fetch("/api" + path, {
-    ...options,
-    headers: { "Authorization": "Bearer " + state.token, "Content-Type": "application/json" },
-  });
+  let response;
+  try {
+    response = await fetch("/api" + path, {
+      ...options,
+      headers: { "Authorization": "Bearer " + state.token, "Content-Type": "application/json" },
+    });
+  } catch (error) {
+    throw unreachable(error.message);
+  }
+  if ([502, 503, 504].includes(response.status)) throw unreachable(`${response.status} ${response.statusText}`);
+  answered();
   if (response.status === 401) { showLogin("Your token was refused."); throw new Error("unauthorised"); }
   if (!response.ok) throw new ApiError(response.status, await response.text());
   return response.json();
+}
+
+// Show the notice (the time of the last answer, if any) and make the error a poll gives up on till the next.
+function unreachable(reason) {
+  const notice = document.getElementById("connection");
+  notice.textContent = state.answeredAt === null ? "server unreachable, retrying" :
+    `connection lost — last updated ${state.answeredAt.toTimeString().slice(0, 8)}, retrying`;
+  notice.hidden = false;
+  return new Unreachable(reason);
+}
+
+// The server answered: what the page shows is current again.
+function answered() {
+  state.answeredAt = new Date();
+  document.getElementById("connection").hidden = true;
 }
 
 function el(tag, attributes = {}, ...children) {
@@ -42,6 +72,13 @@ function el(tag, attributes = {}, ...children) {
 
 const fmt = (v, digits = 4) => v === null || v === undefined ? "-" :
   typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toPrecision(digits)) : String(v);
+// An axis label with the digits that tell apart ticks between ``low`` and ``high``: three past the first digit they
+// differ in, so 0.99966 to 0.99993 reads 0.99965, 0.9997, ... (not 1, 1, 1), and 0.2 to 0.9 reads 0.2, 0.3, ...
+const tickLabel = (low, high) => {
+  const magnitude = Math.max(Math.abs(low), Math.abs(high)), span = Math.abs(high - low);
+  const digits = span > 0 ? Math.min(15, Math.max(3, Math.ceil(Math.log10(magnitude / span)) + 3)) : 3;
+  return (v) => +Number(v).toPrecision(digits);
+};
 const seconds = (v) => v === null || v === undefined ? "-" : v < 60 ? v.toFixed(1) + "s" :
   v < 3600 ? (v / 60).toFixed(1) + "m" : (v / 3600).toFixed(2) + "h";
 const scrolling = (table) => el("div", { class: "scroll" }, table);  // a wide table scrolls in its box, not the page
@@ -58,7 +95,11 @@ const toFirstReport = (t) => t.first_report_at === null || t.first_report_at ===
 function every(ms, tick) {
   let timer = null, stopped = false;
   const run = async () => {
-    try { await tick(); } catch (error) { console.error(error); }
+    try {
+      await tick();
+    } catch (error) {
+      if (!(error instanceof Unreachable)) console.error(error);  // the notice under the header says that one
+    }
     if (!stopped) timer = setTimeout(run, ms);
   };
   run();
@@ -71,6 +112,27 @@ function showLogin(message = "") {
   document.getElementById("login").hidden = false;
   document.getElementById("login-error").textContent = message;
   document.getElementById("view").replaceChildren();
+  document.getElementById("who").textContent = "";  // nobody is signed in: no name, nothing to sign out of
+  document.getElementById("logout").hidden = true;
+}
+
+// Why ``token`` cannot sign in, or null once the server accepted it: asked before the token is kept, so that a
+// mistyped or mangled one is said at the form, not stored to fail every request after.
+async function refusal(token) {
+  if (!TOKEN.test(token)) return NOT_A_TOKEN;
+  let response;
+  try {
+    response = await fetch("/api/me", { headers: { "Authorization": "Bearer " + token } });
+  } catch {
+    return "The server did not answer: try again.";
+  }
+  return response.ok ? null : response.status === 401 ? "Your token was refused." :
+    `The server answered ${response.status} ${response.statusText}: try again.`;
+}
+
+function forgetToken() {
+  localStorage.removeItem("hermesToken");
+  state.token = null;
 }
 
 // ------------------------------------------------------------------ the experiment list
@@ -127,7 +189,8 @@ function experimentView(root, id, selectedTrial) {
       el("div", { class: "panel" }, el("h3", {}, "Time to first report"), firstBox),
       el("div", { class: "panel" }, trialBox));
   root.append(header, grid);
-  const charts = { timeline: echarts.init(timelineBox), parallel: echarts.init(parallelBox),
+  const timeline = timelineChart(timelineBox);
+  const charts = { timeline: timeline.chart, parallel: echarts.init(parallelBox),
                    first: echarts.init(firstBox), curves: null, curveCount: -1 };
   const resize = () => {
     charts.timeline.resize(); charts.parallel.resize(); charts.first.resize();
@@ -328,18 +391,20 @@ function experimentView(root, id, selectedTrial) {
       const p = space[name];
       if (p.type === "choice" || p.type === "grid") return { dim, name, type: "category", data: p.values.map(String) };
       return { dim, name, type: p.type === "loguniform" ? "log" : "value", min: p.low, max: p.high,
-               axisLabel: { formatter: (v) => +Number(v).toPrecision(3) } };
+               axisLabel: { formatter: tickLabel(p.low, p.high) } };
     });
-    axes.push({ dim: names.length, name: s.experiment.metric, type: "value", scale: true,
-                axisLabel: { formatter: (v) => +Number(v).toPrecision(3) } });
     const rows = [...s.trials.values()].filter((t) => t.best !== null).map((t) =>
       [...names.map((n) => space[n].type === "choice" || space[n].type === "grid" ? String(t.params[n]) :
         t.params[n]), t.best]);
     const values = rows.map((r) => r[names.length]);
+    // the colours spread over the values the trials reached, however close (0.99966 to 0.99993 as much as 0 to 1)
+    const [low, high] = values.length ? [Math.min(...values), Math.max(...values)] : [0, 1];
+    axes.push({ dim: names.length, name: s.experiment.metric, type: "value", scale: true,
+                axisLabel: { formatter: tickLabel(low, high) } });
     charts.parallel.setOption({
       parallelAxis: axes,
       parallel: { left: 40, right: 60, top: 40, bottom: 30 },
-      visualMap: { show: false, dimension: names.length, min: Math.min(...values, 0), max: Math.max(...values, 1),
+      visualMap: { show: false, dimension: names.length, min: low, max: high,
                    inRange: { color: s.experiment.mode === "max" ? ["#ccd", "#c22"] : ["#c22", "#ccd"] } },
       series: [{ type: "parallel", lineStyle: { width: 1, opacity: 0.5 }, data: rows, progressive: 1000 }],
     });
@@ -363,8 +428,7 @@ function experimentView(root, id, selectedTrial) {
 
   // ---------------------------------------------------------------- the GPU timeline
   function renderTimeline() {
-    charts.timeline.setOption(timelineOption(s.gpus, s.now, s.runs.filter(Boolean),
-                                             (r) => trialColour(s.position.get(r.trial)), describeRun));
+    timeline.draw(s.gpus, s.now, s.runs.filter(Boolean), (r) => trialColour(s.position.get(r.trial)), describeRun);
     charts.timelineDrawn = true;
     charts.timelineNow = s.now;
   }
@@ -379,10 +443,35 @@ function experimentView(root, id, selectedTrial) {
 }
 
 // ------------------------------------------------------------------ a GPU timeline (ECharts custom series)
-// A bar per run on its GPU's row, from its start to its end (or now); marks where a run resumed, migrated, was
-// suspended or stopped; ``describe`` writes a run's tooltip. Shared by an experiment's view and the pool's.
-function timelineOption(gpus, now, runs, colour, describe) {
-  const gpuIndex = new Map(gpus.map((g, i) => [g, i]));
+const TIMELINE_ROW_PX = 20;  // a GPU's row: its label legible and its bars apart, however many GPUs there are
+
+// The GPU timeline in ``box``, shared by an experiment's view and the pool's: ``draw`` shows runs on GPUs at ``now``.
+// The box grows with the GPUs, a row each; a zoom stays on the seconds the user chose while the axis grows with
+// the clock (a window kept in percent of the axis, ECharts' own, would slide along it).
+function timelineChart(box) {
+  const chart = echarts.init(box);
+  let axis = [0, 1], zoom = null;  // the seconds of the axis drawn; those the user zoomed to (null: all of them)
+  chart.on("datazoom", (event) => {
+    const range = event.batch?.[0] ?? event;  // in percent: the wheel or a drag sends a batch, the slider itself
+    const at = (percent) => axis[0] + (axis[1] - axis[0]) * percent / 100;
+    zoom = range.start > 0 || range.end < 100 ? [at(range.start), at(range.end)] : null;
+  });
+  const draw = (gpus, now, runs, colour, describe) => {
+    const option = timelineOption(gpus, now, runs, colour, describe, zoom);
+    const height = `${Math.max(320, gpus.length * TIMELINE_ROW_PX + 70)}px`;  // 70: the grid's margins
+    if (box.style.height !== height) { box.style.height = height; chart.resize(); }
+    axis = [option.xAxis.min, option.xAxis.max];
+    chart.setOption(option);
+  };
+  return { chart, draw };
+}
+
+// A bar per run on its GPU's row (GPUs in natural order: cpu2 before cpu10), from its start to its end (or now);
+// marks where a run resumed, migrated, was suspended or stopped; ``describe`` writes a run's tooltip; ``zoom``: the
+// seconds shown, or null for all.
+function timelineOption(gpus, now, runs, colour, describe, zoom) {
+  const rows = [...gpus].sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
+  const gpuIndex = new Map(rows.map((g, i) => [g, i]));
   const bars = runs.map((r, i) => ({
     value: [gpuIndex.get(r.gpu) ?? 0, r.started_at, r.ended_at ?? now, i],
     itemStyle: { color: colour(r) },
@@ -392,15 +481,16 @@ function timelineOption(gpus, now, runs, colour, describe) {
     data: runs.flatMap((r, i) => filter(r) ? [{ value: [at(r), gpuIndex.get(r.gpu) ?? 0, i] }] : []),
     tooltip: { formatter: (p) => describe(runs[p.data.value[2]]) },
   });
+  const shown = zoom ? { startValue: zoom[0], endValue: zoom[1] } : { start: 0, end: 100 };
   return {
     animation: false,
     grid: { left: 90, right: 30, top: 10, bottom: 60 },
     tooltip: { trigger: "item", confine: true },
-    dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "weakFilter" },
-               { type: "slider", xAxisIndex: 0, filterMode: "weakFilter", height: 18, bottom: 8 }],
+    dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "weakFilter", ...shown },
+               { type: "slider", xAxisIndex: 0, filterMode: "weakFilter", height: 18, bottom: 8, ...shown }],
     xAxis: { type: "value", name: "seconds", min: Math.floor(runs.reduce((m, r) => Math.min(m, r.started_at), now)),
              max: Math.ceil(Math.max(now, 1)) },
-    yAxis: { type: "category", data: gpus, inverse: true },
+    yAxis: { type: "category", data: rows, inverse: true, axisLabel: { interval: 0 } },  // every GPU named
     series: [
       { name: "runs", type: "custom", encode: { x: [1, 2], y: 0 }, data: bars, progressive: 5000,
         renderItem: (params, api) => {
@@ -547,7 +637,8 @@ function clusterView(root) {
     "✕ stop or failure. Hover for the reasons; click one of your runs to open its trial."),
     el("div", { class: "panel" }, legend, poolBox));
   const pool = { runs: new Map(), cursor: "", gpus: [], now: 0, owners: new Map(), drawn: false };
-  const poolChart = echarts.init(poolBox);
+  const poolTimeline = timelineChart(poolBox);
+  const poolChart = poolTimeline.chart;
   const ownerColour = (owner) => owner === "(other users)" ? "#9e9e9e" : trialColour(pool.owners.get(owner) ?? 0);
   const describePoolRun = (r) => r.owner === "(other users)" ?
     `<b>another user's trial on ${escape(r.gpu)}</b><br>${seconds(r.started_at)} to ` +
@@ -578,7 +669,7 @@ function clusterView(root) {
     const running = [...pool.runs.values()].some((r) => r.ended_at === null);  // its bar grows with the clock
     if (!changed && pool.drawn && !(running && pool.now !== pool.drawnNow)) return;
     shownRuns = [...pool.runs.values()];
-    poolChart.setOption(timelineOption(pool.gpus, pool.now, shownRuns, (r) => ownerColour(r.owner), describePoolRun));
+    poolTimeline.draw(pool.gpus, pool.now, shownRuns, (r) => ownerColour(r.owner), describePoolRun);
     legend.replaceChildren(...[...pool.owners.keys(), ...(shownRuns.some((r) => r.owner === "(other users)") ?
       ["(other users)"] : [])].map((owner) => el("span", { class: "swatch", "data-owner": owner },
         el("i", { style: `background: ${ownerColour(owner)}` }), owner)));
@@ -624,13 +715,25 @@ async function route() {
   state.view = null;
   root.replaceChildren();
   if (!state.token) { showLogin(); return; }
+  if (!TOKEN.test(state.token)) { forgetToken(); showLogin(NOT_A_TOKEN); return; }  // kept by an older page
   document.getElementById("login").hidden = true;
-  try {
-    const me = await api("/me");
+  let me = null;
+  while (me === null) {  // a server restarting answers in a moment: ask again, rather than leave the page blank
+    try {
+      me = await api("/me");
+    } catch (error) {
+      if (!(error instanceof Unreachable)) {  // refused: the sign-in form shows; any other answer, here
+        if (error instanceof ApiError && generation === routing) {
+          root.replaceChildren(el("p", { class: "error" }, error.message));
+        }
+        return;
+      }
+      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    }
     if (generation !== routing) return;  // a later navigation came while this one waited: it builds the view
-    document.getElementById("who").textContent = me.name + (me.admin ? " (admin)" : "");
-    document.getElementById("logout").hidden = false;
-  } catch { return; }
+  }
+  document.getElementById("who").textContent = me.name + (me.admin ? " (admin)" : "");
+  document.getElementById("logout").hidden = false;
   if (match) {
     const stop = experimentView(root, match[1], match[2] ? decodeURIComponent(match[2]) : null);
     state.view = { stop, experiment: match[1], state: window.hermesDashboard.state };
@@ -641,17 +744,19 @@ async function route() {
   }
 }
 
-document.getElementById("login").addEventListener("submit", (event) => {
+document.getElementById("login").addEventListener("submit", async (event) => {
   event.preventDefault();
-  state.token = document.getElementById("token").value.trim();
+  const token = document.getElementById("token").value.trim();
+  const refused = await refusal(token);
+  if (refused) { document.getElementById("login-error").textContent = refused; return; }
+  state.token = token;
   localStorage.setItem("hermesToken", state.token);
   state.view?.stop();
   state.view = null;  // built again, on the page the login form replaced
   route();
 });
 document.getElementById("logout").addEventListener("click", () => {
-  localStorage.removeItem("hermesToken");
-  state.token = null;
+  forgetToken();
   state.view?.stop();
   state.view = null;
   route();
