@@ -3,9 +3,10 @@
 Importing the module to check would run its top level: importing torch (seconds), loading a data
 set, creating a GPU context, in the process that validates the spec or in a subprocess whose
 timeout would then make validation flaky on a busy machine. Instead the module is located file by
-file as the import system would locate it (the trial's workdir first, as in the worker), and the
-function is looked up in the module's syntax tree. What cannot be decided that way (a C extension,
-a namespace package, a module that makes names at run time) is accepted: only certain misses fail.
+file as the import system would locate it (the trial's workdir first, as in the worker; namespace
+packages, folders without ``__init__.py``, nested too), and the function is looked up in the module's
+syntax tree. What cannot be decided that way (a C extension, a namespace package named as the module,
+a module that makes names at run time) is accepted: only certain misses fail.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import difflib
 import importlib.machinery
 import importlib.util
 import os
+import pkgutil
 import sys
 from pathlib import Path
 
@@ -30,7 +32,7 @@ def missing_function(target: str, workdir: Path) -> str | None:
     if parts[0] == "__main__":
         return ("a trial's function runs in a process of its own, which imports it from a module: not from "
                 "__main__ (a script run directly, a notebook's cell); move it into a .py file of trial.workdir")
-    spec = importlib.machinery.PathFinder.find_spec(parts[0], [str(workdir)])
+    spec = _find_spec(parts[0], [str(workdir)])
     if spec is not None and parts[0] in sys.stdlib_module_names and parts[0] in sys.modules:  # loaded by then
         return (f"{spec.origin} has the name of Python's own module {parts[0]!r}, which a trial's process imports "
                 "before it, so it would never import this one: rename it")
@@ -51,7 +53,7 @@ def missing_function(target: str, workdir: Path) -> str | None:
         package, locations = ".".join(parts[:depth]), spec.submodule_search_locations
         if locations is None:
             return f"{package} ({spec.origin}) is a module, not a package, so it has no module {parts[depth]!r}"
-        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: depth + 1]), list(locations))
+        spec = _find_spec(".".join(parts[: depth + 1]), list(locations))
         if spec is None:
             return f"package {package} ({', '.join(locations)}) has no module {parts[depth]!r}"
     origin = spec.origin
@@ -100,7 +102,7 @@ def workdir_files(target: str, workdir: Path) -> list[Path]:
     the trial's workdir holds its top-level package (the worker puts the workdir first on its path),
     as found there, links unresolved; empty when it comes from elsewhere (an installed package)."""
     parts = target.partition(":")[0].split(".")
-    spec = importlib.machinery.PathFinder.find_spec(parts[0], [str(workdir)])
+    spec = _find_spec(parts[0], [str(workdir)])
     found: list[Path] = []
     for depth in range(1, len(parts) + 1):
         if spec is None:
@@ -110,8 +112,29 @@ def workdir_files(target: str, workdir: Path) -> list[Path]:
         if spec.origin is not None and spec.has_location:
             found.append(Path(spec.origin))
         if depth < len(parts):
-            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: depth + 1]), locations)
+            spec = _find_spec(".".join(parts[: depth + 1]), locations)
     return found
+
+
+def _find_spec(name: str, locations: list[str]) -> importlib.machinery.ModuleSpec | None:
+    """``PathFinder.find_spec(name, locations)`` without importing ``name``'s parents: PathFinder reads a namespace
+    package's parent ``__path__`` from ``sys.modules`` (KeyError for ``ns1.ns2`` unless ``ns1`` was imported). As
+    it, the first module or regular package in ``locations`` wins, else a namespace package of every folder of
+    that name in them."""
+    portions: list[str] = []
+    for location in locations:
+        finder = pkgutil.get_importer(location)
+        spec = finder.find_spec(name) if finder is not None else None
+        if spec is None:
+            continue
+        if spec.loader is not None:
+            return spec
+        portions += spec.submodule_search_locations or []
+    if not portions:
+        return None
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = portions
+    return spec
 
 
 def installed_files(target: str) -> list[Path]:

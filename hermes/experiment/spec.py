@@ -25,6 +25,7 @@ spec keeps them as written so that a moved project still matches its stored spec
 
 from __future__ import annotations
 
+import errno
 import math
 import re
 from collections.abc import Hashable
@@ -60,6 +61,11 @@ from hermes.trial.protocol import MAX_STEP
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a directory's name, and the store's key with its owner
 _NAME_RULE = "must start with a letter or digit and use only letters, digits, '.', '_' and '-', 128 characters at most"
+# What Hermes keeps in a storage dir beside the experiments' folders (<storage.dir>/<name>): the store, SQLite's files
+# beside it, the runner's lock and reserve (hermes.store.lock), `hermes plot`'s default folder; and in a server's
+# root, which `hermes run` may use as its storage dir: the pool's folder and the users' areas.
+_TAKEN_NAMES = ("hermes.db", "hermes.db-journal", "hermes.db-wal", "hermes.db-shm", "hermes.lock", "hermes.reserve",
+                "plots", "pool", "users")
 # Whole numbers, numbers and switches are taken as written: true is not 1, 2.0 is not 2, "3" is not 3, and
 # "0.1" is not 0.1 (a float field takes a whole number as a float; a string only as _yaml_float says).
 _EXPONENT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
@@ -731,8 +737,9 @@ class ExperimentSpec(_Section):
     @field_validator("name")
     @classmethod
     def _slug(cls, name: str) -> str:
-        if not _NAME.fullmatch(name):
-            raise ValueError(_NAME_RULE)
+        problem = _name_problem(name)
+        if problem is not None:
+            raise ValueError(problem)
         return name
 
     @model_validator(mode="after")
@@ -771,7 +778,7 @@ class ExperimentSpec(_Section):
         if base_dir is None:
             return self
         base_dir = self._base_dir = Path(base_dir).resolve()
-        workdir = self.workdir
+        workdir = _usable("trial.workdir", base_dir, self.trial.workdir)
         if not workdir.is_dir():
             relative = "" if Path(self.trial.workdir).is_absolute() else f" (relative to the spec's folder {base_dir})"
             problem = "is not a directory" if workdir.exists() else "does not exist"
@@ -780,7 +787,9 @@ class ExperimentSpec(_Section):
             problem = missing_function(self.trial.function, workdir)
             if problem is not None:
                 raise _PathError("trial.function", problem)
-        storage = self.storage_dir
+        storage = _usable("storage.dir", base_dir, self.storage.dir)
+        if self.storage.uri is not None and "://" not in self.storage.uri:  # a path, which checkpoint_uri resolves
+            _usable("storage.uri", base_dir, self.storage.uri)
         if storage.exists() and not storage.is_dir():
             raise _PathError("storage.dir", f"{storage} is not a directory")
         roots = {"the spec's folder": self._base_dir, "the trial's workdir": workdir, "your home": _home()}
@@ -794,11 +803,11 @@ class ExperimentSpec(_Section):
     @property
     def workdir(self) -> Path:
         """Where a trial runs: ``trial.workdir`` resolved against the spec file's folder (``~`` is your home)."""
-        return (self._base_dir / Path(self.trial.workdir).expanduser()).resolve()
+        return _place(self._base_dir, self.trial.workdir)
 
     @property
     def storage_dir(self) -> Path:
-        return (self._base_dir / Path(self.storage.dir).expanduser()).resolve()
+        return _place(self._base_dir, self.storage.dir)
 
     @property
     def checkpoint_uri(self) -> str:
@@ -812,16 +821,47 @@ class ExperimentSpec(_Section):
             return str(self.storage_dir / self.name / "checkpoints")
         if "://" in uri:
             return f"{uri.rstrip('/')}/{self.name}"
-        return str((self._base_dir / Path(uri).expanduser()).resolve() / self.name)
+        return str(_place(self._base_dir, uri) / self.name)
+
+
+def _place(base_dir: Path, written: str) -> Path:
+    """A path of the spec as this machine reads it: relative to the spec's folder, ``~`` your home, links resolved."""
+    return (base_dir / Path(written).expanduser()).resolve()
+
+
+_UNUSABLE = {errno.ELOOP: "a symbolic link loop; fix or remove the link",
+             errno.ENAMETOOLONG: "name too long for the file system; shorten it"}
+
+
+def _usable(field: str, base_dir: Path, written: str) -> Path:
+    """``_place(base_dir, written)``, or a _PathError at ``field`` where this machine cannot use that path: pathlib
+    raises a loop of links (RuntimeError before Python 3.13), a name too long or a folder it may not search from
+    resolve(), is_dir() or exists(), which was a traceback. A path not made yet is fine."""
+    try:
+        unresolved = base_dir / Path(written).expanduser()
+    except RuntimeError:  # ~user of no user on this machine, or ~ where it has no home
+        raise _PathError(field, f"{written!r}: this machine has no home folder for {written.split('/')[0]}; "
+                                "give the path in full") from None
+    try:
+        path = unresolved.resolve()
+    except RuntimeError:  # the links loop (an OSError of ELOOP from path.stat() below, from Python 3.13 on)
+        raise _PathError(field, f"{unresolved} cannot be used: {_UNUSABLE[errno.ELOOP]}") from None
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):  # not made yet; what it must be is checked where it matters
+        pass
+    except OSError as error:
+        raise _PathError(field, f"{unresolved} cannot be used: {_UNUSABLE.get(error.errno, error.strerror)}") from None
+    return path
 
 
 def load_spec(path: str | Path, name: str | None = None) -> ExperimentSpec:
     """Read and validate a YAML spec, and check it against this machine (its workdir, trial function
     and storage dir); any problem raises SpecError naming the file and the fields. ``name``: in place of
     the spec's own (``hermes run --name``); a wrong one is blamed on it, not on the file, which holds no fault."""
-    if name is not None and not (isinstance(name, str) and _NAME.fullmatch(name)):
-        raise SpecError(f"the name given in place of the spec's (--name), {name!r}: {_NAME_RULE}",
-                        [("name", _NAME_RULE)])
+    problem = None if name is None else _name_problem(name) if isinstance(name, str) else _NAME_RULE
+    if problem is not None:
+        raise SpecError(f"the name given in place of the spec's (--name), {name!r}: {problem}", [("name", problem)])
     data = read_spec(path)
     if name is not None:
         data["name"] = name
@@ -934,6 +974,16 @@ def _describe(detail: ErrorDetails) -> tuple[str, str]:
     else:
         message = detail["msg"]
     return ".".join(path) or "(top level)", message
+
+
+def _name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name an experiment, whose folder is ``<storage.dir>/<name>``; None when it can."""
+    if not _NAME.fullmatch(name):
+        return _NAME_RULE
+    if name.lower() in _TAKEN_NAMES:  # a file system that ignores case (macOS's) takes Hermes.DB for hermes.db
+        return (f"must not be one of the files and folders Hermes keeps in a storage dir beside the experiments' own "
+                f"({', '.join(_TAKEN_NAMES)}); choose another name")
+    return None
 
 
 def _home() -> Path | None:
