@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 import torch
 
+import hermes
 import hermes.trial.session as session_module
 from hermes import trial
 from hermes.errors import HermesError
-from hermes.trial import protocol
+from hermes.trial import load_state, protocol
+from tests.test_run import search, spec_of
 
 
 class Channel:
@@ -477,3 +479,25 @@ def test_a_resume_whose_checkpoint_is_gone_says_it_retrains_from_scratch(
 
     Channel(tmp_path / "t2", monkeypatch, **{protocol.ENV_REPORTED_STEP: "0"})  # a fresh start says nothing
     assert capsys.readouterr().err == ""
+
+
+def test_a_first_report_past_the_budget_says_its_steps_count_iterations(channel: Channel) -> None:
+    """It ended the trial as one past its budget, "completed", which then failed as one without a report."""
+    with pytest.raises(ValueError, match=r"its first report was step 100, past budget.steps 10: steps count up to "
+                                         r"the budget \(epochs, say\), not iterations"):
+        trial.report(100, accuracy=0.5)
+    assert channel.received() == []
+
+
+def test_load_state_of_a_trial_without_a_checkpoint_says_it_has_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``load_state(result.best.checkpoint)`` (README) of a trial that committed no checkpoint, its
+    storage.checkpoint_every past its steps, failed with a bare TypeError of pathlib."""
+    monkeypatch.chdir(tmp_path)
+    result = hermes.run(spec_of("no-checkpoint", search=search(1, 0, 0.0), budget={"steps": 2},
+                                storage={"dir": "runs", "checkpoint_every": 10}))
+    assert result.best is not None and result.best.checkpoint is None
+    with pytest.raises(HermesError, match=r"checkpoint is None: the trial has no committed checkpoint \("
+                                          r"storage.checkpoint_every is more than the steps it trained"):
+        load_state(result.best.checkpoint)

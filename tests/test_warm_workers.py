@@ -17,7 +17,7 @@ from test_local_executor import StopAtStep, decisions_of, reports, run_experimen
 from test_run import wait_for
 
 from hermes.core.decisions import Resume, Start, Stop, Suspend
-from hermes.core.events import TrialExited, TrialReported, TrialSuspended
+from hermes.core.events import Event, TrialExited, TrialReported, TrialSuspended
 from hermes.core.states import TrialState
 from hermes.local import LocalExecutor, TrialLaunch, local_slots
 from hermes.local.watchdog import TrialLimits
@@ -252,3 +252,87 @@ def test_a_trial_that_reports_from_a_thread_of_its_own_runs_as_in_a_process_of_i
     for trial_id, rate in (("a", 0.1), ("b", 0.2)):
         assert [metrics["score"] for _, metrics in reports(log, trial_id)] == pytest.approx(
             [rate * step for step in range(1, BUDGET + 1)])
+
+
+def _until_ended(executor: LocalExecutor, trials: int) -> list[Event]:
+    """The executor's events until ``trials`` trials have ended, every report answered as it comes."""
+    events: list[Event] = []
+    while sum(isinstance(event, TrialExited) for event in events) < trials:
+        for event in executor.next_events():
+            events.append(event)
+            executor.settled(event)
+    return events
+
+
+def test_a_trials_threads_work_for_it_while_another_trial_of_its_worker_moves(tmp_path: Path) -> None:
+    """hermes.trial in a thread that a trial started answered for the trial the worker last said computes: a trial
+    parked in the same worker and moved (spilled) or stopped meanwhile set that to itself, then to none, so the
+    thread's next call reported for the other trial or failed ("needs 'HERMES_TRIAL_ID' from a Hermes executor").
+    Now a thread works for the trial that started it; one that no trial started still answers for the trial that
+    computes, which the other's spill leaves as it was."""
+    launch = TrialLaunch(3, function="trials.pooled:train", cwd=str(TESTS))
+    with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=2), metric="score") as executor:
+        executor.next_events()  # the node's NodeAdded
+        for trial_id in ("moved", "stays"):
+            executor.submit(trial_id, launch)
+        executor.apply(Start("moved", "local/cpu0"), executor.now())
+        [report] = executor.next_events()
+        executor.apply(Suspend("moved"), executor.now())
+        executor.settled(report)
+        [suspended] = executor.next_events()
+        assert isinstance(suspended, TrialSuspended)  # parked in the worker of cpu0
+        executor.apply(Start("stays", "local/cpu0"), executor.now())
+        [waiting] = executor.next_events()  # its step 1, from its pool's thread, which waits for the answer
+        executor.apply(Resume("moved", "local/cpu1", migrated=True), executor.now())  # spilled by cpu0's worker
+        [moved] = executor.next_events()  # its step 2 on cpu1: its spill on cpu0 has ended
+        assert (moved.trial_id, moved.step) == ("moved", 2)
+        executor.settled(moved)
+        executor.settled(waiting)
+        events = _until_ended(executor, 2)
+    assert {(e.trial_id, e.succeeded, e.error) for e in events if isinstance(e, TrialExited)} == {
+        ("moved", True, None), ("stays", True, None)}
+    reported = [waiting, *(e for e in events if isinstance(e, TrialReported))]
+    assert sorted((e.trial_id, e.step) for e in reported if e.trial_id == "stays") == [("stays", s) for s in (1, 2, 3)]
+    assert all(e.metrics["mine"] == e.metrics["shared"] == e.metrics["computes"] == 1.0 for e in reported)
+
+
+def test_what_a_trials_threads_print_goes_to_its_own_logs(tmp_path: Path) -> None:
+    """As in a process of its own: the lines and the traceback of a trial's other threads went to its worker's log,
+    mixed with those of the worker's other trials. Two trials on one slot, parked and resumed between their steps;
+    their tasks in a thread pool they share work for the trial that submits them, whichever started its thread."""
+    launches = {trial_id: TrialLaunch(BUDGET, function="trials.pooled:train", config={"sleep": 0.05},
+                                      cwd=str(TESTS)) for trial_id in "ab"}
+    with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=1), metric="score") as executor:
+        scheduler, log = run_experiment(executor, launches, period=0.05)
+    assert {trial.trial_id: trial.error for trial in scheduler.trials.values()} == {"a": None, "b": None}
+    assert decisions_of(log, Suspend) and decisions_of(log, Resume)
+    for trial_id in "ab":
+        assert [metrics for _, metrics in reports(log, trial_id)] == [
+            {"score": float(step), "mine": 1.0, "shared": 1.0, "computes": 1.0} for step in range(1, BUDGET + 1)]
+    for trial_id in "ab":
+        directory = executor.directory / "trials" / trial_id
+        assert (directory / "stdout.log").read_text().splitlines() == [
+            f"trial {trial_id} prints at step {step}" for step in range(1, BUDGET + 1)]
+        stderr = (directory / "stderr.log").read_text()
+        assert f"RuntimeError: a thread of trial {trial_id} failed" in stderr
+        assert [line for line in stderr.splitlines() if " warns at " in line] == [
+            f"trial {trial_id} warns at step {step}" for step in range(1, BUDGET + 1)]
+    worker_log = (executor.directory / "workers" / "local-cpu0.log").read_text()
+    assert "prints at" not in worker_log and "warns at" not in worker_log and "RuntimeError" not in worker_log
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "process"])
+def test_a_trial_whose_first_report_is_past_its_budget_fails_saying_its_steps_are_iterations(
+    tmp_path: Path, warm: bool
+) -> None:
+    """Its steps counted iterations (100, 200...) against a budget of epochs: the trial ended at its first report,
+    "completed" by its stderr, and then failed as one that "ended without a report"."""
+    launch = TrialLaunch(BUDGET, function="trials.curve:train", config={"report": "iterations", "sleep": 0.0},
+                         cwd=str(TESTS), warm=warm)
+    with LocalExecutor(tmp_path, slots=local_slots(cpu_slots=1), metric="score") as executor:
+        scheduler, _ = run_experiment(executor, {"a": launch})
+    [trial] = scheduler.trials.values()
+    assert trial.state is TrialState.FAILED and not trial.steps
+    assert (f"ValueError: its first report was step 100, past budget.steps {BUDGET}: steps count up to the budget "
+            "(epochs, say), not iterations") in trial.error
+    assert "ended without a report" not in trial.error

@@ -28,7 +28,7 @@ from typing import Any, Callable, TextIO
 
 from hermes.errors import NO_SPACE_ERRNOS
 from hermes.trial import protocol
-from hermes.trial.session import Session, StopExit, SuspendExit, bind
+from hermes.trial.session import Session, StopExit, SuspendExit, bind, follow_threads, trial_of_thread, work_for
 
 
 
@@ -49,60 +49,74 @@ class _Outbox:
 class _TrialChannel:
     """A trial's channel inside the worker: messages tagged with its id; words from the command loop."""
 
-    def __init__(self, trial_id: str, outbox: _Outbox, on_park: Callable[[], None]) -> None:
+    def __init__(self, trial_id: str, outbox: _Outbox, on_park: Callable[[str], None]) -> None:
         self.trial_id = trial_id
         self.words: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._outbox = outbox
         self._on_park = on_park
 
     def send(self, message: dict[str, Any]) -> None:
-        if message["type"] == protocol.PARKED:  # sent by the trial's own thread, which now waits
-            self._on_park()
+        if message["type"] == protocol.PARKED:  # sent by one of the trial's threads, which now waits
+            self._on_park(self.trial_id)
         self._outbox.send({**message, "trial": self.trial_id})
 
     def receive(self) -> str:
         return self.words.get()
 
 
-class _ThreadStreams(io.TextIOBase):
-    """sys.stdout or sys.stderr of the worker: what a trial's thread prints goes to that trial's log."""
+class _TrialStreams(io.TextIOBase):
+    """sys.stdout or sys.stderr of the worker: what a trial's threads print (its own, those it started, its tasks
+    in a thread pool: ``trial_of_thread``) goes to that trial's log; the rest to the worker's."""
 
     def __init__(self, fallback: TextIO, name: str) -> None:
         self._fallback = fallback
-        self._local = threading.local()
         self._name = name
+        self._paths: dict[str, Path] = {}  # the log of each trial that runs, by its id
+        self._files: dict[str, TextIO] = {}  # those open now
+        self._lock = threading.RLock()  # a trial's threads write while it parks or ends, which closes its file
+        os.register_at_fork(after_in_child=self._unlock)  # a process forked while another thread wrote
 
-    def open_for_thread(self, directory: Path) -> None:
-        self._local.path = directory / self._name
-        self._local.file = open(self._local.path, "a", buffering=1)
+    def _unlock(self) -> None:
+        self._lock = threading.RLock()
 
-    def rest_for_thread(self) -> None:
+    def open_for(self, trial_id: str, directory: Path) -> None:
+        with self._lock:
+            self._paths[trial_id] = directory / self._name
+            self._files[trial_id] = open(self._paths[trial_id], "a", buffering=1)
+
+    def rest(self, trial_id: str) -> None:
         """Close the log of a trial that parks, reopened at its next line: a worker holds hundreds of parked
         trials, and two open files each ran out of descriptors (EMFILE)."""
-        file = getattr(self._local, "file", None)
-        self._local.file = None
-        if file is not None:
-            file.close()
+        with self._lock:
+            file = self._files.pop(trial_id, None)
+            if file is not None:
+                file.close()
 
-    def close_for_thread(self) -> None:
-        self.rest_for_thread()
-        self._local.path = None
+    def close_for(self, trial_id: str) -> None:
+        with self._lock:
+            self._paths.pop(trial_id, None)
+            self.rest(trial_id)
 
     def _target(self) -> TextIO:
-        file = getattr(self._local, "file", None)
-        if file is None and getattr(self._local, "path", None) is not None:
-            file = self._local.file = open(self._local.path, "a", buffering=1)
-        return file or self._fallback
+        trial_id = trial_of_thread()
+        if trial_id not in self._paths:  # a thread of the worker's, or of a trial that ended
+            return self._fallback
+        file = self._files.get(trial_id)
+        if file is None:
+            file = self._files[trial_id] = open(self._paths[trial_id], "a", buffering=1)
+        return file
 
     def write(self, text: str) -> int:
-        return self._target().write(text)
+        with self._lock:
+            return self._target().write(text)
 
     def flush(self) -> None:
-        self._target().flush()
+        with self._lock:
+            self._target().flush()
 
 
 class Worker:
-    def __init__(self, outbox: _Outbox, stdout: _ThreadStreams, stderr: _ThreadStreams) -> None:
+    def __init__(self, outbox: _Outbox, stdout: _TrialStreams, stderr: _TrialStreams) -> None:
         self.outbox = outbox
         self.stdout, self.stderr = stdout, stderr
         self.channels: dict[str, _TrialChannel] = {}
@@ -122,10 +136,10 @@ class Worker:
         thread = threading.Thread(target=self._run, args=(channel, command), name=f"trial-{trial_id}", daemon=True)
         thread.start()
 
-    def _rest_streams(self) -> None:
+    def _rest_streams(self, trial_id: str) -> None:
         for stream in (self.stdout, self.stderr):
             try:
-                stream.rest_for_thread()
+                stream.rest(trial_id)
             except OSError:
                 pass  # a full disk: what could not be written is lost, the trial is not
 
@@ -136,9 +150,10 @@ class Worker:
         that cannot take the trial's logs included."""
         directory = Path(command["directory"])
         outcome, error = protocol.OK, None
+        work_for(channel.trial_id)  # this thread, and those it starts: what they print goes to the trial's logs
         try:
-            self.stdout.open_for_thread(directory)
-            self.stderr.open_for_thread(directory)
+            self.stdout.open_for(channel.trial_id, directory)
+            self.stderr.open_for(channel.trial_id, directory)
             session = Session(
                 channel.trial_id,
                 directory,
@@ -171,7 +186,7 @@ class Worker:
             bind(None)
             for stream in (self.stdout, self.stderr):
                 try:
-                    stream.close_for_thread()
+                    stream.close_for(channel.trial_id)
                 except OSError:
                     pass  # a full disk: what could not be written is lost, the trial's outcome is not
             del self.channels[channel.trial_id]
@@ -202,8 +217,9 @@ def main(argv: list[str]) -> None:
     faulthandler.enable()  # a segfault leaves its stack in the worker's log
     sys.path.insert(0, os.getcwd())
     outbox = _Outbox(int(os.environ[protocol.ENV_WORKER_CHANNEL]))
-    stdout, stderr = _ThreadStreams(sys.stdout, "stdout.log"), _ThreadStreams(sys.stderr, "stderr.log")
+    stdout, stderr = _TrialStreams(sys.stdout, "stdout.log"), _TrialStreams(sys.stderr, "stderr.log")
     sys.stdout, sys.stderr = stdout, stderr
+    follow_threads()
     commands = _commands_apart()
     _warm_up(argv[0] if argv else "")
     Worker(outbox, stdout, stderr).serve(commands)

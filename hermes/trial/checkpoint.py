@@ -118,10 +118,14 @@ class Checkpoint(Saver):
             restore_rng(state["rng"])
 
 
-def load_state(checkpoint: str | Path, name: str = "state") -> dict[str, Any]:
+def load_state(checkpoint: str | Path | None, name: str = "state") -> dict[str, Any]:
     """The state dicts a trial's ``Checkpoint`` saved in ``checkpoint`` (a checkpoint's folder, as
     ``hermes.run``'s ``result.best.checkpoint`` gives it), by the names the trial gave its objects; outside a
     trial, to use the winner: ``model.load_state_dict(load_state(result.best.checkpoint)["model"])``."""
+    if checkpoint is None:  # result.best.checkpoint of a trial that committed none
+        raise HermesError("checkpoint is None: the trial has no committed checkpoint (storage.checkpoint_every is more "
+                          "than the steps it trained, or it created no trial.Checkpoint); set checkpoint_every to at "
+                          "most the steps a trial trains")
     import torch
 
     path = Path(checkpoint) / name / "state.pt"

@@ -11,10 +11,10 @@ import os
 import shutil
 import stat
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from hermes.errors import NO_SPACE_ERRNOS, HermesError
 from hermes.trial import protocol
@@ -278,6 +278,9 @@ class Session:
         if step > protocol.MAX_STEP:
             raise ValueError(f"step {step}: steps count epochs or iterations, at most {protocol.MAX_STEP}")
         if step > self.budget:
+            if self.last_step == self._known_step == 0:  # nothing to rank it by: it would end as if it never reported
+                raise ValueError(f"its first report was step {step}, past budget.steps {self.budget}: steps count up "
+                                 "to the budget (epochs, say), not iterations")
             self._warn(f"it reported step {step}, past its budget of {self.budget} steps: that report is not "
                        "recorded and the trial ends here, completed (loop up to trial.budget())")
             self._prepare_exit()
@@ -370,11 +373,12 @@ class Session:
             saver.offload()
         _release_device_cache()
         global _computing
-        _computing = None  # another trial computes meanwhile
+        if _computing is self:
+            _computing = None  # another trial computes meanwhile
         self._send({"type": protocol.PARKED, "step": step})
         command = self._channel.receive()
-        _computing = self  # a spill writes its checkpoint; a resume goes on
-        if command == protocol.RESUME:
+        if command == protocol.RESUME:  # a spill or a stop does not compute: another trial may, meanwhile
+            _computing = self
             for saver in self.savers.values():
                 saver.reload()
             restore_rng(self.parked_rng)
@@ -499,27 +503,87 @@ def _release_device_cache() -> None:
 
 
 _current: Session | None = None
-_in_thread = threading.local()  # a warm worker's trial thread: its own session
-_computing: Session | None = None  # in a warm worker, the trial that computes now (one at a time): its other threads'
+_running: dict[str, Session] = {}  # in a warm worker, its trials that run (computing or parked), by id
+_computing: Session | None = None  # in a warm worker, the trial that computes now (one at a time)
+_TRIAL = "hermes_trial"  # the attribute of a thread (threading.Thread) that names the trial it works for
 
 
 def current() -> Session:
-    """This trial's session: its thread's in a warm worker, else the process's, created on first
-    use from the environment the executor set."""
-    session = getattr(_in_thread, "session", None) or _computing  # a thread the trial started: a data loader's
-    if session is not None:
+    """This trial's session: in a warm worker, that of the trial the calling thread works for (the one it runs, or the
+    one whose thread started it) or, in a thread no trial started, of the trial that computes; else the process's,
+    created on first use from the environment the executor set."""
+    trial_id = trial_of_thread()
+    if trial_id is not None:
+        session = _running.get(trial_id)
+        if session is None:
+            raise HermesError(f"trial {trial_id} has ended: a thread it started calls hermes.trial after it; join the "
+                              "threads a trial starts before its function returns")
         return session
+    if _computing is not None:
+        return _computing
     global _current
     if _current is None:
         _current = Session.from_environment()
     return _current
 
 
+def trial_of_thread() -> str | None:
+    """The id of the trial the calling thread works for (``work_for``); None outside a warm worker's trials."""
+    return getattr(threading.current_thread(), _TRIAL, None)
+
+
+def work_for(trial_id: str | None) -> None:
+    """The calling thread works for ``trial_id`` (None: for no trial), and so do the threads it starts from now on
+    (``follow_threads``)."""
+    setattr(threading.current_thread(), _TRIAL, trial_id)
+
+
 def bind(session: Session | None) -> None:
-    """Make ``session`` the current one of the calling thread (a warm worker's trial thread, which starts
-    computing; None: it ends), and of the other threads of the worker while it computes."""
+    """Make ``session`` the one of the calling thread (a warm worker's trial thread, whose trial starts computing), of
+    the threads it starts, and of the worker's other threads while it computes; None: the calling thread's trial
+    ended."""
     global _computing
-    _in_thread.session = _computing = session
+    if session is None:
+        ended = _running.pop(trial_of_thread() or "", None)
+        if _computing is ended:  # not another trial, which may compute while this one ends (a spill, a stop)
+            _computing = None
+        work_for(None)
+        return
+    work_for(session.trial_id)
+    _running[session.trial_id] = _computing = session
+
+
+def follow_threads() -> None:
+    """In a warm worker: a thread started by a trial's thread works for that trial, and a thread pool's task for the
+    trial whose thread submitted it (a pool may outlive the trial that made it), so that ``current`` and the
+    trial's output (hermes/local/worker.py) reach that trial whatever the worker's other trials do meanwhile.
+    Threads do not inherit context variables, and a pool's threads serve whoever submits, hence the two hooks."""
+    start, submit = threading.Thread.start, ThreadPoolExecutor.submit
+
+    def start_for_its_trial(thread: threading.Thread) -> None:
+        setattr(thread, _TRIAL, trial_of_thread())
+        start(thread)
+
+    def submit_for_its_trial(pool: ThreadPoolExecutor, function: Callable[..., Any], /, *args: Any,
+                             **kwargs: Any) -> Future[Any]:
+        return submit(pool, _working_for(trial_of_thread(), function), *args, **kwargs)
+
+    threading.Thread.start = start_for_its_trial  # type: ignore[method-assign]
+    ThreadPoolExecutor.submit = submit_for_its_trial  # type: ignore[method-assign]
+
+
+def _working_for(trial_id: str | None, function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function``, called by a thread that works for ``trial_id`` meanwhile."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        before = trial_of_thread()
+        work_for(trial_id)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            work_for(before)
+
+    return call
 
 
 def _number(name: str, value: Any) -> float:

@@ -10,7 +10,8 @@ Config (every key optional):
   (default: all), to test a trial run again after a crash;
 - ``leak_mb``: megabytes the trial allocates and never frees at every step, to test memory limits;
 - ``report``: ``"ok"``, ``"nan"`` (reports NaN as the objective), ``"unnamed"`` (reports a
-  metric that is not the spec's) or ``"never"`` (trains and returns without a report), to test bad reports;
+  metric that is not the spec's), ``"iterations"`` (counts its steps in hundreds, iterations as it were) or
+  ``"never"`` (trains and returns without a report), to test bad reports;
 - ``hang_after``: the trial sleeps for good after reporting this step (0: before its first
   report), to test hung trials;
 - ``ballast_kb``: kilobytes of filler written into every checkpoint, to fill a small disk;
@@ -103,6 +104,8 @@ def train(config: dict[str, Any]) -> None:
             trial.report(step, score=math.nan, total=state["total"])
         elif report == "unnamed":
             trial.report(step, accuracy=value, loss=1.0 - value)
+        elif report == "iterations":
+            trial.report(100 * step, score=value, total=state["total"])
         elif config.get("implicit_steps"):
             trial.report(score=value, total=state["total"])
         elif report != "never":
