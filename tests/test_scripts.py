@@ -218,6 +218,18 @@ def test_a_program_whose_lines_are_all_of_step_0_is_told_steps_count_from_1(tmp_
     assert [(trial.state, trial.error) for trial in view.trials] == [(TrialState.FAILED, error)]
 
 
+def test_a_program_whose_first_step_is_past_the_budget_is_told_its_steps_are_iterations(tmp_path: Path) -> None:
+    """Before, it failed saying no line matched trial.metrics_regex, which every line did."""
+    program = "for iteration in range(100, 301, 100):\n    print(f'iter {iteration} accuracy 0.93', flush=True)\n"
+    path = program_spec(tmp_path, "iters", program, r"iter (?P<step>\d+) accuracy (?P<accuracy>\S+)", 3)
+    result = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    error = "its first report was step 100, past budget.steps 3: steps count up to the budget (epochs, say), not iterations"
+    assert result.returncode == 1 and f"hermes: error: every trial failed; trial 0: {error}\n" in result.stderr, (
+        result.stderr)
+    view, _ = load_view(tmp_path / "runs")
+    assert [(trial.state, trial.error) for trial in view.trials] == [(TrialState.FAILED, error)]
+
+
 # ---------------------------------------------------------------------- 6b. a crash after the last step
 def test_a_program_that_crashes_after_its_last_step_completes_and_runs_once(tmp_path: Path) -> None:
     """A CUDA or NCCL teardown that fails after the last epoch: the trial trained its budget, so it is completed.

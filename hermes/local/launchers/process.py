@@ -404,7 +404,10 @@ class ScriptLauncher(ProcessLauncher):
         step = reading.step if reading.step is not None else run.reports + 1
         run.reports += 1
         if step > trial.launch.budget:  # it trains on past budget.steps, which it cannot be told: it ends here
-            if not run.trained:
+            if not trial.last_step and reading.step is not None:  # nothing to rank it by: it counts iterations
+                host.fail(run, f"its first report was step {step}, past budget.steps {trial.launch.budget}: steps "
+                               "count up to the budget (epochs, say), not iterations")
+            elif not run.trained:
                 run.trained = True
                 self.kill(run)
         elif step > trial.last_step:
