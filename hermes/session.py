@@ -10,6 +10,7 @@ out. A session started on a store that already holds the experiment continues it
 from __future__ import annotations
 
 import errno
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -494,25 +495,29 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, taken as Ctrl-C: the runner records the experiment as interrupted and stops its trials."""
+    """SIGTERM or SIGHUP, taken as Ctrl-C: the runner records the experiment as interrupted and stops its trials."""
 
 
 @contextmanager
 def interrupts_between_batches(session: ExperimentSession) -> Iterator[None]:
-    """While the block runs, Ctrl-C raises KeyboardInterrupt and SIGTERM Terminated, between two batches of
-    the session's engine loop (``ExperimentSession.interrupt``): raised inside one, in the middle of a store
-    transaction, the exception left SQLite's write lock held and the interrupted status waited 60 s to be
-    written. A second Ctrl-C raises at once, wherever the run is, except while it releases its trials' processes
-    and its storage dir at its end (once that is done; a third raises at once there too); a second SIGTERM ends
-    the process."""
+    """While the block runs, Ctrl-C raises KeyboardInterrupt, and SIGTERM and SIGHUP (its terminal or SSH session
+    closed) Terminated, between two batches of the session's engine loop (``ExperimentSession.interrupt``): raised
+    inside one, in the middle of a store transaction, the exception left SQLite's write lock held and the
+    interrupted status waited 60 s to be written. A second Ctrl-C raises at once, wherever the run is, except while
+    it releases its trials' processes and its storage dir at its end (once that is done; a third raises at once
+    there too); a second SIGTERM or SIGHUP ends the process."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
 
+    terminals = [fd for fd in (1, 2) if os.isatty(fd)]  # known now: a hung-up terminal answers no question
+
     def interrupt(signum: int, _frame: Any) -> None:
         session.interrupted_by = session.interrupted_by or signum  # whatever a library makes of the exception
         signal.signal(signum, again if signum == signal.SIGINT else signal.SIG_DFL)
-        exception = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        if signum == signal.SIGHUP:
+            _leave_terminal(terminals)
+        exception = KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
         if not session.interrupt(exception):
             raise exception
 
@@ -521,11 +526,24 @@ def interrupts_between_batches(session: ExperimentSession) -> Iterator[None]:
         if not session.interrupt(KeyboardInterrupt(), at_once=True):
             raise KeyboardInterrupt
 
-    # Ctrl-C only where Python raises on it (a background job started by a shell ignores SIGINT)
+    # Ctrl-C only where Python raises on it (a background job started by a shell ignores SIGINT); a hangup only
+    # where it would end the process (under nohup it is ignored, and stays so)
     handled = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    handled += [signal.SIGHUP] * (signal.getsignal(signal.SIGHUP) is signal.SIG_DFL)
     previous = {signum: signal.signal(signum, interrupt) for signum in handled}
     try:
         yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _leave_terminal(fds: list[int]) -> None:
+    """After a hangup, send what the run writes to ``fds``, its closed terminal, to /dev/null: each write there
+    fails (EIO), and the live view's last one raised a traceback over the interrupted run's end."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in fds:
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)

@@ -10,6 +10,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import shutil
+import sqlite3
+import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import closing
@@ -38,6 +42,8 @@ from hermes.sim.executor import SimulatedExecutor
 from hermes.sim.synthetic import synthetic_trace
 from hermes.sim.trace import Trace, TraceTrial, load_trace, write_trace
 from hermes.store import ExperimentStatus, ExperimentStore, SqlStore, TrialRecord
+from hermes.store.lock import RunnerLock
+from tests.test_run import UNWRITABLE, environment, hermes_command, shared_folder, unwritable
 
 LAYOUT = {"n0": ("n0/g0", "n0/g1"), "n1": ("n1/g0",)}
 
@@ -329,6 +335,70 @@ def test_unreported_trials_rank_last(recorded: Recorded, store: SqlStore) -> Non
     assert [s.trial_id for s in silent] == [t.trial_id for t in core.trials.values() if not t.values]
 
 
+def stored(reports: dict[str, list[float]], params: dict[str, dict[str, object]], mode: str = "min") -> SqlStore:
+    """An in-memory store of one experiment, "odd", whose trials reported ``reports`` (objective ``loss``) at steps
+    1, 2, ...; a trial without reports is pending."""
+    store = SqlStore("sqlite://")
+    experiment_id = store.create_or_open_experiment("odd", spec("odd", "loss", mode))
+    for trial_id, values in reports.items():
+        state = TrialState.COMPLETED if values else TrialState.PENDING
+        store.upsert_trial(experiment_id, TrialRecord(trial_id, params[trial_id], state, budget=3, submitted_at=0.0,
+                                                      step=len(values)))
+        for step, value in enumerate(values, start=1):
+            store.record_metrics(experiment_id, trial_id, step, float(step), {"loss": value})
+    store.set_status(experiment_id, ExperimentStatus.FINISHED)
+    return store
+
+
+def test_a_trial_with_no_finite_value_has_no_best_in_any_format_and_ranks_after_those_with_one() -> None:
+    """CSV gave nan, -inf and inf as best values (-inf ranked 4th of a minimised metric) and JSON null, but both
+    gave a best step; a non-finite value is no best (the core scores it worst): empty, null, "-"."""
+    nan, inf = float("nan"), float("inf")
+    reports = {"0": [nan] * 3, "1": [-inf] * 3, "2": [inf] * 3, "3": [nan, 0.5, 1 / 3], "4": [0.5] * 3, "5": []}
+    store = stored(reports, {trial_id: {"kind": str(trial_id)} for trial_id in reports})
+    try:
+        experiment = pick_experiment(store, "odd")
+        view = ExperimentView.load(store, experiment)
+        ranked = standings(view)
+        status = format_status(experiment_status(store, experiment))
+    finally:
+        store.close()
+    assert [(s.trial_id, s.best, s.best_step) for s in ranked] == [
+        ("3", 1 / 3, 3), ("4", 0.5, 1), ("0", None, None), ("1", None, None), ("2", None, None), ("5", None, None)]
+    rows = list(csv.DictReader(io.StringIO(format_results(view, ranked, "csv"))))
+    assert [(row["trial"], row["best_loss"], row["best_step"], row["final_loss"]) for row in rows] == [
+        ("3", str(1 / 3), "3", str(1 / 3)), ("4", "0.5", "1", "0.5"), ("0", "", "", ""), ("1", "", "", ""),
+        ("2", "", "", ""), ("5", "", "", "")]
+    entries = json.loads(format_results(view, ranked, "json"))
+    assert [(e["trial"], e["best"], e["best_step"], e["final"]) for e in entries] == [
+        ("3", 1 / 3, 3, 1 / 3), ("4", 0.5, 1, 0.5), ("0", None, None, None), ("1", None, None, None),
+        ("2", None, None, None), ("5", None, None, None)]
+    table = format_results(view, ranked, "table").splitlines()
+    assert [line.split()[:4] for line in table[5:8]] == [["3", "0", "completed", "-"], ["4", "1", "completed", "-"],
+                                                         ["5", "2", "completed", "-"]]
+    assert "best        trial 3: loss 0.3333 at step 3 (kind=3)" in status
+
+
+def test_control_characters_of_a_parameter_are_escaped_for_people_and_kept_for_programs() -> None:
+    """A parameter holding a newline broke the results table's row and the status's best line in two."""
+    params = {"0": {"tag": "line1\nline2", "colour": "\x1b[31mred"}, "1": {"tag": "plain", "colour": "none"}}
+    store = stored({"0": [0.1], "1": [0.2]}, params)
+    try:
+        experiment = pick_experiment(store, "odd")
+        view = ExperimentView.load(store, experiment)
+        ranked = standings(view)
+        status = format_status(experiment_status(store, experiment)).splitlines()
+    finally:
+        store.close()
+    table = format_results(view, ranked, "table").splitlines()
+    assert len(table) == 5  # the title, the header, its rule and a row per trial
+    assert table[3].split()[-2:] == ["line1\\nline2", "\\x1b[31mred"]
+    assert "best        trial 0: loss 0.1 at step 1 (tag=line1\\nline2, colour=\\x1b[31mred)" in status
+    rows = list(csv.DictReader(io.StringIO(format_results(view, ranked, "csv"))))
+    assert (rows[0]["param_tag"], rows[0]["param_colour"]) == ("line1\nline2", "\x1b[31mred")
+    assert json.loads(format_results(view, ranked, "json"))[0]["params"] == params["0"]
+
+
 # ---------------------------------------------------------------------- plots
 def test_plots_are_real_images(recorded: Recorded, store: SqlStore, tmp_path: Path) -> None:
     image = pytest.importorskip("matplotlib.image")
@@ -582,6 +652,85 @@ def test_reports_never_write_to_the_store(
             store.set_status(1, ExperimentStatus.FAILED)
     finally:
         store.close()
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    with shared_folder() as directory:
+        yield directory
+
+
+def read_as(prefix: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """A report run through ``prefix`` (``unwritable``): its own process, so that it may run as another user."""
+    return subprocess.run([*prefix, *hermes_command(*args)], check=False, env=environment(), capture_output=True,
+                           text=True, timeout=120)
+
+
+@pytest.mark.parametrize("how", UNWRITABLE)
+def test_reports_read_a_store_in_a_folder_they_cannot_write(
+    recorded: Recorded, shared_tmp: Path, how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SQLite reads a WAL store only where it can make its -shm file: another user's storage dir, or a read-only
+    mount, gave "it cannot be written" or "its file cannot be opened". Read as the file stands, nothing written."""
+    directory = copy_store(recorded, shared_tmp / "runs")
+    with sqlite3.connect(directory / STORE_FILE) as connection:
+        connection.execute("PRAGMA journal_mode=WAL")  # as a runner leaves it
+    connection.close()
+    plots = shared_tmp / "plots"
+    plots.mkdir(mode=0o777)
+    plots.chmod(0o777)  # for nobody, whatever the umask
+    shown = {}
+    with unwritable(directory, how) as prefix:
+        for command in ("status", "list", "results"):
+            result = read_as(prefix, command, str(directory))
+            assert (result.returncode, result.stderr) == (0, ""), command
+            shown[command] = result.stdout
+        result = read_as(prefix, "plot", str(directory), "--out", str(plots))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == [str(plots / "cut_curves.png"), str(plots / "cut_gpus.png")]
+    assert sorted(path.name for path in directory.iterdir()) == [STORE_FILE]  # no -shm, no -wal
+    for command, text in shown.items():  # what a reader who may write the folder is shown
+        assert main([command, str(directory)]) == 0
+        assert capsys.readouterr().out == text, command
+
+
+@pytest.mark.parametrize("how", UNWRITABLE)
+def test_a_store_in_a_folder_reports_cannot_write_is_not_read_as_it_stands_while_it_may_change(
+    recorded: Recorded, shared_tmp: Path, how: str
+) -> None:
+    """Read as it stands, a store would show what it held before writes that its -wal file holds, or that its
+    runner makes meanwhile: refused, saying why."""
+    held = copy_store(recorded, shared_tmp / "held")
+    lock = RunnerLock(held, "cut").acquire()
+    try:
+        with unwritable(held, how) as prefix:
+            result = read_as(prefix, "status", str(held))
+    finally:
+        lock.release()
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"hermes: error: {held / STORE_FILE}: cannot read it while pid {os.getpid()} "), (
+        result.stderr)
+    assert result.stderr.endswith(f"writes it: SQLite must make {STORE_FILE}-shm beside it, and {held} cannot be "
+                                  "written here; try again in a moment\n"), result.stderr
+
+    source = copy_store(recorded, shared_tmp / "source")
+    logged = shared_tmp / "logged"
+    logged.mkdir()
+    writer = sqlite3.connect(source / STORE_FILE)
+    try:
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("UPDATE experiments SET status = 'failed'")
+        writer.commit()  # into hermes.db-wal: copied, as a copy of a running store's folder has it, without its -shm
+        for name in (STORE_FILE, f"{STORE_FILE}-wal"):
+            shutil.copyfile(source / name, logged / name)
+    finally:
+        writer.close()
+    with unwritable(logged, how) as prefix:
+        result = read_as(prefix, "status", str(logged))
+    assert (result.returncode, result.stderr) == (2, (
+        f"hermes: error: {logged / STORE_FILE}: cannot read the writes {STORE_FILE}-wal holds: SQLite must make "
+        f"{STORE_FILE}-shm beside it, and {logged} cannot be written here; read it as a user who may write {logged}, "
+        "or from a copy of the folder\n"))
 
 
 EVERY_REPORT = ("status", "results", "plot")

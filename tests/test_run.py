@@ -11,13 +11,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from copy import deepcopy
 from itertools import pairwise
 from pathlib import Path
@@ -105,6 +109,53 @@ def hermes(*args: str, cwd: Path, timeout: float = RUN_TIMEOUT) -> subprocess.Co
     except subprocess.TimeoutExpired as expired:
         pytest.fail(f"hermes {' '.join(args)} did not end within {timeout}s; stdout:\n{expired.stdout!r}\n"
                     f"stderr:\n{expired.stderr!r}")
+
+
+UNWRITABLE = ("permission", "read-only mount")  # how a folder cannot be written (``unwritable``)
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+READ_ONLY_BIND = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                  'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"']
+
+
+@contextmanager
+def shared_folder() -> Iterator[Path]:
+    """A folder every user may enter (pytest's tmp is root's alone), for commands run as nobody (``unwritable``)."""
+    directory = Path(tempfile.mkdtemp(prefix="hermes-test-"))
+    try:
+        directory.chmod(0o755)
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    with shared_folder() as directory:
+        yield directory
+
+
+@contextmanager
+def unwritable(folder: Path, how: str) -> Iterator[list[str]]:
+    """The words that run a command where ``folder`` cannot be written: by a user without permission (root may
+    write anything, so it runs the command as nobody), or on a read-only mount of it (a bind mount in a mount
+    namespace of the command's own: root only). Skips the test where this machine allows neither."""
+    if how == "read-only mount":
+        prefix = [*READ_ONLY_BIND, str(folder)]
+    elif os.geteuid() == 0:
+        prefix = NOBODY
+    else:
+        prefix = []
+        folder.chmod(0o555)
+    try:
+        if prefix and shutil.which(prefix[0]) is None:
+            pytest.skip(f"no {prefix[0]} here, to make {folder} unwritable by a {how}")
+        probe = subprocess.run([*prefix, "sh", "-c", 'test -r "$0" && ! touch "$0/probe" 2>/dev/null', str(folder)],
+                               check=False, capture_output=True)
+        if probe.returncode != 0:
+            pytest.skip(f"cannot make {folder} unwritable by a {how} here")
+        yield prefix
+    finally:
+        folder.chmod(0o755)
 
 
 def run_ok(spec_path: Path) -> subprocess.CompletedProcess[str]:
@@ -601,6 +652,59 @@ def test_sigterm_interrupts_a_run_like_ctrl_c(tmp_path: Path) -> None:
     assert status.stdout.startswith("experiment  e2e-sigterm (id 1): interrupted\n")
     assert " interrupted, " in status.stdout and " running" not in status.stdout, status.stdout
     assert "GPUs        0 of 2 busy" in status.stdout  # its trials are stopped: they go on from their checkpoints
+
+
+def test_a_closed_terminal_interrupts_a_run_like_sigterm(tmp_path: Path) -> None:
+    """SIGHUP (the terminal or the SSH session closed) ended the runner at once, exit 129, the experiment left
+    "running"; it is taken as SIGTERM is, and the live view's writes to the closed terminal (EIO) raise nothing."""
+    import pty
+
+    spec = spec_of("e2e-sighup", budget={"steps": 6})
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    leader, follower = pty.openpty()
+    runner = subprocess.Popen(
+        hermes_command("run", str(path)), cwd=tmp_path, env={**environment(), "TERM": "xterm", "COLUMNS": "120"},
+        stdin=subprocess.DEVNULL, stdout=follower, stderr=subprocess.PIPE, text=True,
+    )
+    os.close(follower)
+
+    def drained() -> bool:  # the live view's frames, read as a terminal would
+        while select.select([leader], [], [], 0)[0] and os.read(leader, 1 << 16):
+            pass
+        return count_reports(storage / "hermes.db") >= 3 and bool(trial_processes(storage))
+
+    try:
+        wait_for(drained, 60, "3 reports")
+        os.close(leader)  # the terminal is gone: the runner's writes to it fail
+        runner.send_signal(signal.SIGHUP)
+        _, stderr = runner.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    assert runner.returncode == 128 + signal.SIGHUP, stderr
+    assert f"interrupted: run `hermes run {path}` again to continue" in stderr and "Traceback" not in stderr
+    assert not trial_processes(storage)
+    status = hermes("status", str(storage), cwd=tmp_path)
+    assert status.stdout.startswith("experiment  e2e-sighup (id 1): interrupted\n"), status.stdout
+
+
+@pytest.mark.parametrize("how", UNWRITABLE)
+def test_a_storage_dir_that_cannot_be_written_is_refused_in_a_line(shared_tmp: Path, how: str) -> None:
+    """Another user's storage dir, or a read-only mount: the runner lock's OSError was a traceback and exit code 1,
+    which is every trial failing."""
+    path = write_spec(shared_tmp, spec_of("e2e-unwritable"))
+    storage = shared_tmp / "runs"
+    storage.mkdir()
+    with unwritable(storage, how) as prefix:
+        result = subprocess.run([*prefix, *hermes_command("run", str(path), "--no-live")], check=False,
+                                cwd=shared_tmp, env=environment(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    reason = "permission denied" if how == "permission" else "read-only file system"
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (f"hermes: error: the storage dir {storage} cannot be written ({reason}: "
+                             f"{storage / 'hermes.lock'}); give storage.dir a folder this user can write\n")
+    assert list(storage.iterdir()) == []  # nothing was written
 
 
 def test_a_search_of_many_trials_starts_them_while_it_submits_and_takes_sigterm_between_turns(

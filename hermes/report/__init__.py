@@ -241,9 +241,22 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
 
 
+CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters escaped as Python writes them (a newline as ``\\n``, ESC as
+    ``\\x1b``), for people: a parameter's newline broke a table's row and a status line in two. CSV and JSON
+    carry the text as it is."""
+    return CONTROL_CHARACTERS.sub(lambda found: repr(found.group())[1:-1], text)
+
+
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
     """Columns padded to their widest cell, in terminal cells (a CJK character takes two, a combining accent
-    none); the columns numbered in ``right`` (numbers) aligned right."""
+    none), with control characters escaped (``printable``); the columns numbered in ``right`` (numbers) aligned
+    right."""
+    header = [printable(cell) for cell in header]
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(cell_len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
 
     def line(cells: Sequence[str]) -> str:
@@ -266,6 +279,7 @@ __all__ = [
     "is_live",
     "open_store",
     "pick_experiment",
+    "printable",
     "shown_state",
     "store_location",
     "summarise_error",

@@ -10,7 +10,6 @@ on a sound store, and it reads the SQLite file in read-only mode.
 from __future__ import annotations
 
 import sqlite3
-import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ from hermes.store.sql import (
     RECORD_CHECK,
     STATE_CHECK,
     Check,
+    connect_read_only,
     json_check,
     one_of,
 )
@@ -49,10 +49,9 @@ def naming_damage(database: Path) -> Iterator[None]:
 
 def find_damage(database: Path) -> str | None:
     """The first record of ``database`` that a report cannot decode, described; None when all decode."""
-    uri = f"file:{urllib.parse.quote(str(Path(database).resolve()))}?mode=ro"
     try:
-        connection = sqlite3.connect(uri, uri=True, timeout=60.0)
-    except sqlite3.Error:
+        connection = connect_read_only(Path(database).resolve())
+    except (sqlite3.Error, HermesError):
         return None
     try:
         for table, keys, checks in _TABLES:

@@ -2,8 +2,10 @@
 
 Best rather than final: a stopped or suspended trial has no final value, a diverging one ends worse
 than it was, and the scheduler's policies rank trials by their best score too. The final value is
-shown beside it. A non-finite value is the worst possible (as in the core); trials that have not
-reported yet come last, in submission order, and ties keep submission order.
+shown beside it. A non-finite value is the worst possible (as in the core), so it is no best: a trial
+that reported only NaN or infinities has none (empty in CSV, null in JSON, as a non-finite final value
+is too) and ranks after every trial with one; trials that have not reported yet come last, in
+submission order, and ties keep submission order.
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ class Standing:
     trial_id: str
     state: TrialState
     params: dict[str, Any]
-    best: float | None  # best objective value reported; None before the first report
-    best_step: int | None  # the first step that reported ``best``
+    best: float | None  # best finite objective value reported; None before the first report, or if none was finite
+    best_step: int | None  # the first step that reported ``best``; None where there is no best
     final: float | None  # the last value reported
     steps: int  # last step reported
     budget: int
@@ -68,7 +70,8 @@ def standings(view: ExperimentView) -> list[Standing]:
     unranked = []
     for trial in view.trials:
         own = reports.get(trial.trial_id, [])
-        best_step, best = max(own, key=lambda report: objective.score(report[1]), default=(None, None))
+        finite = [report for report in own if math.isfinite(report[1])]
+        best_step, best = max(finite, key=lambda report: objective.score(report[1]), default=(None, None))
         unranked.append(
             Standing(
                 rank=0,
@@ -86,14 +89,15 @@ def standings(view: ExperimentView) -> list[Standing]:
             )
         )
     # sorted() is stable, so ties keep submission order.
-    ranked = sorted(unranked, key=lambda s: (s.best is None, -objective.score(s.best) if s.best is not None else 0))
+    ranked = sorted(unranked, key=lambda s: (s.best is None, not s.reports,
+                                             -objective.score(s.best) if s.best is not None else 0))
     return [replace(standing, rank=rank) for rank, standing in enumerate(ranked, start=1)]
 
 
 def format_results(
     view: ExperimentView, top: list[Standing], output: str, experiment_dir: Path | None = None
 ) -> str:
-    """``top`` as an aligned table for people, or as CSV or JSON (non-finite numbers as null) for programs.
+    """``top`` as an aligned table for people, or as CSV or JSON (non-finite values empty, or null) for programs.
 
     With ``experiment_dir`` (the experiment's folder on this machine), CSV and JSON also give each
     trial's directory and its newest committed checkpoint (``hermes.report.files``), as Ray Tune's results
@@ -119,9 +123,9 @@ def format_results(
         )
         for s in top:
             writer.writerow(
-                [s.rank, s.trial_id, states[s.trial_id], _csv(s.best), _csv(s.best_step), _csv(s.final), s.steps,
-                 s.budget, round(s.gpu_seconds, 3), *(_csv(s.params.get(name)) for name in names), _csv(s.error),
-                 *(_csv(value) for value in files[s.trial_id].values())]
+                [s.rank, s.trial_id, states[s.trial_id], _csv(s.best), _csv(s.best_step), _csv(_finite(s.final)),
+                 s.steps, s.budget, round(s.gpu_seconds, 3), *(_csv(s.params.get(name)) for name in names),
+                 _csv(s.error), *(_csv(value) for value in files[s.trial_id].values())]
             )
         return buffer.getvalue().rstrip("\n")
     errors = any(s.error for s in top)  # the column only when some trial has one

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from hermes.report import (
     format_number,
     format_table,
     is_live,
+    printable,
     shown_state,
     summarise_error,
 )
@@ -115,7 +115,7 @@ def _count(number: int, thing: str) -> str:
 def _best(view: ExperimentView) -> Standing | None:
     """The best trial's standing; None until a trial reports a finite value (a diverged one is no best)."""
     ranked = standings(view)
-    return ranked[0] if ranked and ranked[0].best is not None and math.isfinite(ranked[0].best) else None
+    return ranked[0] if ranked and ranked[0].best is not None else None
 
 
 def _state(experiment: ExperimentRecord, lock: Path | None, brief: bool = False) -> str:
@@ -177,7 +177,7 @@ def format_status(status: Status) -> str:
         lines.append("best        none: every value reported is NaN or infinite" if reported
                      else "best        none yet (no trial has reported)")
     else:
-        params = ", ".join(f"{name}={value}" for name, value in best.params.items())
+        params = printable(", ".join(f"{name}={value}" for name, value in best.params.items()))
         lines.append(
             f"best        trial {best.trial_id}: {target.name} {format_number(best.best)} at step {best.best_step}"
             + (f" ({params})" if params else "")

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from hermes.errors import NO_SPACE_ERRNOS, NoSpaceError
-from hermes.store.base import StoreError
+from hermes.errors import NO_SPACE_ERRNOS, HermesError, NoSpaceError
+from hermes.store.base import StoreError, StoreUnavailable
 
 LOCK_FILE = "hermes.lock"
 RESERVE_FILE = "hermes.reserve"
@@ -48,9 +48,13 @@ class RunnerLock:
         self._file: BinaryIO | None = None  # closed when collected, too: the lock never outlives its holder
 
     def acquire(self) -> RunnerLock:
-        """Take the lock at once, or raise StorageInUse naming the process that holds it."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        file = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644), "r+b", buffering=0)
+        """Take the lock at once, or raise StorageInUse naming the process that holds it; StoreUnavailable (or
+        NoSpaceError) where the storage dir cannot be written: another user's, or a read-only mount."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            file = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644), "r+b", buffering=0)
+        except OSError as error:
+            raise _cannot_write(self.path, error) from None
         try:
             _lock(file.fileno())
             file.truncate(0)
@@ -61,11 +65,9 @@ class RunnerLock:
                 f"{self.path.parent} is in use by another runner, {describe(holder(self.path))}; "
                 "one runner per storage directory: wait for it to end, stop it, or use another storage.dir"
             ) from None
-        except OSError as error:  # a full disk: its holder cannot be named, said as a full disk is everywhere
+        except OSError as error:  # a full disk, say: its holder cannot be named
             file.close()
-            if error.errno in NO_SPACE_ERRNOS:
-                raise NoSpaceError(f"{self.path}: {error.strerror}") from None
-            raise
+            raise _cannot_write(self.path, error) from None
         except BaseException:  # a Ctrl-C between taking the lock and naming its holder too: else it stays held
             file.close()
             raise
@@ -150,6 +152,16 @@ def holder(path: str | Path) -> dict[str, Any] | None:
         return None
     finally:
         os.close(fd)  # releases the shared lock, if taken
+
+
+def _cannot_write(path: Path, error: OSError) -> HermesError:
+    """Why the runner cannot write its lock at ``path``, in one line: a full disk as a full disk is said everywhere,
+    else the storage dir and the reason (permission denied, read-only file system), before anything was written."""
+    if error.errno in NO_SPACE_ERRNOS:
+        return NoSpaceError(f"{path}: {error.strerror}")
+    reason = (error.strerror or str(error)).lower() + (f": {error.filename}" if error.filename else "")
+    return StoreUnavailable(f"the storage dir {path.parent} cannot be written ({reason}); "
+                            "give storage.dir a folder this user can write")
 
 
 def _lock(fd: int) -> None:

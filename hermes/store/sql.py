@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import threading
 import time
@@ -39,6 +40,7 @@ from hermes.store.base import (
     TrialRecord,
 )
 from hermes.store.codec import from_dict, to_dict
+from hermes.store.lock import LOCK_FILE, describe, holder
 from hermes.errors import NO_SPACE_ERRNOS, HermesError
 from hermes.faults import crash_point
 
@@ -208,16 +210,13 @@ class SqlStore(ExperimentStore):
 
     @classmethod
     def open_read_only(cls, path: str | Path) -> SqlStore:
-        """The store in an existing SQLite file, for readers (reports): opened with ``mode=ro``, so
-        nothing is ever written to it, not even the schema; a missing file, or one that holds no
+        """The store in an existing SQLite file, for readers (reports): opened read-only (``connect_read_only``),
+        so nothing is ever written to it, not even the schema; a missing file, or one that holds no
         Hermes store, raises StoreError. Its write methods raise StoreError too."""
         path = Path(path).resolve()
         store = cls.__new__(cls)
         store.url = f"sqlite:///{path}"
-        uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
-        store._engine = sa.create_engine(
-            "sqlite://", creator=lambda: sqlite3.connect(uri, uri=True, timeout=60.0, check_same_thread=False)
-        )
+        store._engine = sa.create_engine("sqlite://", creator=lambda: connect_read_only(path))
 
         @sa.event.listens_for(store._engine, "connect")
         def on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -697,6 +696,35 @@ class SqlStore(ExperimentStore):
             if why is not None:
                 raise StoreUnavailable(f"{self.url}: {why} ({error.orig})") from error
             raise StoreError(f"{self.url}: {error}") from error
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection to the SQLite file at ``path`` (``mode=ro``). SQLite reads a WAL store only where it
+    finds its ``-shm`` file beside it or can make one, which a reader that cannot write the folder (another user's
+    storage dir, a read-only mount) cannot; there the file is read as it is (``immutable=1``), as of the last
+    write that reached it. That is safe only while nothing writes the file, so it is refused where something may:
+    a runner that holds the storage dir's lock, or a ``-wal`` file that holds writes the file lacks (a runner that
+    writes keeps ``-shm`` there, and then ``mode=ro`` works)."""
+    uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
+    connection = sqlite3.connect(uri, uri=True, timeout=60.0, check_same_thread=False)
+    try:
+        connection.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # SQLite opens the -shm here
+        return connection
+    except sqlite3.Error as error:
+        connection.close()
+        cannot = (getattr(error, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN)
+        if not (cannot and os.access(path, os.R_OK) and not os.access(path.parent, os.W_OK)):
+            raise
+    unwritable = f"SQLite must make {path.name}-shm beside it, and {path.parent} cannot be written here"
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise StoreUnavailable(f"{path}: cannot read the writes {wal.name} holds: {unwritable}; read it as a user "
+                               f"who may write {path.parent}, or from a copy of the folder")
+    who = holder(path.parent / LOCK_FILE)
+    if who is not None:
+        raise StoreUnavailable(f"{path}: cannot read it while {describe(who)} writes it: {unwritable}; "
+                               "try again in a moment")
+    return sqlite3.connect(f"{uri}&immutable=1", uri=True, timeout=60.0, check_same_thread=False)
 
 
 # What is wrong with a column's value, or None: how a damaged record is described, by the store as it reads
