@@ -264,7 +264,9 @@ class PoolSession:
         return parse_spec(record.spec, source=f"experiment {record.name}", base_dir=self.directory)
 
     def _open(self, record: ExperimentRecord) -> _Member | None:
-        """Build the experiment's session and replay its log; None if it cannot run (marked failed)."""
+        """Build the experiment's session and replay its log; None if it cannot run (marked failed). Any error
+        fails this experiment alone, with its reason: one experiment's files (links that loop, say) stopped the
+        pool, and every start from the store met the same record again."""
         if record.cancel_requested and record.status is ExperimentStatus.QUEUED:
             self.store.set_status(record.experiment_id, ExperimentStatus.CANCELLED)
             return None
@@ -283,12 +285,18 @@ class PoolSession:
             session.replay()
         except HermesError as error:
             log.warning("experiment %s cannot run: %s", record.full_name, error)
-            # It may have run under a pool that died: this pool writes its end now, or would stop on its claim.
-            self.store.claim_writer(record.experiment_id, describe(self._lock.who))
-            self.store.set_status(record.experiment_id, ExperimentStatus.FAILED, error=str(error))
-            return None
-        return _Member(record, session, StoreRecorder(self.store, record.experiment_id, session.scheduler),
-                       f"e{record.experiment_id}")
+            reason = str(error)
+        except Exception as error:  # a bug, or the machine's refusal: the traceback to the log, the kind to the record
+            log.exception("experiment %s cannot run", record.full_name)
+            why = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
+            reason = f"the pool could not take it up: {why} (the traceback is in the pool's log)"
+        else:
+            return _Member(record, session, StoreRecorder(self.store, record.experiment_id, session.scheduler),
+                           f"e{record.experiment_id}")
+        # It may have run under a pool that died: this pool writes its end now, or would stop on its claim.
+        self.store.claim_writer(record.experiment_id, describe(self._lock.who))
+        self.store.set_status(record.experiment_id, ExperimentStatus.FAILED, error=reason)
+        return None
 
     def _attach(self, member: _Member, now: float) -> None:
         """Resubmit its trials to the pool's executor, drop the old pool's nodes (at ``now``: for those the pool

@@ -25,13 +25,13 @@ from hermes.core.decisions import Start, Suspend
 from hermes.core.events import ExperimentCancelled, GpuReclaimed, NodeAdded, PeriodElapsed, TrialReported, TrialSuspended
 from hermes.core.scheduler import Scheduler
 from hermes.core.states import TrialState
-from hermes.experiment import parse_spec
+from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.spec import ResourcesSpec
 from hermes.policies import make_policy
 from hermes.pool import PoolSession, stored_form
 from hermes.report import ExperimentView
 from hermes.session import ExperimentSession
-from hermes.store import ExperimentStatus, SqlStore
+from hermes.store import ExperimentRecord, ExperimentStatus, SqlStore
 from tests.test_run import (
     PRINTED,
     RATE,
@@ -339,6 +339,40 @@ def test_an_experiment_a_dead_pool_ran_that_can_no_longer_run_fails_alone(tmp_pa
         wait_for(lambda: status(store, calm) is ExperimentStatus.FINISHED, TIMEOUT, "the other one to finish")
     failed = store.experiment(lost)
     assert failed.status is ExperimentStatus.FAILED and "trial.workdir" in (failed.error or ""), failed
+    store.close()
+
+
+def test_an_experiment_that_raises_any_error_at_its_take_up_or_its_start_fails_alone(tmp_path: Path) -> None:
+    """One user's experiment stopped the pool, and every start from the store met it again: reading its spec raised
+    an error not of Hermes (Path.resolve's RuntimeError on links that loop), or its trials' folders could not be
+    made (a file where they go). The first fails with its reason, the other's trials fail; the pool and the other
+    users' experiment go on."""
+
+    def read_spec(record: ExperimentRecord) -> ExperimentSpec:
+        """As a host of the pool may read a spec: its storage dir resolved first, strictly."""
+        (tmp_path / record.spec["storage"]["dir"]).resolve(strict=True)
+        return parse_spec(record.spec, source=record.name, base_dir=tmp_path)
+
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    (tmp_path / "loop").symlink_to("loop")
+    looped = submit(store, pool_spec("looped", 2, 0.05, storage={"dir": "loop"}))
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "blocked").write_text("a file where the experiment's folder goes")
+    blocked = submit(store, pool_spec("blocked", 2, 0.05), owner="bob")
+    calm = submit(store, pool_spec("calm", 2, 0.05), owner="cid")
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1,
+                       read_spec=read_spec)
+    with running(pool) as runner:
+        wait_for(lambda: status(store, calm) is ExperimentStatus.FINISHED, TIMEOUT, "the calm one to finish")
+        wait_for(lambda: status(store, blocked).is_final, TIMEOUT, "the blocked one to end")
+        assert runner.is_alive()
+    failed = store.experiment(looped)
+    assert failed.status is ExperimentStatus.FAILED, failed
+    assert (failed.error or "").startswith("the pool could not take it up: "), failed  # RuntimeError; 3.13: ELOOP's
+    trials = store.trials(blocked)
+    assert trials and all(trial.state is TrialState.FAILED for trial in trials)
+    assert {trial.error for trial in trials} == {"cannot make its folder: Not a directory"}
+    check_completed(store, tmp_path, calm, 2, 5)
     store.close()
 
 

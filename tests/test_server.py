@@ -8,6 +8,7 @@ trial logs on real experiments that the server's fair-share pool runs (tests/tri
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -380,9 +381,10 @@ def test_a_spec_names_no_file_outside_its_users_area(server: Server, tmp_path: P
     refused(real_spec("w", storage={"dir": "out/runs"}), "storage.dir")
     (area / "runs").mkdir(exist_ok=True)
     (area / "runs" / "taken").symlink_to(root / "users" / "bob")  # the experiment's own folder: bob's files were
-    assert "holds taken, a link to" in refused(real_spec("taken", storage={"dir": "runs"}), "storage.dir")  # written
-    assert str(outside / "secret.py") in refused(real_spec("w", trial={"function": "linked:train", "workdir": "code"}),
-                                                  "trial.function")
+    assert "'runs' holds taken, which leads outside" in refused(real_spec("taken", storage={"dir": "runs"}),
+                                                                "storage.dir")  # written
+    message = refused(real_spec("w", trial={"function": "linked:train", "workdir": "code"}), "trial.function")
+    assert message.startswith("'linked.py' (imported from the workdir)") and str(outside) not in message
     refused(real_spec("w", trial={"function": "pkg.mod:train", "workdir": "code"}), "trial.function")
     assert "server's root" in refused(real_spec("w", trial={"function": "shared:train"}), "trial.function")
     refused(command(f"python {outside}/secret.py --lr {{lr}}"), "trial.command")
@@ -456,6 +458,141 @@ def test_the_pool_checks_a_spec_again_when_it_takes_it_up(tmp_path: Path) -> Non
         assert store.metrics(failed["id"]) == []  # nothing ran
     assert failed["status"] == "failed"
     assert "trial.workdir" in failed["error"] and "outside your area" in failed["error"]
+
+
+def _refused(server: Server, spec: dict[str, Any], field: str, user: str = "alice", folder: str = "") -> str:
+    """The message of the one problem a submission of ``spec`` is refused with, which names ``field``."""
+    response = server.client.post("/api/experiments", json={"spec": spec, "folder": folder}, headers=server.as_(user))
+    assert response.status_code == 422, (field, response.text)
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == ["body", *(["folder"] if field == "folder" else ["spec", *field.split(".")])], problem
+    return problem["msg"]
+
+
+def _command_spec(name: str, line: str) -> dict[str, Any]:
+    return {**real_spec(name, trial={"command": line}),
+            "search": {"trials": 2, "space": {"lr": {"type": "uniform", "low": 0.1, "high": 1}}}}
+
+
+def test_a_path_the_server_cannot_read_is_refused_naming_its_field_not_a_500(server: Server) -> None:
+    """Links that loop (Path.resolve's RuntimeError) and a name too long (os.stat's OSError) were a 500 at
+    submission, and a loop where a trial's log is read too: bad input is a 4xx, the path as the spec wrote it."""
+    area = server.hermes.config.root / "users" / "alice"
+    (area / "loop").symlink_to("loop")
+    (area / "runs").mkdir()
+    (area / "runs" / "looped").symlink_to("looped")  # the experiment's own folder
+    long = "b" * 300
+    cases = [
+        (real_spec("w", trial={"function": "trials.curve:train", "workdir": "loop"}), "trial.workdir", "'loop'"),
+        (real_spec("s", storage={"dir": "loop/runs"}), "storage.dir", "'loop/runs'"),
+        (real_spec("looped"), "storage.dir", "'runs' holds looped, which"),
+        (real_spec("n", storage={"dir": long}), "storage.dir", repr(long)),
+        (real_spec("n", trial={"function": "trials.curve:train", "workdir": f"trials/{long}"}), "trial.workdir",
+         repr(f"trials/{long}")),
+        (_command_spec("c", "python trials/curve.py --data=loop/x --lr {lr}"), "trial.command",
+         "argument 2 ('--data=loop/x')"),
+        (_command_spec("c", "loop/python trials/curve.py --lr {lr}"), "trial.command", "argument 0 ('loop/python')"),
+    ]
+    for spec, field, shown in cases:
+        message = _refused(server, spec, field)
+        assert message.startswith(f"{shown} cannot be read on the server: "), (field, message)
+        assert str(area) not in message
+    assert "its links go round in a loop" in _refused(server, real_spec("f"), "folder", folder="loop/specs")
+    assert "File name too long" in _refused(server, real_spec("n", storage={"dir": long}), "storage.dir")
+    assert server.hermes.store.experiments() == []
+    logged = server.simulated("alice", "looped")  # its trials' folder is the loop: no log to show, not a 500
+    response = server.client.get(f"/api/experiments/{logged}/trials/0/log", headers=server.as_("alice"))
+    assert response.status_code == 404, response.text
+
+
+def test_a_tilde_path_is_refused_as_the_servers_home_not_the_users(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spec reads ``~`` as the home of whoever runs it: on the server, the server's account. The area's check read
+    it as a folder named ``~`` in the area, so such a spec was taken, and named files outside (the refusals then said
+    which functions a module there defines)."""
+    home = tmp_path / "server-home"
+    home.mkdir()
+    (home / "secret_tool.py").write_text("def train(config):\n    pass\n")
+    monkeypatch.setenv("HOME", str(home))
+    cases = [
+        (real_spec("t1", trial={"function": "secret_tool:train", "workdir": "~"}), "trial.workdir", "~"),
+        (real_spec("t2", trial={"function": "secret_tool:other", "workdir": "~/"}), "trial.workdir", "~/"),
+        (real_spec("t3", storage={"dir": "~/bob-writes-here"}), "storage.dir", "~/bob-writes-here"),
+        (real_spec("t4", storage={"dir": "~root/runs"}), "storage.dir", "~root/runs"),
+    ]
+    for spec, field, written in cases:
+        message = _refused(server, spec, field, "bob")
+        assert message == (f"{written!r} starts with ~, the home of the server's account, not yours: name a folder "
+                           "in your area"), message
+    assert server.hermes.store.experiments() == []
+    assert list(home.iterdir()) == [home / "secret_tool.py"]
+
+
+def test_a_refusal_names_the_path_as_written_never_where_a_link_leads(server: Server, tmp_path: Path) -> None:
+    """A refusal said where a link points ("is /srv/.../secret-dataset, outside your area"): with a link in another
+    user's area, or /proc/<pid>/fd/N of the server's own open files, one user read where another's files are."""
+    secret = tmp_path / "alices-private-store" / "secret-dataset"
+    secret.mkdir(parents=True)
+    root = server.hermes.config.root
+    (root / "users" / "alice" / "data").symlink_to(secret)
+    (root / "users" / "bob" / "mine").symlink_to(secret)
+    with open(secret / "weights.bin", "w") as held:  # a file the server's process holds open
+        fd = held.fileno()
+        proc = ("/proc/self/cwd", f"/proc/self/fd/{fd}", f"/proc/{os.getpid()}/fd/{fd}")
+        for written in ("../alice/data", "mine", *proc):
+            spec = real_spec("probe", trial={"function": "trials.curve:train", "workdir": written})
+            message = _refused(server, spec, "trial.workdir", "bob")
+            assert message == f"{written!r} leads outside your area on the server", message
+        message = _refused(server, real_spec("probe", storage={"dir": "mine"}), "storage.dir", "bob")
+        assert message == "'mine' leads outside your area on the server"
+        message = _refused(server, _command_spec("probe", f"python x.py --data=/proc/self/fd/{fd}"), "trial.command",
+                           "bob")
+        assert message == f"argument 2 ('--data=/proc/self/fd/{fd}') leads outside your area on the server"
+
+
+def test_a_spec_whose_check_raises_unexpectedly_is_refused_in_a_line_not_a_500(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last line of defence: an error no check expected while a spec is checked (here Python's parser, reading
+    the trial's module to find its function, recursed too deep) was a 500; it is a 422 of one line, its traceback
+    in the server's log."""
+    (server.hermes.config.root / "users" / "alice" / "deep.py").write_text("x = " + "-" * 5000 + "1\n")
+    with caplog.at_level(logging.ERROR, logger="hermes.server"):
+        spec = real_spec("deep", trial={"function": "deep:f"})
+        response = server.client.post("/api/experiments", json={"spec": spec}, headers=server.as_("alice"))
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["detail"]
+    assert problem["loc"][:2] == ["body", "spec"] and "\n" not in problem["msg"], problem
+    if problem["loc"] == ["body", "spec"]:  # the server's own catch, not a check's refusal naming a field
+        assert problem["msg"] == "spec: the server could not check it (RecursionError); its log has the details"
+        assert "Traceback" in caplog.text and "RecursionError" in caplog.text
+    assert server.hermes.store.experiments() == []
+
+
+def test_a_link_loop_made_while_an_experiment_waits_fails_it_alone_and_the_pool_goes_on(tmp_path: Path) -> None:
+    """Bob's storage.dir became a link loop between his submission and the pool's take-up: Path.resolve's
+    RuntimeError stopped the pool, which started again from the store and met the same record, again and again,
+    while every user's experiments stayed interrupted."""
+    root = tmp_path / "server"
+    with TestClient(create_app(ServerConfig(root=root, run_experiments=False))) as client:
+        server = Server(client)
+        looped = client.post("/api/experiments", json={"spec": real_spec("looped", storage={"dir": "st-loop"})},
+                             headers=server.as_("bob")).json()["id"]
+        calm = client.post("/api/experiments", json={"spec": real_spec("calm")},
+                           headers=server.as_("alice")).json()["id"]
+    (root / "users" / "bob" / "st-loop").symlink_to("st-loop")
+    config = ServerConfig(root=root, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
+    with TestClient(create_app(config)) as client:
+        server.client = client
+        hermes = client.app.state.hermes  # type: ignore[attr-defined]
+        pool = hermes.pool
+        failed = server.wait(looped, "bob", timeout=30)
+        finished = server.wait(calm, "alice", timeout=30)
+        assert hermes.pool is pool  # never stopped and started again
+    assert failed["status"] == "failed", failed
+    assert failed["error"].startswith("spec: storage.dir: ") and "its links go round in a loop" in failed["error"]
+    assert finished["status"] == "finished" and finished["by_state"] == {"completed": 3, "failed": 1}
 
 
 def test_a_trial_log_is_read_only_inside_its_experiments_directory(server: Server, tmp_path: Path) -> None:
@@ -1159,6 +1296,57 @@ def test_a_server_url_without_a_scheme_is_http_and_one_the_client_cannot_use_is_
         with pytest.raises(ServerError, match="cannot be used") as refused:
             Client(url, "t")
         assert url.split("://")[-1] in str(refused.value)
+
+
+def test_a_server_url_that_redirects_is_refused_and_the_token_goes_nowhere_else() -> None:
+    """urllib followed a redirect (a proxy's login page, say) and sent the bearer token on to wherever it led,
+    another host too: a redirect is not followed, and the error names where it leads."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from hermes.server.client import ServerError
+
+    seen: list[str | None] = []
+
+    class Elsewhere(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b"[]")
+
+        do_POST = do_GET
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    class Redirect(Elsewhere):
+        def do_GET(self) -> None:
+            self.send_response(307)
+            self.send_header("Location", f"http://127.0.0.1:{elsewhere.server_address[1]}/sso/login")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_POST = do_GET
+
+    elsewhere = ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+    redirect = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threads = [threading.Thread(target=one.serve_forever, daemon=True) for one in (elsewhere, redirect)]
+    for thread in threads:
+        thread.start()
+    try:
+        client = Client(f"http://127.0.0.1:{redirect.server_address[1]}", "hermes_" + "S" * 43)
+        for call in (lambda: client.request("GET", "/experiments"), lambda: client.submit(real_spec("x"))):
+            with pytest.raises(ServerError) as refused:
+                call()
+            assert str(refused.value).startswith(f"the server URL {client.url} redirects to "
+                                                 f"http://127.0.0.1:{elsewhere.server_address[1]}/sso/login; ")
+        assert seen == []
+    finally:
+        for one in (elsewhere, redirect):
+            one.shutdown()
+            one.server_close()
 
 
 def test_a_web_server_that_is_not_hermes_is_named_not_a_json_traceback(capsys: Any) -> None:

@@ -29,7 +29,7 @@ from hermes.core.events import (
     TrialSuspended,
 )
 from hermes.core.policy import ExecutionProfile
-from hermes.errors import HermesError
+from hermes.errors import HOST_LIMIT_ERRNOS, NO_SPACE_ERRNOS, HermesError
 from hermes.execution.contract import Executor
 from hermes.local.guard import Guard
 from hermes.local.launch import WARM_SWITCH_COST, TrialLaunch
@@ -310,9 +310,17 @@ class LocalExecutor(Executor[TrialLaunch]):
         return self.launchers["warm" if launch.in_worker else "process" if launch.cooperative else "script"]
 
     def _launch(self, trial: LocalTrial, slot: Slot) -> None:
-        """Run the trial on ``slot`` (free, or held for it)."""
-        trial.directory.mkdir(parents=True, exist_ok=True)
-        (trial.directory / protocol.CONFIG_FILE).write_text(json.dumps(dict(trial.launch.config)))
+        """Run the trial on ``slot`` (free, or held for it). A trial whose folder cannot be made (a file or a link
+        loop where it goes) fails alone: the error stopped the executor, in a pool every user's experiments."""
+        try:
+            trial.directory.mkdir(parents=True, exist_ok=True)
+            (trial.directory / protocol.CONFIG_FILE).write_text(json.dumps(dict(trial.launch.config)))
+        except OSError as error:
+            if error.errno in HOST_LIMIT_ERRNOS | NO_SPACE_ERRNOS:  # the host's, not the trial's
+                raise
+            self.release(trial, slot)
+            self.emit(TrialExited(self.now(), trial.trial_id, False, f"cannot make its folder: {error.strerror}"))
+            return
         self.occupy(slot, trial)
         self._launcher(trial).launch(trial, slot)
 

@@ -21,6 +21,7 @@ from starlette.requests import ClientDisconnect
 from hermes.core.share import MAX_WEIGHT, MIN_WEIGHT
 from hermes.errors import SpecError
 from hermes.server.app import Hermes
+from hermes.server.area import place_problem
 from hermes.server.auth import User
 from hermes.server.digest import ExperimentDigest, describe, explain
 from hermes.store import ExperimentRecord, ExperimentStatus, StoreError
@@ -346,9 +347,10 @@ def trial_log(
     if digest.trial(trial_id) is None:  # only known ids make a path: no ../ can reach outside the experiment
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial {trial_id!r} in experiment {experiment_id}")
     directory = hermes.experiment_dir(record)
-    path = None if directory is None else (directory / "trials" / trial_id / f"{stream}.log").resolve()
-    if directory is None or path is None or not path.is_relative_to(directory):  # a link out of its files
+    path = None if directory is None else directory / "trials" / trial_id / f"{stream}.log"
+    if directory is None or path is None or place_problem(path, directory) is not None:  # a link out, a loop
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"trial {trial_id!r} has no {stream} log to show")
+    path = path.resolve()
     size = path.stat().st_size if path.is_file() else 0
     start = max(size - LOG_TAIL, 0) if offset is None else min(offset, size)
     chunk = b""

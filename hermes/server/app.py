@@ -33,7 +33,7 @@ from hermes.errors import HermesError, SpecError
 from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.spec import ResourcesSpec
 from hermes.pool import PoolSession, stored_form
-from hermes.server.area import document_problems, spec_problems, text_problem
+from hermes.server.area import document_problems, place_problem, spec_problems, text_problem
 from hermes.server.auth import Accounts
 from hermes.server.digest import ExperimentDigest
 from hermes.store import ExperimentRecord, SqlStore
@@ -89,15 +89,29 @@ class Hermes:
         Every file it names must lie in the area (``hermes.server.area``), and that is checked on
         the document first, so that validation never looks at a file outside the area (it would
         say whether the file exists, or which functions a module outside defines).
+
+        Any other error while checking it is a SpecError too, with a line saying what failed (the traceback
+        goes to the log): a spec is the caller's input, and its refusal a 422, never a 500; the pool that
+        reads it again fails that experiment alone.
         """
+        try:
+            return self._parse(data, owner, folder)
+        except SpecError:
+            raise
+        except Exception as error:
+            log.exception("checking a spec of %s failed", owner)
+            why = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
+            raise SpecError(f"spec: the server could not check it ({why}); its log has the details") from None
+
+    def _parse(self, data: dict[str, Any], owner: str, folder: str) -> ExperimentSpec:
         area = self.config.area(owner)
         problem = text_problem(folder)
         if problem is not None:  # no path holds it: resolving it would fail
             raise SpecError(f"folder: {folder!r} {problem}", [("folder", problem)])
+        problem = place_problem(area / folder, area.resolve())
+        if problem is not None:
+            raise SpecError(f"folder: {folder!r} {problem}", [("folder", f"{folder!r} {problem}")])
         base = (area / folder).resolve()
-        if not base.is_relative_to(area.resolve()):
-            raise SpecError(f"folder: {folder!r} is outside your area on the server",
-                            [("folder", "must be a folder inside your area")])
         _refuse(document_problems(data))
         _refuse(spec_problems(parse_spec(data, source="spec"), area, self.config.root, base))
         return parse_spec(data, source="spec", base_dir=base)
@@ -112,13 +126,14 @@ class Hermes:
     def experiment_dir(self, experiment: ExperimentRecord) -> Path | None:
         """Where the experiment's trials keep their files (``<storage.dir>/<name>``), read from the
         stored spec; None where that is outside its owner's area. An experiment that ``hermes run``
-        wrote into the server's database (no owner) keeps them beside it, in the root. Resolved."""
+        wrote into the server's database (no owner) keeps them beside it, in the root. Resolved; None also where
+        the server cannot read it (its links loop, say)."""
         if experiment.owner is None:
             return (self.config.root / experiment.name).resolve()
         area = self.config.area(experiment.owner).resolve()  # a link to a shared mount, say
         storage = experiment.spec.get("storage", {}).get("dir", "runs")
-        directory = (area / str(storage) / experiment.name).resolve()
-        return directory if directory.is_relative_to(area) else None
+        directory = area / str(storage) / experiment.name
+        return directory.resolve() if place_problem(directory, area) is None else None
 
     def stored(self, spec: ExperimentSpec) -> dict[str, Any]:
         """The spec as the store keeps it: its paths resolved in its owner's area, so that the pool reads it alike."""

@@ -7,6 +7,11 @@ alone or after ``--option=``, read as a path from the workdir, filled with each 
 placeholders can take. Paths are resolved (links followed, ``..`` applied), so a link in the area
 that points outside is refused like the outside path itself. A program named without a folder
 (``python``) is the server's, found on its PATH, as a function's module may be an installed package.
+A refusal names the field and the path as the spec wrote it, never where a link leads: the target of a
+link (``/proc/<pid>/fd/N`` is one) would tell one user where another's files are. A path the server
+cannot look at (links that loop, a name too long) is refused alike, naming its field. A workdir or
+storage dir that starts with ``~`` is refused: a spec reads it as the home of whoever runs it, here the
+server's account.
 
 What this cannot do: confine what a trial's code opens once it runs, since trials run as the
 server's OS user. Where members' code is not trusted, isolate them below Hermes (an OS user per
@@ -119,27 +124,36 @@ def spec_problems(spec: ExperimentSpec, area: Path, root: Path, folder: Path | N
     base = area if folder is None else folder
     problems: list[Problem] = []
 
-    def confine(field: str, resolved: Path, what: str = "") -> bool:
-        if resolved.is_relative_to(area):
-            return True
-        problems.append((field, f"{what}{resolved}, outside your area {area} on the server"))
-        return False
+    def confine(field: str, path: Path, shown: str, program: bool = False) -> bool:
+        problem = place_problem(path, area, program)
+        if problem is not None:
+            problems.append((field, f"{shown} {problem}"))
+        return problem is None
+
+    def not_home(field: str, written: str) -> bool:
+        """The spec reads a leading ``~`` as the home of whoever runs it: here the server's account, not the user."""
+        home = written.startswith("~")
+        if home:
+            problems.append((field, f"{written!r} starts with ~, the home of the server's account, not yours: "
+                                    "name a folder in your area"))
+        return not home
 
     if spec.engine != "local":
         problems.append(("engine", f"{spec.engine!r}: the server runs every experiment in its own pool (local)"))
     if spec.storage.uri is not None:
         problems.append(("storage.uri", "the server keeps checkpoints in storage.dir, inside your area"))
-    if confine("storage.dir", (base / spec.storage.dir).resolve(), "is "):
+    storage = spec.storage.dir
+    if not_home("storage.dir", storage) and confine("storage.dir", base / storage, repr(storage)):
         # where the experiment's files go: a link there to another user's experiment had this one written into it
-        confine("storage.dir", (base / spec.storage.dir / spec.name).resolve(), f"holds {spec.name}, a link to ")
-    workdir = (base / spec.trial.workdir).resolve()
-    confine("trial.workdir", workdir, "is ")
-    if not workdir.is_relative_to(area):
+        confine("storage.dir", base / storage / spec.name, f"{storage!r} holds {spec.name}, which")
+    written = spec.trial.workdir
+    if not (not_home("trial.workdir", written) and confine("trial.workdir", base / written, repr(written))):
         return problems  # whatever the trial names from there is outside too
+    workdir = (base / written).resolve()
     if spec.trial.function is not None:
         found = workdir_files(spec.trial.function, workdir)
         for path in found:
-            if not confine("trial.function", path.resolve(), f"{path} (imported from the workdir) is "):
+            if not confine("trial.function", path, f"{str(path.relative_to(workdir))!r} (imported from the workdir)"):
                 break  # one is enough: the rest lie below it
         if not found and any(path.resolve().is_relative_to(root) for path in installed_files(spec.trial.function)):
             problems.append(("trial.function", "its module is found on the server's Python path inside the "
@@ -153,9 +167,34 @@ def spec_problems(spec: ExperimentSpec, area: Path, root: Path, folder: Path | N
                 continue
             named = ((text, path) for text in fillings for path in _paths(text, index, workdir))
             for text, path in named:
-                if not confine("trial.command", path, f"argument {index} ({text!r}) names "):
+                if not confine("trial.command", path, f"argument {index} ({text!r})", program=index == 0):
                     break  # one per argument
     return problems
+
+
+def place_problem(path: Path, area: Path, program: bool = False) -> str | None:
+    """Why ``path`` is refused: it resolves outside ``area`` (resolved), or the server cannot look at it (links
+    that loop, a name too long, no permission); None where it lies inside. Never where a link leads.
+    ``program``: a command's program, whose folders are resolved but not the file (a venv's python is a link)."""
+    try:
+        resolved = path.parent.resolve() / path.name if program and path.name not in ("", "..") else path.resolve()
+        if not resolved.is_relative_to(area):
+            return "leads outside your area on the server"
+        _look_at(resolved)
+    except RuntimeError:  # Path.resolve's symlink loop before Python 3.13 (from 3.13, lstat's ELOOP below)
+        return "cannot be read on the server: its links go round in a loop"
+    except OSError as error:
+        return f"cannot be read on the server: {error.strerror or type(error).__name__}"
+    return None
+
+
+def _look_at(path: Path) -> None:
+    """Raise the OSError of a path the server cannot use (a name too long, a folder it may not search); one not
+    made yet is fine. ``Path.resolve`` passes over those, and validation met them later, outside any field."""
+    try:
+        path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        pass
 
 
 def _fillings(word: tuple[str | Placeholder, ...], spec: ExperimentSpec) -> list[str] | None:
@@ -174,13 +213,11 @@ def _fillings(word: tuple[str | Placeholder, ...], spec: ExperimentSpec) -> list
 
 
 def _paths(text: str, index: int, workdir: Path) -> list[Path]:
-    """The paths one argument names, read from the workdir (where the trial runs), resolved."""
-    if index == 0:  # the program: found on PATH unless given with a folder; it may be a link (a venv's python)
-        if "/" not in text:
-            return []
-        path = workdir / text
-        return [path.resolve()] if path.name in ("", "..") else [path.parent.resolve() / path.name]
+    """The paths one argument names, read from the workdir (where the trial runs). The program (argument 0) is
+    found on PATH unless given with a folder."""
+    if index == 0:
+        return [workdir / text] if "/" in text else []
     texts = [text]
     if text.startswith("-") and "=" in text:
         texts.append(text.partition("=")[2])
-    return [(workdir / one).resolve() for one in texts if one]
+    return [workdir / one for one in texts if one]

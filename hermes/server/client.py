@@ -39,6 +39,17 @@ class ServerError(HermesError):
     """The server refused a request or could not be reached; the message says what it answered."""
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: urllib sent the token on to wherever one led, another host too (a proxy's login page)."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> None:
+        return None  # the 3xx comes back as an HTTPError
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
 class Client:
     def __init__(self, url: str, token: str | None = None) -> None:
         self.url = _server_url(url)
@@ -55,10 +66,14 @@ class Client:
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
+            with _OPENER.open(request, timeout=60) as response:
                 answer = response.read()
                 kind = response.headers.get_content_type()
         except urllib.error.HTTPError as error:
+            if 300 <= error.code < 400:
+                where = urllib.parse.urljoin(request.full_url, error.headers.get("Location", ""))
+                raise ServerError(f"the server URL {self.url} redirects to {where}; give the URL of the Hermes server "
+                                  "itself (a redirect is not followed, so that the token goes nowhere else)") from None
             detail = _detail(error)
             raise ServerError(f"{self.url}: {error.code} {error.reason}{': ' + detail if detail else ''}") from None
         except urllib.error.URLError as error:
