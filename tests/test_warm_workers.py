@@ -336,3 +336,18 @@ def test_a_trial_whose_first_report_is_past_its_budget_fails_saying_its_steps_ar
     assert (f"ValueError: its first report was step 100, past budget.steps {BUDGET}: steps count up to the budget "
             "(epochs, say), not iterations") in trial.error
     assert "ended without a report" not in trial.error
+
+
+def test_a_trial_whose_workdir_is_gone_fails_alone_and_the_executor_goes_on(tmp_path: Path) -> None:
+    """A workdir removed after the spec check: its warm worker could not start, and the FileNotFoundError stopped the
+    executor (in a pool, every user's experiments)."""
+    gone = tmp_path / "gone"
+    launches = {"gone": TrialLaunch(BUDGET, function="trials.curve:train", config={"rate": 0.5}, cwd=str(gone)),
+                "here": curve(rate=0.5)}
+    with LocalExecutor(tmp_path / "run", slots=local_slots(cpu_slots=1), metric="score") as executor:
+        scheduler, _ = run_experiment(executor, launches, policy="fifo")
+    trials = scheduler.trials
+    assert trials["gone"].state is TrialState.FAILED
+    assert trials["gone"].error.startswith("cannot start its warm worker: [Errno 2] No such file or directory"), (
+        trials["gone"].error)
+    assert trials["here"].state is TrialState.COMPLETED

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes.core.events import TrialExited, TrialSuspended
-from hermes.errors import NoSpaceError
+from hermes.errors import HOST_LIMIT_ERRNOS, NoSpaceError
 from hermes.local.handshake import Handshake
 from hermes.local.launchers.base import WORKER_CHANNEL, WORKER_EXIT, Launcher
 from hermes.local.resources import Slot
@@ -76,7 +76,16 @@ class WarmLauncher(Launcher):
         # hold few of the slots) only where it runs, so it takes no memory, nor a CUDA context, elsewhere.
         for other in self.host.slots.values() if group is None else [slot]:
             if (other.name, group) not in self._workers:
-                self._spawn(other, group, launch.function, launch.cwd)
+                try:
+                    self._spawn(other, group, launch.function, launch.cwd)
+                except OSError as error:  # its workdir gone, say: the trial's, not the executor's
+                    if error.errno in HOST_LIMIT_ERRNOS:
+                        raise
+                    if other is slot:
+                        self.host.release(trial, slot)
+                        self.host.emit(TrialExited(self.host.now(), trial.trial_id, False,
+                                                   f"cannot start its warm worker: {error}"))
+                        return
         worker = self._workers[slot.name, group]
         run = Run(trial, slot, Handshake(trial), stderr_offset=stderr_offset(trial.directory), worker=worker)
         trial.run = worker.runs[trial.trial_id] = run
@@ -161,20 +170,25 @@ class WarmLauncher(Launcher):
             protocol.ENV_WORKER_CHANNEL: str(messages_write),
             protocol.ENV_WORKER_OF: str(host.directory),
         }
-        with open(log, "ab") as output:
-            log_start = output.tell()
-            process = subprocess.Popen(
-                [sys.executable, "-m", "hermes.local.worker", function.partition(":")[0]],
-                cwd=cwd or host.cwd,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=output,
-                stderr=output,
-                pass_fds=(messages_write,),
-                start_new_session=True,
-                preexec_fn=functools.partial(prepare_child, os.getpid(), slot.cpus),
-            )
-        os.close(messages_write)
+        try:
+            with open(log, "ab") as output:
+                log_start = output.tell()
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "hermes.local.worker", function.partition(":")[0]],
+                    cwd=cwd or host.cwd,
+                    env=env,
+                    stdin=subprocess.PIPE,
+                    stdout=output,
+                    stderr=output,
+                    pass_fds=(messages_write,),
+                    start_new_session=True,
+                    preexec_fn=functools.partial(prepare_child, os.getpid(), slot.cpus),
+                )
+        except OSError:
+            os.close(messages_read)
+            raise
+        finally:
+            os.close(messages_write)
         host.guard.watch(process.pid, tag)
         os.set_blocking(messages_read, False)
         worker = Worker(slot, group, process, os.pidfd_open(process.pid), messages_read, log, log_start, tag)
