@@ -509,6 +509,8 @@ def main(argv: list[str] | None = None) -> None:
                            ray_address=args.ray or "auto", storage_uri=args.storage_uri, poll=args.poll)
         signal.signal(signal.SIGTERM, lambda *_: pool.stop())
         signal.signal(signal.SIGINT, lambda *_: pool.stop())
+        if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # its terminal closed; under nohup, ignored still
+            signal.signal(signal.SIGHUP, lambda *_: pool.stop())
         pool.run()
     except HermesError as error:
         print(f"hermes: error: {error}", file=sys.stderr)

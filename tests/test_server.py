@@ -1269,6 +1269,40 @@ def test_a_server_killed_mid_experiment_continues_it_when_restarted(tmp_path: Pa
         process.wait(timeout=20)
 
 
+def test_a_server_whose_terminal_closes_records_its_experiments_interrupted(tmp_path: Path) -> None:
+    """SIGHUP (the terminal or SSH session it was started from closed) ended the server at once: its experiments
+    stayed "running when its runner died" in the store."""
+    import httpx
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    root = tmp_path / "srv"
+    hermes = [sys.executable, "-m", "hermes.cli", "server", "--root", str(root)]
+    made = subprocess.run([*hermes, "add-user", "gus"], capture_output=True, text=True, env=env, check=True)
+    token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
+    give_code(root, "gus")
+    headers = {"Authorization": f"Bearer {token}"}
+    port = _free_port()
+    process = subprocess.Popen([*hermes, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env=env)
+    try:
+        _wait_for(f"http://127.0.0.1:{port}")
+        api = f"http://127.0.0.1:{port}/api/experiments"
+        experiment_id = httpx.post(api, json={"spec": real_spec("hungup", trials=2, steps=200, sleep=0.1)},
+                                   headers=headers).json()["id"]
+        deadline = time.monotonic() + 60
+        while not httpx.get(f"{api}/{experiment_id}/curves", headers=headers).json()["trial"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        process.send_signal(signal.SIGHUP)
+        assert process.wait(timeout=30) == -signal.SIGTERM  # taken as SIGTERM, which uvicorn raises again once done
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    with closing(SqlStore(f"sqlite:///{root / 'hermes.db'}")) as store:
+        assert store.experiment(experiment_id).status is ExperimentStatus.INTERRUPTED
+
+
 def test_trials_and_runs_come_in_pages_that_miss_nothing(server: Server) -> None:
     experiment_id = server.simulated("alice", "paged", trials=12)
     path = f"/api/experiments/{experiment_id}"

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
+import signal
 import socket
 import threading
 from collections import OrderedDict
@@ -315,8 +317,12 @@ def _echoable(data: Any) -> Any:
 
 
 def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8600) -> None:
-    """Run the server until Ctrl-C or SIGTERM (uvicorn handles both)."""
+    """Run the server until Ctrl-C, SIGTERM (uvicorn handles both) or SIGHUP (its terminal or SSH session closed:
+    taken as SIGTERM, so the pool records its experiments interrupted; under nohup it stays ignored)."""
     import uvicorn
+
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:
+        signal.signal(signal.SIGHUP, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
 
     app = create_app(config)
     server_config = uvicorn.Config(app, host=host, port=port)  # configures uvicorn's loggers
