@@ -33,7 +33,7 @@ from hermes.execution.engine import Engine
 from hermes.experiment import parse_spec
 from hermes.policies import make_policy
 from hermes.report import NAMES_SHOWN, STORE_FILE, ExperimentView, open_store, pick_experiment
-from hermes.report.files import TrialFiles, trial_files
+from hermes.report.files import TrialFiles, checkpoint_location, note_checkpoint_location, trial_files
 from hermes.report.results import format_results, standings
 from hermes.report.status import experiment_status, format_status
 from hermes.report.trace import _param, experiment_trace
@@ -43,7 +43,7 @@ from hermes.sim.synthetic import synthetic_trace
 from hermes.sim.trace import Trace, TraceTrial, load_trace, write_trace
 from hermes.store import ExperimentStatus, ExperimentStore, SqlStore, TrialRecord
 from hermes.store.lock import RunnerLock
-from tests.test_run import UNWRITABLE, environment, hermes_command, shared_folder, unwritable
+from tests.test_run import UNWRITABLE, environment, hermes_command, unwritable
 
 LAYOUT = {"n0": ("n0/g0", "n0/g1"), "n1": ("n1/g0",)}
 
@@ -302,6 +302,63 @@ def test_trial_files_on_one_machine_and_across_ray_nodes(tmp_path: Path) -> None
     (durable.parent / "latest").write_bytes(b"\0" * 8)  # damaged (a crash): reports go on without it, as a
     assert trial_files(ray, "3") == TrialFiles(  # resume sets it aside; `hermes results` was a ValueError traceback
         ray / "nodes" / "b" / "trials" / "3", ray / "nodes" / "b" / "trials" / "3" / "checkpoints" / "step-5")
+
+
+def test_trial_files_find_the_durable_checkpoint_in_the_storage_uri_a_run_noted(tmp_path: Path) -> None:
+    """A Ray run with ``storage.uri``, read where no node's folder is (KubeRay's head runs no trial): the results
+    gave no checkpoint, though the trial's newest was published under the URI. On s3:// and such, which a report
+    does not open, the trial's folder there, where the store says it saved one."""
+    experiment = tmp_path / "runs" / "digits"
+    durable = tmp_path / "durable" / "digits"
+    newest = _commit_checkpoint(durable / "3", "step-4-0a1b2c3d", 4)
+    assert trial_files(experiment, "3") == TrialFiles(None, None)  # the default place only
+    assert trial_files(experiment, "3", durable.as_uri()) == TrialFiles(None, newest)
+    assert trial_files(experiment, "3", str(durable)) == TrialFiles(None, newest)
+
+    note_checkpoint_location(experiment, durable.as_uri())  # what the run did: reports read the store alone
+    assert checkpoint_location(experiment) == durable.as_uri()
+    assert trial_files(experiment, "3") == TrialFiles(None, newest)
+    local = _commit_checkpoint(experiment / "nodes" / "a" / "trials" / "3" / "checkpoints", "step-6", 6)
+    assert trial_files(experiment, "3").checkpoint == local  # newer than the durable one: not uploaded yet
+    note_checkpoint_location(experiment, None)  # a later run that keeps none: the default place again
+    assert checkpoint_location(experiment) == str(experiment / "checkpoints")
+
+    remote = "s3://bucket/checkpoints/digits"
+    assert trial_files(experiment, "4", remote, saved_step=2) == TrialFiles(None, f"{remote}/4")
+    assert trial_files(experiment, "4", remote, saved_step=0) == TrialFiles(None, None)  # it saved none
+
+
+FAILS_AFTER_ITS_CHECKPOINT = """
+from hermes import trial
+
+
+def train(config):
+    start = trial.Files(lambda folder: (folder / "state").write_text("saved"), lambda folder: None).restore()
+    if start:
+        raise RuntimeError(f"cannot go on from step {start}")
+    for step in range(1, trial.budget() + 1):
+        if step == 5:
+            raise RuntimeError("synthetic failure at step 5")
+        trial.report(step, loss=1.0 / step)
+"""
+
+
+def test_results_give_the_last_step_reported_of_a_trial_that_fell_back_to_its_checkpoint(tmp_path: Path) -> None:
+    """A trial that reported steps 1 to 4, crashed, fell back to its checkpoint of step 3 and failed there: its
+    ``steps`` were 3, below its reports and its best step, 4."""
+    (tmp_path / "fails_later.py").write_text(FAILS_AFTER_ITS_CHECKPOINT)
+    spec = {"name": "fell-back", "trial": {"function": "fails_later:train", "workdir": str(tmp_path)},
+            "search": {"configs": [{"a": 1}]}, "metric": {"name": "loss", "mode": "min"}, "budget": {"steps": 8},
+            "policy": {"name": "fifo"}, "resources": {"gpus": "none", "cpu_slots": 1},
+            "storage": {"dir": "runs", "checkpoint_every": 3}}
+    (tmp_path / "experiment.yaml").write_text(json.dumps(spec))
+    run = subprocess.run(hermes_command("run", "experiment.yaml", "--no-live"), cwd=tmp_path, env=environment(),
+                         capture_output=True, text=True, timeout=90, check=False)
+    assert run.returncode == 1 and "cannot go on from step 3" in run.stderr, run.stderr
+    results = subprocess.run(hermes_command("results", "runs", "--format", "json"), cwd=tmp_path, env=environment(),
+                             capture_output=True, text=True, timeout=60, check=True)
+    [failed] = json.loads(results.stdout)
+    assert (failed["state"], failed["steps"], failed["reports"], failed["best_step"]) == ("failed", 4, 4, 4)
 
 
 def test_tables_align_wide_and_combining_characters_as_a_terminal_shows_them() -> None:
@@ -654,31 +711,24 @@ def test_reports_never_write_to_the_store(
         store.close()
 
 
-@pytest.fixture
-def shared_tmp() -> Iterator[Path]:
-    with shared_folder() as directory:
-        yield directory
-
-
 def read_as(prefix: list[str], *args: str) -> subprocess.CompletedProcess[str]:
-    """A report run through ``prefix`` (``unwritable``): its own process, so that it may run as another user."""
+    """A report run through ``prefix`` (``unwritable``): its own process, so that it may run without a capability."""
     return subprocess.run([*prefix, *hermes_command(*args)], check=False, env=environment(), capture_output=True,
                            text=True, timeout=120)
 
 
 @pytest.mark.parametrize("how", UNWRITABLE)
 def test_reports_read_a_store_in_a_folder_they_cannot_write(
-    recorded: Recorded, shared_tmp: Path, how: str, capsys: pytest.CaptureFixture[str]
+    recorded: Recorded, tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """SQLite reads a WAL store only where it can make its -shm file: another user's storage dir, or a read-only
     mount, gave "it cannot be written" or "its file cannot be opened". Read as the file stands, nothing written."""
-    directory = copy_store(recorded, shared_tmp / "runs")
+    directory = copy_store(recorded, tmp_path / "runs")
     with sqlite3.connect(directory / STORE_FILE) as connection:
         connection.execute("PRAGMA journal_mode=WAL")  # as a runner leaves it
     connection.close()
-    plots = shared_tmp / "plots"
-    plots.mkdir(mode=0o777)
-    plots.chmod(0o777)  # for nobody, whatever the umask
+    plots = tmp_path / "plots"
+    plots.mkdir()
     shown = {}
     with unwritable(directory, how) as prefix:
         for command in ("status", "list", "results"):
@@ -696,11 +746,11 @@ def test_reports_read_a_store_in_a_folder_they_cannot_write(
 
 @pytest.mark.parametrize("how", UNWRITABLE)
 def test_a_store_in_a_folder_reports_cannot_write_is_not_read_as_it_stands_while_it_may_change(
-    recorded: Recorded, shared_tmp: Path, how: str
+    recorded: Recorded, tmp_path: Path, how: str
 ) -> None:
     """Read as it stands, a store would show what it held before writes that its -wal file holds, or that its
     runner makes meanwhile: refused, saying why."""
-    held = copy_store(recorded, shared_tmp / "held")
+    held = copy_store(recorded, tmp_path / "held")
     lock = RunnerLock(held, "cut").acquire()
     try:
         with unwritable(held, how) as prefix:
@@ -713,8 +763,8 @@ def test_a_store_in_a_folder_reports_cannot_write_is_not_read_as_it_stands_while
     assert result.stderr.endswith(f"writes it: SQLite must make {STORE_FILE}-shm beside it, and {held} cannot be "
                                   "written here; try again in a moment\n"), result.stderr
 
-    source = copy_store(recorded, shared_tmp / "source")
-    logged = shared_tmp / "logged"
+    source = copy_store(recorded, tmp_path / "source")
+    logged = tmp_path / "logged"
     logged.mkdir()
     writer = sqlite3.connect(source / STORE_FILE)
     try:

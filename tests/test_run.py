@@ -17,7 +17,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -112,39 +111,23 @@ def hermes(*args: str, cwd: Path, timeout: float = RUN_TIMEOUT) -> subprocess.Co
 
 
 UNWRITABLE = ("permission", "read-only mount")  # how a folder cannot be written (``unwritable``)
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+# root with no capability to override a file's mode obeys it as its owner (a user switch, to nobody, could not read
+# a checkout in a folder of root's alone)
+NO_OVERRIDE = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
 READ_ONLY_BIND = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                   'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"']
 
 
 @contextmanager
-def shared_folder() -> Iterator[Path]:
-    """A folder every user may enter (pytest's tmp is root's alone), for commands run as nobody (``unwritable``)."""
-    directory = Path(tempfile.mkdtemp(prefix="hermes-test-"))
-    try:
-        directory.chmod(0o755)
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-@pytest.fixture
-def shared_tmp() -> Iterator[Path]:
-    with shared_folder() as directory:
-        yield directory
-
-
-@contextmanager
 def unwritable(folder: Path, how: str) -> Iterator[list[str]]:
-    """The words that run a command where ``folder`` cannot be written: by a user without permission (root may
-    write anything, so it runs the command as nobody), or on a read-only mount of it (a bind mount in a mount
-    namespace of the command's own: root only). Skips the test where this machine allows neither."""
+    """The words that run a command where ``folder`` cannot be written: by a user without permission (its mode
+    says so; root, which may write anything, runs the command without the capability to), or on a read-only mount
+    of it (a bind mount in a mount namespace of the command's own: root only). Skips the test where this machine
+    allows neither."""
     if how == "read-only mount":
         prefix = [*READ_ONLY_BIND, str(folder)]
-    elif os.geteuid() == 0:
-        prefix = NOBODY
     else:
-        prefix = []
+        prefix = NO_OVERRIDE if os.geteuid() == 0 else []
         folder.chmod(0o555)
     try:
         if prefix and shutil.which(prefix[0]) is None:
@@ -691,15 +674,15 @@ def test_a_closed_terminal_interrupts_a_run_like_sigterm(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("how", UNWRITABLE)
-def test_a_storage_dir_that_cannot_be_written_is_refused_in_a_line(shared_tmp: Path, how: str) -> None:
+def test_a_storage_dir_that_cannot_be_written_is_refused_in_a_line(tmp_path: Path, how: str) -> None:
     """Another user's storage dir, or a read-only mount: the runner lock's OSError was a traceback and exit code 1,
     which is every trial failing."""
-    path = write_spec(shared_tmp, spec_of("e2e-unwritable"))
-    storage = shared_tmp / "runs"
+    path = write_spec(tmp_path, spec_of("e2e-unwritable"))
+    storage = tmp_path / "runs"
     storage.mkdir()
     with unwritable(storage, how) as prefix:
         result = subprocess.run([*prefix, *hermes_command("run", str(path), "--no-live")], check=False,
-                                cwd=shared_tmp, env=environment(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
+                                cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
     reason = "permission denied" if how == "permission" else "read-only file system"
     assert result.returncode == 2, result.stderr
     assert result.stderr == (f"hermes: error: the storage dir {storage} cannot be written ({reason}: "
