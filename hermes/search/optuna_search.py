@@ -119,8 +119,6 @@ def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) 
         raise SamplerError(field, f"{class_path} needs the Python package {needed!r} (pip install {needed})")
     if "seed" in inspect.signature(cls).parameters and "seed" not in args:
         args = {**args, "seed": seed}
-        if issubclass(cls, optuna.samplers.QMCSampler) and "scramble" not in args:
-            args["scramble"] = True  # unscrambled, its sequence is the same whatever the seed
     try:
         return cls(**args)
     except (TypeError, ValueError) as error:
