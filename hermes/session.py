@@ -42,6 +42,7 @@ from hermes.execution.registry import make_engine
 from hermes.experiment import ExperimentSpec
 from hermes.policies import make_policy, make_stopper
 from hermes.recovery import Recovered, replay
+from hermes.report.files import note_checkpoint_location
 from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, make_searcher, max_pending_for
 from hermes.search.errors import SamplerFailed
 from hermes.store.base import ExperimentStatus, ExperimentStore, StoreError, StoreUnavailable
@@ -151,32 +152,43 @@ class ExperimentSession:
             self.experiment_id = experiment_id
             self.store.claim_writer(experiment_id, describe(self._lock.who))
             return
-        stored = next((e.spec for e in self.store.experiments() if e.name == spec.name and not e.owner), None)
+        found = next((e for e in self.store.experiments() if e.name == spec.name and not e.owner), None)
+        stored = found.spec if found is not None else None
         budget = {field: getattr(spec.search, field) for field in BUDGET_FIELDS}
         self._budget_changed = stored is not None and any(
             stored.get("search", {}).get(field) != value for field, value in budget.items()
         )
+        document = spec.model_dump(mode="json")
         # A rerun may extend the budget, or change the policy: the new one continues from the log's
         # decisions (``hermes.recovery``) and decides from there.
-        may_change = (*(f"search.{field}" for field in BUDGET_FIELDS), "policy")
-        self.experiment_id = self.store.create_or_open_experiment(
-            spec.name, spec.model_dump(mode="json"), may_change=may_change
-        )
+        may_change: tuple[str, ...] = (*(f"search.{field}" for field in BUDGET_FIELDS), "policy")
+        if found is not None and not self.store.events_after(found.experiment_id, 0, limit=1):
+            # Nothing of it ever ran (its engine could not start: a Ray node that could not write storage.uri, say),
+            # so nothing ties it to its spec: the corrected one replaces it, under the same name.
+            may_change = tuple({*found.spec, *document})
+        self.experiment_id = self.store.create_or_open_experiment(spec.name, document, may_change=may_change)
         self.store.claim_writer(self.experiment_id, describe(self._lock.who))
 
     # ------------------------------------------------------------------ the run
     def run(self) -> Outcome:
+        replayed = False
         try:
             recovered = self.replay()
+            replayed = True
             executor = self.executor = self.engine.executor(self.storage / self.spec.name, recovered.now)
-        except BaseException as error:  # a damaged log, or an engine that cannot start: nothing ran, nothing is kept
-            if isinstance(error, KeyboardInterrupt):  # while Ray's agents start, say: a rerun continues it
+        except BaseException as error:
+            # Nothing ran. A log that does not replay leaves the experiment as it was; an engine that cannot start (a
+            # Ray node's agent that failed) or Ctrl-C leaves no runner: one shown running is interrupted (a rerun that
+            # gets past it continues it; one that never ran takes a corrected spec, ``_open_store``).
+            if replayed or isinstance(error, KeyboardInterrupt):
                 self._record_end(ExperimentStatus.INTERRUPTED, only_if=ExperimentStatus.RUNNING)
             self.engine.close()
             self._lock.release()
             raise
         self._lock.note_clock(executor.now())  # reports count a running experiment's time from it
         try:
+            # where an executor that keeps durable checkpoints (Ray's) keeps this experiment's, for the reports
+            note_checkpoint_location(self.storage / self.spec.name, getattr(executor, "storage_uri", None))
             for trial in self.scheduler.trials.values():
                 executor.submit(  # the trials it ran fall back to their checkpoints, so the core knows that step
                     trial.trial_id,
@@ -184,19 +196,15 @@ class ExperimentSession:
                     at=trial.submitted_at,
                     reported_step=trial.catch_up_step,
                 )
-            first: list[Event] = list(recovered.lost_nodes)  # before anything the new executor reports
+            first: list[Event] = []
             if self._closed and self._budget_changed and self._extended(recovered.now):  # a larger budget
                 first.append(SubmissionsReopened(recovered.now))  # after the lost nodes: none gets a new trial
                 self._closed = self._cancelled = False
             elif self.scheduler.finished:
                 return self._ended_before()
             self.reserve.acquire()
-            loop = Engine(
-                self.scheduler,
-                executor,
-                [StoreRecorder(self.store, self.experiment_id, self.scheduler), self._after, *self.listeners],
-                submitter=self,
-            )
+            recorder = StoreRecorder(self.store, self.experiment_id, self.scheduler)
+            loop = Engine(self.scheduler, executor, [recorder, self._after, *self.listeners], submitter=self)
             try:
                 self.store.set_status(self.experiment_id, ExperimentStatus.RUNNING)
                 with self._cancel_lock:  # from here on, cancel() posts to the loop itself
@@ -204,6 +212,7 @@ class ExperimentSession:
                     if self._cancel_reason is not None:
                         loop.post(ExperimentCancelled(recovered.now, self._cancel_reason))
                 self._loop = loop
+                self._lose_old_nodes(recovered.lost_nodes, recorder)  # before anything the new executor reports
                 loop.run(first=first)
                 self._loop = None
             # Not the experiment's fault, running it again continues it: Ctrl-C, a full disk, a lost cluster, the
@@ -233,6 +242,19 @@ class ExperimentSession:
             self._loop = None
             self._release(executor)
         return Outcome(self.experiment_id, recovered.events > 0, status)
+
+    def _lose_old_nodes(self, lost: tuple[NodeRemoved, ...], recorder: StoreRecorder) -> None:
+        """Tell the core, the store and the listeners that the dead runner's nodes are gone, all of them before the
+        core decides anything: the core takes them as it replays the log, deciding nothing, and once they are all
+        gone there is no GPU left to decide about. Handled one at a time, a node's removal placed its trials on
+        another old node not removed yet, and that start went to the new executor: on the same Ray cluster, whose
+        node of that name ran it, the next removal took that run for lost and the trial was started a second time
+        (its reports crashed the core); on another cluster, the executor did not know the GPU."""
+        for event in lost:
+            self.scheduler.replay(event, ())
+            for listener in (recorder, self._follow_live, *self.listeners):
+                listener(event, [])
+        recorder.flush()
 
     def _release(self, executor: Executor) -> None:
         """End every trial's processes and release the storage dir, whatever interrupt comes meanwhile

@@ -44,7 +44,9 @@ class TrialResult:
     gpu_seconds: float
     error: str | None
     directory: Path | None  # its files (logs, config, what it wrote to trial_dir())
-    checkpoint: Path | None  # its newest committed checkpoint: of the last step storage.checkpoint_every saved
+    # its newest committed checkpoint: of the last step storage.checkpoint_every saved, in storage.uri too (on s3://
+    # and such, the URI of the trial's folder there, whose ``latest`` names it)
+    checkpoint: Path | str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +140,10 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
     with closing(session.store) as store:
         view = ExperimentView.load(store, store.experiment(outcome.experiment_id))
     experiment_dir = checked.storage_dir / checked.name
+    saved = {trial.trial_id: trial.checkpoint_step for trial in view.trials}
     trials = []
     for standing in standings(view):
-        files = trial_files(experiment_dir, standing.trial_id)
+        files = trial_files(experiment_dir, standing.trial_id, saved_step=saved[standing.trial_id])
         trials.append(TrialResult(
             rank=standing.rank, trial_id=standing.trial_id, state=shown_state(standing.state, live=False),
             params=dict(standing.params), best=standing.best, best_step=standing.best_step, final=standing.final,

@@ -158,6 +158,8 @@ def test_an_address_whose_port_is_out_of_range_is_refused_at_once(tmp_path: Path
     ("s3://bucket/checkpoints", "storage.uri: 's3://bucket/checkpoints/bad-uri' cannot be opened: Install s3fs"),
     ("nosuch://x", "storage.uri: 'nosuch://x/bad-uri' cannot be opened: Protocol not known: nosuch"),
     ("file:///proc/hermes", "storage.uri: cannot write checkpoints to 'file:///proc/hermes/bad-uri': "),
+    ("ftp://127.0.0.1:1/ck",  # a file system that fails as it is made: a traceback
+     "storage.uri: 'ftp://127.0.0.1:1/ck/bad-uri' cannot be opened: [Errno 111] Connection refused"),
 ])
 def test_a_storage_uri_that_cannot_take_checkpoints_is_refused_before_ray_starts(
     uri: str, expected: str, tmp_path: Path
@@ -171,6 +173,37 @@ def test_a_storage_uri_that_cannot_take_checkpoints_is_refused_before_ray_starts
     assert f"hermes: error: {expected}" in result.stderr
     assert "Started a local Ray instance" not in result.stderr
     assert not (tmp_path / "runs" / "hermes.db").exists()
+
+
+def test_a_bad_ray_address_variable_is_named_where_auto_reads_it(tmp_path: Path) -> None:
+    """``address: auto`` connects where RAY_ADDRESS says: its bad value was reported as "'auto' is not an address"."""
+    spec = spec_of("env-address", engine="ray", ray={"address": "auto"}, resources={"gpus": "none", "cpu_slots": 1})
+    result = subprocess.run(hermes_command("run", str(write_spec(tmp_path, spec)), "--no-live"), cwd=tmp_path,
+                            env={**environment(), "RAY_ADDRESS": "garbage"}, capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 2, result.stderr
+    assert "hermes: error: RAY_ADDRESS (used for ray.address: auto): 'garbage' is not an address: " in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_driver_of_another_ray_version_is_refused_with_the_versions(cluster: RayCluster, tmp_path: Path) -> None:
+    """Ray refuses a driver whose Ray (or Python) is not the cluster's: that was a traceback. This driver claims
+    another Ray version, as one installed apart from the cluster's would have."""
+    spec = spec_of("other-ray", engine="ray", ray={"address": cluster.address}, resources={"gpus": "none",
+                                                                                           "cpu_slots": 1})
+    program = ("import sys, ray._private.utils as utils\n"
+               "real = utils.compute_version_info\n"
+               "utils.compute_version_info = lambda: ('2.0.0', real()[1])\n"
+               "from hermes.cli import main\n"
+               "sys.exit(main(sys.argv[1:]))\n")
+    result = subprocess.run([sys.executable, "-c", program, "run", str(write_spec(tmp_path, spec)), "--no-live"],
+                            cwd=tmp_path, env={**environment(), **cluster.env}, capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 2, result.stderr
+    assert (f"hermes: error: ray.address: cannot connect to {cluster.address!r}: Version mismatch: The cluster was "
+            "started with: Ray: ") in result.stderr
+    assert "Ray: 2.0.0" in result.stderr and "run Hermes with the cluster's Ray and Python versions" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_a_second_runner_is_refused_before_it_starts_ray(tmp_path: Path) -> None:
@@ -286,6 +319,22 @@ def test_a_driver_of_one_cluster_is_refused_another_address(cluster: RayCluster)
     with pytest.raises(HermesError, match=r"ray.address: this process is a Ray driver of the cluster at .* already, "
                                           r"not of '127.0.0.1:1': call ray.shutdown\(\) first"):
         connect("127.0.0.1:1", "ray.address")
+
+
+def test_experiments_of_one_name_in_two_stores_keep_their_own_checkpoints(cluster: RayCluster, tmp_path: Path) -> None:
+    """Two users' experiments of one name, each in its own storage dir, with one storage.uri (the shipped KubeRay
+    setup): the second one's start deleted the first one's durable checkpoints, and the first one's rerun resumed
+    from the second one's state."""
+    shared = tmp_path / "shared"
+    for user, budget in (("ann", 4), ("bob", 2)):
+        spec = ray_spec(cluster, "digits", 1, budget, 0.01)
+        spec["storage"] |= {"checkpoint_every": 1, "uri": str(shared)}
+        session = ExperimentSession(load_spec(write_spec(tmp_path / user, spec)))
+        session.run()
+        session.store.close()
+    published = sorted(json.loads(path.read_text())["step"] for path in shared.rglob("hermes.json"))
+    assert published == [2, 4]  # trial 0 of each, at its last step
+    assert len(list((shared / "digits").iterdir())) == 2  # a folder for each
 
 
 def test_a_whole_experiment_on_ray_spreads_its_trials_and_resumes_exactly(cluster: RayCluster, tmp_path: Path) -> None:
@@ -565,11 +614,61 @@ def test_a_run_whose_node_ray_cannot_place_it_on_says_so(
 
 
 def test_an_agent_that_cannot_start_names_its_node_and_why(cluster: RayCluster, tmp_path: Path) -> None:
-    """An agent that raised as it started (here: a node without s3fs) was lost before it was ready, without a
-    word, and the driver waited for good."""
-    with pytest.raises(HermesError, match=r"Hermes could not start on Ray node [0-9a-f]{12}: .*Install s3fs"):
-        RayExecutor(tmp_path, storage_uri="s3://bucket/checkpoints", metric="score")
+    """An agent that raised as it started (here: slots the driver passed on unchecked) was lost before it was ready,
+    without a word, and the driver waited for good."""
+    with pytest.raises(HermesError, match=r"Hermes could not start on Ray node [0-9a-f]{12}: .*threads_per_slot must "
+                                          r"be at least 1, got 0"):
+        RayExecutor(tmp_path, storage_uri=str(tmp_path / "durable"), metric="score", cpu_slots=1, threads_per_slot=0)
     wait_for(lambda: not trial_processes(tmp_path), 30, "no trial process")
+
+
+def test_an_agent_that_does_not_see_the_drivers_storage_is_refused(cluster: RayCluster, tmp_path: Path) -> None:
+    """A storage.uri each node reads as a folder of its own (its local disk, not a shared mount): every node passed
+    its own check, and a trial that resumed elsewhere after a node loss started again from its beginning. An agent
+    is given the object its driver wrote there (``CheckpointStore.mark_shared``); here one it cannot find."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from hermes.ray.agent import NodeAgent
+
+    node = cluster.nodes[1]
+    durable = tmp_path / "durable"
+    agent = ray.remote(NodeAgent).options(
+        num_cpus=0, max_restarts=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False)
+    ).remote(node_name(node.node_id), str(tmp_path / "node"), "score", 0, str(durable), 1, 1, ".hermes-run-elsewhere")
+    with pytest.raises(ray.exceptions.RayActorError) as raised:
+        ray.get(agent.wake.remote(), timeout=60)
+    assert (f"storage.uri {durable} is not shared with Ray node {node_name(node.node_id)}: every node must see the "
+            "same checkpoints (a shared file system or s3://...)") in str(raised.value)
+
+
+def test_a_durable_checkpoint_missing_where_its_trial_resumes_is_told(
+    cluster: RayCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The core counts step 4 as durable and the node that resumes the trial finds no checkpoint (its own folder,
+    not the one the others wrote to): the trial started again from its beginning without a word."""
+    durable = tmp_path / "durable"
+    executor = RayExecutor(tmp_path, storage_uri=str(durable), metric="score")
+    assert len(list(durable.glob(".hermes-run-*"))) == 1  # the object each node's agent must see
+    node = node_name(cluster.nodes[1].node_id)
+    events: list = []
+    with executor, caplog.at_level(logging.WARNING, logger="hermes.ray"):
+        executor.next_events()  # the nodes
+        executor.submit("a", TrialLaunch(6, function="tests.trials.curve:train", config={"rate": 0.5, "sleep": 0.01},
+                                         cwd=str(ROOT)), reported_step=4)
+        executor.apply(Resume("a", f"{node}/gpu0", migrated=True), executor.now())
+        deadline = time.monotonic() + 60
+        while not any(isinstance(event, TrialExited) for event in events):
+            assert time.monotonic() < deadline, events
+            for event in executor.next_events():
+                executor.settled(event)
+                events.append(event)
+    assert [e.step for e in events if isinstance(e, TrialReported)] == [5, 6]
+    warnings = [r.getMessage() for r in caplog.records if "durable checkpoint" in r.getMessage()]
+    expected = (f"Ray node {node}: trial a's durable checkpoint of step 4 is not in {durable}: it resumes from its "
+                "beginning (does every node see storage.uri?)")
+    assert warnings == [expected]
+    assert not list(durable.glob(".hermes-run-*"))  # gone with the run
 
 
 def test_a_checkpoint_that_cannot_be_uploaded_is_not_durable_and_the_user_is_told(
@@ -758,3 +857,78 @@ def test_unmodified_programs_stopped_on_a_node_that_dies_start_again_on_another(
     assert not gpu_of[seen["trial"]].startswith(seen["killed"])  # it ended on another node
     session.store.close()
     wait_for(lambda: not trial_processes((tmp_path / "runs").resolve()), 30, "every trial process to end")
+
+
+def test_a_driver_killed_with_a_slot_free_is_continued_running_each_trial_once(
+    cluster: RayCluster, tmp_path: Path
+) -> None:
+    """The driver killed (SIGKILL) while trial 0 runs on the first node and the node of trial 1, which completed, is
+    free. The rerun lost the old nodes one at a time: losing the first placed trial 0 on the other, not lost yet,
+    and the new executor started it there (a node keeps its name on the same cluster); losing that one took the run
+    for lost, and trial 0 started a second time, its reports crashing the rerun. One CPU slot on each node that is
+    left (at least two: this test comes after those that kill nodes)."""
+    budget = 8
+    spec = ray_spec(cluster, "ray-crash-free-slot", 2, budget, 0.0, resources={"gpus": "none", "cpu_slots": 1})
+    spec["search"] = {"configs": [{"rate": 0.5, "sleep": 0.25}, {"rate": 0.3, "sleep": 0.01}]}
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    env = {**os.environ, **cluster.env}
+
+    def stored(query: str) -> int:
+        return count_rows(storage / "hermes.db", query)
+
+    def one_completed_and_the_other_midway() -> bool:
+        return stored("trials WHERE state = 'completed'") == 1 and stored("metrics WHERE trial_id = '0'") >= 2
+
+    returncode, stderr = run_until(path, one_completed_and_the_other_midway, "trial 1 completed, trial 0 midway",
+                                   signal.SIGKILL, env, timeout=120)
+    assert returncode == -signal.SIGKILL, stderr[-2000:]
+    wait_for(lambda: not trial_processes(storage), 30, "the trial processes of the killed driver to end")
+    view = rerun_to_the_end(path, storage, env, 2)
+    steps = Counter((m.trial_id, m.step) for m in view.metrics)
+    assert steps == Counter({(trial, step): 1 for trial in ("0", "1") for step in range(1, budget + 1)}), steps
+    for trial in view.trials:  # resumed exactly: the running sum of every step, each added once
+        last = next(m for m in view.metrics if m.trial_id == trial.trial_id and m.step == budget)
+        expected = 0.0
+        for step in range(1, budget + 1):
+            expected += score(trial.params["rate"], step)
+        assert last.values["total"] == expected
+    from hermes.report import open_store
+
+    store = open_store(storage)
+    try:
+        exits = Counter(e.trial_id for e in store.events(view.experiment.experiment_id) if isinstance(e, TrialExited))
+    finally:
+        store.close()
+    assert exits == Counter({"0": 1, "1": 1}), exits
+
+
+def test_results_find_the_checkpoints_in_storage_uri_where_no_nodes_folder_is_seen(
+    cluster: RayCluster, tmp_path: Path
+) -> None:
+    """``hermes results`` and ``hermes.run(...).best.checkpoint`` looked for durable checkpoints in the default place
+    alone: with ``storage.uri``, read where no node's folder is (KubeRay's head runs no trial), both gave none,
+    though each trial's newest was published under the URI."""
+    budget = 4
+    spec = ray_spec(cluster, "ray-results-uri", 2, budget, 0.01, resources={"gpus": "none", "cpu_slots": 1})
+    shared = tmp_path / "shared"
+    spec["storage"] |= {"uri": shared.as_uri()}
+    path = write_spec(tmp_path, spec)
+    env = {**os.environ, **cluster.env}
+    run = subprocess.run(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=180, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    shutil.rmtree(tmp_path / "runs" / "ray-results-uri" / "nodes")  # what a head that runs no trial sees
+
+    results = subprocess.run(hermes_command("results", "runs", "--format", "json"), cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60, check=True)
+    checkpoints = {trial["trial"]: trial["checkpoint"] for trial in json.loads(results.stdout)}
+    assert set(checkpoints) == {"0", "1"} and None not in checkpoints.values(), checkpoints
+    for checkpoint in checkpoints.values():
+        assert Path(checkpoint).is_relative_to(shared), checkpoint
+        assert json.loads((Path(checkpoint) / "hermes.json").read_text())["step"] == budget
+    program = "import hermes\nprint(hermes.run('experiment.yaml').best.checkpoint)\n"
+    api = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env={**environment(), **cluster.env},
+                         capture_output=True, text=True, timeout=180, check=False)
+    assert api.returncode == 0, api.stderr[-3000:]
+    assert api.stdout.strip().splitlines()[-1] in checkpoints.values(), api.stdout

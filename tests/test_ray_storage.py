@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from hermes.ray.storage import CheckpointStore
+from hermes.errors import HermesError
+from hermes.ray.storage import (
+    EXPERIMENT_MARK,
+    CheckpointStore,
+    checked_store,
+    experiment_uri,
+)
 from hermes.trial import Files, protocol
 from hermes.trial.session import Session, bind
 
@@ -136,6 +142,28 @@ def test_delete_forgets_a_trial(store: CheckpointStore, tmp_path: Path) -> None:
     store.delete("t1")
     assert store.latest("t1") is None
     store.delete("t1")  # nothing left: no error
+
+
+def test_each_experiment_of_a_name_has_a_folder_of_its_own_and_older_ones_keep_theirs(tmp_path: Path) -> None:
+    """Under ``<storage.uri>/<name>``: a folder named after the experiment's creation in its store, the same at every
+    rerun; an experiment continued without one was made before such folders and keeps its checkpoints where they
+    are (``<storage.uri>/<name>/<trial>``), so that its rerun finds them."""
+    uri = str(tmp_path / "shared" / "digits")
+    ann = experiment_uri(uri, 1796000000.25, continued=False)
+    assert ann == f"{uri}/20261130T005320.250000Z" and (Path(ann) / EXPERIMENT_MARK).is_file()
+    assert experiment_uri(uri, 1796000000.25, continued=True) == ann  # a rerun, or one after the head restarted
+    assert experiment_uri(f"file://{uri}", 1796000000.25, continued=True) == f"file://{ann}"
+    bob = experiment_uri(uri, 1796000001.5, continued=False)
+    assert bob != ann
+    older = experiment_uri(uri, 1795000000.0, continued=True)  # its store has events, and no folder was made
+    assert older == uri and not (Path(uri) / "20261118T110640.000000Z").exists()
+
+
+def test_a_file_uri_with_a_host_cannot_be_opened() -> None:
+    """``file://mnt/x`` names the host ``mnt`` (a pool's --storage-uri too): its path alone, /x, was used."""
+    with pytest.raises(HermesError, match=r"^setting: 'file://mnt/x' cannot be opened: a file URI has no host; did "
+                                          r"you mean file:///mnt/x\?$"):
+        checked_store("file://mnt/x", "setting")
 
 
 def test_the_storage_does_not_need_ray() -> None:

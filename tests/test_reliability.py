@@ -20,14 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from hermes.core.events import TrialReported
+from hermes.core.decisions import Resume, Start
+from hermes.core.events import NodeAdded, TrialReported, TrialSubmitted
 from hermes.core.states import TrialState
+from hermes.experiment import load_spec
 from hermes.report import open_store, pick_experiment
-from hermes.store import ExperimentStatus
+from hermes.store import ExperimentStatus, SqlStore, TrialRecord
 from test_run import (
     RUN_TIMEOUT,
     TESTS,
     count_reports,
+    count_rows,
     environment,
     hermes,
     hermes_command,
@@ -130,6 +133,99 @@ def test_a_runner_dying_between_writes_never_stores_a_report_twice(tmp_path: Pat
     assert set(steps) == {(t.trial_id, step) for t in trial_records for step in range(1, budget + 1)}
     reported = Counter((e.trial_id, e.step) for e in events if isinstance(e, TrialReported))
     assert set(reported) == set(steps)  # each report in the log has its metrics, once
+
+
+def test_a_runner_killed_with_slots_free_is_continued_with_each_trial_run_once(tmp_path: Path) -> None:
+    """Two trials on three slots, one of them completed, the runner killed (SIGKILL): the rerun loses the old run's
+    nodes, then runs the other trial once more from its checkpoint. On Ray (tests/test_ray_engine.py), where a
+    run's nodes keep their names, losing them one at a time restarted a trial on an old node not lost yet, and then
+    once more: its steps were stored twice or the rerun crashed."""
+    budget = 8
+    spec = spec_of("killed-with-slots-free", search={"configs": [{"rate": 0.5, "sleep": 0.01},
+                                                                 {"rate": 0.3, "sleep": 0.2}]},
+                   budget={"steps": budget}, resources={"gpus": "none", "cpu_slots": 3})
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    database = storage / "hermes.db"
+
+    def slow_one_midway() -> bool:
+        completed = count_rows(database, "SELECT count(*) FROM trials WHERE state = 'completed'")
+        return completed == 1 and count_rows(database, "SELECT count(*) FROM metrics WHERE trial_id = '1'") >= 2
+
+    runner = subprocess.Popen(hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=environment(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(slow_one_midway, 60, "a trial completed and the other midway")
+        runner.send_signal(signal.SIGKILL)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        runner.communicate()
+    wait_for(lambda: not trial_processes(storage), 5, "the trials of the killed runner to die")
+
+    assert "(continued)" in run_ok(path).stdout
+    view, _ = load_view(storage)
+    assert view.experiment.status is ExperimentStatus.FINISHED
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED] * 2
+    steps = Counter((m.trial_id, m.step) for m in view.metrics)
+    assert steps == Counter({(trial, step): 1 for trial in ("0", "1") for step in range(1, budget + 1)}), steps
+
+
+def test_a_log_of_a_run_on_several_nodes_is_continued_on_this_machine_without_its_old_nodes(tmp_path: Path) -> None:
+    """The log of a run over two nodes (a Ray driver's: nodes a and b), its trial running on a, continued by a runner
+    whose nodes are others (here: this machine's). The rerun lost the old nodes one at a time: losing a placed the
+    trial on b, not lost yet, and the new executor was told to run it on a GPU it does not have ("unknown GPU
+    b/cpu0"; on the same Ray cluster, where b is still there, the trial ran twice)."""
+    budget = 4
+    spec = spec_of("several-nodes", search={"configs": [{"rate": 0.5, "sleep": 0.01}]}, budget={"steps": budget},
+                   resources={"gpus": "none", "cpu_slots": 1})
+    path = write_spec(tmp_path, spec)
+    storage = (tmp_path / "runs").resolve()
+    storage.mkdir()
+    params = {"rate": 0.5, "sleep": 0.01}
+    store = SqlStore(f"sqlite:///{storage / 'hermes.db'}")
+    try:
+        experiment = store.create_or_open_experiment("several-nodes", load_spec(path).model_dump(mode="json"))
+        running = TrialRecord("0", params, TrialState.RUNNING, budget, 0.1, gpu="a/cpu0", started_at=0.1)
+        store.record_events(experiment, [
+            (NodeAdded(0.0, "a", ("a/cpu0",)), [], []),
+            (NodeAdded(0.0, "b", ("b/cpu0",)), [], []),
+            (TrialSubmitted(0.1, "0", budget, params), [Start("0", "a/cpu0")], [running]),
+        ])
+    finally:
+        store.close()
+
+    assert "(continued)" in run_ok(path).stdout
+    view, decisions = load_view(storage)
+    assert view.experiment.status is ExperimentStatus.FINISHED
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED]
+    assert [(d.trial_id, d.gpu) for d in decisions if isinstance(d, (Start, Resume))] == [
+        ("0", "a/cpu0"), ("0", "local/cpu0")]
+    assert sorted(m.step for m in view.metrics) == list(range(1, budget + 1))
+
+
+def test_an_engine_that_cannot_start_leaves_the_experiment_interrupted_and_takes_a_corrected_spec(
+    tmp_path: Path
+) -> None:
+    """An engine that fails as it starts, once the store has the experiment (a Ray node whose agent cannot write
+    storage.uri; here the experiment's folder is a link to itself): the experiment was left "running when its
+    runner died", and the corrected spec was refused as one that "already exists with a different spec", though
+    nothing of it had run."""
+    spec = spec_of("cannot-start", search=search(2, 0, 0.01), budget={"steps": 3})
+    path = write_spec(tmp_path, spec)
+    folder = tmp_path / "runs" / "cannot-start"
+    folder.parent.mkdir()
+    folder.symlink_to(folder.name)
+    failed = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert failed.returncode != 0 and "Symlink loop" in failed.stderr, failed.stderr
+    assert "cannot-start (id 1): interrupted" in hermes("status", "runs", cwd=tmp_path).stdout
+
+    folder.unlink()
+    write_spec(tmp_path, {**spec, "metric": {"name": "total", "mode": "max"}})
+    assert "cannot-start: finished" in run_ok(path).stdout
+    view, _ = load_view(tmp_path / "runs")
+    assert view.experiment.spec["metric"] == {"name": "total", "mode": "max"}
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED] * 2
 
 
 def in_small_filesystem(tmp_path: Path, script: str, size: str, small: Path | None = None

@@ -768,5 +768,33 @@ def test_a_wrong_name_in_place_of_the_specs_is_blamed_on_it_not_on_the_file(
 ])
 def test_the_checkpoint_uri_a_relative_path_starting_at_the_spec(tmp_path: Path, uri: str | None, expected: str) -> None:
     (tmp_path / "the spec").mkdir()
-    spec = load_in(tmp_path / "the spec", put("storage", value={"dir": "runs", **({"uri": uri} if uri else {})}))
+
+    def on_ray(data: dict[str, Any]) -> None:
+        data["storage"] = {"dir": "runs", **({"uri": uri} if uri else {})}
+        data["engine"] = "ray"
+
+    spec = load_in(tmp_path / "the spec", on_ray)
     assert spec.checkpoint_uri == expected.format(base=(tmp_path / "the spec").resolve(), name=spec.name)
+
+
+@pytest.mark.parametrize(("uri", "meant"), [("file://mnt/hermes/checkpoints", "file:///mnt/hermes/checkpoints"),
+                                            ("file://ckpts/kd", "file:///ckpts/kd")])
+def test_a_file_uri_with_a_host_is_refused(uri: str, meant: str) -> None:
+    """``file://mnt/x`` names the host ``mnt``, and its path alone was used: the checkpoints went to /x."""
+    with pytest.raises(SpecError) as raised:
+        parse_spec(SPEC | {"engine": "ray", "storage": {"uri": uri}})
+    assert raised.value.problems == [("storage.uri", f"{uri!r}: a file URI has no host; did you mean {meant!r}?")]
+    assert parse_spec(SPEC | {"engine": "ray", "storage": {"uri": "file://localhost/mnt/x"}}).storage.uri  # RFC 8089
+
+
+@pytest.mark.parametrize(("section", "field"), [({"ray": {"address": "auto"}}, "ray"),
+                                                ({"storage": {"uri": "s3://bucket/checkpoints"}}, "storage.uri"),
+                                                ({"storage": {"uri": "/mnt/shared"}}, "storage.uri")])
+def test_ray_settings_without_engine_ray_are_refused(section: dict[str, Any], field: str) -> None:
+    """The local engine read neither: a spec that lacked ``engine: ray`` ran on this machine alone, unsaid."""
+    with pytest.raises(SpecError) as raised:
+        parse_spec(SPEC | section)
+    assert [where for where, _ in raised.value.problems] == [field]
+    assert raised.value.problems[0][1].startswith("is read only with engine: ray")
+    assert raised.value.problems[0][1].endswith("; add engine: ray, or remove it")
+    assert parse_spec(SPEC | section | {"engine": "ray"}).engine == "ray"

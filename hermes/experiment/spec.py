@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import math
 import re
+import urllib.parse
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -694,7 +695,8 @@ class StorageSpec(_Section):
     checkpoint_every: StrictPositiveInt = 1  # steps between checkpoints (its cost: docs/trials.md)
     # engine: ray: where durable checkpoints go so that any node can resume any trial (an fsspec URI:
     # file:// or a path on a shared mount, relative to the spec's folder as dir is, s3://, gs://), each
-    # experiment's in a folder named after it there; default: <dir>/<name>/checkpoints on the driver
+    # experiment's in a folder named after it there, and in that one named after its creation
+    # (hermes.ray.storage.experiment_uri); default: <dir>/<name>/checkpoints on the driver
     # (``ExperimentSpec.checkpoint_uri``).
     # Where the checkpoints are is not what the experiment is (they may move), so it stays out of the stored spec.
     uri: str | None = Field(default=None, exclude=True)
@@ -702,6 +704,14 @@ class StorageSpec(_Section):
     # so (a stray absolute path, "/" say, is a typo far more often than a wish). Not part of what
     # the experiment is, so it stays out of the stored spec.
     allow_outside: StrictBool = Field(default=False, exclude=True)
+
+    @field_validator("uri")
+    @classmethod
+    def _file_uri_without_host(cls, uri: str | None) -> str | None:
+        """``file://mnt/x`` names the host ``mnt``: its path alone, ``/x``, was used (RFC 8089 allows localhost)."""
+        if uri is not None and uri.startswith("file://") and urllib.parse.urlparse(uri).netloc not in ("", "localhost"):
+            raise ValueError(f"{uri!r}: a file URI has no host; did you mean 'file:///{uri[len('file://'):]}'?")
+        return uri
 
 
 class RaySpec(_Section):
@@ -800,6 +810,19 @@ class ExperimentSpec(_Section):
                                             "to write there")
         return self
 
+    @model_validator(mode="after")
+    def _ray_settings_on_ray(self) -> ExperimentSpec:
+        """``ray:`` and ``storage.uri`` are the Ray engine's: the local engine ignored them without a word, and a
+        spec that lacked ``engine: ray`` ran on this machine alone."""
+        if self.engine == "ray":
+            return self
+        if "ray" in self.model_fields_set:
+            raise _PathError("ray", "is read only with engine: ray; add engine: ray, or remove it")
+        if self.storage.uri is not None:
+            raise _PathError("storage.uri", "is read only with engine: ray (the local engine keeps checkpoints in "
+                                            "storage.dir); add engine: ray, or remove it")
+        return self
+
     @property
     def workdir(self) -> Path:
         """Where a trial runs: ``trial.workdir`` resolved against the spec file's folder (``~`` is your home)."""
@@ -815,7 +838,9 @@ class ExperimentSpec(_Section):
         the spec file's folder as ``storage.dir`` is (every node's own working directory would take it otherwise);
         default ``<storage dir>/<name>/checkpoints``. Named after the experiment, as Ray Tune keeps a run's under
         its name: experiments that shared one URI (the documented setup) overwrote each other's trials'
-        checkpoints, and a continued one resumed from another's state."""
+        checkpoints, and a continued one resumed from another's state. Under a ``storage.uri`` that other stores'
+        experiments of the same name may share, the Ray engine keeps each one's in a folder of its own below this
+        (``hermes.ray.storage.experiment_uri``); the default is this store's alone."""
         uri = self.storage.uri
         if uri is None:
             return str(self.storage_dir / self.name / "checkpoints")

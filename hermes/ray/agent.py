@@ -31,6 +31,7 @@ from typing import Any
 
 from hermes.core.decisions import Start
 from hermes.core.events import Event, TrialReported
+from hermes.errors import HermesError
 from hermes.local.executor import LocalExecutor
 from hermes.local.launch import TrialLaunch
 from hermes.local.resources import local_slots
@@ -53,8 +54,11 @@ class NodeAgent:
         storage_uri: str,
         cpu_slots: int | None = None,
         threads_per_slot: int = 1,
+        shared: str | None = None,
     ) -> None:
-        """``cpu_slots``: run that many CPU slots of ``threads_per_slot`` cores instead of the node's GPUs."""
+        """``cpu_slots``: run that many CPU slots of ``threads_per_slot`` cores instead of the node's GPUs.
+        ``shared``: the object the driver wrote under the storage URI (``CheckpointStore.mark_shared``), which
+        this node must see there too."""
         import ray
 
         if cpu_slots is None:
@@ -63,6 +67,9 @@ class NodeAgent:
             slots = local_slots(node, cpu_slots=cpu_slots, threads_per_slot=threads_per_slot)
         self.node = node
         self.storage = checked_store(storage_uri, "storage.uri")  # a node that cannot write there must not run trials
+        if shared is not None and not self.storage.sees(shared):  # its own folder, which no other node reads
+            raise HermesError(f"storage.uri {storage_uri} is not shared with Ray node {node}: every node must see "
+                              "the same checkpoints (a shared file system or s3://...)")
         self.local = LocalExecutor(
             Path(directory),
             slots=slots,
@@ -300,7 +307,11 @@ class NodeAgent:
         checkpoints = trial_dir / protocol.CHECKPOINTS_DIR
         shutil.rmtree(checkpoints, ignore_errors=True)
         if state is None:
-            self.storage.download(trial_id, trial_dir)
+            step = self.storage.download(trial_id, trial_dir)
+            if work.movable and reported_step > 0 and (step is None or step < reported_step):
+                self._post(f"trial {trial_id}'s durable checkpoint of step {reported_step} is not in "
+                           f"{self.storage.uri}: it resumes from {'its beginning' if step is None else f'step {step}'}"
+                           " (does every node see storage.uri?)")
             return
         final = checkpoints / f"step-{state['step']}"
         for name, data in state["files"].items():

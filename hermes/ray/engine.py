@@ -9,6 +9,7 @@ without GPUs does.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import threading
@@ -21,7 +22,7 @@ from hermes.execution.registry import ExecutionEngine
 from hermes.local.engine import trial_launch, trial_profile
 from hermes.local.launch import TrialLaunch
 from hermes.ray.executor import RayExecutor
-from hermes.ray.storage import checked_store
+from hermes.ray.storage import checked_store, experiment_uri
 
 if TYPE_CHECKING:
     from hermes.experiment.spec import ExperimentSpec
@@ -37,6 +38,10 @@ def connect(address: str, setting: str) -> bool:
         import ray
     except ImportError:
         raise HermesError(f'{setting}: Ray is not installed: pip install "hermes-hpo[ray]"') from None
+    if address == "auto" and os.environ.get("RAY_ADDRESS") and not ray.is_initialized():
+        # Ray connects there in place of auto: a bad one was reported as "'auto' is not an address", and one that
+        # takes no connection was retried for minutes
+        address, setting = os.environ["RAY_ADDRESS"], f"RAY_ADDRESS (used for {setting}: auto)"
     target = _host_port(address)
     if target is not None and not 0 < target[1] < 65536:  # passed over by both checks below, retried by Ray for minutes
         raise HermesError(f"{setting}: {address!r}: port must be 1-65535")
@@ -58,6 +63,11 @@ def connect(address: str, setting: str) -> bool:
         raise HermesError(f"{setting}: {address!r} is not an address: {error}; give HOST:PORT of a cluster's "
                           "head, auto (the cluster this machine belongs to) or local (Ray for this run only)"
                           ) from None
+    except RuntimeError as error:
+        if not str(error).startswith("Version mismatch"):
+            raise
+        raise HermesError(f"{setting}: cannot connect to {address!r}: {' '.join(str(error).split())}; run Hermes with "
+                          "the cluster's Ray and Python versions") from None
     return address == "local"
 
 
@@ -171,7 +181,7 @@ class RayEngine(ExecutionEngine):
         spec = self.spec
         return RayExecutor(
             directory,
-            storage_uri=self._storage_uri,
+            storage_uri=self._storage_uri if spec.storage.uri is None else self._experiment_uri(),
             metric=spec.metric.name,
             checkpoint_every=spec.storage.checkpoint_every,
             period=(spec.policy.period or 60.0) if spec.trial.metrics_regex else None,
@@ -180,3 +190,18 @@ class RayEngine(ExecutionEngine):
             cpu_slots=self._cpu_slots,
             threads_per_slot=spec.resources.threads_per_slot,
         )
+
+    def _experiment_uri(self) -> str:
+        """This experiment's folder under ``storage.uri``, which experiments of the same name in other stores may
+        share (the default, in the storage dir, is this store's alone): named after its creation in the store that
+        ``hermes run`` keeps in the storage dir, and made by now (``ExperimentSession.run``)."""
+        from hermes.session import STORE_FILE
+        from hermes.store.sql import SqlStore
+
+        store = SqlStore.open_read_only(self.spec.storage_dir / STORE_FILE)
+        try:
+            record = next(e for e in store.experiments() if e.name == self.spec.name and not e.owner)
+            continued = bool(store.events_after(record.experiment_id, 0, limit=1))
+        finally:
+            store.close()
+        return experiment_uri(self._storage_uri, record.created_at, continued)

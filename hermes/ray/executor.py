@@ -46,6 +46,7 @@ from hermes.execution.contract import Executor
 from hermes.local.handshake import TrialProgress
 from hermes.local.launch import WARM_SWITCH_COST, TrialLaunch
 from hermes.local.loop import checked_period, monotonic_clock
+from hermes.ray.storage import CheckpointStore
 
 
 log = logging.getLogger("hermes.ray")
@@ -105,6 +106,8 @@ class RayExecutor(Executor[TrialLaunch]):
             raise HermesError("the Ray executor needs a connected driver: call ray.init first")
         self.directory = Path(directory).resolve()
         self.storage_uri = storage_uri
+        self._storage = CheckpointStore(storage_uri)
+        self._shared = self._storage.mark_shared()  # every node's agent must see it (NodeAgent)
         self.metric = metric
         self.checkpoint_every = checkpoint_every
         self.poll = poll
@@ -227,6 +230,7 @@ class RayExecutor(Executor[TrialLaunch]):
         if self._closed:
             return
         self._closed = True
+        self._storage.unmark_shared(self._shared)
         if self._lost:
             return  # nothing to ask a cluster that is gone: its agents died with it, or end when they find it gone
         import ray
@@ -491,5 +495,5 @@ class RayExecutor(Executor[TrialLaunch]):
                 max_concurrency=16,
                 max_restarts=0,
             ).remote(name, str(self.directory / "nodes" / name), self.metric, self.checkpoint_every, self.storage_uri,
-                     self.cpu_slots, self.threads_per_slot)
+                     self.cpu_slots, self.threads_per_slot, self._shared)
             self._agents[name] = _Agent(name, node_id, handle)

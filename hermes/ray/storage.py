@@ -1,8 +1,9 @@
 """Durable checkpoints on a storage URI, so a trial can resume on any node of a Ray cluster.
 
 A trial writes its checkpoints locally (``<trial_dir>/checkpoints/step-<n>/``, hermes/trial/session.py);
-the node that runs it uploads each one to ``<uri>/<trial_id>/`` and the node that resumes it
-downloads the newest into its own trial directory, where ``Saver.restore`` reads it unchanged.
+the node that runs it uploads each one to ``<uri>/<trial_id>/`` (``uri``: the experiment's own,
+``experiment_uri``) and the node that resumes it downloads the newest into its own trial directory, where
+``Saver.restore`` reads it unchanged.
 The URI is anything fsspec opens: ``file:///...`` or a plain path on a shared mount (NFS, a
 ReadWriteMany volume), ``s3://bucket/prefix`` (s3fs), ``gs://bucket/prefix`` (gcsfs).
 
@@ -22,12 +23,35 @@ import posixpath
 import secrets
 import shutil
 import urllib.parse
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from hermes.errors import HermesError
 from hermes.trial import protocol
 from hermes.trial.session import _sync, _sync_tree
+
+EXPERIMENT_MARK = ".hermes-experiment"  # in an experiment's folder of a storage URI: made by this Hermes, not before
+SHARED_MARK = ".hermes-run-"  # a driver's object for its nodes' agents to find (``mark_shared``)
+
+
+def experiment_uri(uri: str, created_at: float, continued: bool) -> str:
+    """Where an experiment's durable checkpoints go under ``uri`` (``<storage.uri>/<name>``): a folder named after
+    its creation time in its store (UTC), so that experiments of the same name in other stores never touch each
+    other's: one's start deleted the other's, and a rerun restored the other's state. The folder is marked as the
+    experiment starts; an experiment ``continued`` (its store has events) without that mark was made before these
+    folders, and keeps its checkpoints in ``uri`` itself."""
+    stamp = datetime.fromtimestamp(created_at, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    store = CheckpointStore(f"{uri.rstrip('/')}/{stamp}")
+    mark = f"{store.root}/{EXPERIMENT_MARK}"
+    if store.fs.exists(mark):
+        return store.uri
+    if continued:
+        return uri
+    if store._local:
+        store.fs.makedirs(store.root, exist_ok=True)
+    store.fs.pipe_file(mark, f"created {stamp}\n".encode())
+    return store.uri
 
 
 def checked_store(uri: str, setting: str) -> CheckpointStore:
@@ -36,8 +60,8 @@ def checked_store(uri: str, setting: str) -> CheckpointStore:
     the nodes alone, where no one saw it, and a path that cannot be written lost every upload."""
     try:
         store = CheckpointStore(uri)
-    except (ImportError, ValueError) as error:  # fsspec: "Install s3fs to access S3", "Protocol not known: x"
-        raise HermesError(f"{setting}: {uri!r} cannot be opened: {error}") from None
+    except Exception as error:  # "Install s3fs to access S3", "Protocol not known: x", ConnectionRefusedError (ftp)
+        raise HermesError(f"{setting}: {uri!r} cannot be opened: {str(error) or type(error).__name__}") from None
     try:
         store.probe()
     except Exception as error:  # whatever the filesystem raises: OSError, botocore's NoCredentialsError, ...
@@ -58,7 +82,10 @@ class CheckpointStore:
 
         self.uri = uri
         if uri.startswith("file://"):  # fsspec takes its path as it is: ``file:///mnt/a%20b`` was ``a%20b``
-            uri = urllib.parse.unquote(urllib.parse.urlparse(uri).path)
+            parsed = urllib.parse.urlparse(uri)
+            if parsed.netloc not in ("", "localhost"):  # its path alone was used: file://mnt/x wrote to /x
+                raise ValueError(f"a file URI has no host; did you mean file:///{uri[len('file://'):]}?")
+            uri = urllib.parse.unquote(parsed.path)
         self.fs, self.root = fsspec.core.url_to_fs(uri, **storage_options)
         self.root = self.root.rstrip("/")
         protocols = (self.fs.protocol,) if isinstance(self.fs.protocol, str) else self.fs.protocol
@@ -76,6 +103,30 @@ class CheckpointStore:
                 raise OSError(f"{path} read back other bytes than were written")
         finally:
             self.fs.rm(path)
+
+    def mark_shared(self) -> str:
+        """Write an object of this run's own under the root, for each node's agent to look for (``sees``); its
+        name. A path that each node reads as a folder of its own (its local disk, not a shared mount) passed
+        every node's own check, and a trial that resumed on another node started again from its beginning."""
+        name = f"{SHARED_MARK}{secrets.token_hex(8)}"
+        if self._local:
+            self.fs.makedirs(self.root, exist_ok=True)
+        self.fs.pipe_file(f"{self.root}/{name}", name.encode())
+        return name
+
+    def sees(self, name: str) -> bool:
+        """Whether the object ``mark_shared`` wrote, by the name it gave, is here."""
+        try:
+            return self.fs.cat_file(f"{self.root}/{name}") == name.encode()
+        except FileNotFoundError:
+            return False
+
+    def unmark_shared(self, name: str) -> None:
+        """Delete what ``mark_shared`` wrote; gone already (the storage replaced, say) is fine."""
+        try:
+            self.fs.rm(f"{self.root}/{name}")
+        except OSError:
+            pass
 
     def upload(self, trial_id: str, checkpoint: Path) -> int:
         """Upload a committed local checkpoint (a ``step-<n>`` directory), publish it as the trial's

@@ -58,10 +58,12 @@ def standings(view: ExperimentView) -> list[Standing]:
     """Every trial, best first."""
     objective = view.target.objective
     reports: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    last_step: dict[str, int] = {}  # not the core's step: a trial that fell back to its checkpoint is behind it
     for record in view.metrics:
         value = view.target.value(record.values)
         if value is not None:
             reports[record.trial_id].append((record.step, value))
+        last_step[record.trial_id] = max(record.step, last_step.get(record.trial_id, 0))
     now = view.now
     gpu_seconds: dict[str, float] = defaultdict(float)
     for run in view.runs:
@@ -81,7 +83,7 @@ def standings(view: ExperimentView) -> list[Standing]:
                 best=best,
                 best_step=best_step,
                 final=own[-1][1] if own else None,
-                steps=trial.step,
+                steps=last_step.get(trial.trial_id, trial.step),
                 budget=trial.budget,
                 reports=len(own),
                 gpu_seconds=gpu_seconds.get(trial.trial_id, 0.0),
@@ -108,7 +110,8 @@ def format_results(
     is ``interrupted``."""
     names = list(dict.fromkeys(name for standing in top for name in standing.params))
     metric = view.target.name
-    files = {s.trial_id: _files(experiment_dir, s.trial_id) for s in top}
+    saved = {trial.trial_id: trial.checkpoint_step for trial in view.trials}
+    files = {s.trial_id: _files(experiment_dir, s.trial_id, saved[s.trial_id]) for s in top}
     live = is_live(view.experiment, experiment_dir.parent / LOCK_FILE if experiment_dir is not None else None)
     states = {s.trial_id: shown_state(s.state, live) for s in top}
     if output == "json":
@@ -160,13 +163,17 @@ def _as_json(standing: Standing) -> dict[str, Any]:
     }
 
 
-def _files(experiment_dir: Path | None, trial_id: str) -> dict[str, str | None]:
-    """The trial's directory, if it is on this machine, and its newest committed checkpoint (None: none)."""
-    files = trial_files(experiment_dir, trial_id) if experiment_dir is not None else TrialFiles(None, None)
+def _files(experiment_dir: Path | None, trial_id: str, saved_step: int) -> dict[str, str | None]:
+    """The trial's directory, if it is on this machine, and its newest committed checkpoint, in the durable storage
+    too (None: none)."""
+    if experiment_dir is None:
+        files = TrialFiles(None, None)
+    else:
+        files = trial_files(experiment_dir, trial_id, saved_step=saved_step)
     return {"directory": _text(files.directory), "checkpoint": _text(files.checkpoint)}
 
 
-def _text(path: Path | None) -> str | None:
+def _text(path: Path | str | None) -> str | None:
     return None if path is None else str(path)
 
 
