@@ -50,6 +50,7 @@ from hermes.session import ExperimentSession
 from hermes.store.base import ExperimentRecord, ExperimentStatus, ExperimentStore
 from hermes.store.lock import RunnerLock, describe
 from hermes.store.recorder import StoreRecorder
+from hermes.store.sql import differing_fields
 
 if TYPE_CHECKING:
     from hermes.ray.executor import RayExecutor
@@ -275,8 +276,7 @@ class PoolSession:
             if spec.name != record.name:
                 raise HermesError(f"experiment {record.name}: its spec is named {spec.name!r}")
             if record.spec not in (stored_form(spec), spec.model_dump(mode="json")):  # the latter: before limits
-                raise HermesError(f"experiment {record.name}: its stored spec is not as a pool stores it; submit "
-                                  "hermes.pool.stored_form(spec) (PoolSession.submit does)")
+                raise HermesError(_read_differently(record, spec))
             if spec.engine != "local":
                 raise HermesError(f"experiment {record.name}: engine: {spec.engine!r}; the pool decides where its "
                                   "trials run (leave engine out)")
@@ -312,12 +312,8 @@ class PoolSession:
         if scheduler.finished:
             self._finished(member)
             return
-        for node in list(scheduler.cluster.nodes):  # the dead pool's runs died with it
-            event = NodeRemoved(now, node)
-            decisions = scheduler.handle(event)
-            member.recorder(event, decisions)
-            session.after(event, decisions)
-        member.recorder.flush()
+        # the dead pool's runs died with it: its nodes go all at once, deciding nothing (as under ``hermes run``)
+        session.lose_old_nodes(tuple(NodeRemoved(now, node) for node in scheduler.cluster.nodes), member.recorder)
         if scheduler.finished:  # its last trials were ending when the pool stopped: a cancel's stops, say
             self._finished(member)
             return
@@ -454,6 +450,17 @@ class PoolSession:
         self.executor.end_worker_group(member.key)
         self._set_period()
         log.info("experiment %s %s", member.record.full_name, status.value)
+
+
+def _read_differently(record: ExperimentRecord, spec: ExperimentSpec) -> str:
+    """Why a stored spec that reads differently now cannot run, naming where: an older Hermes read YAML 1.1, where
+    ``1e1`` is text and ``010`` is 8, so the same file gave another spec than this Hermes runs."""
+    fields = min((differing_fields(record.spec, form) for form in (stored_form(spec), spec.model_dump(mode="json"))),
+                 key=len)
+    named = ", ".join(fields[:3]) + (f" and {len(fields) - 3} more" if len(fields) > 3 else "")
+    return (f"experiment {record.name}: its stored spec reads differently now (in {named}): an older Hermes recorded "
+            "it, which read the same text differently (YAML 1.1: 1e1 as text, 010 as 8), or it was stored by other "
+            "means than PoolSession.submit; it cannot continue: submit it again under a new name (--name NEW)")
 
 
 def stored_form(spec: ExperimentSpec) -> dict[str, Any]:

@@ -5,7 +5,7 @@ both into a fresh core reaches the state the old core had, even where this core 
 otherwise (a log that an older version of Hermes wrote, whose policy has changed since); the
 sampler is replayed alongside, so it proposes what it proposed before. The trials the old run
 believed to be running died with it: the new run first tells the core that the old nodes are gone, all of
-them before the core decides anything (``ExperimentSession._lose_old_nodes``), which falls those trials back
+them before the core decides anything (``ExperimentSession.lose_old_nodes``), which falls those trials back
 to their last checkpoints, and then announces its own resources.
 
 Everything of the experiment that the store holds is read, and so checked, before anything is replayed: a

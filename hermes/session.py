@@ -43,7 +43,7 @@ from hermes.experiment import ExperimentSpec
 from hermes.policies import make_policy, make_stopper
 from hermes.recovery import Recovered, replay
 from hermes.report.files import note_checkpoint_location
-from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, make_searcher, max_pending_for
+from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, Config, make_searcher, max_pending_for
 from hermes.search.errors import SamplerFailed
 from hermes.store.base import ExperimentStatus, ExperimentStore, StoreError, StoreUnavailable
 from hermes.store.lock import RunnerLock, SpaceReserve, describe
@@ -105,6 +105,7 @@ class ExperimentSession:
         self._closed = False  # SubmissionsClosed is in the log
         self._cancelled = False  # ExperimentCancelled is in the log
         self._told: set[str] = set()  # trials whose end the searcher has been told
+        self.out_of_step: str | None = None  # why the searcher does not propose what the log holds (``replay``)
         self._asks_due = True  # an event since the last asks may let the searcher propose more
         self._in_transit = 0  # events ``submissions`` gave that the core has not handled yet
         self._cancel_lock = threading.Lock()
@@ -197,7 +198,7 @@ class ExperimentSession:
                     reported_step=trial.catch_up_step,
                 )
             first: list[Event] = []
-            if self._closed and self._budget_changed and self._extended(recovered.now):  # a larger budget
+            if self._reopens(recovered.now):  # a larger budget
                 first.append(SubmissionsReopened(recovered.now))  # after the lost nodes: none gets a new trial
                 self._closed = self._cancelled = False
             elif self.scheduler.finished:
@@ -212,7 +213,7 @@ class ExperimentSession:
                     if self._cancel_reason is not None:
                         loop.post(ExperimentCancelled(recovered.now, self._cancel_reason))
                 self._loop = loop
-                self._lose_old_nodes(recovered.lost_nodes, recorder)  # before anything the new executor reports
+                self.lose_old_nodes(recovered.lost_nodes, recorder)  # before anything the new executor reports
                 loop.run(first=first)
                 self._loop = None
             # Not the experiment's fault, running it again continues it: Ctrl-C, a full disk, a lost cluster, the
@@ -243,13 +244,14 @@ class ExperimentSession:
             self._release(executor)
         return Outcome(self.experiment_id, recovered.events > 0, status)
 
-    def _lose_old_nodes(self, lost: tuple[NodeRemoved, ...], recorder: StoreRecorder) -> None:
-        """Tell the core, the store and the listeners that the dead runner's nodes are gone, all of them before the
-        core decides anything: the core takes them as it replays the log, deciding nothing, and once they are all
-        gone there is no GPU left to decide about. Handled one at a time, a node's removal placed its trials on
-        another old node not removed yet, and that start went to the new executor: on the same Ray cluster, whose
-        node of that name ran it, the next removal took that run for lost and the trial was started a second time
-        (its reports crashed the core); on another cluster, the executor did not know the GPU."""
+    def lose_old_nodes(self, lost: tuple[NodeRemoved, ...], recorder: StoreRecorder) -> None:
+        """Tell the core, the store and the listeners that the dead runner's nodes are gone (a dead pool's too:
+        ``hermes.pool``), all of them before the core decides anything: the core takes them as it replays the log,
+        deciding nothing, and once they are all gone there is no GPU left to decide about. Handled one at a time, a
+        node's removal placed its trials on another old node not removed yet, and that start went to the new
+        executor: on the same Ray cluster, whose node of that name ran it, the next removal took that run for lost
+        and the trial was started a second time (its reports crashed the core); on another cluster, the executor
+        did not know the GPU; a pool recorded the start and never carried it out."""
         for event in lost:
             self.scheduler.replay(event, ())
             for listener in (recorder, self._follow_live, *self.listeners):
@@ -333,11 +335,15 @@ class ExperimentSession:
     # ------------------------------------------------------------------ hosted by another loop (hermes.pool)
     def replay(self) -> Recovered:
         """Rebuild the core and the searcher from the store's log; ``run`` does this first. Trials asked from
-        here on are numbered as the log's are (a rerun with more trials went from 7 to 08)."""
+        here on are numbered as the log's are (a rerun with more trials went from 7 to 08). A searcher that does
+        not propose what the log holds (``out_of_step``) is refused only where it would be asked again: a search
+        that had stopped asking, a finished one say, is shown as it ended, however its searcher changed since."""
         recovered = replay(self.store, self.experiment_id, self.scheduler,
                            lambda e, ds: self._follow(e, ds, replaying=True))
         if self.scheduler.trials:
             self._width = len(next(iter(self.scheduler.trials)))
+        if self.out_of_step is not None and (not self._closed or self._reopens(recovered.now)):
+            raise HermesError(self.out_of_step)
         return recovered
 
     def host(self, executor: Executor, post: Callable[[Event], None]) -> None:
@@ -423,10 +429,11 @@ class ExperimentSession:
         self._cancelled = self._closed = True
         return ExperimentCancelled(now, str(failure))
 
-    def _extended(self, now: float) -> bool:
-        """Whether the budget now allows what the log's experiment had stopped asking for."""
-        return not self._budget_spent(now) and self.budget.may_ask(
-            self.searcher.asked, self._elapsed(now), self._gpu_seconds(now)
+    def _reopens(self, now: float) -> bool:
+        """Whether this rerun's larger budget allows what the log's experiment had stopped asking for. The log's
+        trials count, not the searcher's asks: one out of step with the log was asked no more once it differed."""
+        return self._closed and self._budget_changed and not self._budget_spent(now) and self.budget.may_ask(
+            len(self.scheduler.trials), self._elapsed(now), self._gpu_seconds(now)
         )
 
     def _budget_spent(self, now: float) -> bool:
@@ -479,14 +486,13 @@ class ExperimentSession:
         """Keep the searcher in step with the log: one ask per submission, every report, one end per trial."""
         if self._origin is None:
             self._origin = event.at
+        # Once it differs from the log, the searcher is told nothing more: it is not asked again (``replay``).
         if isinstance(event, TrialSubmitted) and replaying:
-            config = self.searcher.ask()
-            if config is None or config.params != dict(event.params):
-                raise HermesError(
-                    f"the store's trial {event.trial_id} does not match what the searcher proposes now; "
-                    "was the spec or the code of the searcher changed?"
-                )
-        elif isinstance(event, TrialReported):
+            if self.out_of_step is None:
+                config = self.searcher.ask()
+                if config is None or config.params != dict(event.params):
+                    self.out_of_step = _out_of_step(event, config)
+        elif isinstance(event, TrialReported) and self.out_of_step is None:
             self.searcher.on_report(int(event.trial_id), event.step, event.value)
         elif isinstance(event, SubmissionsClosed):
             self._closed = True
@@ -504,7 +510,18 @@ class ExperimentSession:
                 self._told.add(trial.trial_id)
                 best = trial.best_score  # a failed trial's partial best is no result (Optuna: FAIL)
                 value = None if best is None or trial.state is FAILED else self.objective.value(best)
-                self.searcher.on_end(int(trial.trial_id), value, stopped=trial.state is STOPPED)
+                if self.out_of_step is None:
+                    self.searcher.on_end(int(trial.trial_id), value, stopped=trial.state is STOPPED)
+
+
+def _out_of_step(submitted: TrialSubmitted, proposed: Config | None) -> str:
+    """Why a replayed searcher cannot continue the log, and what to do: the likely cause is not an edit of the
+    user's, but the Hermes that recorded the log."""
+    now = "nothing more" if proposed is None else proposed.params
+    return (f"the store's trial {submitted.trial_id} was proposed as {dict(submitted.params)} but the searcher "
+            f"proposes {now} now: the spec's search, the searcher's code or the Hermes that recorded it differs "
+            "(before 2026-12-06 a trial that reported no finite value was told COMPLETE to Optuna, now FAIL); run "
+            "it under a new name (--name NEW: it starts over), or continue it with the Hermes that recorded it")
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

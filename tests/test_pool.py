@@ -21,8 +21,16 @@ from typing import Any
 
 import pytest
 
-from hermes.core.decisions import Start, Suspend
-from hermes.core.events import ExperimentCancelled, GpuReclaimed, NodeAdded, PeriodElapsed, TrialReported, TrialSuspended
+from hermes.core.decisions import Resume, Start, Suspend
+from hermes.core.events import (
+    ExperimentCancelled,
+    GpuReclaimed,
+    NodeAdded,
+    PeriodElapsed,
+    TrialReported,
+    TrialSubmitted,
+    TrialSuspended,
+)
 from hermes.core.scheduler import Scheduler
 from hermes.core.states import TrialState
 from hermes.experiment import ExperimentSpec, parse_spec
@@ -31,7 +39,7 @@ from hermes.policies import make_policy
 from hermes.pool import PoolSession, stored_form
 from hermes.report import ExperimentView
 from hermes.session import ExperimentSession
-from hermes.store import ExperimentRecord, ExperimentStatus, SqlStore
+from hermes.store import ExperimentRecord, ExperimentStatus, SqlStore, TrialRecord
 from tests.test_run import (
     PRINTED,
     RATE,
@@ -171,7 +179,9 @@ def test_a_pools_learning_searcher_is_asked_where_the_log_holds_its_submissions(
     with running(pool) as runner:
         wait_for(lambda: status(store, told) is ExperimentStatus.FINISHED, TIMEOUT, "the experiment to finish")
     assert len({trial.params["rate"] for trial in store.trials(told)}) > 8
-    ExperimentSession(parse_spec(spec), store=store, experiment_id=told).replay()  # raises where it differs
+    session = ExperimentSession(parse_spec(spec), store=store, experiment_id=told)
+    session.replay()
+    assert session.out_of_step is None, session.out_of_step
     store.close()
 
 
@@ -553,3 +563,51 @@ def test_the_pool_command_refuses_bad_options_with_one_line_each_and_exit_code_2
     shown = subprocess.run([sys.executable, "-m", "hermes.pool", "--help"], env=environment(), capture_output=True,
                            text=True, check=True).stdout
     assert shown.startswith("usage: python -m hermes.pool ") and "``" not in shown
+
+
+def test_a_pool_experiment_whose_spec_an_older_hermes_read_otherwise_fails_naming_the_field(tmp_path: Path) -> None:
+    """An older Hermes read `1e1` in a choice as text (YAML 1.1), which this one reads as 10.0: a restarted server
+    failed its experiment with "its stored spec is not as a pool stores it; submit hermes.pool.stored_form(spec)
+    (PoolSession.submit does)", which no user of the server can act on."""
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    spec = pool_spec("exponent", 2, 0.01, budget=2)
+    spec["search"]["space"]["width"] = {"type": "choice", "values": ["1e1", "2e1"]}  # as the older Hermes stored it
+    experiment_id = submit(store, spec)
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
+    with running(pool):
+        wait_for(lambda: status(store, experiment_id) is ExperimentStatus.FAILED, TIMEOUT, "the experiment to fail")
+    error = store.experiment(experiment_id).error or ""
+    assert error.startswith("experiment exponent: its stored spec reads differently now (in "
+                            "search.space.width.values): an older Hermes recorded it, which read the same text "
+                            "differently (YAML 1.1: 1e1 as text, 010 as 8)"), error
+    assert error.endswith("it cannot continue: submit it again under a new name (--name NEW)"), error
+    assert store.events(experiment_id) == []
+    store.close()
+
+
+def test_a_restarted_pool_loses_the_dead_pools_nodes_without_starting_a_trial_on_one(tmp_path: Path) -> None:
+    """The log of a pool that died with its trial running on node a of two (a and b): the new pool lost the old
+    nodes one at a time, and losing a placed the trial on b, not lost yet; that start was recorded, never carried
+    out, so the log held a run on b that never happened."""
+    budget = 3
+    params = {"rate": 0.5, "sleep": 0.01}
+    spec = stored_form(parse_spec(spec_of("two-nodes", search={"configs": [params]}, budget={"steps": budget})))
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    experiment_id = submit(store, spec)
+    running_trial = TrialRecord("0", params, TrialState.RUNNING, budget, 0.1, gpu="a/cpu0", started_at=0.1)
+    store.record_events(experiment_id, [
+        (NodeAdded(0.0, "a", ("a/cpu0",)), [], []),
+        (NodeAdded(0.0, "b", ("b/cpu0",)), [], []),
+        (TrialSubmitted(0.1, "0", budget, params), [Start("0", "a/cpu0")], [running_trial]),
+    ])
+    store.set_status(experiment_id, ExperimentStatus.RUNNING)
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
+    with running(pool):
+        wait_for(lambda: status(store, experiment_id) is ExperimentStatus.FINISHED, TIMEOUT, "the experiment to end")
+    runs = [(r.decision.trial_id, r.decision.gpu) for r in store.decisions(experiment_id)
+            if isinstance(r.decision, (Start, Resume))]
+    assert runs[0] == ("0", "a/cpu0") and len(runs) == 2, runs
+    assert runs[1][1].split("/")[0] not in ("a", "b"), runs  # on the new pool's own slot
+    assert [trial.state for trial in store.trials(experiment_id)] == [TrialState.COMPLETED]
+    assert sorted(metric.step for metric in store.metrics(experiment_id)) == list(range(1, budget + 1))
+    store.close()

@@ -1463,6 +1463,7 @@ def test_a_learning_searcher_is_asked_where_the_log_holds_its_submissions(tmp_pa
     run_ok(path)
     view, _ = load_view(tmp_path / "runs")
     assert len({trial.params["rate"] for trial in view.trials}) > 12  # its proposals did follow what it was told
+    write_spec(tmp_path, {**spec, "search": {**told, "trials": 25}})  # extended: the searcher must go on from the log
     again = run_ok(path)
     assert "(continued)" in again.stdout
 
@@ -1715,3 +1716,69 @@ def test_a_ctrl_c_that_comes_twice_records_the_run_interrupted(tmp_path: Path) -
         assert runner.returncode in (130, -signal.SIGINT), stderr  # one that came once the run ended: Python's exit
         view, _ = load_view(tmp_path / "runs")
         assert view.experiment.status is ExperimentStatus.INTERRUPTED, (apart, stderr)
+
+
+SHIFTING_SEARCHER = """
+from hermes.search import BaseSearcher
+
+
+class Shifting(BaseSearcher):
+    '''Proposes rate {rate} for every trial: a searcher whose code changes between two runs.'''
+
+    learns = False
+
+    def __init__(self, search, *, max_pending=None):
+        super().__init__(max_pending=max_pending)
+
+    def _propose(self, index):
+        return {{'rate': {rate}, 'sleep': 0.0}}
+"""
+
+
+def test_a_finished_search_whose_searcher_proposes_otherwise_now_is_shown_as_it_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished experiment recorded by an older Hermes, whose searcher proposes otherwise now (before 2026-12-06
+    Optuna was told COMPLETE for a trial that reported only NaN, now FAIL; here the searcher's code changed), was
+    refused unchanged, "the store's trial 3 does not match what the searcher proposes now; was the spec or the code
+    of the searcher changed?", though it needs no more proposals. Extended, it needs them: refused, saying why and
+    what to do."""
+    from hermes.tuning import run
+
+    searcher = tmp_path / "shifting.py"
+    searcher.write_text(SHIFTING_SEARCHER.format(rate=0.3))
+    spec = spec_of("shifted", search={**search(2, 0, 0.0), "sampler": "shifting:Shifting"}, budget={"steps": 2})
+    path = write_spec(tmp_path, spec)
+    run_ok(path)
+    searcher.write_text(SHIFTING_SEARCHER.format(rate=0.45))  # another length: no stale bytecode
+
+    again = run_ok(path)
+    assert "shifted: finished (continued)" in again.stdout and "shifted: top 2 by best score" in again.stdout
+    monkeypatch.syspath_prepend(str(tmp_path))  # as `hermes run` finds it: in its working directory
+    assert run(path).status == "finished"
+
+    write_spec(tmp_path, {**spec, "search": {**spec["search"], "trials": 3}})
+    extended = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert extended.returncode == 2, extended.stderr
+    assert ("hermes: error: the store's trial 0 was proposed as {'rate': 0.3, 'sleep': 0.0} but the searcher "
+            "proposes {'rate': 0.45, 'sleep': 0.0} now: the spec's search, the searcher's code or the Hermes that "
+            "recorded it differs") in extended.stderr
+    assert "run it under a new name (--name NEW: it starts over)" in extended.stderr
+    assert len(load_view(tmp_path / "runs")[0].trials) == 2
+
+
+def test_a_spec_that_an_older_hermes_read_otherwise_is_refused_saying_so(tmp_path: Path) -> None:
+    """An older Hermes read the spec with YAML 1.1, where `010` is 8: run unchanged, the spec was refused as one
+    "with a different spec", which its user never edited."""
+    width = {"type": "choice", "values": [8]}  # as YAML 1.1 read 010
+    spec = spec_of("octal", search=search(1, 0, 0.0, width=width), budget={"steps": 1})
+    path = write_spec(tmp_path, spec)
+    run_ok(path)
+    path.write_text(path.read_text().replace("- 8", "- 010"))  # the same text, as the user wrote it
+    assert "- 010" in path.read_text()
+
+    refused = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "(differs in search.space.width.values); give it a new name" in refused.stderr
+    assert ("a spec not edited since may have been read differently by the Hermes that recorded it (YAML 1.1 "
+            "numbers: 010, 1e-4)") in refused.stderr

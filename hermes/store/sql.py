@@ -259,7 +259,7 @@ class SqlStore(ExperimentStore):
                     )
                 )
                 return int(inserted.inserted_primary_key[0])  # type: ignore[index]  # set by a one-row insert
-            differences = _differences(json.loads(row.spec), json.loads(spec_json))
+            differences = differing_fields(json.loads(row.spec), json.loads(spec_json))
             allowed = tuple(may_change)
             # Only what may not change is named: listing an allowed change too would ask to undo it.
             refused = [d for d in differences if not (d in allowed or d.startswith(tuple(f"{a}." for a in allowed)))]
@@ -267,7 +267,8 @@ class SqlStore(ExperimentStore):
                 raise StoreError(
                     f"experiment {name!r} already exists in {self.url} with a different spec "
                     f"(differs in {', '.join(refused)}); give it a new name (hermes run SPEC --name NEW, or "
-                    "hermes.run(spec, name=...)) or use another storage dir"
+                    "hermes.run(spec, name=...)) or use another storage dir; a spec not edited since may have been "
+                    "read differently by the Hermes that recorded it (YAML 1.1 numbers: 010, 1e-4)"
                 )
             if differences:
                 connection.execute(EXPERIMENTS.update().where(EXPERIMENTS.c.id == row.id).values(spec=spec_json))
@@ -929,14 +930,14 @@ def _dumps(data: Any) -> str:
 _ORDERED = {"search.space": "the order of its parameters"}
 
 
-def _differences(old: Any, new: Any, path: str = "") -> list[str]:
+def differing_fields(old: Any, new: Any, path: str = "") -> list[str]:
     """Dotted paths where two JSON documents differ, types included (key order matters only at ``_ORDERED`` paths)."""
     if isinstance(old, dict) and isinstance(new, dict):
         keys = [*old, *(key for key in new if key not in old)]
         differences = [
             difference
             for key in keys
-            for difference in _differences(
+            for difference in differing_fields(
                 old.get(key, _MISSING), new.get(key, _MISSING), f"{path}.{key}" if path else str(key)
             )
         ]
