@@ -1220,16 +1220,22 @@ def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None
         process.wait(timeout=20)
 
 
+def server_command_with_a_user(root: Path, user: str) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """``hermes server --root root`` as words, the environment to run it in, and the headers of ``user``, whom it
+    adds (with the trials in their area)."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    hermes = [sys.executable, "-m", "hermes.cli", "server", "--root", str(root)]
+    made = subprocess.run([*hermes, "add-user", user], capture_output=True, text=True, env=env, check=True)
+    token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
+    give_code(root, user)
+    return hermes, env, {"Authorization": f"Bearer {token}"}
+
+
 def test_a_server_killed_mid_experiment_continues_it_when_restarted(tmp_path: Path) -> None:
     import httpx
 
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     root = tmp_path / "srv"
-    hermes = [sys.executable, "-m", "hermes.cli", "server", "--root", str(root)]
-    made = subprocess.run([*hermes, "add-user", "fay"], capture_output=True, text=True, env=env, check=True)
-    token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
-    give_code(root, "fay")
-    headers = {"Authorization": f"Bearer {token}"}
+    hermes, env, headers = server_command_with_a_user(root, "fay")
 
     def start() -> tuple[subprocess.Popen[bytes], str]:
         port = _free_port()
@@ -1274,13 +1280,8 @@ def test_a_server_whose_terminal_closes_records_its_experiments_interrupted(tmp_
     stayed "running when its runner died" in the store."""
     import httpx
 
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     root = tmp_path / "srv"
-    hermes = [sys.executable, "-m", "hermes.cli", "server", "--root", str(root)]
-    made = subprocess.run([*hermes, "add-user", "gus"], capture_output=True, text=True, env=env, check=True)
-    token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
-    give_code(root, "gus")
-    headers = {"Authorization": f"Bearer {token}"}
+    hermes, env, headers = server_command_with_a_user(root, "gus")
     port = _free_port()
     process = subprocess.Popen([*hermes, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                env=env)
