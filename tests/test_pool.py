@@ -611,3 +611,35 @@ def test_a_restarted_pool_loses_the_dead_pools_nodes_without_starting_a_trial_on
     assert [trial.state for trial in store.trials(experiment_id)] == [TrialState.COMPLETED]
     assert sorted(metric.step for metric in store.metrics(experiment_id)) == list(range(1, budget + 1))
     store.close()
+
+
+def test_unmodified_programs_keep_their_slots_in_a_pool_and_every_one_completes(tmp_path: Path) -> None:
+    """ann's two unmodified programs (SIGSTOPped in place when suspended, so they can continue only on their own
+    slot) hold both slots when bob's experiment arrives, owed one: the pool suspends neither, and bob gets a slot once
+    one of them ends, where before it suspended one for bob and ann's experiment ended with it stopped at its step."""
+    steps = 20
+    printers = spec_of(
+        "printers",
+        trial={"command": f"{sys.executable} trials/printer.py --steps {steps} --rate {{rate}} --sleep 0.1",
+               "metrics_regex": PRINTED, "workdir": str(TESTS)},
+        search={"sampler": "random", "trials": 2, "seed": 4, "space": {"rate": RATE}},
+        budget={"steps": steps},
+        policy={"name": "fifo"},
+    )
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    ann = submit(store, stored_form(parse_spec(printers)))
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
+    with running(pool):
+        wait_for(lambda: len({metric.trial_id for metric in store.metrics(ann)}) == 2, TIMEOUT,
+                 "both programs to print")
+        bob = submit(store, pool_spec("functions", 2, 0.1, budget=15, policy={"name": "fifo"}), owner="bob")
+        wait_for(lambda: {status(store, ann), status(store, bob)} == {ExperimentStatus.FINISHED}, TIMEOUT,
+                 "both experiments to finish")
+    assert [(trial.state, trial.error) for trial in store.trials(ann)] == [(TrialState.COMPLETED, None)] * 2
+    assert not [r for r in store.decisions(ann) if isinstance(r.decision, Suspend)]
+    steps_of: dict[str, set[int]] = {}
+    for metric in store.metrics(ann):
+        steps_of.setdefault(metric.trial_id, set()).add(metric.step)
+    assert list(steps_of.values()) == [set(range(1, steps + 1))] * 2
+    check_completed(store, tmp_path, bob, 2, 15)
+    store.close()

@@ -126,6 +126,7 @@ def settle(pool: PoolScheduler, decisions: list, at: float) -> list:
     made = list(decisions)
     pending = [d for d in decisions if isinstance(d, Suspend)]
     while pending:
+        assert len(made) < 1000, "the pool keeps preempting"
         more = pool.handle(TrialSuspended(at, pending.pop(0).trial_id, 0))
         made += more
         pending += [d for d in more if isinstance(d, Suspend)]
@@ -294,3 +295,131 @@ def test_a_node_that_dies_and_one_that_joins_mid_run_lose_no_experiment_and_no_t
     assert {experiment for at, experiment, gpu in runs if gpu in gpus and at < 1_000.0} == {"a", "b"}
     assert not any(gpu in gpus for at, _, gpu in runs if at >= 1_000.0)
     assert any(gpu.startswith("late/") for _, _, gpu in runs)
+
+
+# ---------------------------------------------------------------------- trials that cannot move, idle demand, quanta
+def test_the_pool_takes_no_gpu_from_a_trial_that_cannot_move_and_every_such_trial_completes() -> None:
+    """a runs two unmodified programs (not movable: each is SIGSTOPped in place and can continue only on its own
+    GPU). b joins, owed one of the two GPUs: the pool preempts neither of a's trials; b gets a GPU once one ends,
+    and a's other trial runs to its budget instead of being stopped with its experiment."""
+    pool = PoolScheduler()
+    pool.handle(NodeAdded(0.0, "n0", ("g0", "g1")))
+    pool.add_experiment("a", Scheduler(make_policy("fifo")), at=0.0)
+    made = [d for i in range(2) for d in pool.tell("a", TrialSubmitted(0.0, f"t{i}", 3, movable=False))]
+    made += pool.tell("a", SubmissionsClosed(0.0))
+    pool.add_experiment("b", Scheduler(make_policy("fifo")), at=0.0)
+    made += [d for i in range(2) for d in pool.tell("b", TrialSubmitted(1.0, f"t{i}", 3))]
+    for step in (1, 2, 3):
+        made += pool.handle(TrialReported(1.0 + step, "a.t0", step, 0.5))
+    made += pool.handle(TrialExited(4.5, "a.t0", True))
+    assert [(type(d).__name__, d.trial_id) for d in made] == [("Start", "a.t0"), ("Start", "a.t1"), ("Start", "b.t0")]
+    for step in (1, 2, 3):
+        assert pool.handle(TrialReported(5.0 + step, "a.t1", step, 0.5)) == []
+    pool.handle(TrialExited(8.5, "a.t1", True))
+    assert pool.finished_experiments == ["a"]
+    assert [t.state for t in pool.tenants["b"].scheduler.trials.values()] == [TrialState.RUNNING] * 2
+
+
+def test_a_trial_that_cannot_move_keeps_its_gpu_when_its_own_policy_suspends_it() -> None:
+    """Under rr a's three unmodified programs take turns on two GPUs, each parked on its own GPU between turns:
+    the GPUs they are tied to stay a's, however much b is owed."""
+    pool = PoolScheduler(quantum=1.0)
+    pool.handle(NodeAdded(0.0, "n0", ("g0", "g1")))
+    scheduler = Scheduler(make_policy("rr", period=1.0))
+    pool.add_experiment("a", scheduler, at=0.0)
+    made = [d for i in range(3) for d in pool.tell("a", TrialSubmitted(0.0, f"t{i}", 100, movable=False))]
+    pool.add_experiment("b", Scheduler(make_policy("fifo")), at=0.0)
+    made += pool.tell("b", TrialSubmitted(0.0, "t0", 100))
+    steps: Counter[str] = Counter()
+    for tick in range(1, 13):  # every trial reports at each tick; rr turns them over every period
+        for trial in [t for t in scheduler.trials.values() if t.state is TrialState.RUNNING]:
+            steps[trial.trial_id] += 1
+            made += settle(pool, pool.handle(TrialReported(float(tick), f"a.{trial.trial_id}", steps[trial.trial_id],
+                                                           0.5)), float(tick))
+    assert any(isinstance(d, Suspend) for d in made) and all(d.trial_id.startswith("a.") for d in made)
+    assert held(pool) == {"a": 2, "b": 0}
+    assert {t.state for t in scheduler.trials.values()} <= {TrialState.RUNNING, TrialState.SUSPENDED}
+
+
+def test_a_trial_that_cannot_move_keeps_its_gpu_while_its_policy_holds_it_back() -> None:
+    """Under asha, a's two unmodified programs pause at their first rung, each stopped on its own GPU with priority
+    None until the rung is full: a runs nothing there meanwhile, yet keeps both GPUs, so that the better one, promoted
+    once both paused, trains on to its budget (only the other is stopped, by asha)."""
+    pool = PoolScheduler(quantum=1.0)
+    pool.handle(NodeAdded(0.0, "n0", ("g0", "g1")))
+    asha = Scheduler(make_policy("asha"))
+    pool.add_experiment("a", asha, at=0.0)
+    for i in range(2):
+        pool.tell("a", TrialSubmitted(0.0, f"t{i}", 3, movable=False))
+    pool.tell("a", SubmissionsClosed(0.0))
+    pool.add_experiment("b", Scheduler(make_policy("fifo")), at=0.0)
+    pool.tell("b", TrialSubmitted(0.0, "t0", 1000))
+    made = settle(pool, pool.handle(TrialReported(1.0, "a.t0", 1, 0.9)), 1.0)
+    assert held(pool) == {"a": 2, "b": 0}
+    made += settle(pool, pool.handle(TrialReported(2.0, "a.t1", 1, 0.1)), 2.0)
+    assert Resume("a.t0", "g0", False) in made
+    for step in (2, 3):
+        made += pool.handle(TrialReported(2.0 + step, "a.t0", step, 0.9))
+    made += pool.handle(TrialExited(5.5, "a.t0", True))
+    assert pool.finished_experiments == ["a"]
+    assert [t.state for t in asha.trials.values()] == [TrialState.COMPLETED, TrialState.STOPPED]
+
+
+def asha_that_waits(pool: PoolScheduler) -> Scheduler:
+    """Experiment a (asha, submissions open) whose two trials diverged at their first rung: paused, with priority
+    None, they can run on no GPU. Experiment b (fifo, three trials) holds both GPUs."""
+    pool.handle(NodeAdded(0.0, "n0", ("g0", "g1")))
+    pool.add_experiment("b", Scheduler(make_policy("fifo")), at=0.0)
+    for i in range(3):
+        pool.tell("b", TrialSubmitted(0.0, f"t{i}", 1000))
+    asha = Scheduler(make_policy("asha"))
+    pool.add_experiment("a", asha, at=0.0)
+    made = []
+    for i in range(2):
+        made += settle(pool, pool.tell("a", TrialSubmitted(0.0, f"t{i}", 9)), 0.0)
+        running = next(d.trial_id for d in made if isinstance(d, (Start, Resume)) and d.trial_id == f"a.t{i}")
+        made += settle(pool, pool.handle(TrialReported(0.5, running, 1, float("nan"))), 0.5)
+    assert [t.state for t in asha.trials.values()] == [TrialState.SUSPENDED] * 2
+    assert all(asha.policy.priority(t, 1.0) is None for t in asha.trials.values())
+    return asha
+
+
+def test_the_pool_preempts_no_one_for_an_experiment_that_could_not_run_anything_on_the_gpu() -> None:
+    """a is owed a GPU but can use none: preempting b's trial would only hand its GPU straight back to b."""
+    pool = PoolScheduler(quantum=1.0)
+    asha_that_waits(pool)
+    made = []
+    for step in range(1, 101):
+        for trial_id in ("b.t0", "b.t1"):
+            made += settle(pool, pool.handle(TrialReported(1.0 + step, trial_id, step, 0.5)), 1.0 + step)
+    assert made == [] and held(pool) == {"b": 2, "a": 0}
+
+
+def test_an_owed_experiment_with_a_trial_to_run_still_gets_its_gpu_by_preemption() -> None:
+    pool = PoolScheduler(quantum=1.0)
+    asha_that_waits(pool)
+    made = settle(pool, pool.tell("a", TrialSubmitted(2.0, "t2", 9)), 2.0)
+    assert [(type(d).__name__, d.trial_id[:2]) for d in made] == [("Suspend", "b."), ("Start", "a.")]
+    assert held(pool) == {"b": 1, "a": 1}
+
+
+def test_an_experiment_owed_a_quantum_gets_a_gpu_however_many_others_are_above_their_share() -> None:
+    """Five one-trial experiments on four GPUs, quantum 5 GPU seconds: each is owed 0.8 GPU, and the fifth, holding
+    none, is owed a quantum after 6.25 s. The four others are each only 1.25 GPU seconds above their share then,
+    yet one of them yields its GPU at once (docs/pool.md: the fractions are settled within a quantum)."""
+    pool = PoolScheduler(quantum=5.0)
+    pool.handle(NodeAdded(0.0, "n0", ("g0", "g1", "g2", "g3")))
+    for i in range(5):
+        pool.add_experiment(f"z{i}", Scheduler(make_policy("fifo")), at=0.0)
+        pool.tell(f"z{i}", TrialSubmitted(0.0, "t0", 1000))
+    assert held(pool) == {"z0": 1, "z1": 1, "z2": 1, "z3": 1, "z4": 0}
+    made, at = [], 0.0
+    while not made and at < 60:  # a report from each trial every half second, until the pool preempts one
+        at += 0.5
+        for key, tenant in pool.tenants.items():
+            trial = tenant.scheduler.trials["t0"]
+            if trial.state is TrialState.RUNNING:
+                made += pool.handle(TrialReported(at, qualify(key, "t0"), trial.step + 1, 0.5))
+    assert at == 6.5 and [type(d).__name__ for d in made] == ["Suspend"]
+    settle(pool, made, at)
+    assert held(pool)["z4"] == 1

@@ -22,10 +22,13 @@ the GPUs do not divide evenly.
 - A GPU that becomes free (a trial suspends or ends) goes to the experiment most below its
   share: first one holding fewer GPUs than the whole part of its share, then the largest
   deficit. Under time-sharing GPUs free up every period, so shares are met without preemption.
-- Rebalancing: when an experiment holds less than the whole part of its share, or is owed
-  ``quantum`` GPU seconds, and no GPU is on its way, the pool reclaims a GPU from the experiment
-  most above its share, preempting that experiment's running trial of the lowest priority by
-  its own policy.
+- Rebalancing: when an experiment could run a trial on a freed GPU now and holds less than the
+  whole part of its share, or is owed ``quantum`` GPU seconds, and no GPU is on its way, the pool
+  reclaims a GPU from the experiment most above its share (when preempting for a deficit, one
+  that has held at least its share so far), preempting that experiment's running trial of the
+  lowest priority by its own policy.
+- A trial that cannot move (an unmodified program, SIGSTOPped in place) can continue only on its
+  own GPU: the pool never takes back a GPU such a trial runs on or waits on, stopped.
 - A lone experiment gets the whole pool (as many GPUs as it can use), exactly as a plain
   ``Scheduler`` on those GPUs would.
 """
@@ -33,6 +36,7 @@ the GPUs do not divide evenly.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from hermes.core.decisions import Decision, Resume, Start
@@ -55,6 +59,7 @@ from hermes.core.events import (
 from hermes.core.scheduler import Scheduler
 from hermes.core.share import MAX_WEIGHT, MIN_WEIGHT, nested_shares
 from hermes.core.states import HOLDING_GPU, RUNNING
+from hermes.core.trial import Trial
 from hermes.errors import HermesError
 
 SEPARATOR = "."
@@ -185,8 +190,8 @@ class PoolScheduler:
             key, trial_id = split(event.trial_id)
             tenant = self._tenant(key)
             local = replace(event, trial_id=trial_id)
-            if isinstance(event, (TrialSuspended, TrialExited)):
-                decisions += self._before_release(tenant, trial_id, at)
+            if isinstance(local, (TrialSuspended, TrialExited)):
+                decisions += self._before_release(tenant, local)
             decisions += self._route(tenant, local)
         elif isinstance(event, PeriodElapsed):
             for tenant in list(self.tenants.values()):
@@ -213,15 +218,21 @@ class PoolScheduler:
         return decisions + self._share(at)
 
     # ------------------------------------------------------------------ who gets a GPU
-    def _before_release(self, tenant: Tenant, trial_id: str, at: float) -> list[Decision]:
+    def _before_release(self, tenant: Tenant, event: TrialSuspended | TrialExited) -> list[Decision]:
         """A trial is about to release its GPU: if another experiment is owed it more, mark it
-        reclaimed first, so that this experiment does not refill it."""
+        reclaimed first, so that this experiment does not refill it; unless a trial that cannot
+        move stays tied to it (this one, suspending, or another one stopped there)."""
+        trial_id, at = event.trial_id, event.at
         trial = tenant.scheduler.trials.get(trial_id)
         if trial is None or trial.state not in HOLDING_GPU or trial.gpu in tenant.scheduler.reclaimed:
             return []
         gpu = trial.gpu
         best = self._ranking(at, gpu, leaving=tenant)
         if not best or best[0] is tenant:
+            return []
+        parks = not trial.movable and isinstance(event, TrialSuspended) and not trial.stop_requested
+        others = [member for member in tenant.scheduler.cluster.node_of(gpu).members.values() if member is not trial]
+        if parks or gpu in _tied_gpus(others):
             return []
         return self._route(tenant, GpuReclaimed(at, gpu))
 
@@ -246,15 +257,30 @@ class PoolScheduler:
         if not scheduler.submissions_open and not scheduler.busy:
             return True
         priority = scheduler.policy.priority
-        members = [*scheduler.unplaced.values()]
-        for node in scheduler.cluster.nodes.values():
-            members.extend(node.members.values())
         return any(
             trial.waiting
             and (trial.movable or trial.last_gpu is None or trial.last_gpu == gpu)
             and priority(trial, now) is not None
-            for trial in members
+            for trial in _members(scheduler)
         )
+
+    def _usable(self, tenant: Tenant, now: float, enough: int) -> int:
+        """GPUs the experiment could use now, counted up to ``enough``: one per trial holding a GPU
+        and one per waiting trial it would run on any GPU it were given. A trial its policy holds
+        back (priority None: ASHA's paused ones) runs on none, nor does one tied to its own GPU, so
+        preempting another experiment for it would only hand the GPU straight back. One that needs
+        a GPU to conclude (submissions closed, nothing running) uses one."""
+        scheduler = tenant.scheduler
+        if not scheduler.submissions_open and not scheduler.busy:
+            return min(1, scheduler.unfinished)
+        usable = scheduler.busy
+        priority = scheduler.policy.priority
+        for trial in _members(scheduler):
+            if usable >= enough:
+                break
+            if trial.waiting and (trial.movable or trial.last_gpu is None) and priority(trial, now) is not None:
+                usable += 1
+        return usable
 
     def _share(self, at: float) -> list[Decision]:
         """Give free GPUs to the most owed experiments, then reclaim GPUs for those still owed."""
@@ -293,11 +319,15 @@ class PoolScheduler:
             coming += sum(holder is None for holder in self.holder.values())
             needs, by_deficit = 0, False
             for tenant in self.tenants.values():
-                held = len(tenant.gpus)
-                short = min(tenant.demand, math.floor(tenant.share + 1e-9)) - held
+                held, whole = len(tenant.gpus), math.floor(tenant.share + 1e-9)
+                owed = tenant.deficit >= self.quantum
+                if min(tenant.demand, whole) <= held and not (owed and tenant.demand > held):
+                    continue  # it wants no GPU even if it could run every unfinished trial
+                usable = self._usable(tenant, at, max(whole, held + 1))
+                short = min(usable, whole) - held
                 if short > 0:
                     needs += short
-                elif tenant.demand > held and tenant.deficit >= self.quantum:
+                elif usable > held and owed:
                     needs += 1
                     by_deficit = True
             if needs <= coming:
@@ -310,14 +340,20 @@ class PoolScheduler:
 
     def _victim(self, by_deficit: bool) -> tuple[Tenant, str] | None:
         """The running trial to preempt: in the experiment most above its share (the lowest
-        deficit), the one its own policy ranks lowest (ties: the latest arrival)."""
+        deficit), the one its own policy ranks lowest (ties: the latest arrival); never one on a
+        GPU that a trial which cannot move is tied to.
+
+        For a deficit, the victim must have held no more than its share so far (a deficit of at
+        most 0): the one owed is then at least ``quantum`` GPU seconds ahead of it, so each must
+        fall a quantum behind before GPUs move back, however many experiments share the excess."""
         candidates = []
         for tenant in self.tenants.values():
             keeping = len(tenant.gpus) - len(tenant.scheduler.reclaimed)
-            if keeping > tenant.share + 1e-9 and (not by_deficit or tenant.deficit <= -self.quantum):
+            if keeping > tenant.share + 1e-9 and (not by_deficit or tenant.deficit <= 0.0):
                 candidates.append((tenant.deficit, tenant.seq, tenant))
         for _, _, tenant in sorted(candidates, key=lambda entry: entry[:2]):
             scheduler = tenant.scheduler
+            tied = _tied_gpus(scheduler.trials.values())
             lowest, lowest_rank = None, None
             for trial in scheduler.trials.values():
                 if (
@@ -325,6 +361,7 @@ class PoolScheduler:
                     or trial.stop_requested
                     or trial.step >= trial.budget  # it has trained its budget and is exiting
                     or trial.gpu in scheduler.reclaimed
+                    or trial.gpu in tied
                 ):
                     continue
                 priority = scheduler.policy.priority(trial, self._clock)
@@ -379,6 +416,7 @@ class PoolScheduler:
             gpu
             for gpu in sorted(tenant.gpus)
             if gpu not in scheduler.reclaimed and scheduler.cluster.node_of(gpu).occupant[gpu] is None
+            and gpu not in _tied_gpus(scheduler.cluster.node_of(gpu).members.values())
         ]
         if idle and not isinstance(event, (NodeAdded, GpuAdded, GpuReclaimed)):  # it could not use them: back
             for gpu in idle:
@@ -396,6 +434,27 @@ class PoolScheduler:
             return self.tenants[key]
         except KeyError:
             raise HermesError(f"no experiment {key} in the pool") from None
+
+
+def _members(scheduler: Scheduler) -> Iterator[Trial]:
+    """The experiment's unfinished trials: those waiting unplaced, then each node's."""
+    yield from scheduler.unplaced.values()
+    for node in scheduler.cluster.nodes.values():
+        yield from node.members.values()
+
+
+def _tied_gpus(trials: Iterable[Trial]) -> set[str]:
+    """GPUs that trials which cannot move (unmodified programs: their state is their process) run
+    on or wait on, stopped. Such a trial can continue on that GPU alone, so its experiment keeps
+    it: taken back, the trial would wait for it for as long as another experiment held it, and be
+    stopped when its experiment ran out of other work."""
+    tied = set()
+    for trial in trials:
+        if not trial.movable and not trial.state.is_terminal:
+            gpu = trial.gpu or trial.last_gpu
+            if gpu is not None:
+                tied.add(gpu)
+    return tied
 
 
 def _check_weight(weight: float) -> None:
