@@ -35,7 +35,12 @@ from hermes.errors import HermesError, SpecError
 from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.spec import ResourcesSpec
 from hermes.pool import PoolSession, stored_form
-from hermes.server.area import document_problems, place_problem, spec_problems, text_problem
+from hermes.server.area import (
+    document_problems,
+    place_problem,
+    spec_problems,
+    text_problem,
+)
 from hermes.server.auth import Accounts
 from hermes.server.digest import ExperimentDigest
 from hermes.store import ExperimentRecord, SqlStore

@@ -11,10 +11,11 @@ import os
 import shutil
 import stat
 import sys
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hermes.errors import NO_SPACE_ERRNOS, HermesError
 from hermes.trial import protocol
