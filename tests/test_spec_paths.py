@@ -97,6 +97,27 @@ def test_a_path_this_machine_cannot_use_is_refused_with_its_field(
     assert str(raised.value) == f"{path}: {field}: {tmp_path / written} cannot be used: {problem}"
 
 
+@pytest.mark.parametrize(("made", "problem"), [
+    pytest.param(lambda folder: folder.symlink_to(folder.name), "cannot be used: a symbolic link loop; fix or remove "
+                 "the link", id="loop"),
+    pytest.param(lambda folder: folder.write_text(""), ", the experiment's folder, is not a directory; move it away",
+                 id="file"),
+])
+def test_an_experiment_folder_this_machine_cannot_use_is_refused_before_the_run(
+    tmp_path: Path, made: Any, problem: str
+) -> None:
+    """<storage dir>/<name> as a link loop was a RuntimeError traceback from the local executor once the store had
+    the experiment; as a file, every trial failed ("cannot make its folder")."""
+    path = project(tmp_path)
+    folder = tmp_path / "runs" / "quick"
+    folder.parent.mkdir()
+    made(folder)
+    with pytest.raises(SpecError) as raised:
+        load_spec(path)
+    assert str(raised.value) == f"{path}: storage.dir: {folder}{' ' if problem[0] != ',' else ''}{problem}"
+    assert sorted(os.listdir(folder.parent)) == ["quick"]
+
+
 def test_a_home_this_machine_does_not_have_is_refused_with_its_field(tmp_path: Path) -> None:
     """~user of no user: RuntimeError from expanduser(), a traceback."""
     path = project(tmp_path, storage={"dir": "~hermes-no-such-user/runs"})

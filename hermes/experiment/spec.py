@@ -802,6 +802,9 @@ class ExperimentSpec(_Section):
             _usable("storage.uri", base_dir, self.storage.uri)
         if storage.exists() and not storage.is_dir():
             raise _PathError("storage.dir", f"{storage} is not a directory")
+        folder = _usable("storage.dir", base_dir, str(Path(self.storage.dir) / self.name))  # the experiment's own
+        if folder.exists() and not folder.is_dir():
+            raise _PathError("storage.dir", f"{folder}, the experiment's folder, is not a directory; move it away")
         roots = {"the spec's folder": self._base_dir, "the trial's workdir": workdir, "your home": _home()}
         inside = any(root is not None and storage.is_relative_to(root) for root in roots.values())
         if not inside and not self.storage.allow_outside:
