@@ -8,10 +8,13 @@ winner's model from. The trials themselves still run in their own processes, on 
 
 from __future__ import annotations
 
+import dis
 import functools
+import inspect
 import math
 import os
 import sys
+import types
 from collections.abc import Mapping
 from contextlib import closing
 from dataclasses import dataclass
@@ -20,6 +23,7 @@ from typing import Any
 
 from hermes.errors import HermesError, SpecError
 from hermes.experiment import load_spec, parse_spec
+from hermes.experiment.locate import TRIAL_IS_A_FUNCTION, set_under_main_guard
 from hermes.report import ExperimentView, every_trial_failed, shown_state
 from hermes.report.files import trial_files
 from hermes.report.results import standings
@@ -78,6 +82,9 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     function = trial.get("function") if isinstance(trial, Mapping) else None
     if not callable(function):
         return spec
+    if isinstance(function, type):  # its trials would call it with the config alone, and fail each
+        raise SpecError(f"trial.function: {function.__qualname__} is a class: {TRIAL_IS_A_FUNCTION}",
+                        [("trial.function", "a class")])
     unnamed = _unnamed(function)
     if unnamed is not None:
         fixed = isinstance(function, functools.partial)
@@ -101,7 +108,35 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
                             [("trial.function", "not importable")])
         root = path.parents[module.count(".")]  # the folder that holds the module, or its top package
         named.setdefault("workdir", str(root))
+        _warn_of_guarded_globals(function, path)
     return {**spec, "trial": {**named, "function": f"{module}:{function.__qualname__}"}}
+
+
+def _warn_of_guarded_globals(function: Any, script: Path) -> None:
+    """Say where the script's function reads a global that its ``__main__`` block sets: its trials import the script
+    afresh and never see that value (Ray Tune's users expect the function's globals to come along)."""
+    unseen = sorted(_globals_read(function) & set_under_main_guard(script)) if inspect.isfunction(function) else []
+    if unseen:
+        print(f"hermes: warning: trial.function {function.__name__} reads {', '.join(unseen)}, which {script.name} "
+              f"sets under `if __name__ == \"__main__\":`, a block its trials do not run (they import {script.name} "
+              "afresh): set it at the module's top level or in the function", file=sys.stderr, flush=True)
+
+
+def _globals_read(function: types.FunctionType) -> set[str]:
+    """The global names ``function`` reads, and those read by the functions of its module it reads (a helper that
+    loads the data)."""
+    read: set[str] = set()
+    pending = [function.__code__]
+    while pending:
+        code = pending.pop()
+        for instruction in dis.get_instructions(code):
+            if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and instruction.argval not in read:
+                read.add(instruction.argval)
+                value = function.__globals__.get(instruction.argval)
+                if inspect.isfunction(value) and value.__module__ == function.__module__:
+                    pending.append(value.__code__)
+        pending += [constant for constant in code.co_consts if isinstance(constant, types.CodeType)]
+    return read
 
 
 def _unnamed(function: Any) -> str | None:
@@ -143,7 +178,8 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
     saved = {trial.trial_id: trial.checkpoint_step for trial in view.trials}
     trials = []
     for standing in standings(view):
-        files = trial_files(experiment_dir, standing.trial_id, saved_step=saved[standing.trial_id])
+        files = trial_files(experiment_dir, standing.trial_id, saved_step=saved[standing.trial_id],
+                            recorded_step=standing.steps)
         trials.append(TrialResult(
             rank=standing.rank, trial_id=standing.trial_id, state=shown_state(standing.state, live=False),
             params=dict(standing.params), best=standing.best, best_step=standing.best_step, final=standing.final,

@@ -277,8 +277,8 @@ def test_results_as_csv_and_json(recorded: Recorded, store: SqlStore) -> None:
 
 
 def _commit_checkpoint(root: Path, name: str, step: int) -> Path:
-    """A checkpoint published as the trial API (or a Ray run's durable storage) publishes one."""
-    (root / name).mkdir(parents=True)
+    """A checkpoint published as the trial API (or a Ray run's durable storage) publishes one, with a saver's part."""
+    (root / name / "state").mkdir(parents=True)
     (root / name / "hermes.json").write_text(json.dumps({"step": step}))
     (root / "latest").write_text(name)
     return root / name

@@ -127,7 +127,7 @@ def test_a_failure_summary_shows_the_exception_not_the_first_line_the_program_lo
                         max_failures=1)
     result = hermes("run", str(path), "--no-live", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
-    summary = "exit code 1 ... RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    summary = "exit code 1 ... RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB, at program.py:8"
     assert f"trial 0 crashed ({summary}); crash 1 of trial.max_failures 1" in result.stdout, result.stdout
     assert f"trial 0 failed at step 2, accuracy 0.2 ({summary} (crashed 2 times))" in result.stdout, result.stdout
     assert f"hermes: error: every trial failed; trial 0: {summary} (crashed 2 times)\n" in result.stderr

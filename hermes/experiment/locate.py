@@ -23,6 +23,9 @@ from pathlib import Path
 from hermes.local.system import hermes_source
 
 _DYNAMIC = {"globals", "vars", "setattr", "__getattr__"}  # ways a module can bind names ast cannot see
+# Why a class (a Ray Tune Trainable, say) cannot be a trial: its process would call it with the config alone.
+TRIAL_IS_A_FUNCTION = ("a trial is a function that takes the config and reports through hermes.trial "
+                       "(def train(config): ...), not a class such as Ray Tune's Trainable")
 
 
 def missing_function(target: str, workdir: Path) -> str | None:
@@ -66,6 +69,8 @@ def missing_function(target: str, workdir: Path) -> str | None:
     except OSError as error:
         return f"cannot read {origin}: {error.strerror or error}"
     bound, certain, guarded = _top_level_names(tree.body)
+    if certain and _only_a_class(tree.body, name):
+        return f"module {module_name} ({origin}) defines {name!r} as a class: {TRIAL_IS_A_FUNCTION}"
     if name in bound or not certain:
         return None
     if name in _top_level_names(guarded)[0]:
@@ -75,6 +80,17 @@ def missing_function(target: str, workdir: Path) -> str | None:
     close = difflib.get_close_matches(name, functions, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f" (its functions: {', '.join(functions) or 'none'})"
     return f"module {module_name} ({origin}) defines no {name!r}{hint}"
+
+
+def set_under_main_guard(script: Path) -> set[str]:
+    """The names a script's ``if __name__ == "__main__":`` assigns (its imports left out): a trial's process imports
+    the script without running that block, so what it sets there is not there. Empty where the file cannot be read."""
+    try:
+        tree = ast.parse(script.read_bytes(), filename=str(script))
+    except (SyntaxError, ValueError, OSError):
+        return set()
+    guarded = _top_level_names(tree.body)[2]
+    return _top_level_names([node for node in guarded if not isinstance(node, (ast.Import, ast.ImportFrom))])[0]
 
 
 def _callers_own_folder() -> Path | None:
@@ -182,6 +198,15 @@ def _top_level_names(body: list[ast.stmt]) -> tuple[set[str], bool, list[ast.stm
             continue
         pending += ast.iter_child_nodes(node)
     return bound, certain, guarded
+
+
+def _only_a_class(body: list[ast.stmt], name: str) -> bool:
+    """Whether the module's top level binds ``name`` by undecorated ``class`` statements alone (a decorator, or an
+    assignment after it, may make it a function)."""
+    classes = [node for node in body if isinstance(node, ast.ClassDef) and node.name == name]
+    others = [node for node in body if node not in classes]
+    return (bool(classes) and not any(node.decorator_list for node in classes)
+            and name not in _top_level_names(others)[0])
 
 
 def _is_main_guard(test: ast.expr) -> bool:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import math
+import os
 import re
 import urllib.parse
 from collections.abc import Hashable
@@ -78,6 +79,13 @@ def _yaml_float(value: Any) -> Any:
     return float(value) if isinstance(value, str) and _EXPONENT.fullmatch(value) else value
 
 
+def _path_text(value: Any) -> Any:
+    """A ``pathlib.Path`` (any os.PathLike) as the text it holds: a spec built in Python names its folders so, and
+    the stored spec keeps text. Anything else as it is."""
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+PathText = Annotated[str, BeforeValidator(_path_text)]  # a path field: text, or a pathlib.Path from Python
 FiniteFloat = Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(allow_inf_nan=False)]
 StrictPositiveFloat = Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(gt=0)]
 StrictPositiveInt = Annotated[int, Strict(), Field(gt=0)]
@@ -524,7 +532,7 @@ class TrialSpec(_Section):
     function: str | None = None  # "package.module:function"
     command: str | None = None
     metrics_regex: str | None = None  # for unmodified scripts: parses their output lines
-    workdir: str = "."
+    workdir: PathText = "."
     # A function runs in its slot's warm worker, parked in memory when suspended; false: a process
     # per trial and per resume (slower switches, but a trial can never disturb another's process).
     warm_workers: StrictBool = True
@@ -691,7 +699,7 @@ class ResourcesSpec(_Section):
 
 
 class StorageSpec(_Section):
-    dir: str = "runs"  # holds hermes.db (all experiments, by name), checkpoints and logs
+    dir: PathText = "runs"  # holds hermes.db (all experiments, by name), checkpoints and logs
     checkpoint_every: StrictPositiveInt = 1  # steps between checkpoints (its cost: docs/trials.md)
     # engine: ray: where durable checkpoints go so that any node can resume any trial (an fsspec URI:
     # file:// or a path on a shared mount, relative to the spec's folder as dir is, s3://, gs://), each
@@ -699,7 +707,7 @@ class StorageSpec(_Section):
     # (hermes.ray.storage.experiment_uri); default: <dir>/<name>/checkpoints on the driver
     # (``ExperimentSpec.checkpoint_uri``).
     # Where the checkpoints are is not what the experiment is (they may move), so it stays out of the stored spec.
-    uri: str | None = Field(default=None, exclude=True)
+    uri: PathText | None = Field(default=None, exclude=True)
     # A dir outside the spec's folder, the trial's workdir and the home is refused unless this says
     # so (a stray absolute path, "/" say, is a typo far more often than a wish). Not part of what
     # the experiment is, so it stays out of the stored spec.

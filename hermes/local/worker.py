@@ -171,8 +171,9 @@ class Worker:
         except StopExit:
             outcome = protocol.STOPPED
         except SystemExit as exit:  # sys.exit() in the trial: its code says how it went
-            if exit.code not in (None, 0):
-                outcome, error = protocol.FAILED, f"exit code {exit.code}"
+            code = _exit_code(exit.code)
+            if code != 0:
+                outcome, error = protocol.FAILED, f"exit code {code}"
         except BaseException as exception:
             if isinstance(exception, OSError) and exception.errno in NO_SPACE_ERRNOS:
                 outcome, error = protocol.NO_SPACE, str(exception)
@@ -191,6 +192,20 @@ class Worker:
                     pass  # a full disk: what could not be written is lost, the trial's outcome is not
             del self.channels[channel.trial_id]
         self.outbox.send({"type": protocol.ENDED, "trial": channel.trial_id, "outcome": outcome, "error": error})
+
+
+def _exit_code(code: object) -> int:
+    """The exit code ``sys.exit(code)`` gives a process of its own: None is 0, an int itself, and anything else
+    (``sys.exit("dataset not found")``) is written to its stderr, and is 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return int(code)
+    try:
+        print(code, file=sys.stderr)  # the trial's stderr.log: the thread works for the trial
+    except OSError:
+        pass  # no log to read it from: the exit code says what it can
+    return 1
 
 
 def _function(reference: str) -> Callable[[dict[str, Any]], Any]:

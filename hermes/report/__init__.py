@@ -199,6 +199,7 @@ def format_number(value: float | None) -> str:
 
 
 TRACEBACK = "Traceback (most recent call last):"
+FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+), in ')  # of a traceback (not of faulthandler's)
 CRASHES = re.compile(r"\(its runs crashed (\d+) times; trial\.max_failures is \d+\)")  # the core's note
 
 
@@ -211,9 +212,10 @@ def every_trial_failed(trials: Sequence[TrialRecord]) -> str | None:
 
 
 def summarise_error(error: str, width: int = 160) -> str:
-    """A trial's error on one line: its reason and the last line of what it said (the exception: a program that
-    logs to stderr says much before it), unless the first line already says it; a traceback's header says nothing,
-    so it is left out, and the core's note of repeated crashes becomes a short count."""
+    """A trial's error on one line: its reason and the exception of its traceback with where it was raised, or else
+    the last line of what it said (a program that logs to stderr, or a trial told it retrains, says much before
+    it), unless the first line already says it; a traceback's header says nothing, so it is left out, and the
+    core's note of repeated crashes becomes a short count."""
     lines = [line.strip() for line in error.splitlines() if line.strip()]
     crashes = CRASHES.fullmatch(lines[-1]) if lines else None
     if crashes is not None:
@@ -221,15 +223,36 @@ def summarise_error(error: str, width: int = 160) -> str:
     if not lines:
         return ""
     first, last = lines[0].removesuffix(TRACEBACK).rstrip(": "), lines[-1]
-    message = last.partition(": ")[2] or last
-    if len(lines) == 1 or message in first:
+    reason = first.partition(": ")[0]
+    raised = _raised(error.splitlines())
+    if raised is not None:
+        exception, where = raised
+        kind, _, said = exception.partition(": ")
+        if reason.endswith(kind.rpartition(".")[2]):  # "uncaught ValueError": a warm worker's words for it
+            text = f"{reason}: {said}" if said else reason
+        else:
+            text = f"{reason} ... {exception}" if reason else exception
+        text += f", at {where}"
+    elif len(lines) == 1 or (last.partition(": ")[2] or last) in first:
         text = first
     else:  # "exit code 1: <its first line of stderr>": the reason, then its last line
-        reason = first.partition(": ")[0]
         text = f"{reason} ... {last}" if reason else last
     if crashes is not None:
         text += f" (crashed {crashes[1]} times)"
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _raised(lines: Sequence[str]) -> tuple[str, str] | None:
+    """The exception of the last Python traceback in ``lines`` and where it was raised, ``<file name>:<line>`` of its
+    innermost frame; None where there is none."""
+    frames = [(index, frame) for index, line in enumerate(lines) if (frame := FRAME.match(line))]
+    if not frames:
+        return None
+    index, frame = frames[-1]
+    exception = next((line for line in lines[index + 1:] if line.strip() and not line[0].isspace()), None)
+    if exception is None:
+        return None
+    return exception.strip(), f"{Path(frame['file']).name}:{frame['line']}"
 
 
 def format_duration(seconds: float) -> str:

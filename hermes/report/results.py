@@ -111,7 +111,7 @@ def format_results(
     names = list(dict.fromkeys(name for standing in top for name in standing.params))
     metric = view.target.name
     saved = {trial.trial_id: trial.checkpoint_step for trial in view.trials}
-    files = {s.trial_id: _files(experiment_dir, s.trial_id, saved[s.trial_id]) for s in top}
+    files = {s.trial_id: _files(experiment_dir, s, saved[s.trial_id]) for s in top}
     live = is_live(view.experiment, experiment_dir.parent / LOCK_FILE if experiment_dir is not None else None)
     states = {s.trial_id: shown_state(s.state, live) for s in top}
     if output == "json":
@@ -121,13 +121,13 @@ def format_results(
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(
-            ["rank", "trial", "state", f"best_{metric}", "best_step", f"final_{metric}", "steps", "budget",
+            ["rank", "trial", "state", f"best_{metric}", "best_step", f"final_{metric}", "steps", "budget", "reports",
              "gpu_seconds", *(f"param_{name}" for name in names), "error", "directory", "checkpoint"]
         )
         for s in top:
             writer.writerow(
                 [s.rank, s.trial_id, states[s.trial_id], _csv(s.best), _csv(s.best_step), _csv(_finite(s.final)),
-                 s.steps, s.budget, round(s.gpu_seconds, 3), *(_csv(s.params.get(name)) for name in names),
+                 s.steps, s.budget, s.reports, round(s.gpu_seconds, 3), *(_csv(s.params.get(name)) for name in names),
                  _csv(s.error), *(_csv(value) for value in files[s.trial_id].values())]
             )
         return buffer.getvalue().rstrip("\n")
@@ -163,13 +163,13 @@ def _as_json(standing: Standing) -> dict[str, Any]:
     }
 
 
-def _files(experiment_dir: Path | None, trial_id: str, saved_step: int) -> dict[str, str | None]:
+def _files(experiment_dir: Path | None, standing: Standing, saved_step: int) -> dict[str, str | None]:
     """The trial's directory, if it is on this machine, and its newest committed checkpoint, in the durable storage
-    too (None: none)."""
+    too, of a step it lists (None: none)."""
     if experiment_dir is None:
         files = TrialFiles(None, None)
     else:
-        files = trial_files(experiment_dir, trial_id, saved_step=saved_step)
+        files = trial_files(experiment_dir, standing.trial_id, saved_step=saved_step, recorded_step=standing.steps)
     return {"directory": _text(files.directory), "checkpoint": _text(files.checkpoint)}
 
 

@@ -332,13 +332,14 @@ class Session:
         return values
 
     def _start_over(self, step: int) -> None:
-        """A trial with no checkpoint of its state (no saver) began again after a resume: it retrains from
+        """A trial with no checkpoint of its state (no saver) began again after a resume or a crash: it retrains from
         scratch, as Ray Tune's function trials without checkpoints do. Its steps up to the resumed one
         are known to the scheduler already, and its executor answers them at once."""
         print(
             f"hermes: trial {self.trial_id} keeps no checkpoint of its state (trial.Checkpoint or trial.Files), "
-            f"so it starts over from step {step} after its resume at step {self.start_step}, retraining what it "
-            "had trained; register its model and optimizer to resume where it stopped (docs/trials.md)",
+            f"so this run of it, which was to go on after step {self.start_step} (a resume, or a run again after a "
+            f"crash), starts over from step {step}, retraining what it had trained; register its model and optimizer "
+            "to go on where it stopped (docs/trials.md)",
             file=sys.stderr,
             flush=True,
         )
