@@ -23,7 +23,7 @@ from typing import Any
 
 from hermes.errors import HermesError, SpecError
 from hermes.experiment import load_spec, parse_spec
-from hermes.experiment.locate import TRIAL_IS_A_FUNCTION, set_under_main_guard
+from hermes.experiment.locate import TRIAL_IS_A_FUNCTION, TRIAL_IS_NOT_ASYNC, set_under_main_guard
 from hermes.report import ExperimentView, every_trial_failed, shown_state
 from hermes.report.files import trial_files
 from hermes.report.results import standings
@@ -92,6 +92,9 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
         raise SpecError(f"trial.function: {unnamed} cannot be imported by a trial's process, which imports its "
                         f"function by module and name: give a module's top-level def (def train(config): ...){hint}",
                         [("trial.function", "not importable")])
+    if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):  # its trials would never run it
+        raise SpecError(f"trial.function: {function.__qualname__} is an async def: {TRIAL_IS_NOT_ASYNC}",
+                        [("trial.function", "an async def")])
     module, named = function.__module__, dict(trial)
     if "." in function.__qualname__:  # a method, or a function defined in another: no module has it at top level
         raise SpecError(f"trial.function: {function.__qualname__} is not a module's top-level function, which a "

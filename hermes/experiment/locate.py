@@ -26,6 +26,9 @@ _DYNAMIC = {"globals", "vars", "setattr", "__getattr__"}  # ways a module can bi
 # Why a class (a Ray Tune Trainable, say) cannot be a trial: its process would call it with the config alone.
 TRIAL_IS_A_FUNCTION = ("a trial is a function that takes the config and reports through hermes.trial "
                        "(def train(config): ...), not a class such as Ray Tune's Trainable")
+# Why an ``async def`` cannot be a trial: its process calls it and never awaits what that returns, so it never runs.
+TRIAL_IS_NOT_ASYNC = ("a trial's process calls its function without awaiting it, so an async def's body would never "
+                      "run: make it a plain def (def train(config): ...), with asyncio.run inside if it needs a loop")
 
 
 def missing_function(target: str, workdir: Path) -> str | None:
@@ -69,8 +72,10 @@ def missing_function(target: str, workdir: Path) -> str | None:
     except OSError as error:
         return f"cannot read {origin}: {error.strerror or error}"
     bound, certain, guarded = _top_level_names(tree.body)
-    if certain and _only_a_class(tree.body, name):
+    if certain and _only_defined_by(tree.body, name, ast.ClassDef):
         return f"module {module_name} ({origin}) defines {name!r} as a class: {TRIAL_IS_A_FUNCTION}"
+    if certain and _only_defined_by(tree.body, name, ast.AsyncFunctionDef):
+        return f"module {module_name} ({origin}) defines {name!r} as an async def: {TRIAL_IS_NOT_ASYNC}"
     if name in bound or not certain:
         return None
     if name in _top_level_names(guarded)[0]:
@@ -200,12 +205,12 @@ def _top_level_names(body: list[ast.stmt]) -> tuple[set[str], bool, list[ast.stm
     return bound, certain, guarded
 
 
-def _only_a_class(body: list[ast.stmt], name: str) -> bool:
-    """Whether the module's top level binds ``name`` by undecorated ``class`` statements alone (a decorator, or an
-    assignment after it, may make it a function)."""
-    classes = [node for node in body if isinstance(node, ast.ClassDef) and node.name == name]
-    others = [node for node in body if node not in classes]
-    return (bool(classes) and not any(node.decorator_list for node in classes)
+def _only_defined_by(body: list[ast.stmt], name: str, kind: type[ast.ClassDef | ast.AsyncFunctionDef]) -> bool:
+    """Whether the module's top level binds ``name`` by undecorated statements of ``kind`` alone (``class``, ``async
+    def``): a decorator, or an assignment after it, may make it a plain function."""
+    definitions = [node for node in body if isinstance(node, kind) and node.name == name]
+    others = [node for node in body if node not in definitions]
+    return (bool(definitions) and not any(node.decorator_list for node in definitions)
             and name not in _top_level_names(others)[0])
 
 

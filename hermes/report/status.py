@@ -174,8 +174,8 @@ def format_status(status: Status) -> str:
     best = status.best
     if best is None:
         reported = any(view.target.value(record.values) is not None for record in view.metrics)
-        lines.append("best        none: every value reported is NaN or infinite" if reported
-                     else "best        none yet (no trial has reported)")
+        silent = "none (no trial reported)" if experiment.status.is_final else "none yet (no trial has reported)"
+        lines.append(f"best        {'none: every value reported is NaN or infinite' if reported else silent}")
     else:
         params = printable(", ".join(f"{name}={value}" for name, value in best.params.items()))
         lines.append(

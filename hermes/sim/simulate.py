@@ -39,11 +39,13 @@ class Tolerance:
 
     @classmethod
     def parse(cls, text: str) -> Tolerance:
-        """``"1%"`` is relative, ``"0.5"`` is absolute (in the metric's unit)."""
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(%?)\s*", text)
+        """``"1%"`` is relative, ``"0.5"`` is absolute (in the metric's unit); neither may be negative (a distance)."""
+        match = re.fullmatch(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(%?)\s*", text)
         if not match:
             raise ValueError(f"target tolerance must be a number or a percentage, got {text!r}")
         amount = float(match.group(1))
+        if amount < 0:
+            raise ValueError(f"target tolerance must not be negative (a distance from the best), got {text!r}")
         return cls(amount / 100 if match.group(2) else amount, bool(match.group(2)))
 
     def within(self, value: float, best: float) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 
 from hermes.trial import protocol
 from hermes.trial.checkpoint import Checkpoint, Files, Saver, capture_rng, load_state, restore_rng
-from hermes.trial.session import Session, StopExit, SuspendExit, current
+from hermes.trial.session import ResumeError, Session, StopExit, SuspendExit, current
 
 
 def config() -> dict[str, Any]:
@@ -74,6 +74,7 @@ def report(step: int | Mapping[str, Any] | None = None, **metrics: Any) -> None:
 __all__ = [
     "Checkpoint",
     "Files",
+    "ResumeError",
     "Saver",
     "Session",
     "StopExit",
