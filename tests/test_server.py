@@ -239,6 +239,11 @@ def test_an_id_no_store_holds_is_not_found_and_a_cursor_past_one_is_refused_nami
     response = server.client.get("/api/cluster/timeline", params={"since": f"{alices}:{'9' * 5000}"},
                                  headers=server.as_("alice"))
     assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["query", "since"]
+    for since in (f"{alices}:{past}", f"{alices}:{'9' * 19}", f"{past}:0"):  # within the pattern's 19 digits
+        response = server.client.get("/api/cluster/timeline", params={"since": since}, headers=server.as_("alice"))
+        assert response.status_code == 422, (since, response.text)
+        assert response.json()["detail"][0]["loc"] == ["query", "since"]
+    server.get("/api/cluster/timeline", since=f"{alices}:{past - 1}")
     assert server.hermes.store.experiment(bobs).weight == 1.0
 
 

@@ -425,7 +425,13 @@ def cluster_timeline(
     ``RECENT_EXPERIMENTS`` last to end, on the pool's one clock. Another user's runs come without their
     experiment, trial or reasons (owner ``(other users)``), as in ``/cluster``. The cursor holds each
     experiment's timeline version; ``more`` says that a page ended before everything changed was sent."""
-    seen = dict(tuple(map(int, pair.split(":"))) for pair in since.split(",")) if since else {}
+    pairs = [tuple(map(int, pair.split(":"))) for pair in since.split(",")] if since else []
+    past = next((number for pair in pairs for number in pair if number > STORE_INT_MAX), None)
+    if past is not None:  # as the experiments' cursors are (``Cursor``): no answer gave it
+        raise RequestValidationError([{"type": "less_than_equal", "loc": ("query", "since"), "input": since,
+                                       "msg": f"holds {past}, past {STORE_INT_MAX}, the largest id or version a "
+                                              "store holds"}])
+    seen = dict(pairs)
     pooled = [record for record in hermes.store.experiments() if record.owner is not None]
     ended = sorted((r for r in pooled if r.status.is_final), key=lambda r: r.experiment_id)[-RECENT_EXPERIMENTS:]
     shown = sorted([r for r in pooled if not r.status.is_final] + ended, key=lambda r: r.experiment_id)
