@@ -225,3 +225,23 @@ def test_the_artists_drawn_do_not_grow_with_the_trials_and_runs(tmp_path: Path) 
     assert many_runs > 5 * few_runs
     assert all(count <= bound for count, bound in zip(many, few, strict=True)), (few, many)
     assert max(many) < 20
+
+
+def test_a_pool_experiment_is_drawn_from_its_first_event_not_from_the_pools_start(drawn: Draw) -> None:
+    """A pool stamps its experiments on its own clock, which had run 90 s before this one came: the runs sat in the
+    last 2% of an axis from 0 to 96 s labelled "time since the experiment started"."""
+    events = [
+        NodeAdded(90.0, "n0", ("n0/g0",)),
+        TrialSubmitted(90.0, "a", 2),
+        SubmissionsClosed(90.0),
+        TrialReported(92.0, "a", 1, 0.3),
+        TrialReported(95.0, "a", 2, 0.5),
+        TrialExited(96.0, "a", succeeded=True),
+    ]
+    _, curves, timeline = drawn("pooled", events, ExperimentStatus.FINISHED)
+    axes = timeline.axes[0]
+    assert axes.get_xlim() == (0.0, 6.0)
+    (bar,) = [collection for collection in axes.collections if len(collection.get_paths()) == 1]
+    assert sorted({x for x, _ in bar.get_paths()[0].vertices}) == [0.0, 6.0]  # the run, from its start to its end
+    time_axes = curves.axes[1]
+    assert [list(line.get_xdata()) for line in time_axes.lines if len(line.get_xdata()) == 2][0] == [2.0, 5.0]

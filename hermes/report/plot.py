@@ -62,13 +62,16 @@ def draw_figures(view: ExperimentView, events: Sequence[Event] | None = None) ->
     except ImportError:
         raise HermesError("plotting needs matplotlib: pip install 'matplotlib>=3.7'") from None
     curves, timeline = Figure(layout="constrained"), Figure(layout="constrained")
-    _draw_curves(view, curves)
-    _draw_timeline(view, timeline, _gpu_presence(events or ()))
+    # A pool's experiments are stamped on the pool's clock, which ran before they came: their time starts at their
+    # first event, as `hermes status` counts it (their runs sat at the end of an axis of the pool's whole life).
+    origin = events[0].at if events else min((trial.submitted_at for trial in view.trials), default=0.0)
+    _draw_curves(view, curves, origin)
+    _draw_timeline(view, timeline, _gpu_presence(events or ()), origin)
     return curves, timeline
 
 
-def _draw_curves(view: ExperimentView, figure: Figure) -> None:
-    """The objective per trial against its step and against time, the best trials in colour."""
+def _draw_curves(view: ExperimentView, figure: Figure, origin: float) -> None:
+    """The objective per trial against its step and against time since ``origin``, the best trials in colour."""
     target = view.target
     run_starts: dict[str, list[float]] = defaultdict(list)
     for run in view.runs:
@@ -82,10 +85,10 @@ def _draw_curves(view: ExperimentView, figure: Figure) -> None:
         value = value if math.isfinite(value) else math.nan  # a gap in the line, not a broken axis
         by_step[record.trial_id][record.step] = value
         run_number = bisect.bisect_right(run_starts[record.trial_id], record.at)
-        by_time[record.trial_id].append((record.at, value, run_number))
+        by_time[record.trial_id].append((record.at - origin, value, run_number))
     top = [s for s in standings(view) if s.best is not None][:HIGHLIGHTED]
     colours = {s.trial_id: f"C{rank}" for rank, s in enumerate(top)}
-    scale, unit = _time_scale(view.now)
+    scale, unit = _time_scale(view.now - origin)
 
     figure.set_size_inches(13, 5)
     step_axes, time_axes = figure.subplots(1, 2, sharey=True)
@@ -247,9 +250,9 @@ def _gpu_presence(events: Sequence[Event]) -> dict[str, Spans]:
     return spans
 
 
-def _draw_timeline(view: ExperimentView, figure: Figure, presence: dict[str, Spans]) -> None:
-    """One row per GPU the experiment had, one bar per run coloured by trial; the tail of a run asked to yield is
-    hatched, and a GPU's time out of the cluster shaded."""
+def _draw_timeline(view: ExperimentView, figure: Figure, presence: dict[str, Spans], origin: float) -> None:
+    """One row per GPU the experiment had, one bar per run coloured by trial, against time since ``origin``; the tail
+    of a run asked to yield is hatched, and a GPU's time out of the cluster shaded."""
     from matplotlib import colormaps
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -259,8 +262,10 @@ def _draw_timeline(view: ExperimentView, figure: Figure, presence: dict[str, Spa
     tab20 = colormaps["tab20"]
     colours = [tab20(index) for index in range(20) if index not in (14, 15)]  # no greys: bars must not look like idle
     palette = {trial.trial_id: colours[index % len(colours)] for index, trial in enumerate(view.trials)}
-    now = view.now
+    now = view.now - origin
     scale, unit = _time_scale(now)
+    presence = {gpu: [(joined - origin, None if left is None else left - origin) for joined, left in spans]
+                for gpu, spans in presence.items()}
     figure.set_size_inches(13, max(2.8, 0.5 * len(gpus) + 1.8))
     axes: Axes = figure.subplots()
     # One collection per kind of bar and one line per kind of mark, whatever the number of runs (an artist per
@@ -290,10 +295,10 @@ def _draw_timeline(view: ExperimentView, figure: Figure, presence: dict[str, Spa
     ends: dict[tuple[str, str], tuple[list[float], list[float]]] = {mark: ([], []) for mark in ENDINGS.values()}
     for run in view.runs:
         y, colour = row[run.gpu], palette.get(run.trial_id, (0.5, 0.5, 0.5))
-        start = run.started_at / scale
-        end = (run.ended_at if run.ended_at is not None else now) / scale
+        start = (run.started_at - origin) / scale
+        end = (run.ended_at - origin if run.ended_at is not None else now) / scale
         ended_by = INTERRUPTED if run.ended_at is None and open_ended else run.ended_by
-        yielding = run.yield_requested_at / scale if run.yield_requested_at is not None else end
+        yielding = (run.yield_requested_at - origin) / scale if run.yield_requested_at is not None else end
         trained.append((start, yielding - start, y))
         trained_colours.append(colour)
         if yielding < end:
