@@ -106,6 +106,9 @@ class _SharedExecutor:
         event = self._executor.submit(qualify(self._key, trial_id), work, at=at, reported_step=reported_step)
         return replace(event, trial_id=trial_id)
 
+    def now(self) -> float:
+        return self._executor.now()
+
 
 class PoolSession:
     """Runs every open experiment of ``store`` on one engine until ``stop``; see the module docstring.

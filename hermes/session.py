@@ -107,6 +107,8 @@ class ExperimentSession:
         self._told: set[str] = set()  # trials whose end the searcher has been told
         self.out_of_step: str | None = None  # why the searcher does not propose what the log holds (``replay``)
         self._asks_due = True  # an event since the last asks may let the searcher propose more
+        self._deadline: float | None = None  # when the time or GPU budget may be spent next, on the engine's clock
+        self._alarm: _Alarm | None = None  # wakes ``run``'s loop at ``_deadline``
         self._in_transit = 0  # events ``submissions`` gave that the core has not handled yet
         self._cancel_lock = threading.Lock()
         self._cancel_reason: str | None = None  # cancel() was called
@@ -206,6 +208,8 @@ class ExperimentSession:
             self.reserve.acquire()
             recorder = StoreRecorder(self.store, self.experiment_id, self.scheduler)
             loop = Engine(self.scheduler, executor, [recorder, self._after, *self.listeners], submitter=self)
+            if self.budget.seconds is not None or self.budget.gpu_seconds is not None:
+                self._alarm = _Alarm(executor.now, executor.wake)
             try:
                 self.store.set_status(self.experiment_id, ExperimentStatus.RUNNING)
                 with self._cancel_lock:  # from here on, cancel() posts to the loop itself
@@ -241,6 +245,9 @@ class ExperimentSession:
             self._check_store_file()
         finally:
             self._loop = None
+            if self._alarm is not None:
+                self._alarm.close()  # before the executor closes: no wake reaches it after
+                self._alarm = None
             self._release(executor)
         return Outcome(self.experiment_id, recovered.events > 0, status)
 
@@ -358,12 +365,13 @@ class ExperimentSession:
 
     def submissions(self, now: float) -> list[Event]:
         """The submissions the searcher and the budget allow now, when an event since the last call may
-        allow more. A host posts them to the core before any other event: a replay asks where the log holds
-        them, so the searcher must have been told exactly the events before them when it was asked. At most
-        ``SUBMISSIONS_AT_ONCE``: the rest come at the next call (``asks_due`` stays), so that a search of a
-        hundred thousand trials does not hold a pool's every other experiment, and its own cancel, for minutes."""
-        if not self._asks_due or self._in_transit:  # the last batch first: a host may handle posts out of order
-            return []
+        allow more, or the budget's deadline has come. A host posts them to the core before any other event: a
+        replay asks where the log holds them, so the searcher must have been told exactly the events before them
+        when it was asked. At most ``SUBMISSIONS_AT_ONCE``: the rest come at the next call (``asks_due`` stays), so
+        that a search of a hundred thousand trials does not hold a pool's every other experiment, and its own
+        cancel, for minutes."""
+        if not (self._asks_due or self._deadline_passed(now)) or self._in_transit:  # the last batch first: a host
+            return []                                                                # may handle posts out of order
         self._asks_due = False
         submissions = self._submissions(now)
         self._in_transit = len(submissions)
@@ -371,8 +379,12 @@ class ExperimentSession:
 
     @property
     def asks_due(self) -> bool:
-        """Whether ``submissions`` may have more to give now."""
-        return self._asks_due
+        """Whether ``submissions`` may have more to give now. A host that asks this between events (a pool, at
+        each of its polls) ends an experiment whose budget is spent while its trials are in long steps."""
+        return self._asks_due or (self._deadline is not None and self._deadline_passed(self.executor.now()))
+
+    def _deadline_passed(self, now: float) -> bool:
+        return self._deadline is not None and now >= self._deadline
 
     # ------------------------------------------------------------------ trials from the searcher
     def _submissions(self, now: float) -> list[Event]:
@@ -380,11 +392,14 @@ class ExperimentSession:
         submissions, or cancel the experiment once its time or GPU budget is spent."""
         events: list[Event] = []
         if self._cancelled:
+            self._arm(None)
             return events
         if self._budget_spent(now):
             self._cancelled = self._closed = True
             self.ended_by = BUDGET_SPENT
+            self._arm(None)
             return [ExperimentCancelled(now, BUDGET_SPENT)]
+        self._arm(self._budget_deadline(now))
         if self._closed:
             return events
         searcher, budget = self.searcher, self.budget
@@ -442,6 +457,24 @@ class ExperimentSession:
         return (budget.seconds is not None and self._elapsed(now) >= budget.seconds) or (
             budget.gpu_seconds is not None and self._gpu_seconds(now) >= budget.gpu_seconds
         )
+
+    def _budget_deadline(self, now: float) -> float | None:
+        """The earliest moment the budget may be spent if no event comes before: the time budget's end, or when the
+        trials running now use up the GPU seconds left. No event may come for long (every trial in a long step),
+        and a hard limit must not wait for one (``submissions``, ``_Alarm``)."""
+        budget, moments = self.budget, []
+        if budget.seconds is not None:
+            moments.append(now + budget.seconds - self._elapsed(now))
+        if budget.gpu_seconds is not None:
+            running = sum(trial.running_since is not None for trial in self.scheduler.trials.values())
+            if running:
+                moments.append(now + (budget.gpu_seconds - self._gpu_seconds(now)) / running)
+        return min(moments, default=None)
+
+    def _arm(self, deadline: float | None) -> None:
+        self._deadline = deadline
+        if self._alarm is not None:
+            self._alarm.set(deadline)
 
     def _elapsed(self, now: float) -> float:
         """Seconds since the experiment's first event: a pool's clock was running before it came."""
@@ -512,6 +545,43 @@ class ExperimentSession:
                 value = None if best is None or trial.state is FAILED else self.objective.value(best)
                 if self.out_of_step is None:
                     self.searcher.on_end(int(trial.trial_id), value, stopped=trial.state is STOPPED)
+
+
+class _Alarm:
+    """A thread that calls ``wake`` once ``clock`` reaches the moment last ``set`` (None: none): the engine loop
+    waits for its executor's next event, and a budget spent while every trial is in a long step must end the
+    experiment then, not at the next report. The core keeps no clock; this shell of it does."""
+
+    def __init__(self, clock: Callable[[], float], wake: Callable[[], None]) -> None:
+        self._clock, self._wake = clock, wake
+        self._at: float | None = None
+        self._closed = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="hermes-budget-alarm", daemon=True)
+        self._thread.start()
+
+    def set(self, at: float | None) -> None:
+        with self._changed:
+            if at != self._at:
+                self._at = at
+                self._changed.notify()
+
+    def close(self) -> None:
+        """Stop the thread; once this returns, ``wake`` is not called again."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        with self._changed:
+            while not self._closed:
+                left = None if self._at is None else self._at - self._clock()
+                if left is not None and left <= 0:
+                    self._at = None
+                    self._wake()
+                else:
+                    self._changed.wait(left)
 
 
 def _out_of_step(submitted: TrialSubmitted, proposed: Config | None) -> str:

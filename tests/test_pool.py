@@ -234,18 +234,35 @@ def test_a_pool_started_again_goes_on_from_the_latest_time_in_its_store(tmp_path
     store.close()
 
 
+class PoolDied(Exception):
+    """The pool's end right after its store recorded a cancel (``DiesAfterACancel``)."""
+
+
+class DiesAfterACancel(SqlStore):
+    """A pool's store that ends the pool once a cancel and its Stops are committed, before any is carried out, as
+    ``kill -9`` there would: a stopped trial is killed at once, so nothing else leaves one asked to stop."""
+
+    def record_events(self, experiment_id: int, records: Any) -> list[int]:
+        seqs = super().record_events(experiment_id, records)
+        if any(isinstance(event, ExperimentCancelled) for event, _, _ in records):
+            raise PoolDied
+        return seqs
+
+
 def test_an_experiment_whose_cancel_was_under_way_when_the_pool_stopped_ends_cancelled(tmp_path: Path) -> None:
     """The cancel's Stops were decided, and its running trial had not ended yet, when the pool stopped: the next
     pool ended that trial on taking the experiment up, and recorded the experiment finished."""
     store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
     experiment_id = submit(store, pool_spec("slow", 1, 3.0, budget=4))
-    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
-    with running(pool):  # stopped within the trial's 3 s step: it is still running, asked to stop at its next report
-        wait_for(lambda: any(isinstance(e, Start) for e in (r.decision for r in store.decisions(experiment_id))),
-                 TIMEOUT, "its trial to start")
-        store.request_cancel(experiment_id)
-        wait_for(lambda: any(isinstance(e, ExperimentCancelled) for e in store.events(experiment_id)), TIMEOUT,
-                 "the cancel to be decided")
+    pool = PoolSession(DiesAfterACancel(f"sqlite:///{tmp_path}/pool.db"), tmp_path,
+                       resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
+    runner = threading.Thread(target=lambda: pytest.raises(PoolDied, pool.run))
+    runner.start()
+    wait_for(lambda: any(isinstance(e, Start) for e in (r.decision for r in store.decisions(experiment_id))),
+             TIMEOUT, "its trial to start")
+    store.request_cancel(experiment_id)
+    runner.join(TIMEOUT)
+    assert any(isinstance(e, ExperimentCancelled) for e in store.events(experiment_id))
     assert [t.state for t in store.trials(experiment_id)] == [TrialState.RUNNING]
     assert status(store, experiment_id) is ExperimentStatus.INTERRUPTED
     again = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
@@ -355,8 +372,8 @@ def test_an_experiment_a_dead_pool_ran_that_can_no_longer_run_fails_alone(tmp_pa
 def test_an_experiment_that_raises_any_error_at_its_take_up_or_its_start_fails_alone(tmp_path: Path) -> None:
     """One user's experiment stopped the pool, and every start from the store met it again: reading its spec raised
     an error not of Hermes (Path.resolve's RuntimeError on links that loop), or its trials' folders could not be
-    made (a file where they go). The first fails with its reason, the other's trials fail; the pool and the other
-    users' experiment go on."""
+    made (a file where they go). Each fails with its reason (the file is refused as its spec is read); the pool and
+    the other users' experiment go on."""
 
     def read_spec(record: ExperimentRecord) -> ExperimentSpec:
         """As a host of the pool may read a spec: its storage dir resolved first, strictly."""
@@ -379,9 +396,10 @@ def test_an_experiment_that_raises_any_error_at_its_take_up_or_its_start_fails_a
     failed = store.experiment(looped)
     assert failed.status is ExperimentStatus.FAILED, failed
     assert (failed.error or "").startswith("the pool could not take it up: "), failed  # RuntimeError; 3.13: ELOOP's
-    trials = store.trials(blocked)
-    assert trials and all(trial.state is TrialState.FAILED for trial in trials)
-    assert {trial.error for trial in trials} == {"cannot make its folder: Not a directory"}
+    refused = store.experiment(blocked)
+    assert refused.status is ExperimentStatus.FAILED, refused
+    assert "storage.dir: " in (refused.error or "") and "the experiment's folder, is not a directory" in refused.error
+    assert not store.trials(blocked)
     check_completed(store, tmp_path, calm, 2, 5)
     store.close()
 

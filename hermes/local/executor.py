@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 
 from hermes.core.decisions import Decision, Resume, Start, Stop, Suspend
@@ -100,6 +101,7 @@ class LocalExecutor(Executor[TrialLaunch]):
         }
         self._trials: dict[str, LocalTrial] = {}
         self._occupied: dict[str, LocalTrial] = {}  # slot name -> the trial that holds it
+        self._killed_done: dict[str, tuple[str, int | None]] = {}  # killed having lost nothing: why, suspended step
         self._closed = False
         nodes: dict[str, tuple[str, ...]] = {}
         for slot in self.slots.values():
@@ -251,6 +253,8 @@ class LocalExecutor(Executor[TrialLaunch]):
         return self.checkpoint_every if every is None else every
 
     def emit(self, event: Event) -> None:
+        if isinstance(event, TrialExited) and event.trial_id in self._killed_done:
+            event = self._lost_nothing(event)
         self._events.append(event)
         if isinstance(event, TrialReported):
             self.watchdog.reported(event.trial_id, event.at)
@@ -366,11 +370,29 @@ class LocalExecutor(Executor[TrialLaunch]):
         self._launcher(trial).stop(run)
 
     def _kill_hung(self) -> None:
-        """Kill the trials the watchdog finds past a limit: each ends as failed, saying which."""
+        """Kill the trials the watchdog finds past a limit: each ends as failed, saying which, but one that reported
+        its budget's last step or committed its suspension, which was only slow to exit (``_lost_nothing``)."""
         for trial_id, reason in self.watchdog.overdue(self.now()):
-            run = self._trials[trial_id].run
+            trial = self._trials[trial_id]
+            run = trial.run
             if run is not None and run.reporting and run.error is None:
+                if run.suspended_step is not None or trial.last_step >= trial.launch.budget:
+                    self._killed_done[trial_id] = (reason, run.suspended_step)
                 self.fail(run, reason)
+
+    def _lost_nothing(self, event: TrialExited) -> Event:
+        """The end of a trial killed after its budget's last step: the crash after its last step that the core
+        counts as completed (as Ray Tune ends a trial at its last iteration); after committing its suspension: that
+        suspension. Ended otherwise meanwhile (stopped, say), as it ended."""
+        reason, suspended_step = self._killed_done.pop(event.trial_id)
+        if event.error != reason:
+            return event
+        if suspended_step is None:
+            return replace(event, crashed=True)
+        timing = self._trials[event.trial_id].timing
+        if timing is not None:
+            timing.suspended = event.at
+        return TrialSuspended(event.at, event.trial_id, suspended_step)
 
     def _anything_reporting(self) -> bool:
         return any(run.reporting for launcher in self.launchers.values() for run in launcher.runs())

@@ -67,13 +67,12 @@ class Handshake:
     def report(
         self, step: int, metrics: Mapping[str, float], checkpointed: bool, at: float, metric: str | None
     ) -> tuple[str | None, TrialReported | None]:
-        """A report came: an answer to give at once (stop, or a catch-up's continue), or the event
-        to hand to the core, whose answer waits for ``settle``."""
+        """A report came: an answer to give at once (a catch-up's), or the event to hand to the core, whose
+        answer waits for ``settle``. A stopped trial's new report is handed on too (the core keeps it, as Ray
+        Tune keeps what a trial reported before it ended), and answered "stop"."""
         value = objective_value(metrics, metric, step)
-        if self.stop_requested:
-            return protocol.STOP, None
         if step <= self.progress.last_step:  # catching up from an older checkpoint: known already
-            return protocol.CONTINUE, None
+            return protocol.STOP if self.stop_requested else protocol.CONTINUE, None
         self.awaiting = self.progress.reported(step, value, metrics, checkpointed, at)
         return None, self.awaiting
 

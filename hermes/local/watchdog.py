@@ -9,6 +9,10 @@ ends. Two limits apply to a watched trial (``TrialLimits``, from the spec's ``tr
   itself: silent for that many times its slowest step so far (two reports of one run apart),
   but never less than ``stall_min`` seconds, so a short pause (an evaluation) is not a hang.
 
+A trial that committed its suspension only has to exit: it is overdue ``EXIT_GRACE`` seconds later (a thread
+that is no daemon keeps its process alive). Killed then, or past a limit once it reported its budget's last step
+(a stuck teardown, a slow final save), it lost nothing: the executor counts it suspended, or completed.
+
 The executor asks ``deadline`` how long its loop may sleep, and ``overdue`` which trials to kill.
 Running time is counted by this runner: a rerun after a crash counts anew. On Ray, each node's
 agent counts its own runs, and the driver adds those a trial ran on other nodes (``TrialLaunch.ran``).
@@ -19,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hermes.errors import HermesError
+
+EXIT_GRACE = 30.0  # seconds a trial that committed its suspension has to exit
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +51,7 @@ class _Watch:
     last_report_at: float | None = None  # its last report in this run: the next one times a step
     slowest_step: float = 0.0
     limits: TrialLimits | None = None  # the trial's own; None: the watchdog's
+    exit_by: float | None = None  # it committed its suspension in this run, and must exit by then
 
 
 @dataclass(slots=True)
@@ -59,7 +66,7 @@ class Watchdog:
         watch = self._watches.setdefault(trial_id, _Watch(ran=ran, limits=limits))
         if watch.since is None:
             watch.since = watch.heard_at = now
-            watch.last_report_at = None
+            watch.last_report_at = watch.exit_by = None
             self._watched[trial_id] = watch
 
     def reported(self, trial_id: str, now: float) -> None:
@@ -69,6 +76,12 @@ class Watchdog:
         if watch.last_report_at is not None:
             watch.slowest_step = max(watch.slowest_step, now - watch.last_report_at)
         watch.heard_at = watch.last_report_at = now
+
+    def exiting(self, trial_id: str, now: float) -> None:
+        """It committed its suspension: all it has left to do is exit, within ``EXIT_GRACE`` seconds."""
+        watch = self._watched.get(trial_id)
+        if watch is not None and watch.exit_by is None:
+            watch.exit_by = now + EXIT_GRACE
 
     def stopped(self, trial_id: str, now: float, *, ended: bool = False) -> None:
         """It gave up its slot (suspended, lost, or killed by the watchdog), or ``ended``: not watched."""
@@ -110,4 +123,6 @@ class Watchdog:
             found.append((watch.heard_at + silence,
                           f"hung: no report for {silence:.3g}s, while its slowest step took {watch.slowest_step:.3g}s "
                           f"(trial.stall: factor {limits.stall_factor:g}, min {limits.stall_min:g}s)"))
+        if watch.exit_by is not None:
+            found.append((watch.exit_by, f"it did not exit within {EXIT_GRACE:g}s of committing its suspension"))
         return found

@@ -20,6 +20,7 @@ from hermes.core.events import (
     NodeAdded,
     NodeRemoved,
     TrialExited,
+    TrialReported,
     TrialSuspended,
 )
 from hermes.core.states import TrialState
@@ -172,7 +173,8 @@ class ExperimentStore(ABC):
 
     @abstractmethod
     def set_status(self, experiment_id: int, status: ExperimentStatus, error: str | None = None) -> None:
-        """``error``: why it failed, kept on the record (None leaves the stored reason as it is)."""
+        """``error``: why it failed, kept on the record (None leaves the stored reason as it is for a status of
+        failed, and clears it for any other)."""
 
     # ------------------------------------------------------------------ a pool's experiments (hermes.pool)
     @abstractmethod
@@ -307,6 +309,7 @@ class RunTimeline:
         self._open: dict[str, int] = {}  # trial id -> index in runs
         self._node_gpus: dict[str, set[str]] = {}
         self._stopping: set[str] = set()
+        self._reported: set[str] = set()  # trials with a report: one that exits without any failed (the core's rule)
 
     def open_run(self, trial_id: str) -> int | None:
         """The index of the trial's run that has not ended yet, if any."""
@@ -315,12 +318,15 @@ class RunTimeline:
     def feed(self, event: Event, decisions: Sequence[DecisionRecord]) -> set[int]:
         """Apply one event and its decisions; return the indices of the runs they opened or changed."""
         changed: set[int] = set()
-        if isinstance(event, TrialSuspended):
+        if isinstance(event, TrialReported):
+            self._reported.add(event.trial_id)
+        elif isinstance(event, TrialSuspended):
             changed |= self._close(event.trial_id, event.at, "suspended")
         elif isinstance(event, TrialExited):
             stopped = event.trial_id in self._stopping
+            completed = event.succeeded and event.trial_id in self._reported  # else "ended without a report"
             changed |= self._close(
-                event.trial_id, event.at, "stopped" if stopped else "completed" if event.succeeded else "failed"
+                event.trial_id, event.at, "stopped" if stopped else "completed" if completed else "failed"
             )
         elif isinstance(event, NodeAdded):
             self._node_gpus[event.node] = set(event.gpus)

@@ -268,6 +268,7 @@ class Session:
 
     def report(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Send the metrics of ``step``, wait for the scheduler's answer and obey it."""
+        self._check_channel()
         try:
             if isinstance(step, bool):
                 raise TypeError
@@ -313,6 +314,18 @@ class Session:
         self.last_step = step
         self._send({"type": protocol.REPORT, "step": step, "metrics": values, "checkpointed": checkpointed})
         self._obey(step, checkpointed=checkpointed, metrics=values)
+
+    def _check_channel(self) -> None:
+        """Refuse a report this process has no channel of its own for, before its step or budget is judged (an
+        unmodified program's report past its budget has no channel first of all). A process forked from the
+        trial's shares the trial's pipes: the answers would reach either process, and the trial's steps and
+        checkpoints would not learn of the child's report."""
+        if isinstance(self._channel, NoChannel):
+            raise HermesError(NO_CHANNEL)
+        if _forked_from is not None:
+            raise HermesError(f"trial {self.trial_id}: report() was called in a process forked from the trial's "
+                              f"(pid {_forked_from}), which shares its channel: report from the trial's own process "
+                              "(hand it the child's results, through a multiprocessing.Queue, say)")
 
     def _numbers(self, metrics: Mapping[str, Any]) -> dict[str, float]:
         """The metrics as the store keeps them, floats. The objective must be one; another metric that is no number
@@ -503,6 +516,16 @@ def _release_device_cache() -> None:
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
 
+
+_forked_from: int | None = None  # in a process forked from one that imported hermes.trial: its parent's pid
+
+
+def _note_fork() -> None:
+    global _forked_from
+    _forked_from = os.getppid()
+
+
+os.register_at_fork(after_in_child=_note_fork)  # a multiprocessing "fork" child, a process of os.fork()
 
 _current: Session | None = None
 _running: dict[str, Session] = {}  # in a warm worker, its trials that run (computing or parked), by id

@@ -39,7 +39,13 @@ from hermes.trial import protocol
 MAX_LINE = 1 << 20  # bytes of a line kept: of a longer one (a progress bar drawn without \r or \n), the last ones
 _SEGMENT = re.compile(rb"[^\r\n]*[\r\n]")  # a segment of output with the byte that ends it
 NUMBER = r"[-+]?[\d.]+(?:[eE][-+]?\d+)?"  # a group's pattern that reads a whole number as Python prints it: 1e-05
+GROUPED_NUMBER = r"[-+]?[\d,.]*\d(?:[eE][-+]?\d+)?"  # ...and one with thousands separators: 1,000.00
 _GOES_ON = re.compile(r"[eE][-+]?\d|\.?\d")  # what, right after a number, makes it part of a longer one
+_REST = re.compile(r"\d*(?:\.\d*)?(?:[eE][-+]?\d+)?")  # the rest of a number that goes on
+_INTEGER = re.compile(r"[-+]?\d{1,3}(?:,\d{3})*")  # a whole number that thousands separators may go on
+# its thousands that go on: groups of three digits, then not another field of a comma-separated line (3,150,0.5)
+_THOUSANDS = re.compile(r"(?:,\d{3})+(?!\d|,\d)(?:\.\d*)?(?:[eE][-+]?\d+)?")
+_GROUPED = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][-+]?\d+)?")  # a number with thousands separators
 
 
 class ProcessLauncher(Launcher):
@@ -205,6 +211,7 @@ class ProcessLauncher(Launcher):
             self.host.report(run, int(message["step"]), metrics, bool(message["checkpointed"]))
         elif message["type"] == protocol.SUSPENDED:
             run.suspended_step = int(message["step"])
+            self.host.watchdog.exiting(run.trial.trial_id, self.host.now())
         else:
             raise ValueError(f"unknown message type {message['type']!r}")
 
@@ -368,18 +375,19 @@ class ScriptLauncher(ProcessLauncher):
         name = "value" if "value" in groups else host.metric_of(trial) or ""
         if name not in groups:
             return None  # the objective's group is optional in the pattern and did not match: not a report
-        cut = next((group for group, found in groups.items()
-                    if _number(found) is not None and _GOES_ON.match(text, match.end(group))), None)
+        cut = next(((group, printed) for group, found in groups.items()
+                    for printed in [_printed(found, text, match.end(group))] if printed is not None), None)
         if cut is not None:  # [\d.]+ reads 1e-05 as 1: the number it read is not the one printed
-            host.fail(run, f"trial.metrics_regex's group {cut!r} read {groups[cut]!r} {_in(text)}, where the number "
-                           f"goes on: read it whole, with (?P<{cut}>{NUMBER})")
+            group, printed = cut
+            whole = GROUPED_NUMBER if "," in printed else NUMBER
+            host.fail(run, f"trial.metrics_regex's group {group!r} read {groups[group]!r} {_in(text)}, where the "
+                           f"number goes on: read it whole, with (?P<{group}>{whole})")
             return None
         if name not in metrics:
             run.misread = run.misread or f"its group {name!r} read {groups[name]!r}, not a number, {_in(text)}"
             return None
-        try:
-            step = int(groups["step"]) if "step" in groups else None
-        except ValueError:
+        step = _whole(groups["step"]) if "step" in groups else None
+        if "step" in groups and step is None:
             run.misread = run.misread or f"its group 'step' read {groups['step']!r}, not a whole number, {_in(text)}"
             return None
         if step is not None and step < 1:
@@ -445,10 +453,34 @@ def _lines(output: Output, chunk: bytes) -> list[bytes]:
 
 
 def _number(text: str) -> float | None:
+    """A group's text as a number: as Python reads it, or written with thousands separators (1,000.5)."""
     try:
-        return float(text)
+        return float(text.replace(",", "") if _GROUPED.fullmatch(text) else text)
     except ValueError:
         return None
+
+
+def _whole(text: str) -> int | None:
+    """A step group's text as a whole number: written as one, or as an integral float (Hugging Face's ``'epoch':
+    1.0``); None for another."""
+    number = _number(text)
+    return int(number) if number is not None and number.is_integer() else None
+
+
+def _printed(found: str, text: str, at: int) -> str | None:
+    """The number the program printed where a group read only its start, ``found``, up to ``at`` in ``text``: an
+    exponent, more digits or thousands go on after it (``[\\d.]+`` reads 1e-05 as 1, 1,000.00 as 1). None where
+    ``found`` is a number printed whole, or what goes on leaves its value as it is (``\\d+`` reads 1 of 1.0)."""
+    number = _number(found)
+    if number is None:
+        return None
+    thousands = _THOUSANDS.match(text, at) if _INTEGER.fullmatch(found) else None
+    if thousands is not None:
+        return found + thousands.group()
+    if not _GOES_ON.match(text, at):
+        return None
+    printed = found + _REST.match(text, at).group()
+    return None if _number(printed) == number else printed
 
 
 def _in(line: str) -> str:

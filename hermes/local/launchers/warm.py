@@ -122,8 +122,10 @@ class WarmLauncher(Launcher):
             run.silent = True  # the core already counts it as stopped
             if not run.spilling:
                 self._say(run, protocol.STOP)
-            return
-        run.handshake.stop_requested = True  # answered "stop" at its next report: it ends cleanly
+        else:
+            run.handshake.stop_requested = True  # answered "stop" at the report it waits on, or at its next one
+        if _only_stopped(run.worker):
+            self._kill(run.worker)  # it ends now, not at its next report; the slot's next trial starts a new one
 
     def answer(self, run: Run, word: str) -> None:
         self._say(run, word)
@@ -229,13 +231,15 @@ class WarmLauncher(Launcher):
             raise ValueError(f"unknown message type {kind!r}")
 
     def _parked(self, run: Run, step: int) -> None:
-        """The trial suspended into memory: its slot is free. Spill it if memory is short."""
+        """The trial suspended into memory: its slot is free. Spill it if memory is short; end it if it was stopped."""
         trial, worker, host = run.trial, run.worker, self.host
         run.parked = True
         host.release(trial, run.slot)
         trial.timing.suspended = host.now()
         host.emit(TrialSuspended(trial.timing.suspended, trial.trial_id, step))
-        if resident_bytes(worker.process.pid) > self.worker_memory_limit:
+        if run.handshake.stop_requested:  # stopped while it suspended: the core counts it as stopped from here on
+            self.stop(run)
+        elif resident_bytes(worker.process.pid) > self.worker_memory_limit:
             self._retire(worker)
         elif meminfo("MemAvailable") < self.memory_reserve:
             self.spill(run)
@@ -314,7 +318,9 @@ class WarmLauncher(Launcher):
             pass  # commands it never read: it is dead
         for run in list(worker.runs.values()):
             del worker.runs[run.trial.trial_id]
-            if not (run.parked or run.silent):
+            if run.handshake.stop_requested and not run.silent:
+                host.emit(TrialExited(host.now(), run.trial.trial_id, False, "stopped"))
+            elif not (run.parked or run.silent):
                 said = tail(worker.log, worker.log_start)
                 reason = run.error or f"its worker died, {exit_reason(code)}" + (f": {said}" if said else "")
                 host.emit(TrialExited(host.now(), run.trial.trial_id, False, reason, crashed=run.error is None))
@@ -341,3 +347,15 @@ class WarmLauncher(Launcher):
                         run.error = run.error or f"protocol error: {error!r}"
                 self._kill(worker)
                 return
+
+
+def _only_stopped(worker: Worker) -> bool:
+    """Whether killing ``worker`` ends a stopped trial now, in the middle of its step, and loses nothing: one of its
+    runs computes with a stop requested (no report of it waits for an answer, which would end it cleanly), and every
+    other run it holds is stopped too and writes no checkpoint. A parked trial that lives on keeps the worker: the
+    stopped one is answered "stop" at its next report instead."""
+    runs = worker.runs.values()
+    computing = any(run.handshake.stop_requested and not run.parked and run.handshake.awaiting is None for run in runs)
+    return computing and all(
+        (run.silent and not run.spilling) or (run.handshake.stop_requested and not run.parked) for run in runs
+    )
