@@ -14,7 +14,7 @@ from hermes.core.cluster import Node
 from hermes.core.decisions import Decision, Resume, Start, Suspend
 from hermes.core.states import PENDING, RUNNING, SUSPENDING
 from hermes.core.trial import Trial
-from hermes.core.policy import SchedulingPolicy
+from hermes.core.policy import SchedulingPolicy, checked_priority, plugin_raised
 
 
 class NodeScheduler:
@@ -38,8 +38,8 @@ class NodeScheduler:
         Ties go to the earlier arrival. With ``free``, only trials that may run on one of those
         GPUs; without it, only trials that may leave their GPU (movable, or never started).
         """
-        priority_of = self.policy.priority
-        if self.policy.order_version is not None:
+        policy = self.policy
+        if policy.order_version is not None:
             return self._from_sorted(now, limit, free, exclude)
         if limit == 1:  # the common case: one pass, no list
             best_priority, best = 0.0, None
@@ -48,7 +48,7 @@ class NodeScheduler:
                     continue
                 if not (trial.movable or trial.last_gpu is None or (free is not None and trial.last_gpu in free)):
                     continue
-                priority = priority_of(trial, now)
+                priority = checked_priority(policy, trial, now)
                 if priority is not None and (
                     best is None or priority > best_priority or (priority == best_priority and trial.seq < best.seq)
                 ):
@@ -60,7 +60,7 @@ class NodeScheduler:
                 continue
             if not (trial.movable or trial.last_gpu is None or (free is not None and trial.last_gpu in free)):
                 continue
-            priority = priority_of(trial, now)
+            priority = checked_priority(policy, trial, now)
             if priority is not None:
                 ranked.append((-priority, trial.seq, trial))
         return [(-key, trial) for key, _, trial in heapq.nsmallest(limit, ranked, key=_rank_key)]
@@ -69,13 +69,13 @@ class NodeScheduler:
         self, now: float, limit: int, free: list[str] | None, exclude: Collection[str]
     ) -> list[tuple[float, Trial]]:
         """``ranked_waiting`` from the cached order: trials that stopped waiting are skipped lazily."""
-        key = self.policy.order_version
+        policy = self.policy
+        key = policy.order_version
         if self._sorted_for != key:
-            priority_of = self.policy.priority
             entries = []
             for trial in self.node.members.values():
                 if trial.waiting:
-                    priority = priority_of(trial, now)
+                    priority = checked_priority(policy, trial, now)
                     if priority is not None:
                         entries.append((-priority, trial.seq, trial))
             entries.sort()  # by (-priority, seq); seqs are unique, so trials are never compared
@@ -92,7 +92,7 @@ class NodeScheduler:
                 continue
             if not (trial.movable or trial.last_gpu is None or (free is not None and trial.last_gpu in free)):
                 continue
-            priority = self.policy.priority(trial, now)
+            priority = checked_priority(policy, trial, now)
             if priority is None:
                 continue
             chosen.append((priority, trial))
@@ -111,21 +111,8 @@ class NodeScheduler:
         if trial in self._listed:
             ordered.remove(trial)  # a stale entry from an earlier wait
             self._listed.discard(trial)
-        priority_of = self.policy.priority
-        priority = priority_of(trial, now)
-        if priority is None:
-            return
-        low, high = 0, len(ordered)
-        while low < high:
-            middle = (low + high) // 2
-            other = ordered[middle]
-            other_priority = priority_of(other, now)
-            if other_priority is None or (-other_priority, other.seq) > (-priority, trial.seq):
-                high = middle
-            else:
-                low = middle + 1
-        ordered.insert(low, trial)
-        self._listed.add(trial)
+        if insort_by_priority(ordered, trial, self.policy, now):
+            self._listed.add(trial)
 
     def fill(self, now: float) -> list[Decision]:
         """Give every free GPU to the best waiting trials, each on its last GPU when that is free."""
@@ -159,18 +146,19 @@ class NodeScheduler:
     def review(self, trial: Trial, now: float) -> list[Decision]:
         """Preempt running ``trial`` if its turn is over and a better trial waits on this node."""
         policy = self.policy
-        if (
-            not policy.time_sharing
-            or trial.state is not RUNNING
-            or trial.stop_requested
-            or not policy.turn_over(trial, now)
-        ):
+        if not policy.time_sharing or trial.state is not RUNNING or trial.stop_requested:
+            return []
+        try:
+            turn_over = policy.turn_over(trial, now)
+        except Exception as error:
+            raise plugin_raised(policy, "turn_over", error, trial) from error
+        if not turn_over:
             return []
         best = self.ranked_waiting(now, 1, [trial.gpu], self.claims.values())
         if not best:
             return []
         challenger_priority, challenger = best[0]
-        mine = policy.priority(trial, now)
+        mine = checked_priority(policy, trial, now)
         if mine is not None and (mine, -trial.seq) > (challenger_priority, -challenger.seq):
             return []
         self.claims[trial.trial_id] = challenger.trial_id
@@ -179,6 +167,25 @@ class NodeScheduler:
     def suspend(self, trial: Trial) -> list[Decision]:
         trial.move_to(SUSPENDING)
         return [Suspend(trial.trial_id)]
+
+
+def insort_by_priority(ordered: list[Trial], trial: Trial, policy: SchedulingPolicy, now: float) -> bool:
+    """Put ``trial`` into ``ordered`` (sorted by a time-invariant order, ``SchedulingPolicy.order_version``) where
+    a binary search with live priorities finds its place; False, and left out, where the policy says not now."""
+    priority = checked_priority(policy, trial, now)
+    if priority is None:
+        return False
+    low, high = 0, len(ordered)
+    while low < high:
+        middle = (low + high) // 2
+        other = ordered[middle]
+        other_priority = checked_priority(policy, other, now)
+        if other_priority is None or (-other_priority, other.seq) > (-priority, trial.seq):
+            high = middle
+        else:
+            low = middle + 1
+    ordered.insert(low, trial)
+    return True
 
 
 _rank_key = itemgetter(0, 1)  # (-priority, seq) of a (-priority, seq, trial) entry

@@ -8,12 +8,15 @@ never the other way round.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
+from numbers import Real
 from typing import Any, ClassVar, Mapping
 
 from hermes.core.trial import Trial
+from hermes.errors import HermesError
 
 
 class Verdict(str, Enum):
@@ -58,7 +61,7 @@ class SchedulingPolicy(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if not hasattr(cls, "name"):
+        if "name" not in cls.__dict__:  # its own body's: a parent's name would make it pass for its parent
             cls.name = cls.__name__
 
     def __init__(self, period: float = 60.0) -> None:
@@ -68,10 +71,14 @@ class SchedulingPolicy(ABC):
 
     @abstractmethod
     def priority(self, trial: Trial, now: float) -> float | None:
-        """Higher runs first; None means the trial must not run now. Ties go to the earlier arrival."""
+        """Higher runs first; None means the trial must not run now. Ties go to the earlier arrival.
+
+        A number (int, float or any ``numbers.Real``) that is not NaN, or None: the core refuses anything else
+        (``PluginError``), NaN included, since it compares false with everything."""
 
     def observe(self, trial: Trial, now: float) -> Verdict:
-        """Called after each report of ``trial`` (already recorded on it)."""
+        """Called after each report of ``trial`` (already recorded on it). Anything but a ``Verdict`` (the string
+        "stop", None) is refused (``PluginError``)."""
         return Verdict.CONTINUE
 
     def configure(self, profile: ExecutionProfile) -> None:
@@ -106,7 +113,7 @@ class EarlyStopper(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if not hasattr(cls, "name"):
+        if "name" not in cls.__dict__:  # as for SchedulingPolicy
             cls.name = cls.__name__
 
     @abstractmethod
@@ -118,3 +125,42 @@ class EarlyStopper(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
+
+
+class PluginError(HermesError):
+    """A policy or an early stopper raised, or answered what the core cannot use. It names the plug-in (its import
+    path), the method and the problem, so that the experiment's failure says whose code to fix."""
+
+
+def plugin_raised(plugin: SchedulingPolicy | EarlyStopper, method: str, error: Exception,
+                  trial: Trial | None = None) -> PluginError:
+    """``error``, raised by the plug-in's ``method``, as the plug-in's error (the caller chains the original)."""
+    about = f" (trial {trial.trial_id})" if trial is not None else ""
+    return PluginError(f"{_described(plugin)}: {method}() raised {type(error).__name__}: {error}{about}")
+
+
+def plugin_answered(plugin: SchedulingPolicy | EarlyStopper, method: str, trial: Trial, answer: object,
+                    expected: str) -> PluginError:
+    """An answer of the plug-in's ``method`` that the core cannot use, said with what it must be."""
+    return PluginError(f"{_described(plugin)}: {method}() returned {answer!r} ({type(answer).__name__}) for trial "
+                       f"{trial.trial_id}; it must return {expected}")
+
+
+def checked_priority(policy: SchedulingPolicy, trial: Trial, now: float) -> float | None:
+    """``policy.priority``, where the core asks it: what it raises, or an answer that does not rank (not a number;
+    NaN, whose place would depend on the order trials are looked at), fails as the policy's ``PluginError``."""
+    try:
+        priority = policy.priority(trial, now)
+    except Exception as error:
+        raise plugin_raised(policy, "priority", error, trial) from error
+    if priority is None or type(priority) is int or (type(priority) is float and not math.isnan(priority)):
+        return priority  # the common cases, cheaply
+    if isinstance(priority, Real) and not math.isnan(priority):  # numpy's floats, a bool, a Fraction
+        return priority
+    raise plugin_answered(policy, "priority", trial, priority, "a number (not NaN), or None for not now")
+
+
+def _described(plugin: SchedulingPolicy | EarlyStopper) -> str:
+    """The plug-in by kind and import path: what a spec names it by, and where its code is."""
+    kind = "policy" if isinstance(plugin, SchedulingPolicy) else "early stopper"
+    return f"{kind} {type(plugin).__module__}:{type(plugin).__qualname__}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Collection, Iterable, Sequence
 
 from hermes.core.cluster import Cluster, Node
@@ -32,11 +33,20 @@ from hermes.core.events import (
     TrialSubmitted,
     TrialSuspended,
 )
-from hermes.core.node_scheduler import NodeScheduler
+from hermes.core.node_scheduler import NodeScheduler, insort_by_priority
 from hermes.core.states import COMPLETED, FAILED, HOLDING_GPU, RUNNING, STOPPED, SUSPENDED, SUSPENDING
 from hermes.core.trial import Trial
 from hermes.errors import HermesError
-from hermes.core.policy import PAUSE, STOP, EarlyStopper, SchedulingPolicy
+from hermes.core.policy import (
+    PAUSE,
+    STOP,
+    EarlyStopper,
+    SchedulingPolicy,
+    Verdict,
+    checked_priority,
+    plugin_answered,
+    plugin_raised,
+)
 
 
 NO_REPORT = ("ended without a report: a function trial calls hermes.trial.report(step, metric=value); a program "
@@ -85,12 +95,17 @@ class Scheduler:
         self.max_failures = max_failures
         self.objective = objective or Objective()
         self.stopper = stopper
-        # A policy without time-sharing runs one trial per GPU: the rest wait unplaced, in arrival order.
+        # A policy without time-sharing runs one trial per GPU: the rest wait unplaced, and the trial placed is the
+        # next to start, so the policy's best is placed first (``_best_unplaced``).
         self.trials_per_gpu = max_trials_per_gpu if policy.time_sharing else 1
         self.trials: dict[str, Trial] = {}
         self.cluster = Cluster()
         self.node_schedulers: dict[str, NodeScheduler] = {}
-        self.unplaced: dict[str, Trial] = {}
+        self.unplaced: dict[str, Trial] = {}  # in arrival order
+        # Unplaced trials sorted by a policy without time-sharing that promises a time-invariant order, for the
+        # ``order_version`` it is valid for (as ``NodeScheduler`` keeps its waiting trials)
+        self._queue: list[Trial] = []
+        self._queue_for: int | None = None
         self.submissions_open = True
         self.finished = False
         self._unfinished = 0  # trials not yet terminal
@@ -116,6 +131,7 @@ class Scheduler:
         policy.load_state_dict(state)
         policy.attach(self.trials)
         self.policy = policy
+        self._queue_for = None
         for node_scheduler in self.node_schedulers.values():
             node_scheduler.policy = policy
 
@@ -179,10 +195,14 @@ class Scheduler:
             raise HermesError(f"trial {event.trial_id} submitted twice")
         if event.budget < 1:
             raise HermesError(f"trial {event.trial_id}: budget must be at least 1 step, got {event.budget}")
-        trial = Trial(event.trial_id, len(self.trials), event.budget, event.at, dict(event.params), event.movable)
+        # read-only, so that a policy cannot change what the store records as the trial's hyper-parameters
+        params = MappingProxyType(dict(event.params))
+        trial = Trial(event.trial_id, len(self.trials), event.budget, event.at, params, event.movable)
         trial.idle_since = event.at
         self.trials[trial.trial_id] = trial
         self.unplaced[trial.trial_id] = trial
+        if self._queue_for is not None and self._queue_for == self.policy.order_version:
+            insort_by_priority(self._queue, trial, self.policy, event.at)
         self._unfinished += 1
         return self._place_and_fill(event.at, set())
 
@@ -198,9 +218,7 @@ class Scheduler:
             trial.checkpoint_step = event.step
         if trial.stop_requested:
             return []
-        verdict = self.policy.observe(trial, event.at)
-        if self.stopper is not None and self.stopper.should_stop(trial):
-            verdict = STOP
+        verdict = self._observe(trial, event.at)
         if self._replaying or event.step == trial.budget:
             return []  # the log says what followed; or, at its budget, it exits by itself
         if verdict is STOP or event.step > trial.budget:  # past its budget: it ignores it, and ends here
@@ -211,6 +229,26 @@ class Scheduler:
         if verdict is PAUSE:
             return node_scheduler.suspend(trial)
         return node_scheduler.review(trial, event.at)
+
+    def _observe(self, trial: Trial, now: float) -> Verdict:
+        """The policy's verdict on the trial's report, and the stopper's; what either raises, or a verdict that is no
+        ``Verdict`` (the string "stop" equals STOP, but an answer of the wrong kind is a bug), is the plug-in's
+        ``PluginError``."""
+        policy = self.policy
+        try:
+            verdict = policy.observe(trial, now)
+        except Exception as error:
+            raise plugin_raised(policy, "observe", error, trial) from error
+        if type(verdict) is not Verdict:
+            raise plugin_answered(policy, "observe", trial, verdict, "a Verdict (Verdict.CONTINUE, PAUSE or STOP)")
+        stopper = self.stopper
+        if stopper is not None:
+            try:
+                if stopper.should_stop(trial):
+                    return STOP
+            except Exception as error:
+                raise plugin_raised(stopper, "should_stop", error, trial) from error
+        return verdict
 
     def _on_suspended(self, event: TrialSuspended) -> list[Decision]:
         trial = self._trial(event.trial_id)
@@ -317,6 +355,7 @@ class Scheduler:
                 self.unplaced[trial.trial_id] = trial
         self._lose_processes(node.occupant.keys(), node.members.values())
         self.unplaced = dict(sorted(self.unplaced.items(), key=lambda item: item[1].seq))
+        self._queue_for = None  # trials came back unplaced: the queue is sorted again
         return self._place_and_fill(event.at, set())
 
     def _on_gpu_added(self, event: GpuAdded) -> list[Decision]:
@@ -353,6 +392,7 @@ class Scheduler:
                 self.unplaced[member.trial_id] = member
             node.members.clear()
             self.unplaced = dict(sorted(self.unplaced.items(), key=lambda item: item[1].seq))
+            self._queue_for = None  # as in ``_on_node_removed``
 
     def _on_submissions_closed(self, event: SubmissionsClosed) -> list[Decision]:
         self._close_submissions(True)
@@ -375,7 +415,10 @@ class Scheduler:
 
     def _close_submissions(self, closed: bool) -> None:
         self.submissions_open = not closed
-        self.policy.submissions_closed(closed)
+        try:
+            self.policy.submissions_closed(closed)
+        except Exception as error:
+            raise plugin_raised(self.policy, "submissions_closed", error) from error
 
     def _refuse_if_finished(self, event: Event) -> None:
         """A finished core takes only a reopening, and the loss of nodes: a runner that continues a finished
@@ -430,16 +473,49 @@ class Scheduler:
         )
 
     def _place(self) -> set[Node]:
-        """Put unplaced trials, in arrival order, on the least loaded nodes that have room."""
+        """Put unplaced trials on the least loaded nodes that have room: in arrival order; without time-sharing, the
+        policy's best first (one it says not now to waits)."""
         touched: set[Node] = set()
         while self.unplaced:
             node = self._least_loaded_with_room()
             if node is None:
                 break
-            trial = self.unplaced.pop(next(iter(self.unplaced)))
+            trial = next(iter(self.unplaced.values())) if self.policy.time_sharing else self._best_unplaced()
+            if trial is None:
+                break
+            del self.unplaced[trial.trial_id]
             self._join(trial, node)
             touched.add(node)
         return touched
+
+    def _best_unplaced(self) -> Trial | None:
+        """The unplaced trial the policy ranks first (ties: the earlier arrival), None if it says not now to all: a
+        scan, or the sorted queue where the policy promises a time-invariant order (a scan per placement would take
+        time quadratic in the trials waiting)."""
+        policy, unplaced, now = self.policy, self.unplaced, self._last_time
+        if policy.order_version is None:
+            best, best_priority = None, 0.0
+            for trial in unplaced.values():
+                priority = checked_priority(policy, trial, now)
+                if priority is not None and (best is None or priority > best_priority):
+                    best, best_priority = trial, priority
+            return best
+        if self._queue_for != policy.order_version:
+            entries = []
+            for trial in unplaced.values():
+                priority = checked_priority(policy, trial, now)
+                if priority is not None:
+                    entries.append((-priority, trial.seq, trial))
+            entries.sort()  # by (-priority, seq); seqs are unique, so trials are never compared
+            self._queue = [trial for _, _, trial in entries]
+            self._queue_for = policy.order_version
+        queue = self._queue
+        while queue and queue[0].trial_id not in unplaced:
+            queue.pop(0)  # placed or ended since
+        for trial in queue:
+            if trial.trial_id in unplaced and checked_priority(policy, trial, now) is not None:
+                return trial
+        return None
 
     def _least_loaded_with_room(self, besides: Node | None = None) -> Node | None:
         """The node with room (``besides`` left out) that one more trial would load least, the first of equals.
@@ -574,8 +650,9 @@ class Scheduler:
         if self._unfinished and not self.cluster.gpu_count:
             return []  # wait for GPUs to come back
         decisions: list[Decision] = []
+        self._place()  # a priority may have changed meanwhile: one that was not now, of a trial unplaced
         for node_scheduler in self.node_schedulers.values():
-            decisions += self._fill(node_scheduler, self._last_time)  # a priority may have changed meanwhile
+            decisions += self._fill(node_scheduler, self._last_time)  # or placed
         if decisions:
             return decisions
         for trial in self.trials.values():

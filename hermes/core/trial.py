@@ -20,7 +20,7 @@ class Trial:
     seq: int  # arrival order, the tie-breaker everywhere
     budget: int
     submitted_at: float
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] = field(default_factory=dict)  # read-only: the core's trials hold a MappingProxyType
     movable: bool = True  # may resume on another GPU (its state is in a checkpoint, not a resident process)
     state: TrialState = PENDING
     waiting: bool = True  # pending or suspended: it could be given a GPU now (kept in step with state)

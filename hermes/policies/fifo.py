@@ -9,6 +9,7 @@ from hermes.core.policy import SchedulingPolicy
 class FifoPolicy(SchedulingPolicy):
     name = "fifo"
     time_sharing = False
+    order_version = 0  # a waiting trial's priority, -seq, never changes
 
     def priority(self, trial: Trial, now: float) -> float:
         return -trial.seq

@@ -1034,10 +1034,13 @@ def _rung_value(trial: Trial, after: float, noise: float) -> float:
             break
         steps.append(step)
         scores.append(score)
-    total = math.fsum(scores)
+    n = len(scores)
+    try:
+        total = math.fsum(scores)
+    except OverflowError:  # finite scores whose sum is not (a metric that blew up to 1e308): their mean, no trend
+        return math.fsum(score / n for score in scores)
     if not math.isfinite(total):
         return -math.inf
-    n = len(scores)
     mean = total / n
     if n < 2 or not math.isfinite(noise):
         return mean
@@ -1045,13 +1048,17 @@ def _rung_value(trial: Trial, after: float, noise: float) -> float:
     sxx = math.fsum((x - mean_step) ** 2 for x in steps)
     if sxx <= 0:
         return mean
-    slope = math.fsum((x - mean_step) * (y - mean) for x, y in zip(steps, scores)) / sxx
+    try:
+        slope = math.fsum((x - mean_step) * (y - mean) for x, y in zip(steps, scores)) / sxx
+    except (OverflowError, ValueError):  # products past the float range, of both signs: no trend to measure
+        return mean
     lead = steps[0] - mean_step  # from the stretch's centre to its last report
     rise = slope * lead
-    if rise == 0:
+    if rise * rise == 0:  # no trend, or one too small to square (below 1e-154): the mean is where it stands
         return mean
     weight = max(0.0, 1.0 - noise * lead * lead / sxx / (rise * rise))
-    return mean + weight * rise
+    value = mean + weight * rise
+    return value if math.isfinite(value) else mean  # a trend past the float range (near 1e308) is none to trust
 
 
 def _score_among(ordered: list[float], value: float) -> float:

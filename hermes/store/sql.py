@@ -304,6 +304,12 @@ class SqlStore(ExperimentStore):
                 raise StoreError(f"no experiment with id {experiment_id} in {self.url}")
             if error is not None:
                 self._set_settings(connection, experiment_id, error=error)
+            elif ExperimentStatus(status) is not ExperimentStatus.FAILED:  # why it failed is past: it ran on
+                connection.execute(
+                    EXPERIMENT_SETTINGS.update()
+                    .where(EXPERIMENT_SETTINGS.c.experiment_id == experiment_id)
+                    .values(error=None)
+                )
 
     # ------------------------------------------------------------------ a pool's experiments
     def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str = "", weight: float = 1.0) -> int:

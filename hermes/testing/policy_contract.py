@@ -23,6 +23,8 @@ through the real core. A policy is made as ``make_policy(name, period=30.0)`` an
 
 For a policy:
 
+- ``priority`` is a number (not NaN) or None, for every unfinished trial at every event, and ``observe``
+  returns a ``Verdict``: the core refuses anything else as the policy's ``PluginError``;
 - the same events give the same decisions;
 - ``priority`` answers without changing the policy's state, or any later decision;
 - a policy that promises a time-invariant order (``order_version``) gets from the core's cached
@@ -45,7 +47,7 @@ import pytest
 
 from hermes.core.decisions import Decision, Stop
 from hermes.core.events import Event, SubmissionsClosed
-from hermes.core.policy import EarlyStopper, SchedulingPolicy
+from hermes.core.policy import EarlyStopper, PluginError, SchedulingPolicy, checked_priority
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.execution.engine import Engine
 from hermes.policies import make_policy, make_stopper
@@ -55,6 +57,7 @@ from hermes.sim.synthetic import synthetic_trace
 __all__ = [
     "policy_name",
     "stopper_name",
+    "test_priority_and_observe_answer_what_the_core_takes",
     "test_the_same_events_give_the_same_decisions",
     "test_priority_does_not_change_state",
     "test_a_time_invariant_order_equals_a_full_scan",
@@ -158,6 +161,21 @@ def _count_events(name: str, *, stopper: str | None = None) -> tuple[list[str], 
 
 
 # ---------------------------------------------------------------------------------------- policies
+def test_priority_and_observe_answer_what_the_core_takes(policy_name: str) -> None:
+    """Asked of every unfinished trial at every event, ``priority`` answers a number that is not NaN, or None; the
+    run's reports get ``Verdict``s from ``observe``. The core would fail the experiment on any other answer."""
+
+    def ask_everything(scheduler: Scheduler, event: Event, decisions: list[Decision]) -> None:
+        for trial in scheduler.trials.values():
+            if not trial.state.is_terminal:
+                checked_priority(scheduler.policy, trial, event.at)
+
+    try:
+        run(policy_name, ask_everything)
+    except PluginError as error:  # as the suite's other failures: an AssertionError that says what went wrong
+        raise AssertionError(str(error)) from error
+
+
 def test_the_same_events_give_the_same_decisions(policy_name: str) -> None:
     first = run(policy_name)
     assert len(first) >= 60, f"{len(first)} decisions: every one of the 60 trials must start"
@@ -180,7 +198,8 @@ def test_priority_does_not_change_state(policy_name: str) -> None:
 
 def test_a_time_invariant_order_equals_a_full_scan(policy_name: str) -> None:
     if not make_policy(policy_name, period=PERIOD).time_sharing:
-        pytest.skip("without time-sharing no trial waits on a node: the core keeps them unplaced, in arrival order")
+        pytest.skip("without time-sharing no trial waits on a node: the core keeps them unplaced, and places the "
+                    "best first")
     compared = 0
 
     def compare(scheduler: Scheduler, event: Event, decisions: list[Decision]) -> None:

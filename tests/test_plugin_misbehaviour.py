@@ -1,0 +1,305 @@
+"""Plug-ins that misbehave: a policy or a stopper that raises, answers what the core cannot use, or edits what it
+only reads; and a policy without time-sharing, whose priority decides which waiting trial starts next.
+
+The core refuses a misbehaving plug-in as its ``PluginError``, which names it, the method and the problem, in the
+simulator and on a real run alike (there: the experiment's failure, and a ``hermes: error:`` line). The plug-ins
+are defined here; a runner in a subprocess imports them from this file, with ``tests`` on its path.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hermes.core.decisions import Start
+from hermes.core.events import NodeAdded, TrialReported, TrialSubmitted
+from hermes.core.policy import EarlyStopper, PluginError, SchedulingPolicy, Verdict
+from hermes.core.scheduler import Scheduler
+from hermes.core.trial import Trial
+from hermes.policies import POLICIES, STOPPERS, make_policy, make_stopper
+from hermes.policies.hermes import HermesPolicy, _rung_value
+from hermes.policies.rr import RoundRobinPolicy
+from hermes.policies.stopping import MedianStopper
+from hermes.report import open_store, pick_experiment
+from hermes.sim.simulate import simulate
+from hermes.sim.trace import Trace, TraceTrial
+from hermes.store import ExperimentStatus
+from hermes.testing import policy_contract
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+HERE = Path(__file__).stem  # the module a runner imports the plug-ins from
+TIMEOUT = 120
+
+
+# ---------------------------------------------------------------------------------------------- the plug-ins
+class Mutator(RoundRobinPolicy):
+    """Breaks "policies only read a trial": it edits the hyper-parameters in place."""
+
+    def observe(self, trial: Trial, now: float) -> Verdict:
+        trial.params["rate"] = 123.0  # type: ignore[index]
+        return Verdict.CONTINUE
+
+
+class RaisesInPriority(RoundRobinPolicy):
+    """Raises for a trial that reported: when a turn ends, say, with another trial waiting."""
+
+    def priority(self, trial: Trial, now: float) -> float:
+        if trial.step >= 1:
+            raise RuntimeError("boom in priority")
+        return super().priority(trial, now)
+
+
+class StringPriority(RoundRobinPolicy):
+    def priority(self, trial: Trial, now: float) -> Any:
+        return "high"
+
+
+class NaNForTheSecond(RoundRobinPolicy):
+    """Cannot rank the second trial to arrive: NaN, which compares false with everything."""
+
+    def priority(self, trial: Trial, now: float) -> float:
+        return math.nan if trial.seq == 1 else super().priority(trial, now)
+
+
+class StringVerdict(RoundRobinPolicy):
+    """Says "stop", which equals Verdict.STOP as a string, but is no Verdict."""
+
+    def observe(self, trial: Trial, now: float) -> Any:
+        return "stop"
+
+
+class NoVerdict(RoundRobinPolicy):
+    """Forgets to return its verdict."""
+
+    def observe(self, trial: Trial, now: float) -> Any:
+        self.last_step = trial.step  # and no return
+
+
+class RaisingStopper(EarlyStopper):
+    def should_stop(self, trial: Trial) -> bool:
+        if trial.step >= 2:
+            raise ValueError("stopper boom")
+        return False
+
+
+class HighestRateFirst(SchedulingPolicy):
+    """Without time-sharing: each trial to its end, the one with the highest rate first."""
+
+    time_sharing = False
+
+    def priority(self, trial: Trial, now: float) -> float:
+        return float(trial.params["rate"])
+
+
+class MyHermes(HermesPolicy):
+    """Hermes with a tweak (none yet): it sets no name of its own."""
+
+
+class MyMedian(MedianStopper):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def trace(rates: list[float], epochs: int = 3, mode: str = "max", metric: float | None = None) -> Trace:
+    """Trials ``t0``, ``t1``... of ``epochs`` 10-second epochs, each with its ``rate`` param; ``metric``: the value
+    every epoch of ``t0`` reports (a blown-up one), the others rising with their rate."""
+    trials = []
+    for index, rate in enumerate(rates):
+        curve = tuple(metric if metric is not None and index == 0 else 1 - math.exp(-rate * (step + 1))
+                      for step in range(epochs))
+        trials.append(TraceTrial(f"t{index}", curve, (10.0,) * epochs, False, {"rate": rate}))
+    return Trace("test", mode, tuple(trials))
+
+
+def starts(rates: list[float], policy: SchedulingPolicy, gpus: int, nodes: int = 1, seed: int = 3) -> list[str]:
+    result = simulate(trace(rates), policy, gpus=gpus, nodes=nodes, seed=seed, record=True)
+    return [trial_id for _, kind, trial_id, _ in result.decisions if kind == "Start"]
+
+
+def environment() -> dict[str, str]:
+    """This checkout's hermes, and this file's plug-ins, for a runner."""
+    paths = [str(ROOT), str(TESTS), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in paths if path)}
+
+
+def hermes(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hermes.cli", *args], cwd=cwd, env=environment(), check=False,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+
+
+def write_spec(directory: Path, name: str, policy: str, rates: list[float], steps: int = 3, slots: int = 2) -> Path:
+    """A real experiment of curve trials (tests/trials/curve.py), one per rate, on CPU slots."""
+    spec = {
+        "name": name,
+        "trial": {"function": "trials.curve:train", "workdir": str(TESTS)},
+        "search": {"sampler": "list", "configs": [{"rate": rate, "sleep": 0.05} for rate in rates]},
+        "metric": {"name": "score", "mode": "max"},
+        "budget": {"steps": steps},
+        "policy": {"name": policy, "period": 0.2},
+        "resources": {"gpus": "none", "cpu_slots": slots},
+        "storage": {"dir": "runs"},
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "experiment.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def stored(directory: Path) -> tuple[Any, list[Any], list[Any]]:
+    """The stored experiment, its trials and its decisions."""
+    store = open_store(directory / "runs")
+    try:
+        experiment = pick_experiment(store, None)
+        trials = store.trials(experiment.experiment_id)
+        decisions = [record.decision for record in store.decisions(experiment.experiment_id)]
+        return experiment, trials, decisions
+    finally:
+        store.close()
+
+
+def core_with(policy: SchedulingPolicy, stopper: EarlyStopper | None = None) -> Scheduler:
+    """A core with one GPU and trials ``a`` (rate 0.5) and ``b`` (rate 0.25), ``a`` running."""
+    scheduler = Scheduler(policy, stopper=stopper)
+    scheduler.handle(NodeAdded(0.0, "n", ("n/g0",)))
+    scheduler.handle(TrialSubmitted(0.0, "a", 5, {"rate": 0.5}))
+    scheduler.handle(TrialSubmitted(0.0, "b", 5, {"rate": 0.25}))
+    return scheduler
+
+
+# ---------------------------------------------------------------------------------------------- the tests
+def test_a_policy_cannot_change_the_hyper_parameters_the_store_keeps(tmp_path: Path) -> None:
+    """A policy that wrote ``trial.params["rate"] = 123.0`` overwrote what the store, the results and the trace keep
+    of every trial: they are read-only, so its observe fails, naming it, and the store keeps what ran."""
+    rates = [0.5, 0.25]
+    result = hermes("run", str(write_spec(tmp_path, "mutator", f"{HERE}:Mutator", rates)), "--no-live", cwd=tmp_path)
+    experiment, trials, _ = stored(tmp_path)
+    assert sorted(trial.params["rate"] for trial in trials) == sorted(rates), result.stderr
+    assert f"policy {HERE}:Mutator: observe() raised TypeError" in result.stderr
+    assert experiment.status is ExperimentStatus.FAILED
+
+
+def test_without_time_sharing_the_policy_decides_which_waiting_trial_starts_next_in_the_simulator() -> None:
+    """Without time-sharing trials started in arrival order, whatever the priority said. The first arrivals start
+    at once, one per GPU (nothing else waits yet); every later start is the highest rate of those waiting."""
+    rates = [0.1, 0.7, 0.3, 0.9, 0.5, 0.2, 0.8, 0.4]
+    for gpus, nodes in ((1, 1), (2, 2)):
+        arrivals = [curve.name for curve in trace(rates).shuffled(3)]
+        first, waiting = arrivals[:gpus], arrivals[gpus:]
+        expected = first + sorted(waiting, key=lambda name: -rates[int(name[1:])])
+        assert expected != arrivals  # else this proves nothing
+        assert starts(rates, HighestRateFirst(), gpus, nodes) == expected, (gpus, nodes)
+    # FIFO's priority is arrival order: unchanged
+    assert starts(rates, make_policy("fifo"), 2, 2) == [curve.name for curve in trace(rates).shuffled(3)]
+
+
+def test_without_time_sharing_the_policy_decides_which_waiting_trial_starts_next_on_a_real_run(
+    tmp_path: Path,
+) -> None:
+    rates = [0.3, 0.2, 0.9, 0.5]
+    path = write_spec(tmp_path, "highest", f"{HERE}:HighestRateFirst", rates, steps=2, slots=1)
+    result = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    _, trials, decisions = stored(tmp_path)
+    rate_of = {trial.trial_id: trial.params["rate"] for trial in trials}
+    started = [rate_of[decision.trial_id] for decision in decisions if isinstance(decision, Start)]
+    assert started == [0.3, 0.9, 0.5, 0.2]  # the first alone at once, then the highest rate of those waiting
+
+
+@pytest.mark.parametrize("policy", [StringVerdict, NoVerdict])
+def test_a_verdict_that_is_no_verdict_is_refused_naming_the_policy(policy: type[SchedulingPolicy]) -> None:
+    """"stop" (a string equal to Verdict.STOP) and None were taken as CONTINUE."""
+    scheduler = core_with(policy())
+    with pytest.raises(PluginError, match=rf"^policy {HERE}:{policy.__name__}: observe\(\) returned .* for trial a; "
+                                          r"it must return a Verdict"):
+        scheduler.handle(TrialReported(1.0, "a", 1, 0.5))
+    with pytest.raises(AssertionError, match=rf"policy {HERE}:{policy.__name__}: observe\(\) returned"):
+        policy_contract.test_priority_and_observe_answer_what_the_core_takes(f"{HERE}:{policy.__name__}")
+
+
+def test_a_nan_priority_is_refused_whatever_the_arrival_order() -> None:
+    """NaN compares false with everything: the trial ran first where it arrived first, and never after another."""
+    for seed in range(3):
+        with pytest.raises(PluginError, match=rf"^policy {HERE}:NaNForTheSecond: priority\(\) returned nan \(float\) "
+                                              r"for trial t\d; it must return a number \(not NaN\), or None"):
+            simulate(trace([0.1, 0.2, 0.3, 0.4]), NaNForTheSecond(period=5.0), gpus=1, seed=seed)
+    with pytest.raises(AssertionError, match=r"priority\(\) returned nan"):
+        policy_contract.test_priority_and_observe_answer_what_the_core_takes(f"{HERE}:NaNForTheSecond")
+
+
+@pytest.mark.parametrize("mode", ["max", "min"])
+def test_hermes_ranks_a_metric_that_blew_up_to_1e308_and_the_experiment_ends(mode: str) -> None:
+    """The sum of two reports of 1e308 overflowed in hermes's rung value (OverflowError: intermediate overflow in
+    fsum): the experiment could never end. Now such a stretch is valued at its mean, as one report of it is; so is
+    one whose trend lies past the float range, or is too small to square."""
+    result = simulate(trace([0.5, 0.2, 0.3, 0.4], epochs=6, mode=mode, metric=1e308), make_policy("hermes"), gpus=1)
+    assert result.trials == 4 and result.makespan_s > 0
+    blown = Trial("blown", 0, 6, 0.0)
+    for step in range(1, 5):
+        blown.record(step, 1e308, 1e308 if mode == "max" else -1e308, float(step))
+    assert _rung_value(blown, 0, 1.0) == (1e308 if mode == "max" else -1e308)  # the best of scores, or the worst
+    swinging = Trial("swinging", 1, 6, 0.0)
+    for step, score in enumerate((-1e308, 1e308, -1e308, 1e308), start=1):  # a trend past the float range
+        swinging.record(step * 10, score, score, float(step))
+    assert math.isfinite(_rung_value(swinging, 0, 1.0))
+    creeping = Trial("creeping", 2, 6, 0.0)
+    for step in range(1, 5):  # a trend too small to square: ZeroDivisionError
+        creeping.record(step, step * 1e-300, step * 1e-300, float(step))
+    assert _rung_value(creeping, 0, 0.0) == pytest.approx(2.5e-300)
+
+
+def test_a_plugin_that_raises_or_answers_nonsense_fails_in_the_simulator_naming_itself(tmp_path: Path) -> None:
+    """It surfaced as a raw traceback through the core's frames; a str priority even ran to the end on one GPU."""
+    rates = [0.1, 0.2, 0.3]
+    with pytest.raises(PluginError, match=rf"^policy {HERE}:RaisesInPriority: priority\(\) raised RuntimeError: "
+                                          r"boom in priority \(trial t\d\)$"):
+        simulate(trace(rates), RaisesInPriority(period=5.0), gpus=1)
+    with pytest.raises(PluginError, match=rf"^early stopper {HERE}:RaisingStopper: should_stop\(\) raised "
+                                          r"ValueError: stopper boom \(trial t\d\)$"):
+        simulate(trace(rates), RoundRobinPolicy(period=5.0), gpus=1, stopper=RaisingStopper())
+    with pytest.raises(PluginError, match=rf"^policy {HERE}:StringPriority: priority\(\) returned 'high' \(str\)"):
+        simulate(trace(rates), StringPriority(), gpus=1)
+    path = tmp_path / "trace.csv"
+    path.write_text("trial,epoch,metric,seconds\n" + "".join(f"t{t},{e},{0.1 * t + 0.01 * e},1\n"
+                                                            for t in range(3) for e in (1, 2)))
+    result = hermes("simulate", "--trace", str(path), "--mode", "max", "--gpus", "1",
+                    "--policy", f"{HERE}:StringPriority", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"hermes: error: policy {HERE}:StringPriority: priority() returned 'high' (str)")
+
+
+def test_a_policy_that_raises_fails_the_run_naming_itself_and_a_fixed_rerun_clears_the_error(tmp_path: Path) -> None:
+    """The run ended in a traceback (exit code 1) and stored "RuntimeError: boom in priority", naming no plug-in;
+    continued to its end with a fixed policy, ``hermes status`` still showed that error."""
+    rates = [0.5, 0.25, 0.4]
+    path = write_spec(tmp_path, "boom", f"{HERE}:RaisesInPriority", rates, steps=5)
+    result = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"hermes: error: policy {HERE}:RaisesInPriority: priority() raised RuntimeError: boom in priority" \
+        in result.stderr
+    experiment, _, _ = stored(tmp_path)
+    assert experiment.status is ExperimentStatus.FAILED
+    assert experiment.error.startswith(f"PluginError: policy {HERE}:RaisesInPriority: priority() raised RuntimeError")
+
+    write_spec(tmp_path, "boom", "rr", rates, steps=5)  # the same experiment, continued with a policy that works
+    result = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    experiment, _, _ = stored(tmp_path)
+    assert experiment.status is ExperimentStatus.FINISHED and experiment.error is None
+    status = hermes("status", "runs", cwd=tmp_path)
+    assert status.returncode == 0 and "boom in priority" not in status.stdout, status.stdout
+
+
+def test_a_subclass_that_sets_no_name_is_named_after_its_class() -> None:
+    """``class MyHermes(HermesPolicy): pass`` reported itself as hermes."""
+    assert MyHermes.name == "MyHermes" and MyMedian.name == "MyMedian"
+    assert simulate(trace([0.1, 0.2]), MyHermes(), gpus=1).policy == "MyHermes"
+    assert [make_policy(name).name for name in POLICIES] == list(POLICIES)  # the built-ins keep theirs
+    assert [make_stopper(name).name for name in STOPPERS] == list(STOPPERS)
