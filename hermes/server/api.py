@@ -202,7 +202,7 @@ def submit(body: SubmitRequest, hermes: HermesDep, user: UserDep) -> Experiment:
 @router.get("/experiments", summary="the experiments you may see, oldest first")
 def experiments(hermes: HermesDep, user: UserDep) -> list[Experiment]:
     return [
-        _summary(experiment, hermes.digest(experiment))
+        _summary(experiment, None).model_copy(update=hermes.overview(experiment))
         for experiment in hermes.store.experiments()
         if user.may_see(experiment.owner)
     ]

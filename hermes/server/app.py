@@ -88,6 +88,7 @@ class Hermes:
         self._pool_lock = threading.Lock()  # ``close`` stops the pool that runs, not one replaced meanwhile
         self._digests: OrderedDict[int, ExperimentDigest] = OrderedDict()  # least recently read first
         self._digests_lock = threading.Lock()
+        self._ended: dict[int, tuple[ExperimentRecord, dict[str, Any]]] = {}  # ended experiments' overviews
 
     def parse(self, data: dict[str, Any], owner: str, folder: str = "") -> ExperimentSpec:
         """The spec as its owner's area reads it, as if its file lay in ``folder`` there (relative to
@@ -161,6 +162,21 @@ class Hermes:
             self._digests.move_to_end(experiment.experiment_id)
         digest.refresh(experiment.status)
         return digest
+
+    def overview(self, experiment: ExperimentRecord) -> dict[str, Any]:
+        """What the experiment list shows of it: trials by state, the best. An open experiment's comes from its
+        digest; an ended one's changes no more (``is_final``), so it is read once, without the event log, and kept
+        apart from the digests (a few numbers each) while its record stays as it was: a list of more experiments
+        than ``DIGESTS_KEPT`` dropped each digest before reading it again, so every poll rebuilt every digest from
+        its whole log. A record that changed (a failed one run again) has it read again."""
+        if not experiment.status.is_final:
+            return self.digest(experiment).overview()
+        kept = self._ended.get(experiment.experiment_id)
+        if kept is not None and kept[0] == experiment:
+            return kept[1]
+        overview = ExperimentDigest.ended_overview(self.store, experiment)
+        self._ended[experiment.experiment_id] = (experiment, overview)
+        return overview
 
     def start(self) -> None:
         """Run the submitted experiments: the pool, in a thread of its own, until ``close``. A second server of
