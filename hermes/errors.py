@@ -5,6 +5,9 @@ from __future__ import annotations
 import errno
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})  # what a full disk, or a full quota, raises
+# What a trial's checkpoint or folder meets where its storage, not the trial, is at fault: a full disk or quota, a
+# file-size limit (ulimit -f), a read-only file system; the run stops as for a full disk
+STORAGE_LIMIT_ERRNOS = NO_SPACE_ERRNOS | {errno.EFBIG, errno.EROFS}
 # What a host out of open files (ulimit -n), processes (a pids limit) or memory raises where a process or a pipe is made
 HOST_LIMIT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
 

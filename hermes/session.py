@@ -35,7 +35,7 @@ from hermes.core.events import (
 )
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import FAILED, STOPPED
-from hermes.errors import HOST_LIMIT_ERRNOS, NO_SPACE_ERRNOS, ClusterLost, HermesError, HostLimit, NoSpaceError
+from hermes.errors import HOST_LIMIT_ERRNOS, STORAGE_LIMIT_ERRNOS, ClusterLost, HermesError, HostLimit, NoSpaceError
 from hermes.execution.contract import Executor
 from hermes.execution.engine import Engine
 from hermes.execution.registry import make_engine
@@ -224,15 +224,18 @@ class ExperimentSession:
             # output's reader gone, a store locked by another process or made read-only
             except (KeyboardInterrupt, NoSpaceError, ClusterLost, BrokenPipeError, StoreUnavailable):
                 self._record_end(ExperimentStatus.INTERRUPTED)
+                self._check_store_file()  # a rerun would not continue it, but start over
                 raise
             except OSError as error:
                 if error.errno in HOST_LIMIT_ERRNOS:
                     self._record_end(ExperimentStatus.INTERRUPTED)
+                    self._check_store_file()
                     raise HostLimit(f"{error.strerror} (errno {errno.errorcode.get(error.errno)})") from error
-                if error.errno not in NO_SPACE_ERRNOS:
+                if error.errno not in STORAGE_LIMIT_ERRNOS:
                     self._record_end(ExperimentStatus.FAILED, f"{type(error).__name__}: {error}")
                     raise
                 self._record_end(ExperimentStatus.INTERRUPTED)
+                self._check_store_file()
                 raise NoSpaceError(f"{error.filename or 'a file'}: {error.strerror}") from error
             except BaseException as error:  # a bug of ours, most likely: `hermes status` says what it was
                 self._record_end(ExperimentStatus.FAILED, f"{type(error).__name__}: {error}")

@@ -30,7 +30,7 @@ from hermes.core.events import (
     TrialSuspended,
 )
 from hermes.core.policy import ExecutionProfile
-from hermes.errors import HOST_LIMIT_ERRNOS, NO_SPACE_ERRNOS, HermesError
+from hermes.errors import HOST_LIMIT_ERRNOS, STORAGE_LIMIT_ERRNOS, HermesError
 from hermes.execution.contract import Executor
 from hermes.local.guard import Guard
 from hermes.local.launch import WARM_SWITCH_COST, TrialLaunch
@@ -320,7 +320,7 @@ class LocalExecutor(Executor[TrialLaunch]):
             trial.directory.mkdir(parents=True, exist_ok=True)
             (trial.directory / protocol.CONFIG_FILE).write_text(json.dumps(dict(trial.launch.config)))
         except OSError as error:
-            if error.errno in HOST_LIMIT_ERRNOS | NO_SPACE_ERRNOS:  # the host's, not the trial's
+            if error.errno in HOST_LIMIT_ERRNOS | STORAGE_LIMIT_ERRNOS:  # the host's, not the trial's
                 raise
             self.release(trial, slot)
             self.emit(TrialExited(self.now(), trial.trial_id, False, f"cannot make its folder: {error.strerror}"))

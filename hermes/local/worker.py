@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from hermes.errors import NO_SPACE_ERRNOS
+from hermes.errors import STORAGE_LIMIT_ERRNOS
 from hermes.trial import protocol
 from hermes.trial.session import Session, StopExit, SuspendExit, bind, follow_threads, trial_of_thread, work_for
 
@@ -175,7 +175,7 @@ class Worker:
             if code != 0:
                 outcome, error = protocol.FAILED, f"exit code {code}"
         except BaseException as exception:
-            if isinstance(exception, OSError) and exception.errno in NO_SPACE_ERRNOS:
+            if isinstance(exception, OSError) and exception.errno in STORAGE_LIMIT_ERRNOS:
                 outcome, error = protocol.NO_SPACE, str(exception)
             else:
                 outcome, error = protocol.FAILED, f"uncaught {type(exception).__name__}: {exception}"

@@ -7,6 +7,7 @@ every ``checkpoint_every`` steps) and commits all parts atomically together.
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 from abc import ABC, abstractmethod
@@ -48,17 +49,24 @@ class Saver(ABC):
         if latest is None:
             return 0
         directory, step = latest
-        if not (directory / self.name).is_dir():
-            raise HermesError(
-                f"the checkpoint of step {step} has no part {self.name!r}: create every saver before the first report"
-            )
         try:
+            if not (directory / self.name).is_dir():
+                if self.name in _parts(directory):  # written, then lost: retrain, as from a damaged one
+                    raise protocol.DamagedCheckpoint(directory / self.name, "it is missing")
+                raise HermesError(f"the checkpoint of step {step} has no part {self.name!r}: create every saver "
+                                  "before the first report")
             self.load(directory / self.name)
         except protocol.DamagedCheckpoint as damage:
             self.session.unreadable(damage)
             return 0
         self.session.note_restored()
         return step
+
+
+def _parts(directory: Path) -> list[str]:
+    """The parts a checkpoint was saved with, as its metadata lists them (none in one older than that list)."""
+    meta = json.loads((directory / protocol.META_FILE).read_text())
+    return list(meta.get("parts", []))
 
 
 class Checkpoint(Saver):
@@ -112,7 +120,13 @@ class Checkpoint(Saver):
             state = torch.load(directory / "state.pt", map_location="cpu", weights_only=False)
         except Exception as error:  # cut short (a crash, a full disk), or overwritten: no state can come of it
             raise protocol.DamagedCheckpoint(directory / "state.pt", f"{type(error).__name__}: {error}") from None
+        if not (isinstance(state, dict) and isinstance(state.get("objects"), dict) and "rng" in state):
+            raise protocol.DamagedCheckpoint(directory / "state.pt", "not a state that trial.Checkpoint wrote")
         for key, value in self.objects.items():
+            if key not in state["objects"]:
+                raise HermesError(f"{directory / 'state.pt'} holds no {key!r} (it holds "
+                                  f"{', '.join(map(repr, state['objects'])) or 'nothing'}): the trial's Checkpoint "
+                                  "names its objects as when it was saved")
             value.load_state_dict(state["objects"][key])
         if state["rng"] is not None:
             restore_rng(state["rng"])

@@ -11,7 +11,7 @@ import os
 import sys
 
 from hermes import trial
-from hermes.errors import NO_SPACE_ERRNOS
+from hermes.errors import STORAGE_LIMIT_ERRNOS
 from hermes.trial import protocol
 from hermes.trial.session import fast_exit
 
@@ -28,7 +28,7 @@ def main(argv: list[str]) -> None:
     try:
         function(trial.config())
     except OSError as error:
-        if error.errno not in NO_SPACE_ERRNOS:
+        if error.errno not in STORAGE_LIMIT_ERRNOS:
             raise
         try:
             print(f"hermes: {error}", file=sys.stderr)

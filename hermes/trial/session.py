@@ -8,6 +8,7 @@ import gc
 import json
 import operator
 import os
+import resource
 import shutil
 import stat
 import sys
@@ -17,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hermes.errors import NO_SPACE_ERRNOS, HermesError
+from hermes.errors import STORAGE_LIMIT_ERRNOS, HermesError
 from hermes.trial import protocol
 
 if TYPE_CHECKING:
@@ -419,14 +420,21 @@ class Session:
             for name, saver in self.savers.items():
                 (temporary / name).mkdir()
                 saver.save(temporary / name)
-            (temporary / protocol.META_FILE).write_text(json.dumps({"step": step, "metrics": dict(metrics or {})}))
+            (temporary / protocol.META_FILE).write_text(json.dumps(
+                {"step": step, "metrics": dict(metrics or {}), "parts": list(self.savers)}))
             _sync_tree(temporary)  # what the savers wrote, and the names of it
         except Exception as error:
-            full = _out_of_room(root)  # measured before the partial checkpoint's room is given back
+            # measured before the partial checkpoint's room is given back
+            full, too_large = _out_of_room(root), _file_at_size_limit(temporary)
             shutil.rmtree(temporary, ignore_errors=True)
-            if full and not (isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS):
-                # torch.save says RuntimeError, numpy an OSError without errno: a full disk is no crash of
-                # the trial (its retries would be used up), it interrupts the run, which continues once there is room
+            # torch.save says RuntimeError, numpy an OSError without errno: a full disk or a file-size limit is no
+            # crash of the trial (its retries would be used up), it interrupts the run, which continues once lifted
+            if too_large is not None:
+                raise OSError(errno.EFBIG, f"the checkpoint of step {step} reached the file-size limit of "
+                                           f"{too_large[1]} bytes (ulimit -f)", str(too_large[0])) from error
+            if isinstance(error, OSError) and error.errno in STORAGE_LIMIT_ERRNOS:
+                raise
+            if full:
                 raise OSError(errno.ENOSPC, f"no space left on the device for the checkpoint of step {step} "
                                             f"({type(error).__name__}: {error})") from error
             raise
@@ -457,6 +465,21 @@ def _out_of_room(path: Path) -> bool:
     except OSError:
         return False
     return status.f_bavail * status.f_frsize < FULL_BELOW
+
+
+def _file_at_size_limit(directory: Path) -> tuple[Path, int] | None:
+    """A file under ``directory`` as large as this process's file-size limit (ulimit -f) allows, and that limit:
+    a write past it fails (EFBIG, SIGXFSZ being ignored), which torch.save says as a RuntimeError."""
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit == resource.RLIM_INFINITY:
+        return None
+    for path in directory.rglob("*"):
+        try:
+            if path.is_file() and path.stat().st_size >= limit:
+                return path, limit
+        except OSError:
+            continue
+    return None
 
 
 def _sync(path: Path) -> None:

@@ -242,7 +242,11 @@ class ProcessLauncher(Launcher):
         elif code == 0:
             host.emit(TrialExited(now, trial.trial_id, True))
         elif code == protocol.EXIT_NO_SPACE and trial.launch.function is not None:
-            raise NoSpaceError(f"trial {trial.trial_id}: {tail(trial.directory / 'stderr.log', run.stderr_offset)}")
+            # its stderr.log may be on the disk it found full: then it holds no reason
+            reason = tail(trial.directory / "stderr.log", run.stderr_offset) or (
+                "a file of it could not be written: no space left, or a limit, on the device holding "
+                f"{trial.directory}")
+            raise NoSpaceError(f"trial {trial.trial_id}: {reason}")
         else:
             log = tail(trial.directory / "stderr.log", run.stderr_offset)
             reason = f"{exit_reason(code)}: {log}" if log else exit_reason(code)
