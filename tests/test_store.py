@@ -594,6 +594,14 @@ def test_cursor_reads_return_what_was_added_after(store: ExperimentStore) -> Non
     assert cursors == sorted(cursors) and len(set(cursors)) == 5
     assert [r.step for _, r in store.metrics_after(experiment, cursors[2], limit=1)] == [4]
     assert store.metrics_after(experiment, cursors[-1]) == []
+    for step in range(1, 4):  # a second trial's reports, between the first's
+        store.record_metrics(experiment, "t1", step, 5.0 + step, {"loss": 1 / step})
+        store.record_metrics(experiment, "t0", 5 + step, 5.0 + step, {"loss": 1 / (5 + step)})
+    t1 = [(cursor, r) for cursor, r in store.metrics_after(experiment, 0) if r.trial_id == "t1"]
+    assert [r.step for _, r in t1] == [1, 2, 3]
+    assert store.metrics_after(experiment, 0, trial_id="t1") == t1  # the same cursors as read unfiltered
+    assert store.metrics_after(experiment, 0, limit=1, trial_id="t1") == t1[:1]
+    assert store.metrics_after(experiment, t1[-1][0], trial_id="t1") == []  # t0 reported after it
 
 
 def test_a_store_from_before_the_server_gains_its_columns(tmp_path: Path) -> None:
@@ -744,10 +752,15 @@ DAMAGE = [  # (statement, the record and what is wrong with it)
      "table metrics, row with experiment_id 1, id 1: column metric_values holds 'abc' for metric 'score', not a number"),
     ("UPDATE trials SET state = 'exploded' WHERE trial_id = 'a'",
      f"table trials, row with experiment_id 1, trial_id 'a': column state holds 'exploded', not one of {STATES}"),
+    ("UPDATE trials SET budget = 'x' WHERE trial_id = 'a'",  # SQLite keeps text in an integer column
+     "table trials, row with experiment_id 1, trial_id 'a': column budget holds 'x', not a whole number"),
+    ("UPDATE trials SET started_at = 'soon' WHERE trial_id = 'a'",
+     "table trials, row with experiment_id 1, trial_id 'a': column started_at holds 'soon', not a number"),
 ]
 
 
-@pytest.mark.parametrize(("statement", "record"), DAMAGE, ids=["event", "decision", "metrics", "trial"])
+@pytest.mark.parametrize(("statement", "record"), DAMAGE,
+                         ids=["event", "decision", "metrics", "trial", "trial-budget", "trial-time"])
 def test_a_damaged_record_is_named_where_it_is_read_and_stops_a_replay_before_it_begins(
     tmp_path: Path, statement: str, record: str
 ) -> None:

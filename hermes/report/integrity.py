@@ -26,7 +26,10 @@ from hermes.store.sql import (
     Check,
     connect_read_only,
     json_check,
+    number_problem,
     one_of,
+    optional,
+    whole_number_problem,
 )
 
 
@@ -70,35 +73,23 @@ def find_damage(database: Path) -> str | None:
     return None
 
 
-def _integer(value: Any) -> str | None:
-    return None if isinstance(value, int) else f"holds {value!r}, not a whole number"
-
-
-def _number(value: Any) -> str | None:
-    return None if isinstance(value, (int, float)) else f"holds {value!r}, not a number"
-
-
-def _optional(check: Check) -> Check:
-    return lambda value: None if value is None else check(value)
-
-
 def _text(value: Any) -> str | None:
     return None if isinstance(value, str) else f"holds {value!r}, not text"
 
 
 _TABLES: list[tuple[str, tuple[str, ...], dict[str, Check]]] = [
     ("experiments", ("id",), {
-        "name": _text, "spec": json_check(dict), "created_at": _number,
+        "name": _text, "spec": json_check(dict), "created_at": number_problem,
         "status": one_of({status.value for status in ExperimentStatus}),
     }),
-    ("events", ("experiment_id", "seq"), {"at": _number, "data": RECORD_CHECK}),
-    ("decisions", ("experiment_id", "event_seq", "position"), {"at": _number, "data": RECORD_CHECK}),
+    ("events", ("experiment_id", "seq"), {"at": number_problem, "data": RECORD_CHECK}),
+    ("decisions", ("experiment_id", "event_seq", "position"), {"at": number_problem, "data": RECORD_CHECK}),
     ("trials", ("experiment_id", "trial_id"), {
-        "params": PARAMS_CHECK, "state": STATE_CHECK, "budget": _integer,
-        "step": _integer, "checkpoint_step": _integer, "gpu": _optional(_text), "error": _optional(_text),
-        "submitted_at": _number, "started_at": _optional(_number), "ended_at": _optional(_number),
+        "params": PARAMS_CHECK, "state": STATE_CHECK, "budget": whole_number_problem,
+        "step": whole_number_problem, "checkpoint_step": whole_number_problem, "gpu": optional(_text), "error": optional(_text),
+        "submitted_at": number_problem, "started_at": optional(number_problem), "ended_at": optional(number_problem),
     }),
     ("metrics", ("experiment_id", "id"), {
-        "trial_id": _text, "step": _integer, "at": _number, "metric_values": METRICS_CHECK,
+        "trial_id": _text, "step": whole_number_problem, "at": number_problem, "metric_values": METRICS_CHECK,
     }),
 ]

@@ -263,15 +263,14 @@ def metrics(
     experiment_id: int, hermes: HermesDep, user: UserDep,
     after: Annotated[Cursor, Query(description="the cursor of the last report you have")] = 0,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
-    trial: str | None = None,
+    trial: Annotated[str | None, Query(description="only this trial's reports (the cursor: its last one's)")] = None,
 ) -> dict[str, Any]:
     _experiment(hermes, user, experiment_id)
-    reports = hermes.store.metrics_after(experiment_id, after, limit)
+    reports = hermes.store.metrics_after(experiment_id, after, limit, trial_id=trial)
     rows = [
         {"cursor": cursor, "trial": r.trial_id, "step": r.step, "at": r.at,
          "values": {k: v if math.isfinite(v) else str(v) for k, v in r.values.items()}}
         for cursor, r in reports
-        if trial is None or r.trial_id == trial
     ]
     return {"cursor": reports[-1][0] if reports else after, "metrics": rows}
 

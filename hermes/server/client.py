@@ -175,8 +175,11 @@ class RemoteStore(ExperimentStore):
                 return found
             after = page["cursor"]
 
-    def metrics_after(self, experiment_id: int, after: int, limit: int | None = None) -> list[tuple[int, MetricRecord]]:
-        page = self.client.request("GET", f"/experiments/{experiment_id}/metrics", after=after, limit=limit or PAGE)
+    def metrics_after(
+        self, experiment_id: int, after: int, limit: int | None = None, trial_id: str | None = None,
+    ) -> list[tuple[int, MetricRecord]]:
+        page = self.client.request("GET", f"/experiments/{experiment_id}/metrics", after=after, limit=limit or PAGE,
+                                   trial=trial_id)
         return [(m["cursor"], _metric(m)) for m in page["metrics"]]
 
     def close(self) -> None:

@@ -269,9 +269,12 @@ class ExperimentStore(ABC):
         """The decisions of the events ``after < seq <= upto``, in order."""
 
     @abstractmethod
-    def metrics_after(self, experiment_id: int, after: int, limit: int | None = None) -> list[tuple[int, MetricRecord]]:
+    def metrics_after(
+        self, experiment_id: int, after: int, limit: int | None = None, trial_id: str | None = None,
+    ) -> list[tuple[int, MetricRecord]]:
         """``(cursor, report)`` for the reports recorded after the one whose cursor is ``after`` (0: from the
-        first), in order, at most ``limit``; cursors grow with recording order."""
+        first), of one trial (``trial_id``) or all, in order, at most ``limit``; cursors grow with recording
+        order."""
 
     @abstractmethod
     def latest_event_at(self) -> float:

@@ -549,24 +549,28 @@ class SqlStore(ExperimentStore):
             rows = connection.execute(
                 sa.select(TRIALS).where(TRIALS.c.experiment_id == experiment_id).order_by(TRIALS.c.id)
             ).all()
-        return [
-            TrialRecord(
-                trial_id=row.trial_id,
-                params=self._decoded(
-                    "trials", (experiment_id, row.trial_id), "params", row.params, _params, PARAMS_CHECK
-                ),
-                state=self._decoded("trials", (experiment_id, row.trial_id), "state", row.state, TrialState, STATE_CHECK),
-                budget=row.budget,
-                submitted_at=row.submitted_at,
-                step=row.step,
-                checkpoint_step=row.checkpoint_step,
-                gpu=row.gpu,
-                error=row.error,
-                started_at=row.started_at,
-                ended_at=row.ended_at,
-            )
-            for row in rows
-        ]
+        return [self._trial(experiment_id, row) for row in rows]
+
+    def _trial(self, experiment_id: int, row: sa.Row[Any]) -> TrialRecord:
+        """The record of a ``trials`` row, each column checked: SQLite keeps whatever a hand edit wrote."""
+
+        def column(name: str, check: Check, decode: Callable[[Any], Any] | None = None) -> Any:
+            value = getattr(row, name)
+            return self._decoded("trials", (experiment_id, row.trial_id), name, value, decode or _passing(check), check)
+
+        return TrialRecord(
+            trial_id=row.trial_id,
+            params=column("params", PARAMS_CHECK, _params),
+            state=column("state", STATE_CHECK, TrialState),
+            budget=column("budget", whole_number_problem),
+            submitted_at=column("submitted_at", number_problem),
+            step=column("step", whole_number_problem),
+            checkpoint_step=column("checkpoint_step", whole_number_problem),
+            gpu=row.gpu,
+            error=row.error,
+            started_at=column("started_at", optional(number_problem)),
+            ended_at=column("ended_at", optional(number_problem)),
+        )
 
     def record_metrics(
         self, experiment_id: int, trial_id: str, step: int, at: float, metrics: Mapping[str, float]
@@ -607,13 +611,17 @@ class SqlStore(ExperimentStore):
             for row in rows
         ]
 
-    def metrics_after(self, experiment_id: int, after: int, limit: int | None = None) -> list[tuple[int, MetricRecord]]:
+    def metrics_after(
+        self, experiment_id: int, after: int, limit: int | None = None, trial_id: str | None = None,
+    ) -> list[tuple[int, MetricRecord]]:
         query = (
             sa.select(METRICS.c.id, METRICS.c.trial_id, METRICS.c.step, METRICS.c.at, METRICS.c.metric_values)
             .where(METRICS.c.experiment_id == experiment_id, METRICS.c.id > after)
             .order_by(METRICS.c.id)
             .limit(limit)
         )
+        if trial_id is not None:
+            query = query.where(METRICS.c.trial_id == trial_id)
         with self._reading() as connection:
             self._require(connection, experiment_id)
             rows = connection.execute(query).all()  # unpacked as tuples: a dashboard reads tens of thousands
@@ -702,7 +710,10 @@ class SqlStore(ExperimentStore):
             why = _unavailable(error)
             if why is not None:
                 raise StoreUnavailable(f"{self.url}: {why} ({error.orig})") from error
-            raise StoreError(f"{self.url}: {error}") from error
+            if _damaged(error):
+                raise StoreError(f"{self.location} is damaged ({error.orig}): restore it from a backup, "
+                                 "or use another storage dir") from error
+            raise StoreError(f"{self.url}: {getattr(error, 'orig', None) or error}") from error
 
 
 def connect_read_only(path: Path) -> sqlite3.Connection:
@@ -756,6 +767,30 @@ def json_check(expected: type, inner: Check | None = None) -> Check:
 
 def one_of(values: Collection[str]) -> Check:
     return lambda value: None if value in values else f"holds {value!r}, not one of {', '.join(sorted(values))}"
+
+
+def whole_number_problem(value: Any) -> str | None:
+    return None if isinstance(value, int) else f"holds {value!r}, not a whole number"
+
+
+def number_problem(value: Any) -> str | None:
+    return None if isinstance(value, (int, float)) else f"holds {value!r}, not a number"
+
+
+def optional(check: Check) -> Check:
+    return lambda value: None if value is None else check(value)
+
+
+def _passing(check: Check) -> Callable[[Any], Any]:
+    """A decoder of a plain column: its value as it is, where ``check`` finds nothing wrong with it."""
+
+    def decode(value: Any) -> Any:
+        problem = check(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    return decode
 
 
 def record_problem(data: dict[str, Any]) -> str | None:
@@ -824,6 +859,14 @@ _UNAVAILABLE = {  # SQLite's primary result codes of a store that cannot be writ
     sqlite3.SQLITE_IOERR: "its disk refused a write (a file-size limit, or a failing disk)",
     sqlite3.SQLITE_CANTOPEN: "its file cannot be opened (its folder was removed, or cannot be read)",
 }
+
+
+def _damaged(error: sa.exc.SQLAlchemyError) -> bool:
+    """SQLite's SQLITE_CORRUPT or SQLITE_NOTADB underneath ``error``: its file was cut or overwritten, and no
+    retry reads it."""
+    cause = getattr(error, "orig", None)
+    return isinstance(cause, sqlite3.Error) and (
+        getattr(cause, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
 
 def _unavailable(error: sa.exc.SQLAlchemyError) -> str | None:
