@@ -82,7 +82,8 @@ def test_what_one_node_uploads_another_restores(store: CheckpointStore, tmp_path
     assert store.download("t1", destination) == 3
     assert _restore(destination) == (3, payload)
     checkpoint, _ = protocol.latest_checkpoint(destination)  # type: ignore[misc]
-    assert json.loads((checkpoint / protocol.META_FILE).read_text()) == {"step": 3, "metrics": {"accuracy": 0.3}}
+    assert json.loads((checkpoint / protocol.META_FILE).read_text()) == {"step": 3, "metrics": {"accuracy": 0.3},
+                                                                            "parts": ["files"]}
 
 
 def test_a_newer_upload_replaces_the_older(store: CheckpointStore, tmp_path: Path) -> None:
