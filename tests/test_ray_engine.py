@@ -118,7 +118,7 @@ def session_processes(session_id: int) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and int((entry / "stat").read_text().rpartition(")")[2].split()[4]) == session_id:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rpartition(")")[2].split()[3]) == session_id:
                 pids.append(int(entry.name))
         except (OSError, IndexError):  # gone meanwhile
             continue
@@ -220,6 +220,14 @@ def test_a_second_runner_is_refused_before_it_starts_ray(tmp_path: Path) -> None
     assert "Started a local Ray instance" not in result.stderr
 
 
+def children_of(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (Ray's own put themselves in sessions of their own)."""
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:  # it ended
+        return []
+
+
 def run_on_a_ray_of_its_own(tmp_path: Path, name: str) -> subprocess.Popen[str]:
     """``hermes run`` of a one-slot experiment with ``ray: {address: local}``, in a session of its own."""
     spec = spec_of(name, engine="ray", ray={"address": "local"}, resources={"gpus": "none", "cpu_slots": 1})
@@ -234,7 +242,8 @@ def test_ctrl_c_while_its_own_ray_starts_ends_that_ray(tmp_path: Path) -> None:
     running; it is now taken once Ray has started, which is then ended, and the run says it was interrupted."""
     runner = run_on_a_ray_of_its_own(tmp_path, "interrupted")
     try:
-        time.sleep(1.5)  # Ray takes 5 s or more to start here
+        # once Ray's first process is up (the run reached Ray's start), in the 5 s or more Ray takes to start here
+        wait_for(lambda: children_of(runner.pid), 60, "Ray to start")
         runner.send_signal(signal.SIGINT)
         output, _ = runner.communicate(timeout=120)
     finally:
@@ -242,7 +251,7 @@ def test_ctrl_c_while_its_own_ray_starts_ends_that_ray(tmp_path: Path) -> None:
             os.killpg(runner.pid, signal.SIGKILL)
     assert runner.returncode == 130, output
     assert "interrupted before the experiment started" in output and "Traceback" not in output, output
-    wait_for(lambda: not session_processes(runner.pid), 30, "the run's Ray instance to end")
+    wait_for(lambda: not session_processes(runner.pid), 60, "the run's Ray instance to end")
 
 
 def test_sigterm_while_the_agents_start_records_the_run_interrupted(tmp_path: Path) -> None:

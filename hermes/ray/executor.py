@@ -428,6 +428,7 @@ class RayExecutor(Executor[TrialLaunch]):
         durable checkpoints. An agent that raised as it started cannot work on any node: a HermesError says why."""
         import ray
 
+        self._check_head()  # an agent lost with the head: ray.kill would wait a minute for its GCS
         del self._agents[agent.node]
         self._retired.add(agent.node_id)
         ray.kill(agent.handle, no_restart=True)  # a live node's stray agent must not run on
