@@ -19,8 +19,11 @@ a new session on the same store continues every experiment: each log is replayed
 core, the trials the dead pool ran fall back to their checkpoints, and the GPUs are shared anew.
 
 Statuses: queued (submitted) -> running -> finished, cancelled or failed (``error`` says why: a
-spec this machine cannot run, say). Relative paths in a stored spec start at ``directory``;
-trials keep their files where ``hermes run`` keeps them (``<storage.dir>/<name>/trials/<id>``).
+spec this machine cannot run, a policy that raised, say). A policy or stopper that raises, or answers
+what the core cannot use, fails its own experiment as under ``hermes run`` (recorded failed at once,
+with its ``PluginError``): its trials are stopped, and the others go on with its GPUs.
+Relative paths in a stored spec start at ``directory``; trials keep their files where ``hermes
+run`` keeps them (``<storage.dir>/<name>/trials/<id>``).
 Function trials run in warm workers of their experiment's own (``TrialLaunch.worker_group``): its
 code and working directory serve no other experiment, and its workers end with it. The pool runs on
 this machine (``engine="local"``) or on every node of a Ray cluster (``engine="ray"``).
@@ -38,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermes.core.decisions import Decision
 from hermes.core.events import Event, ExperimentCancelled, NodeRemoved, TrialSubmitted
+from hermes.core.policy import PluginError
 from hermes.core.pool import PoolScheduler, qualify
 from hermes.errors import HermesError
 from hermes.execution.contract import Executor
@@ -46,6 +50,7 @@ from hermes.experiment.spec import ResourcesSpec
 from hermes.local.executor import LocalExecutor
 from hermes.local.engine import slots_for, tick_period
 from hermes.local.launch import TrialLaunch
+from hermes.policies import make_policy
 from hermes.session import ExperimentSession
 from hermes.store.base import ExperimentRecord, ExperimentStatus, ExperimentStore
 from hermes.store.lock import RunnerLock, describe
@@ -84,6 +89,7 @@ class _Member:
     key: str
     inbox: deque[Event] = field(default_factory=deque)  # submissions its session posted, for the pool core
     cancelled: bool = False
+    failed: bool = False  # a plug-in of its failed: recorded failed, its trials are stopping (``_fail``)
 
 
 class _SharedExecutor:
@@ -231,7 +237,7 @@ class PoolSession:
             self._stopped.set()
             executor.close()
             for member in self.members.values():
-                if member.session.scheduler.finished:
+                if member.session.scheduler.finished or member.failed:
                     continue
                 try:
                     self.store.set_status(member.record.experiment_id, ExperimentStatus.INTERRUPTED)
@@ -388,12 +394,16 @@ class PoolSession:
     # ------------------------------------------------------------------ the pool core's calls
     def _call(self, call: Any) -> list[Decision]:
         """One call of the pool core: record what each experiment's core handled, tell its session,
-        and hand the submissions that follow to the core too; return every decision to apply."""
+        fail the experiments whose plug-in failed, and hand the submissions that follow to the core too;
+        return every decision to apply."""
         decisions: list[Decision] = call()
+        failed = self.scheduler.failed  # the next call replaces it
         for routed in self.scheduler.routed:
             member = self._unsettled[routed.experiment] = self.members[routed.experiment]
             member.recorder(routed.event, routed.decisions)
             member.session.after(routed.event, routed.decisions)
+        for key, error in failed.items():
+            decisions += self._fail(self.members[key], error)
         if self._draining:  # the drain settles once it has told its batch: a commit per batch, not per submission
             return decisions
         self._settle()
@@ -438,6 +448,23 @@ class PoolSession:
             self._draining = False
         self._settle()
         return decisions
+
+    def _fail(self, member: _Member, error: PluginError) -> list[Decision]:
+        """A policy or stopper of the experiment raised, or answered what its core cannot use: it fails alone, as
+        under ``hermes run`` (recorded failed at once, with the error), and its core stops its trials, asking its
+        plug-ins nothing more (a policy that raised may raise again, at the cancellation; FIFO never does)."""
+        reason = f"{type(error).__name__}: {error}"
+        log.warning("experiment %s failed: %s", member.record.full_name, reason)
+        member.failed = True
+        member.inbox.clear()  # trials it asked for that the core has not had: they never ran
+        self.store.set_status(member.record.experiment_id, ExperimentStatus.FAILED, error=reason)
+        scheduler = member.session.scheduler
+        scheduler.restore_policy(make_policy("fifo"), {})
+        scheduler.stopper = None
+        cancel = member.session.fail(reason, self.executor.now())
+        if member.key not in self.scheduler.tenants:
+            return []
+        return self._call(lambda: self.scheduler.tell(member.key, cancel))
 
     def _apply(self, decisions: list[Decision], at: float) -> None:
         for decision in decisions:

@@ -33,6 +33,7 @@ from hermes.core.events import (
     TrialReported,
     TrialSubmitted,
 )
+from hermes.core.policy import plugin_call
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import FAILED, STOPPED
 from hermes.errors import HOST_LIMIT_ERRNOS, STORAGE_LIMIT_ERRNOS, ClusterLost, HermesError, HostLimit, NoSpaceError
@@ -133,7 +134,7 @@ class ExperimentSession:
         if store is None and not self._lock.held:
             self._lock.acquire()
         policy = make_policy(spec.policy.name, **spec.policy.settings)
-        policy.configure(self.engine.profile())
+        plugin_call(policy, "configure", self.engine.profile())
         stopper = spec.policy.stopper
         self.objective = Objective(spec.metric.mode)
         self.scheduler = Scheduler(
@@ -443,9 +444,14 @@ class ExperimentSession:
 
     def _fail_search(self, failure: SamplerFailed, now: float) -> ExperimentCancelled:
         """The searcher raised: end the experiment (its trials stopped, what they reported kept), recorded failed."""
-        self.failure = str(failure)
+        return self.fail(str(failure), now)
+
+    def fail(self, reason: str, now: float) -> ExperimentCancelled:
+        """The cancellation that ends the experiment as failed for ``reason``: its trials stopped, what they reported
+        kept, its searcher asked and told nothing more (a host's, whose plug-in failed: ``hermes.pool``)."""
+        self.failure = reason
         self._cancelled = self._closed = True
-        return ExperimentCancelled(now, str(failure))
+        return ExperimentCancelled(now, reason)
 
     def _reopens(self, now: float) -> bool:
         """Whether this rerun's larger budget allows what the log's experiment had stopped asking for. The log's

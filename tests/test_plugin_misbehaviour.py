@@ -2,8 +2,9 @@
 only reads; and a policy without time-sharing, whose priority decides which waiting trial starts next.
 
 The core refuses a misbehaving plug-in as its ``PluginError``, which names it, the method and the problem, in the
-simulator and on a real run alike (there: the experiment's failure, and a ``hermes: error:`` line). The plug-ins
-are defined here; a runner in a subprocess imports them from this file, with ``tests`` on its path.
+simulator and on a real run alike (there: the experiment's failure, and a ``hermes: error:`` line; in a shared
+pool, the failure of that experiment alone). The plug-ins are defined here; a runner in a subprocess imports them
+from this file, with ``tests`` on its path.
 """
 
 from __future__ import annotations
@@ -15,23 +16,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
 from hermes.core.decisions import Start
-from hermes.core.events import NodeAdded, TrialReported, TrialSubmitted
+from hermes.core.events import ExperimentCancelled, NodeAdded, TrialReported, TrialSubmitted
 from hermes.core.policy import EarlyStopper, PluginError, SchedulingPolicy, Verdict
 from hermes.core.scheduler import Scheduler
+from hermes.core.states import TrialState
 from hermes.core.trial import Trial
+from hermes.experiment.spec import ResourcesSpec
 from hermes.policies import POLICIES, STOPPERS, make_policy, make_stopper
 from hermes.policies.hermes import HermesPolicy, _rung_value
 from hermes.policies.rr import RoundRobinPolicy
 from hermes.policies.stopping import MedianStopper
+from hermes.pool import PoolSession
 from hermes.report import open_store, pick_experiment
+from hermes.sim.pool import PoolExperiment, simulate_pool
 from hermes.sim.simulate import simulate
 from hermes.sim.trace import Trace, TraceTrial
-from hermes.store import ExperimentStatus
+from hermes.store import ExperimentStatus, SqlStore
 from hermes.testing import policy_contract
+from tests.test_pool import check_completed, pool_spec, running, status, submit
+from tests.test_run import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
@@ -97,6 +105,76 @@ class HighestRateFirst(SchedulingPolicy):
 
     def priority(self, trial: Trial, now: float) -> float:
         return float(trial.params["rate"])
+
+
+class RaisesAfterTwentyPriorities(RoundRobinPolicy):
+    """Works for a while, then raises at every priority it is asked: mid-run."""
+
+    def __init__(self, period: float = 60.0) -> None:
+        super().__init__(period)
+        self.asked = 0
+
+    def priority(self, trial: Trial, now: float) -> float:
+        self.asked += 1
+        if self.asked > 20:
+            raise RuntimeError("boom after 20")
+        return super().priority(trial, now)
+
+
+class RaisesInConfigure(RoundRobinPolicy):
+    def configure(self, profile: Any) -> None:
+        raise RuntimeError("boom in configure")
+
+
+class RaisesInAttach(RoundRobinPolicy):
+    def attach(self, trials: Any) -> None:
+        raise KeyError("boom in attach")
+
+
+class RaisesInLoadStateDict(RoundRobinPolicy):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        raise ValueError("boom in load_state_dict")
+
+
+class KeepsASet(RoundRobinPolicy):
+    """Its state is no plain data: JSON holds no set."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seen": {1, 2}}
+
+
+class SaysNo(EarlyStopper):
+    """Means "do not stop", but "no" is true."""
+
+    def should_stop(self, trial: Trial) -> Any:
+        return "no"
+
+
+class ArrayStopper(EarlyStopper):
+    """Answers a numpy array: one element has a truth value, more raise, and neither is an answer."""
+
+    def should_stop(self, trial: Trial) -> Any:
+        return np.array(trial.scores[-1:]) < 0.3
+
+
+class NumpyBoolStopper(EarlyStopper):
+    """Stops a trial whose last score is below 0.3, answering numpy's bool (a comparison of numpy floats)."""
+
+    def should_stop(self, trial: Trial) -> Any:
+        return np.float64(trial.scores[-1]) < 0.3
+
+
+class PlainBoolStopper(EarlyStopper):
+    def should_stop(self, trial: Trial) -> bool:
+        return trial.scores[-1] < 0.3
+
+
+class StateDictRaises(EarlyStopper):
+    def should_stop(self, trial: Trial) -> bool:
+        return False
+
+    def state_dict(self) -> dict[str, Any]:
+        raise RuntimeError("boom in state_dict")
 
 
 class MyHermes(HermesPolicy):
@@ -303,3 +381,80 @@ def test_a_subclass_that_sets_no_name_is_named_after_its_class() -> None:
     assert simulate(trace([0.1, 0.2]), MyHermes(), gpus=1).policy == "MyHermes"
     assert [make_policy(name).name for name in POLICIES] == list(POLICIES)  # the built-ins keep theirs
     assert [make_stopper(name).name for name in STOPPERS] == list(STOPPERS)
+
+
+def test_a_policy_that_fails_in_a_shared_pool_fails_its_experiment_alone(tmp_path: Path) -> None:
+    """A PluginError of one experiment's policy left the pool's loop: the pool stopped, and every experiment of it
+    with it (interrupted). Now that experiment fails alone, recorded as `hermes run` records it, its trials are
+    stopped, and the other experiment has the pool to itself and completes."""
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    policy = {"name": f"{HERE}:RaisesAfterTwentyPriorities", "period": 0.2}
+    doomed = submit(store, pool_spec("doomed", 4, 0.05, budget=20, policy=policy))
+    calm = submit(store, pool_spec("calm", 3, 0.05, budget=6), owner="bob")
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
+
+    def ended() -> bool:
+        trials = store.trials(doomed)
+        return status(store, calm) is ExperimentStatus.FINISHED and bool(trials) and all(
+            trial.state.is_terminal for trial in trials)
+
+    with running(pool) as runner:
+        wait_for(lambda: ended() or not runner.is_alive(), TIMEOUT, "the calm experiment to finish")
+        assert runner.is_alive()
+    failed = store.experiment(doomed)
+    assert failed.status is ExperimentStatus.FAILED
+    assert (failed.error or "").startswith(f"PluginError: policy {HERE}:RaisesAfterTwentyPriorities: priority() "
+                                           "raised RuntimeError: boom after 20 (trial "), failed.error
+    assert TrialState.STOPPED in {trial.state for trial in store.trials(doomed)}
+    cancels = [event for event in store.events(doomed) if isinstance(event, ExperimentCancelled)]
+    assert [event.reason for event in cancels] == [failed.error]  # its log says why its trials were stopped
+    check_completed(store, tmp_path, calm, 3, 6)
+    store.close()
+
+
+def test_a_stopper_must_answer_true_or_false(tmp_path: Path) -> None:
+    """"no" was taken as true: every trial was stopped at its first report. A numpy array of one element was taken by
+    its truth value, of more raised. Both are refused, naming the stopper; numpy's bools are answers as Python's."""
+    rates = [0.1, 0.2, 0.3, 0.4]
+    with pytest.raises(PluginError, match=rf"^early stopper {HERE}:SaysNo: should_stop\(\) returned 'no' \(str\) for "
+                                          r"trial t\d; it must return True or False$"):
+        simulate(trace(rates), RoundRobinPolicy(period=5.0), gpus=1, stopper=SaysNo())
+    with pytest.raises(PluginError, match=rf"^early stopper {HERE}:ArrayStopper: should_stop\(\) returned "
+                                          r"array\(\[ ?(True|False)\]\) \(ndarray\)"):
+        simulate(trace(rates), RoundRobinPolicy(period=5.0), gpus=1, stopper=ArrayStopper())
+    plain = simulate(trace(rates), RoundRobinPolicy(period=5.0), gpus=1, stopper=PlainBoolStopper(), record=True)
+    numpy = simulate(trace(rates), RoundRobinPolicy(period=5.0), gpus=1, stopper=NumpyBoolStopper(), record=True)
+    assert "Stop" in {kind for _, kind, _, _ in numpy.decisions} and numpy.decisions == plain.decisions
+    with pytest.raises(AssertionError, match=rf"early stopper {HERE}:SaysNo: should_stop\(\) returned 'no'"):
+        policy_contract.test_should_stop_asked_again_changes_nothing(f"{HERE}:SaysNo")
+
+
+def test_a_plugin_that_raises_outside_its_decisions_fails_naming_itself(tmp_path: Path) -> None:
+    """configure, attach, load_state_dict and state_dict were called bare: what they raised came out as a traceback
+    through the session, the core or the simulator; a state JSON cannot hold failed the contract with a bare
+    TypeError. Each is the plug-in's PluginError now, naming it and the method."""
+    path = write_spec(tmp_path, "configure", f"{HERE}:RaisesInConfigure", [0.5, 0.25])
+    result = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"hermes: error: policy {HERE}:RaisesInConfigure: configure() raised "
+                                    "RuntimeError: boom in configure"), result.stderr
+    with pytest.raises(PluginError, match=rf"^policy {HERE}:RaisesInConfigure: configure\(\) raised RuntimeError"):
+        simulate_pool([PoolExperiment("a", trace([0.1, 0.2]), f"{HERE}:RaisesInConfigure")], gpus=1)
+    with pytest.raises(PluginError, match=rf"^policy {HERE}:RaisesInAttach: attach\(\) raised KeyError: 'boom in "
+                                          r"attach'$"):
+        simulate(trace([0.1, 0.2]), RaisesInAttach(), gpus=1)
+    scheduler = core_with(RoundRobinPolicy())
+    with pytest.raises(PluginError, match=rf"^policy {HERE}:RaisesInLoadStateDict: load_state_dict\(\) raised "
+                                          r"ValueError: boom in load_state_dict$"):
+        scheduler.restore_policy(RaisesInLoadStateDict(), {})
+    with pytest.raises(AssertionError, match=rf"^policy {HERE}:KeepsASet: state_dict\(\) returned what JSON cannot "
+                                             r"hold \(Object of type set is not JSON serializable\)"):
+        policy_contract.test_a_state_dict_round_trip_mid_run_changes_no_decision(f"{HERE}:KeepsASet")
+    with pytest.raises(AssertionError, match=rf"^early stopper {HERE}:StateDictRaises: state_dict\(\) raised "
+                                             r"RuntimeError: boom in state_dict$"):
+        policy_contract.test_a_stopper_state_dict_round_trip_mid_run_changes_no_decision(f"{HERE}:StateDictRaises")
+    # a simulated pool fails on a plug-in's error, as the simulator does, whichever experiment's it is
+    with pytest.raises(PluginError, match=rf"^policy {HERE}:RaisesInPriority: priority\(\) raised RuntimeError"):
+        simulate_pool([PoolExperiment("a", trace([0.1, 0.2, 0.3], epochs=10), "rr"),
+                       PoolExperiment("b", trace([0.1, 0.2, 0.3], epochs=10), f"{HERE}:RaisesInPriority")], gpus=2)
+

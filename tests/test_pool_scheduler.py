@@ -5,12 +5,15 @@ Pure tests of the core (events in, decisions out) and simulations with the real 
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from typing import Any
 
 import pytest
 
 from hermes.core.decisions import Resume, Start, Suspend
 from hermes.core.events import (
+    ExperimentCancelled,
     GpuReclaimed,
     NodeAdded,
     NodeRemoved,
@@ -20,12 +23,15 @@ from hermes.core.events import (
     TrialSubmitted,
     TrialSuspended,
 )
+from hermes.core.policy import PluginError
 from hermes.core.pool import PoolScheduler, qualify, split
 from hermes.core.scheduler import Scheduler
 from hermes.core.share import nested_shares, water_fill
 from hermes.core.states import TrialState
+from hermes.core.trial import Trial
 from hermes.errors import HermesError
 from hermes.policies import make_policy
+from hermes.policies.rr import RoundRobinPolicy
 from hermes.sim.pool import PoolExperiment, simulate_pool
 from hermes.sim.simulate import cluster_layout, simulate
 from hermes.sim.synthetic import synthetic_trace
@@ -423,3 +429,69 @@ def test_an_experiment_owed_a_quantum_gets_a_gpu_however_many_others_are_above_t
     assert at == 6.5 and [type(d).__name__ for d in made] == ["Suspend"]
     settle(pool, made, at)
     assert held(pool)["z4"] == 1
+
+
+# ---------------------------------------------------------------------- plug-ins that fail
+class Armed(RoundRobinPolicy):
+    """Round robin until armed; then its priority raises, or answers ``answer``."""
+
+    def __init__(self, answer: Any = None) -> None:
+        super().__init__(period=10.0)
+        self.answer = answer
+        self.armed = False
+
+    def priority(self, trial: Trial, now: float) -> Any:
+        if not self.armed:
+            return super().priority(trial, now)
+        if self.answer is None:
+            raise RuntimeError("boom")
+        return self.answer
+
+
+@pytest.mark.parametrize("answer", [None, math.nan, "high"], ids=["raises", "nan", "str"])
+def test_a_policy_that_fails_when_the_pool_picks_whom_to_preempt_fails_its_experiment_not_the_pool(
+    answer: Any,
+) -> None:
+    """The pool asked the policy of the experiment above its share which running trial ranks lowest unchecked: a
+    RuntimeError came out of the pool's own frames, naming no plug-in; NaN and "high" were ranked as numbers. Now the
+    call goes on, and ``failed`` names the experiment with its policy's PluginError, for the host to retire it."""
+    pool = PoolScheduler(quantum=1.0)
+    pool.handle(NodeAdded(0.0, "n0", ("g0", "g1")))
+    policy = Armed(answer)
+    pool.add_experiment("a", Scheduler(policy), at=0.0)
+    assert len([d for i in range(2) for d in pool.tell("a", TrialSubmitted(0.0, f"t{i}", 100))]) == 2  # both run
+    second, submissions = experiment(1)
+    pool.add_experiment("b", second, at=1.0)
+    policy.armed = True
+    assert pool.tell("b", submissions[0]) == []  # nothing preempted for b: a's ranking is not known
+    assert [(r.experiment, type(r.event).__name__) for r in pool.routed] == [("b", "TrialSubmitted")]
+    assert list(pool.failed) == ["a"]
+    assert isinstance(pool.failed["a"], PluginError)
+    assert str(pool.failed["a"]).startswith(f"policy {__name__}:Armed: priority() ")
+
+
+def test_another_experiments_failing_policy_loses_no_event_of_this_one_and_the_host_retires_it() -> None:
+    """A trial of a ended while the pool asked u's policy whether u wants the GPU it frees: the policy's error left
+    the call before a's core had the exit, so that trial held its GPU for ever. Now a's exit is handled, u is named
+    failed and gets no GPU; retired as a host does (its core cancelled, asking its plug-ins nothing more), it ends."""
+    pool = PoolScheduler(quantum=1e9)
+    pool.handle(NodeAdded(0.0, "n0", ("g0",)))
+    healthy = Scheduler(make_policy("rr", period=10.0))
+    pool.add_experiment("a", healthy, at=0.0)
+    assert pool.tell("a", TrialSubmitted(0.0, "t0", 1)) == [Start("a.t0", "g0")]
+    pool.tell("a", SubmissionsClosed(0.0))
+    policy = Armed()
+    failing = Scheduler(policy)
+    pool.add_experiment("u", failing, at=0.0)
+    assert pool.tell("u", TrialSubmitted(0.0, "t0", 5)) == []  # it waits for the GPU a holds
+    policy.armed = True
+    assert pool.handle(TrialReported(1.0, "a.t0", 1, 0.5)) == []
+    assert pool.handle(TrialExited(2.0, "a.t0", succeeded=True)) == []  # the GPU goes to no one meanwhile
+    assert healthy.finished and healthy.trials["t0"].state is TrialState.COMPLETED
+    assert list(pool.failed) == ["u"] and "priority() raised RuntimeError: boom (trial t0)" in str(pool.failed["u"])
+
+    failing.restore_policy(make_policy("fifo"), {})  # as hermes.pool retires it
+    pool.tell("u", ExperimentCancelled(2.0, "PluginError"))
+    assert failing.finished and failing.trials["t0"].state is TrialState.STOPPED
+    assert pool.tenants == {} and pool.failed == {} and pool.holder == {"g0": None}
+

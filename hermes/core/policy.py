@@ -8,7 +8,9 @@ never the other way round.
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
@@ -118,7 +120,8 @@ class EarlyStopper(ABC):
 
     @abstractmethod
     def should_stop(self, trial: Trial) -> bool:
-        """Called after each report of ``trial`` (already recorded on it)."""
+        """Called after each report of ``trial`` (already recorded on it). True or False (a numpy bool too): the core
+        refuses anything else (``PluginError``), since "no" would stop the trial."""
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -146,6 +149,26 @@ def plugin_answered(plugin: SchedulingPolicy | EarlyStopper, method: str, trial:
                        f"{trial.trial_id}; it must return {expected}")
 
 
+def plugin_call(plugin: SchedulingPolicy | EarlyStopper, method: str, *args: Any) -> Any:
+    """``plugin.method(*args)``, for the calls made outside the hot paths (``configure``, ``attach``,
+    ``load_state_dict``): what it raises is the plug-in's ``PluginError``, not a traceback through the caller."""
+    try:
+        return getattr(plugin, method)(*args)
+    except Exception as error:
+        raise plugin_raised(plugin, method, error) from error
+
+
+def plugin_state(plugin: SchedulingPolicy | EarlyStopper) -> dict[str, Any]:
+    """``plugin.state_dict()`` after a round trip through JSON, as a restored plug-in gets it: its state must be
+    plain data. What it raises, or a state that JSON cannot hold (a set, a ``Trial``), is its ``PluginError``."""
+    state = plugin_call(plugin, "state_dict")
+    try:
+        return json.loads(json.dumps(state))
+    except (TypeError, ValueError) as error:
+        raise PluginError(f"{_described(plugin)}: state_dict() returned what JSON cannot hold ({error}); it must "
+                          "return plain data: dicts, lists, strings, numbers, booleans, None") from error
+
+
 def checked_priority(policy: SchedulingPolicy, trial: Trial, now: float) -> float | None:
     """``policy.priority``, where the core asks it: what it raises, or an answer that does not rank (not a number;
     NaN, whose place would depend on the order trials are looked at), fails as the policy's ``PluginError``."""
@@ -158,6 +181,21 @@ def checked_priority(policy: SchedulingPolicy, trial: Trial, now: float) -> floa
     if isinstance(priority, Real) and not math.isnan(priority):  # numpy's floats, a bool, a Fraction
         return priority
     raise plugin_answered(policy, "priority", trial, priority, "a number (not NaN), or None for not now")
+
+
+def checked_should_stop(stopper: EarlyStopper, trial: Trial) -> bool:
+    """``stopper.should_stop``, where the core asks it: True or False (numpy's bools too); what it raises, or any
+    other answer ("no" is true, a numpy array has no truth), fails as the stopper's ``PluginError``."""
+    try:
+        answer = stopper.should_stop(trial)
+    except Exception as error:
+        raise plugin_raised(stopper, "should_stop", error, trial) from error
+    if answer is False or answer is True:
+        return answer
+    numpy = sys.modules.get("numpy")  # imported already wherever a numpy bool can come from: the core imports none
+    if numpy is not None and type(answer) is numpy.bool_:
+        return bool(answer)
+    raise plugin_answered(stopper, "should_stop", trial, answer, "True or False")
 
 
 def _described(plugin: SchedulingPolicy | EarlyStopper) -> str:

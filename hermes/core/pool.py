@@ -31,6 +31,10 @@ the GPUs do not divide evenly.
   own GPU: the pool never takes back a GPU such a trial runs on or waits on, stopped.
 - A lone experiment gets the whole pool (as many GPUs as it can use), exactly as a plain
   ``Scheduler`` on those GPUs would.
+
+A plug-in that fails (its ``PluginError``: it raised, or answered what the core cannot use) fails
+its own experiment, never the pool: the call goes on for the others, leaving out what that
+experiment's core could not do, and ``failed`` names it for the host, which retires it.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from hermes.core.events import (
     TrialSubmitted,
     TrialSuspended,
 )
+from hermes.core.policy import PluginError, checked_priority
 from hermes.core.scheduler import Scheduler
 from hermes.core.share import MAX_WEIGHT, MIN_WEIGHT, nested_shares
 from hermes.core.states import HOLDING_GPU, RUNNING
@@ -126,6 +131,7 @@ class PoolScheduler:
         self.holder: dict[str, str | None] = {}  # GPU -> the experiment holding it
         self.owner_weights: dict[str, float] = {}
         self.routed: list[Routed] = []
+        self.failed: dict[str, PluginError] = {}  # after each call, experiments whose plug-in failed in it: retire them
         self.finished_experiments: list[str] = []  # experiments that ended, in order; the host may forget them
         self._clock = 0.0
         self._arrivals = 0
@@ -243,7 +249,7 @@ class PoolScheduler:
         ranked = []
         for tenant in self.tenants.values():
             held = len(tenant.gpus) - (tenant is leaving)
-            if tenant is leaving or self._wants(tenant, gpu, now):
+            if tenant is leaving or (tenant.key not in self.failed and self._wants(tenant, gpu, now)):
                 ranked.append((held >= math.floor(tenant.share + 1e-9), -tenant.deficit, tenant.seq, tenant))
         ranked.sort(key=lambda entry: entry[:3])
         return [entry[3] for entry in ranked]
@@ -256,13 +262,17 @@ class PoolScheduler:
             return False
         if not scheduler.submissions_open and not scheduler.busy:
             return True
-        priority = scheduler.policy.priority
-        return any(
-            trial.waiting
-            and (trial.movable or trial.last_gpu is None or trial.last_gpu == gpu)
-            and priority(trial, now) is not None
-            for trial in _members(scheduler)
-        )
+        policy = scheduler.policy
+        try:
+            return any(
+                trial.waiting
+                and (trial.movable or trial.last_gpu is None or trial.last_gpu == gpu)
+                and checked_priority(policy, trial, now) is not None
+                for trial in _members(scheduler)
+            )
+        except PluginError as error:
+            self.failed.setdefault(tenant.key, error)
+            return False
 
     def _usable(self, tenant: Tenant, now: float, enough: int) -> int:
         """GPUs the experiment could use now, counted up to ``enough``: one per trial holding a GPU
@@ -274,12 +284,17 @@ class PoolScheduler:
         if not scheduler.submissions_open and not scheduler.busy:
             return min(1, scheduler.unfinished)
         usable = scheduler.busy
-        priority = scheduler.policy.priority
-        for trial in _members(scheduler):
-            if usable >= enough:
-                break
-            if trial.waiting and (trial.movable or trial.last_gpu is None) and priority(trial, now) is not None:
-                usable += 1
+        policy = scheduler.policy
+        try:
+            for trial in _members(scheduler):
+                if usable >= enough:
+                    break
+                if (trial.waiting and (trial.movable or trial.last_gpu is None)
+                        and checked_priority(policy, trial, now) is not None):
+                    usable += 1
+        except PluginError as error:
+            self.failed.setdefault(tenant.key, error)
+            return scheduler.busy
         return usable
 
     def _share(self, at: float) -> list[Decision]:
@@ -305,6 +320,8 @@ class PoolScheduler:
         decisions = self._route(tenant, event)
         if tenant.key not in self.tenants:  # it finished with this GPU: nothing left to run
             return False, decisions
+        if tenant.key in self.failed:  # it keeps the GPU, which its core may hold now, until the host retires it
+            return True, decisions
         if any(isinstance(d, (Start, Resume)) and d.gpu == gpu for d in decisions):
             return True, decisions
         if gpu in scheduler.cluster.gpu_node and scheduler.cluster.node_of(gpu).occupant.get(gpu) is None:
@@ -319,6 +336,8 @@ class PoolScheduler:
             coming += sum(holder is None for holder in self.holder.values())
             needs, by_deficit = 0, False
             for tenant in self.tenants.values():
+                if tenant.key in self.failed:
+                    continue  # to be retired: it wants nothing more
                 held, whole = len(tenant.gpus), math.floor(tenant.share + 1e-9)
                 owed = tenant.deficit >= self.quantum
                 if min(tenant.demand, whole) <= held and not (owed and tenant.demand > held):
@@ -349,33 +368,44 @@ class PoolScheduler:
         candidates = []
         for tenant in self.tenants.values():
             keeping = len(tenant.gpus) - len(tenant.scheduler.reclaimed)
-            if keeping > tenant.share + 1e-9 and (not by_deficit or tenant.deficit <= 0.0):
+            if (keeping > tenant.share + 1e-9 and (not by_deficit or tenant.deficit <= 0.0)
+                    and tenant.key not in self.failed):
                 candidates.append((tenant.deficit, tenant.seq, tenant))
         for _, _, tenant in sorted(candidates, key=lambda entry: entry[:2]):
-            scheduler = tenant.scheduler
-            tied = _tied_gpus(scheduler.trials.values())
-            lowest, lowest_rank = None, None
-            for trial in scheduler.trials.values():
-                if (
-                    trial.state is not RUNNING
-                    or trial.stop_requested
-                    or trial.step >= trial.budget  # it has trained its budget and is exiting
-                    or trial.gpu in scheduler.reclaimed
-                    or trial.gpu in tied
-                ):
-                    continue
-                priority = scheduler.policy.priority(trial, self._clock)
-                rank = (-math.inf if priority is None else priority, -trial.seq)
-                if lowest_rank is None or rank < lowest_rank:
-                    lowest, lowest_rank = trial, rank
+            try:
+                lowest = self._lowest_running(tenant.scheduler)
+            except PluginError as error:
+                self.failed.setdefault(tenant.key, error)
+                continue
             if lowest is not None:
                 return tenant, lowest.gpu
         return None
 
+    def _lowest_running(self, scheduler: Scheduler) -> Trial | None:
+        """The running trial that the experiment's policy ranks lowest (ties: the latest arrival) and that the pool
+        may take back."""
+        tied = _tied_gpus(scheduler.trials.values())
+        lowest, lowest_rank = None, None
+        for trial in scheduler.trials.values():
+            if (
+                trial.state is not RUNNING
+                or trial.stop_requested
+                or trial.step >= trial.budget  # it has trained its budget and is exiting
+                or trial.gpu in scheduler.reclaimed
+                or trial.gpu in tied
+            ):
+                continue
+            priority = checked_priority(scheduler.policy, trial, self._clock)
+            rank = (-math.inf if priority is None else priority, -trial.seq)
+            if lowest_rank is None or rank < lowest_rank:
+                lowest, lowest_rank = trial, rank
+        return lowest
+
     # ------------------------------------------------------------------ bookkeeping
     def _begin(self, at: float) -> None:
-        """Charge every experiment's accounts up to ``at`` and start a new list of routed events."""
+        """Charge every experiment's accounts up to ``at`` and start new lists of routed events and failures."""
         self.routed = []
+        self.failed = {}
         elapsed = at - self._clock
         if elapsed > 0:
             for tenant in self.tenants.values():
@@ -396,9 +426,14 @@ class PoolScheduler:
             tenant.share = shares[key]
 
     def _route(self, tenant: Tenant, event: Event) -> list[Decision]:
-        """Hand ``event`` to the experiment's scheduler; return its decisions with qualified ids."""
+        """Hand ``event`` to the experiment's scheduler; return its decisions with qualified ids. Where a plug-in of
+        the experiment fails (``failed``), none: what its core decided before that in this event is lost with it."""
         scheduler = tenant.scheduler
-        decisions = scheduler.handle(event)
+        try:
+            decisions = scheduler.handle(event)
+        except PluginError as error:
+            self.failed.setdefault(tenant.key, error)
+            return []
         self.routed.append(Routed(tenant.key, event, decisions))
         for gpu in [gpu for gpu in tenant.gpus if gpu not in scheduler.cluster.gpu_node]:  # released to the pool
             tenant.gpus.discard(gpu)

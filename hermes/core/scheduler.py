@@ -44,7 +44,9 @@ from hermes.core.policy import (
     SchedulingPolicy,
     Verdict,
     checked_priority,
+    checked_should_stop,
     plugin_answered,
+    plugin_call,
     plugin_raised,
 )
 
@@ -114,7 +116,7 @@ class Scheduler:
         self._replaying = False  # in ``replay``: the log's decisions, not the policy's, say who runs where
         self.reclaimed: set[str] = set()  # GPUs a shared pool takes back once their trials release them
         self._avoiding: dict[str, str] = {}  # trial -> the node its last run crashed on, until it reports elsewhere
-        policy.attach(self.trials)
+        plugin_call(policy, "attach", self.trials)
 
     @property
     def busy(self) -> int:
@@ -128,8 +130,8 @@ class Scheduler:
 
     def restore_policy(self, policy: SchedulingPolicy, state: dict[str, Any]) -> None:
         """Continue with ``policy`` in the state another instance saved (``state_dict``), mid-run."""
-        policy.load_state_dict(state)
-        policy.attach(self.trials)
+        plugin_call(policy, "load_state_dict", state)
+        plugin_call(policy, "attach", self.trials)
         self.policy = policy
         self._queue_for = None
         for node_scheduler in self.node_schedulers.values():
@@ -231,9 +233,8 @@ class Scheduler:
         return node_scheduler.review(trial, event.at)
 
     def _observe(self, trial: Trial, now: float) -> Verdict:
-        """The policy's verdict on the trial's report, and the stopper's; what either raises, or a verdict that is no
-        ``Verdict`` (the string "stop" equals STOP, but an answer of the wrong kind is a bug), is the plug-in's
-        ``PluginError``."""
+        """The policy's verdict on the trial's report, and the stopper's; what either raises, or an answer of the
+        wrong kind (the string "stop" equals STOP, "no" is true: either is a bug), is the plug-in's ``PluginError``."""
         policy = self.policy
         try:
             verdict = policy.observe(trial, now)
@@ -242,12 +243,8 @@ class Scheduler:
         if type(verdict) is not Verdict:
             raise plugin_answered(policy, "observe", trial, verdict, "a Verdict (Verdict.CONTINUE, PAUSE or STOP)")
         stopper = self.stopper
-        if stopper is not None:
-            try:
-                if stopper.should_stop(trial):
-                    return STOP
-            except Exception as error:
-                raise plugin_raised(stopper, "should_stop", error, trial) from error
+        if stopper is not None and checked_should_stop(stopper, trial):
+            return STOP
         return verdict
 
     def _on_suspended(self, event: TrialSuspended) -> list[Decision]:

@@ -13,7 +13,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from hermes.core.decisions import Decision
 from hermes.core.events import GpuAdded, GpuRemoved, NodeAdded, NodeRemoved, SubmissionsClosed
+from hermes.core.policy import plugin_call
 from hermes.core.pool import PoolScheduler, qualify
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import TrialState
@@ -78,13 +80,14 @@ def simulate_pool(
     schedulers = {}
     for experiment in experiments:
         policy = make_policy(experiment.policy)
-        policy.configure(executor.profile)
+        plugin_call(policy, "configure", executor.profile)
         scheduler = schedulers[experiment.name] = Scheduler(policy, objective=Objective(experiment.trace.mode))
-        pending += pool.add_experiment(experiment.name, scheduler, at=0.0, weight=experiment.weight,
-                                       owner=experiment.owner)
+        pending += _unfailed(pool, pool.add_experiment(experiment.name, scheduler, at=0.0, weight=experiment.weight,
+                                                       owner=experiment.owner))
         for curve in experiment.trace.shuffled(experiment.seed):
-            pending += pool.handle(executor.submit(qualify(experiment.name, curve.name), curve, at=0.0))
-        pending += pool.tell(experiment.name, SubmissionsClosed(0.0))
+            submitted = executor.submit(qualify(experiment.name, curve.name), curve, at=0.0)
+            pending += _unfailed(pool, pool.handle(submitted))
+        pending += _unfailed(pool, pool.tell(experiment.name, SubmissionsClosed(0.0)))
         result.gpu_seconds[experiment.name] = result.contested_gpu_seconds[experiment.name] = 0.0
     for decision in pending:
         executor.apply(decision, 0.0)
@@ -104,7 +107,7 @@ def simulate_pool(
             if contested:
                 result.contested_s = event.at
             last = event.at
-            decisions = pool.handle(event)
+            decisions = _unfailed(pool, pool.handle(event))
             if record:
                 result.decisions += [(event.at, type(d).__name__, d.trial_id, getattr(d, "gpu", "")) for d in decisions]
             for decision in decisions:
@@ -119,3 +122,10 @@ def simulate_pool(
                      for name, scheduler in schedulers.items()}
     result.preemptions = executor.accounts.preemptions
     return result
+
+
+def _unfailed(pool: PoolScheduler, decisions: list[Decision]) -> list[Decision]:
+    """The decisions of the pool's last call; a plug-in that failed in it fails the simulation, as ``simulate``."""
+    if pool.failed:
+        raise next(iter(pool.failed.values()))
+    return decisions

@@ -12,7 +12,7 @@ from typing import Any
 
 from hermes.core.decisions import Decision
 from hermes.core.events import Event, GpuAdded, GpuRemoved, NodeAdded, NodeRemoved, SubmissionsClosed
-from hermes.core.policy import EarlyStopper, SchedulingPolicy
+from hermes.core.policy import EarlyStopper, SchedulingPolicy, plugin_call
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.execution.engine import Engine
 from hermes.sim.costs import SwitchCosts
@@ -110,7 +110,7 @@ def simulate(
     for curve in arrivals:
         engine.post(executor.submit(curve.name, curve, at=0.0))
     engine.post(SubmissionsClosed(0.0))
-    policy.configure(executor.profile)  # as a session does: the engine's costs, once its trials are known
+    plugin_call(policy, "configure", executor.profile)  # as a session does: the engine's costs, once trials are known
     engine.run()
 
     accounts = executor.accounts

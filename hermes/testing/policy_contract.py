@@ -29,13 +29,18 @@ For a policy:
 - ``priority`` answers without changing the policy's state, or any later decision;
 - a policy that promises a time-invariant order (``order_version``) gets from the core's cached
   order exactly what a full scan by priority gives;
-- a ``state_dict`` round trip through JSON in the middle of a run changes no decision after it.
+- a ``state_dict`` round trip through JSON in the middle of a run changes no decision after it (its state is
+  plain data that JSON holds).
 
 For a stopper (which must stop some trial of that run, else the tests prove nothing):
 
 - the same run gives the same decisions, whatever ran before it in the process;
-- ``should_stop`` asked again, without a new report, changes neither its state nor any later decision;
+- ``should_stop`` answers True or False, and asked again, without a new report, changes neither its state nor any
+  later decision;
 - a ``state_dict`` round trip through JSON in the middle of a run changes no decision after it.
+
+What a plug-in raises, or an answer the core refuses, fails a test as an AssertionError with the plug-in's
+``PluginError`` message.
 """
 
 from __future__ import annotations
@@ -47,7 +52,15 @@ import pytest
 
 from hermes.core.decisions import Decision, Stop
 from hermes.core.events import Event, SubmissionsClosed
-from hermes.core.policy import EarlyStopper, PluginError, SchedulingPolicy, checked_priority
+from hermes.core.policy import (
+    EarlyStopper,
+    PluginError,
+    SchedulingPolicy,
+    checked_priority,
+    checked_should_stop,
+    plugin_call,
+    plugin_state,
+)
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.execution.engine import Engine
 from hermes.policies import make_policy, make_stopper
@@ -88,13 +101,22 @@ def stopper_name() -> str:
 def fresh_policy(name: str, executor: SimulatedExecutor) -> SchedulingPolicy:
     """The policy as a session makes it: from its name, then told the engine's costs."""
     policy = make_policy(name, period=PERIOD)
-    policy.configure(executor.profile)
+    plugin_call(policy, "configure", executor.profile)
     return policy
 
 
 def run(name: str, listener: Listener | None = None, *, stopper: str | None = None, seed: int = 4) -> list[str]:
     """One simulation of 60 mixed curves on 5 GPUs in two nodes under policy ``name`` (and ``stopper``);
-    its decision log, one line per decision with the event it answers (its number, kind and time)."""
+    its decision log, one line per decision with the event it answers (its number, kind and time). A plug-in that
+    raises, or answers what the core refuses, fails it as the suite's other failures: an AssertionError that says
+    what went wrong (its ``PluginError``)."""
+    try:
+        return _simulated(name, listener, stopper, seed)
+    except PluginError as error:
+        raise AssertionError(str(error)) from error
+
+
+def _simulated(name: str, listener: Listener | None, stopper: str | None, seed: int) -> list[str]:
     trace = synthetic_trace(60, 10, seed=seed, kind="mixed", epoch_seconds=(5.0, 40.0), diverge_fraction=0.1)
     executor = SimulatedExecutor(LAYOUT)
     scheduler = Scheduler(
@@ -145,8 +167,8 @@ def stops(log: list[str]) -> int:
 
 
 def _state(owner: SchedulingPolicy | EarlyStopper) -> str:
-    """A state as the store would keep it: JSON, keys sorted so that two equal states compare equal."""
-    return json.dumps(owner.state_dict(), sort_keys=True)
+    """A state as JSON holds it, keys sorted so that two equal states compare equal."""
+    return json.dumps(plugin_state(owner), sort_keys=True)
 
 
 def _count_events(name: str, *, stopper: str | None = None) -> tuple[list[str], int]:
@@ -170,10 +192,7 @@ def test_priority_and_observe_answer_what_the_core_takes(policy_name: str) -> No
             if not trial.state.is_terminal:
                 checked_priority(scheduler.policy, trial, event.at)
 
-    try:
-        run(policy_name, ask_everything)
-    except PluginError as error:  # as the suite's other failures: an AssertionError that says what went wrong
-        raise AssertionError(str(error)) from error
+    run(policy_name, ask_everything)
 
 
 def test_the_same_events_give_the_same_decisions(policy_name: str) -> None:
@@ -232,7 +251,7 @@ def test_a_state_dict_round_trip_mid_run_changes_no_decision(policy_name: str) -
         events += 1
         if events == total // 2:
             fresh = fresh_policy(policy_name, SimulatedExecutor(LAYOUT))
-            scheduler.restore_policy(fresh, json.loads(json.dumps(scheduler.policy.state_dict())))
+            scheduler.restore_policy(fresh, plugin_state(scheduler.policy))
 
     assert_same_decisions(run(policy_name, swap_halfway), uninterrupted,
                           f"a state_dict round trip after event {total // 2}", swapped_after=total // 2)
@@ -250,8 +269,8 @@ def test_a_stopper_gives_the_same_decisions_for_the_same_run(stopper_name: str) 
 
 
 def test_should_stop_asked_again_changes_nothing(stopper_name: str) -> None:
-    """The core asks once per report; asking again without a new report (a policy that consults the
-    stopper, a replay) must neither record anything nor change a later verdict."""
+    """The core asks once per report, and takes True or False alone; asking again without a new report (a policy
+    that consults the stopper, a replay) must neither record anything nor change a later verdict."""
     asked = 0
 
     def ask_everything(scheduler: Scheduler, event: Event, decisions: list[Decision]) -> None:
@@ -262,7 +281,7 @@ def test_should_stop_asked_again_changes_nothing(stopper_name: str) -> None:
         for trial in scheduler.trials.values():
             # each trial whose every report the stopper was told: the core tells it nothing once it stops a trial
             if trial.steps and not trial.stop_requested:
-                stopper.should_stop(trial)
+                checked_should_stop(stopper, trial)
                 asked += 1
         assert _state(stopper) == before, f"should_stop changed the state at {event.at}: {type(event).__name__}"
 
@@ -285,7 +304,7 @@ def test_a_stopper_state_dict_round_trip_mid_run_changes_no_decision(stopper_nam
         elif events == total // 2:
             assert scheduler.stopper is not None
             fresh = make_stopper(stopper_name)
-            fresh.load_state_dict(json.loads(json.dumps(scheduler.stopper.state_dict())))
+            plugin_call(fresh, "load_state_dict", plugin_state(scheduler.stopper))
             scheduler.stopper = fresh  # the core holds its stopper there, and nowhere else
 
     assert_same_decisions(run(STOPPER_POLICY, swap_halfway, stopper=stopper_name), uninterrupted,
