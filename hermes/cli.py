@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -26,6 +27,14 @@ if TYPE_CHECKING:
     from hermes.sim.trace import Trace
 
 GPUS_PER_NODE = 8  # default node size when --nodes is not given, like a DGX-class server
+# What stopped a run for its storage (hermes.errors.STORAGE_LIMIT_ERRNOS), and what lifts it
+STORAGE_LIMITS = {
+    errno.ENOSPC: ("no space left", "free some space"),
+    errno.EDQUOT: ("disk quota exceeded", "free some space, or have the quota raised"),
+    errno.EFBIG: ("a file reached the file-size limit", "raise the file-size limit (`ulimit -f unlimited`)"),
+    errno.EROFS: ("read-only file system", "make it writable again (remount it read-write)"),
+}
+UNKNOWN_STORAGE_LIMIT = ("no space left, or a storage limit", "free some space, or lift the limit")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,7 +103,8 @@ def _run(args: argparse.Namespace) -> int:
         print("interrupted before the experiment started", file=sys.stderr)
         return 130
     except NoSpaceError as error:  # not even its runner lock could be written
-        print(f"hermes: error: no space left: {error}\nfree some space, then run `{again}`", file=sys.stderr)
+        what, fix = _storage_limit(error)
+        print(f"hermes: error: {what}: {error}\n{fix}, then run `{again}`", file=sys.stderr)
         return 2
     console = Console()
     # A terminal that redraws: not a file or a pipe (FORCE_COLOR made Rich call them terminals, and filled logs with
@@ -117,8 +127,9 @@ def _run(args: argparse.Namespace) -> int:
         signum = session.interrupted_by or (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
         return 128 + signum
     except NoSpaceError as error:
-        print(f"hermes: error: no space left: {error}\ninterrupted: free some space, then run "
-              f"`{again}` again to continue", file=sys.stderr)
+        what, fix = _storage_limit(error)
+        print(f"hermes: error: {what}: {error}\ninterrupted: {fix}, then run `{again}` again to continue",
+              file=sys.stderr)
         return 2
     except StoreUnavailable as error:
         print(f"hermes: error: the store {error}\ninterrupted: run `{again}` again to continue once it can be "
@@ -151,6 +162,27 @@ def _run(args: argparse.Namespace) -> int:
         print(f"hermes: error: {failed}", file=sys.stderr)
         return 1
     return 0
+
+
+def _storage_limit(error: NoSpaceError) -> tuple[str, str]:
+    """What stopped the run, and its fix (``STORAGE_LIMITS``): the errno of the OSError under ``error`` where one is
+    chained (a file of the runner's own), else the first that its text says ("[Errno 27]", or "File too large"): a
+    trial's comes from its process as text. A full store says so in its own words."""
+    from hermes.store import StoreFull
+
+    cause = error.__cause__
+    if isinstance(cause, OSError) and cause.errno in STORAGE_LIMITS:
+        return STORAGE_LIMITS[cause.errno]
+    if isinstance(error, StoreFull):
+        return STORAGE_LIMITS[errno.ENOSPC]
+    text = str(error)
+    said = {
+        text.find(marker): number
+        for number in STORAGE_LIMITS
+        for marker in (f"[Errno {number}]", os.strerror(number))
+        if marker in text
+    }
+    return STORAGE_LIMITS[said[min(said)]] if said else UNKNOWN_STORAGE_LIMIT
 
 
 def _again(trial: Trial) -> str:

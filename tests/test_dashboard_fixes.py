@@ -3,6 +3,7 @@ restarted, and logs cut between whole characters (what the page shows of them: t
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +15,17 @@ pytest.importorskip("fastapi", reason="the server needs the server extra")
 from fastapi.testclient import TestClient
 from test_server import Server, real_spec
 
+from hermes.core.events import NodeAdded, SubmissionsClosed, TrialExited, TrialReported, TrialSubmitted
+from hermes.core.scheduler import Objective, Scheduler
 from hermes.experiment.spec import ResourcesSpec
+from hermes.policies import make_policy
 from hermes.server.api import LOG_TAIL
 from hermes.server.app import ServerConfig, create_app
+from hermes.server.digest import ExperimentDigest
+from hermes.store import ExperimentStatus, SqlStore
+from hermes.store.base import DamagedRecord
+from hermes.store.recorder import StoreRecorder
+from hermes.testing.recorded import experiment_spec, record_simulated
 
 
 class Page:
@@ -114,3 +123,60 @@ def test_a_log_comes_in_whole_characters(recorded: Server) -> None:
     with open(log, "ab") as file:
         file.write(b"\xac \xff!")
     assert server.get(path, offset=offset + 1)["text"] == "€ \ufffd!"
+
+
+def test_a_trial_that_exits_without_a_report_is_said_failed_as_its_record_says(tmp_path: Path) -> None:
+    """A trial process that exited with code 0 before its first report: the core records it failed, the timeline's
+    run ends "failed", but the tooltips said it "completed" (its run's end, and the start of the next run on its
+    GPU). Recorded by the real core and StoreRecorder, on one GPU: trial 0 exits silently, trial 1 reports."""
+    store = SqlStore(f"sqlite:///{tmp_path / 'hermes.db'}")
+    experiment_id = store.create_or_open_experiment("silent", experiment_spec("silent", 2, 3))
+    scheduler = Scheduler(make_policy("rr", period=30.0), objective=Objective("max"))
+    recorder = StoreRecorder(store, experiment_id, scheduler)
+    for event in (NodeAdded(0.0, "n0", ("n0/g0",)), TrialSubmitted(0.0, "0", 3), TrialSubmitted(0.0, "1", 3),
+                  SubmissionsClosed(0.0), TrialExited(1.0, "0", True), TrialReported(2.0, "1", 3, 0.5),
+                  TrialExited(2.0, "1", True)):
+        recorder(event, scheduler.handle(event))
+        recorder.flush()
+    digest = ExperimentDigest(store, store.experiment(experiment_id))
+    digest.refresh(ExperimentStatus.FINISHED)
+    runs, _ = digest.runs_since(0, 10)
+    store.close()
+
+    assert [(t["trial"], t["state"]) for t in digest.trials.values()] == [("0", "failed"), ("1", "completed")]
+    assert digest.trials["0"]["error"].startswith("ended without a report: ")
+    assert [(run["trial"], run["ended_by"]) for run in runs] == [("0", "failed"), ("1", "completed")]
+    assert runs[0]["end_reason"] == "trial 0 failed (ended without a report) at 1.0s"
+    assert runs[1]["start_reason"] == "started on n0/g0 because trial 0 failed (ended without a report) at 1.0s"
+    assert runs[1]["end_reason"] == "trial 1 completed at 2.0s"
+
+
+def test_a_hand_edited_report_time_is_named_at_every_poll_and_once_put_right_the_digest_is_whole(
+        tmp_path: Path) -> None:
+    """A report's time edited to text: the digest failed with a TypeError deep in its reading (a 500 that said
+    nothing), and the polls after it served the trials without their records (all "pending", no parameters)."""
+    path = tmp_path / "hermes.db"
+    store = SqlStore(f"sqlite:///{path}")
+    experiment_id = store.create_or_open_experiment("sim", experiment_spec("sim", 6, 4))
+    record_simulated(store, experiment_id, 6, 4, seed=3, policy="rr")
+    with sqlite3.connect(path) as connection:
+        (at,) = connection.execute("SELECT at FROM metrics WHERE id = 3").fetchone()
+        connection.execute("UPDATE metrics SET at = 'late' WHERE id = 3")
+    connection.close()
+    digest = ExperimentDigest(store, store.experiment(experiment_id))
+    for _ in range(2):  # the next poll too, at once
+        with pytest.raises(DamagedRecord) as raised:
+            digest.refresh(ExperimentStatus.FINISHED)
+        assert raised.value.record == (
+            "table metrics, row with experiment_id 1, id 3: column at holds 'late', not a number"
+        )
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE metrics SET at = ? WHERE id = 3", (at,))
+    connection.close()
+    digest.refresh(ExperimentStatus.FINISHED)
+    fresh = ExperimentDigest(store, store.experiment(experiment_id))
+    fresh.refresh(ExperimentStatus.FINISHED)
+    store.close()
+    assert digest.trials_since(0, 100) == fresh.trials_since(0, 100)
+    assert digest.runs_since(0, 100) == fresh.runs_since(0, 100)
+    assert {t["state"] for t in digest.trials.values()} <= {"completed", "failed"}

@@ -792,15 +792,25 @@ DAMAGE = [  # (statement, the reports that must fail on it, what they say)
     ("UPDATE metrics SET metric_values = '{\"score\": \"high\"}' WHERE id = (SELECT MAX(id) FROM metrics)",
      EVERY_REPORT,
      "table metrics, row with experiment_id 3, id {last}: column metric_values holds 'high' for metric 'score'"),
-    ("UPDATE metrics SET step = 'two' WHERE id = (SELECT MAX(id) FROM metrics)", ("plot",),  # only plot sorts steps
+    ("UPDATE metrics SET step = 'two' WHERE id = (SELECT MAX(id) FROM metrics)", EVERY_REPORT,
      "table metrics, row with experiment_id 3, id {last}: column step holds 'two', not a whole number"),
     ("UPDATE events SET data = '{\"type\": \"TrialExploded\"}' WHERE experiment_id = 3 AND seq = 7", EVERY_REPORT,
      "table events, row with experiment_id 3, seq 7: column data does not decode: cannot decode 'TrialExploded'"),
+    # a report's step and time, as the trials' numbers: status and results showed a step of 2.5, plot drew it
+    ("UPDATE metrics SET step = 2.5 WHERE id = (SELECT MAX(id) FROM metrics)", EVERY_REPORT,
+     "table metrics, row with experiment_id 3, id {last}: column step holds 2.5, not a whole number"),
+    ("UPDATE metrics SET at = 'late' WHERE id = (SELECT MAX(id) FROM metrics)", EVERY_REPORT,
+     "table metrics, row with experiment_id 3, id {last}: column at holds 'late', not a number"),
+    ("UPDATE metrics SET at = x'00ff' WHERE id = (SELECT MAX(id) FROM metrics)", EVERY_REPORT,
+     "table metrics, row with experiment_id 3, id {last}: column at holds b'\\x00\\xff', not a number"),
+    ("UPDATE decisions SET at = 'soon' WHERE experiment_id = 3 AND event_seq = {first} AND position = 0", EVERY_REPORT,
+     "table decisions, row with experiment_id 3, event_seq {first}, position 0: column at holds 'soon', not a number"),
 ]
 
 
 @pytest.mark.parametrize(
-    ("statement", "commands", "message"), DAMAGE, ids=["json", "state", "metric", "step", "event"]
+    ("statement", "commands", "message"), DAMAGE,
+    ids=["json", "state", "metric", "step", "event", "step-fraction", "time", "time-blob", "decision-time"],
 )
 def test_a_damaged_record_is_named_not_a_traceback(
     recorded: Recorded, tmp_path: Path, capsys: pytest.CaptureFixture[str], statement: str,
@@ -811,15 +821,17 @@ def test_a_damaged_record_is_named_not_a_traceback(
     directory = copy_store(recorded, tmp_path / "damaged")
     with sqlite3.connect(directory / STORE_FILE) as connection:
         last = connection.execute("SELECT MAX(id) FROM metrics").fetchone()[0]
-        connection.execute(statement)
+        first = connection.execute("SELECT MIN(event_seq) FROM decisions WHERE experiment_id = 3").fetchone()[0]
+        connection.execute(statement.replace("{first}", str(first)))
     connection.close()
     for command in commands:
         out = ["--out", str(tmp_path / "plots")] if command == "plot" else []
         assert main([command, str(directory), "--experiment", "cut", *out]) == 2, command
         err = capsys.readouterr().err
         assert err.startswith(f"hermes: error: {directory / STORE_FILE} has a damaged record: "
-                              f"{message.format(last=last)}"), err
-        assert "Traceback" not in err
+                              f"{message.format(last=last, first=first)}"), err
+        assert err.endswith(f"; correct that value, or restore {STORE_FILE} from a backup\n"), err  # what to do
+        assert "Traceback" not in err and err.count("\n") == 1, err
 
 
 def test_status_and_results_show_why_trials_failed(store: SqlStore) -> None:

@@ -51,6 +51,10 @@ def test_a_file_size_limit_hit_by_a_checkpoint_interrupts_the_run_and_a_rerun_wi
                              timeout=RUN_TIMEOUT, preexec_fn=lambda: limit_file_size(256 * 1024))
     assert limited.returncode == 2, limited.stderr
     assert "file-size limit of 262144 bytes" in limited.stderr and "ballast" in limited.stderr, limited.stderr
+    # said as what it is, with its fix: it was said "no space left ... free some space"
+    assert limited.stderr.startswith("hermes: error: a file reached the file-size limit: trial "), limited.stderr
+    assert (f"interrupted: raise the file-size limit (`ulimit -f unlimited`), then run `hermes run {path}` again to "
+            "continue") in limited.stderr and "no space left" not in limited.stderr, limited.stderr
     assert outcome_of(tmp_path / "runs")[0] == "interrupted"
     rerun = subprocess.run(command, cwd=tmp_path, env=environment(), capture_output=True, text=True,
                            timeout=RUN_TIMEOUT)
@@ -67,7 +71,12 @@ deadline = time.monotonic() + 60
 while not any(trials.glob("*/checkpoints/latest")) and time.monotonic() < deadline:
     time.sleep(0.05)
 subprocess.run(["mount", "--bind", str(trials), str(trials)], check=True)
-subprocess.run(["mount", "-o", "remount,bind,ro", str(trials)], check=True)
+for attempt in range(100):  # busy while a file in it is open for writing, now and then
+    if subprocess.run(["mount", "-o", "remount,bind,ro", str(trials)], capture_output=True).returncode == 0:
+        break
+    time.sleep(0.02)
+else:
+    raise SystemExit("the trials folder stayed busy: it could not be made read-only")
 out, err = runner.communicate(timeout=90)
 subprocess.run(["umount", str(trials)], check=True)
 print(json.dumps({{"code": runner.returncode, "stderr": err}}))
@@ -90,6 +99,9 @@ def test_a_read_only_trials_folder_interrupts_the_run_and_a_rerun_once_writable_
     assert result.returncode == 0, result.stderr
     limited = json.loads(result.stdout.splitlines()[-1])
     assert limited["code"] == 2 and "Read-only file system" in limited["stderr"], limited["stderr"]
+    # met by a trial, or by the runner making a trial's folder: it was said "no space left ... free some space"
+    assert limited["stderr"].startswith("hermes: error: read-only file system: "), limited["stderr"]
+    assert "interrupted: make it writable again (remount it read-write), then run" in limited["stderr"]
     assert outcome_of(tmp_path / "runs")[0] == "interrupted"
     rerun = subprocess.run(command, cwd=tmp_path, env=environment(), capture_output=True, text=True,
                            timeout=RUN_TIMEOUT)

@@ -35,19 +35,22 @@ from hermes.store.sql import (
 
 @contextmanager
 def naming_damage(database: Path) -> Iterator[None]:
-    """Turn a failure to decode a record of ``database`` into a HermesError that names the record.
+    """Turn a failure to decode a record of ``database`` into a HermesError that names the record, and what to do.
 
     A failure for which the scan finds no damaged record is passed on as it is.
     """
+    fix = f"correct that value, or restore {database.name} from a backup"
     try:
         yield
     except DamagedRecord as error:  # the store named it as it read it
-        raise HermesError(f"{database} has a damaged record: {error.record}") from None
+        raise HermesError(f"{database} has a damaged record: {error.record}; {fix}") from None
     except (HermesError, ValueError, TypeError, KeyError, AttributeError) as error:
         damage = find_damage(database)
         if damage is None:
             raise
-        raise HermesError(f"{database} has a damaged record: {damage} ({type(error).__name__}: {error})") from None
+        raise HermesError(
+            f"{database} has a damaged record: {damage} ({type(error).__name__}: {error}); {fix}"
+        ) from None
 
 
 def find_damage(database: Path) -> str | None:

@@ -38,6 +38,7 @@ from hermes.core.events import (
     TrialSubmitted,
     TrialSuspended,
 )
+from hermes.core.scheduler import NO_REPORT
 from hermes.report import Target
 from hermes.store import (
     DecisionRecord,
@@ -49,6 +50,7 @@ from hermes.store import (
 )
 
 STOPPED_ERROR = "stopped"  # the error of the TrialExited that answers a Stop (hermes.execution.contract)
+NO_REPORT_REASON = NO_REPORT.partition(":")[0]  # "ended without a report": why the core fails a trial that exits so
 REFRESH_INTERVAL = 0.5  # seconds: polls from many tabs within this share one read of the store
 
 
@@ -66,6 +68,8 @@ class ExperimentDigest:
         self.run_reasons: list[dict[str, str]] = []  # per run: why it began ("start"), why it was asked to end
         self.gpus: list[str] = []  # in order of arrival
         self._records: dict[str, TrialRecord] = {}
+        self._reported: set[str] = set()  # trials with a report in the log: one that exits without any failed
+        self._records_read = False  # the trials' records, since the events that may change them were followed
         self._seq = 0
         self._metric_cursor = 0
         self._read_at = -math.inf
@@ -78,15 +82,18 @@ class ExperimentDigest:
         with self._lock:
             if time.monotonic() - self._read_at < REFRESH_INTERVAL and status is self._status:
                 return
-            self._status = status
-            first = self._read_at == -math.inf
-            self._read_at = time.monotonic()
+            read_at = time.monotonic()
             events = self.store.events_after(self.experiment_id, self._seq)
             if events:
                 self._follow(events, self.store.decisions_after(self.experiment_id, self._seq, events[-1][0]))
+                self._records_read = False
             self._read_reports()
-            if events or first:
+            if not self._records_read:
                 self._read_records()
+                self._records_read = True
+            # only once all was read: a damaged record (DamagedRecord) is said at every poll, not once and then
+            # followed by trials without their records
+            self._status, self._read_at = status, read_at
 
     @classmethod
     def ended_overview(cls, store: ExperimentStore, experiment: ExperimentRecord) -> dict[str, Any]:
@@ -157,6 +164,9 @@ class ExperimentDigest:
             by_event.setdefault(record.event_seq, []).append(record)
         for seq, event in events:
             self.now = max(self.now, event.at)
+            if isinstance(event, TrialReported):
+                self._reported.add(event.trial_id)
+            reported = getattr(event, "trial_id", None) in self._reported
             if isinstance(event, NodeAdded):
                 self.gpus += [gpu for gpu in event.gpus if gpu not in self.gpus]
             elif isinstance(event, GpuAdded) and event.gpu not in self.gpus:
@@ -168,12 +178,13 @@ class ExperimentDigest:
                 index = self.timeline.open_run(record.decision.trial_id)
                 if index is not None:
                     key = "start_reason" if isinstance(record.decision, (Start, Resume)) else "yield_reason"
-                    self.run_reasons[index].setdefault(key, explain(event, record.decision, self.pooled))
+                    self.run_reasons[index].setdefault(key, explain(event, record.decision, self.pooled, reported))
             for index in changed:
                 run = self.timeline.runs[index]
                 if "end_reason" not in self.run_reasons[index] and run.ended_at is not None:
-                    self.run_reasons[index]["end_reason"] = describe(event, self.pooled,
-                                                                     stopped=run.ended_by == "stopped")
+                    self.run_reasons[index]["end_reason"] = describe(
+                        event, self.pooled, stopped=run.ended_by == "stopped", reported=reported
+                    )
             self.run_versions += [0] * (len(self.timeline.runs) - len(self.run_versions))
             for index in sorted(changed):  # a version each, so that pages of runs end between two versions
                 self.version += 1
@@ -226,10 +237,11 @@ class ExperimentDigest:
 
 
 # ---------------------------------------------------------------------- reasons of decisions
-def describe(event: Event, pooled: bool = False, stopped: bool = False) -> str:
+def describe(event: Event, pooled: bool = False, stopped: bool = False, reported: bool = True) -> str:
     """What happened, in words, for the timeline's tooltips. ``pooled``: in a pool's experiment, GPUs come as the
     pool's grants, not as nodes that join. ``stopped``: the trial that exited had been told to stop (a Stop
-    decision), which the core records as stopped whatever its process said."""
+    decision), which the core records as stopped whatever its process said. ``reported``: the trial that exited
+    had reported (the core fails one that ends without a report, however its process ended)."""
     at = f"at {event.at:.1f}s"
     if pooled and isinstance(event, (NodeAdded, GpuAdded)):
         gpus = event.gpus if isinstance(event, NodeAdded) else (event.gpu,)
@@ -241,7 +253,7 @@ def describe(event: Event, pooled: bool = False, stopped: bool = False) -> str:
     if isinstance(event, TrialSuspended):
         return f"trial {event.trial_id} released its GPU after step {event.step} ({at})"
     if isinstance(event, TrialExited):
-        return f"trial {event.trial_id} {_exit(event, stopped)} {at}"
+        return f"trial {event.trial_id} {_exit(event, stopped, reported)} {at}"
     if isinstance(event, PeriodElapsed):
         return f"the scheduling period elapsed {at}: the policy ranked the trials again"
     if isinstance(event, NodeAdded):
@@ -265,21 +277,25 @@ def describe(event: Event, pooled: bool = False, stopped: bool = False) -> str:
     return f"{type(event).__name__} {at}"
 
 
-def _exit(event: TrialExited, stopped: bool) -> str:
+def _exit(event: TrialExited, stopped: bool, reported: bool) -> str:
     """How a trial's process ended. The execution contract answers a Stop with ``TrialExited(succeeded=False,
     error="stopped")``: that is the trial obeying, no failure (the core records it stopped, as it does any trial
     it told to stop). ``crashed``: its code or process failed, and the core may run it again from its checkpoint;
-    any other error (a limit, a launch that failed, a misuse of the protocol) fails it."""
-    if event.succeeded:
+    any other error (a limit, a launch that failed, a misuse of the protocol) fails it, as does a process that
+    ended well without ever reporting (``reported``: nothing to rank it by)."""
+    if event.succeeded and reported:
         return "completed"
     if event.error == STOPPED_ERROR or stopped:
         return "stopped"
+    if event.succeeded:
+        return f"failed ({NO_REPORT_REASON})"
     reason = ((event.error or "").strip().splitlines() or ["no reason given"])[0][:80]
     return f"{'crashed' if event.crashed else 'failed'} ({reason})"
 
 
-def explain(event: Event, decision: Decision, pooled: bool = False) -> str:
-    """Why the core decided ``decision``: the verb and the event that caused it (``pooled``: see ``describe``)."""
+def explain(event: Event, decision: Decision, pooled: bool = False, reported: bool = True) -> str:
+    """Why the core decided ``decision``: the verb and the event that caused it (``pooled``, ``reported``: see
+    ``describe``)."""
     if isinstance(decision, Start):
         verb = f"started on {decision.gpu}"
     elif isinstance(decision, Resume):
@@ -290,7 +306,7 @@ def explain(event: Event, decision: Decision, pooled: bool = False) -> str:
         verb = "asked to stop"
     else:
         verb = type(decision).__name__
-    return f"{verb} because {describe(event, pooled)}"
+    return f"{verb} because {describe(event, pooled, reported=reported)}"
 
 
 def _record_fields(record: TrialRecord) -> dict[str, Any]:

@@ -128,7 +128,7 @@ _IDS_PER_QUERY = 500  # trial ids in one IN (...): well below every backend's li
 _LAST_SEQ = sa.select(EVENTS.c.experiment_id, sa.func.max(EVENTS.c.seq).label("seq")).group_by(
     EVENTS.c.experiment_id
 ).subquery()
-_LATEST_EVENT_AT = sa.select(sa.func.max(EVENTS.c.at)).join(  # each log's last event, found on the primary key
+_LAST_EVENTS = sa.select(EVENTS.c.experiment_id, EVENTS.c.seq, EVENTS.c.at).join(  # each log's last, on the primary key
     _LAST_SEQ, (EVENTS.c.experiment_id == _LAST_SEQ.c.experiment_id) & (EVENTS.c.seq == _LAST_SEQ.c.seq)
 )
 _WRITER = sa.select(WRITERS.c.epoch, WRITERS.c.holder).where(WRITERS.c.experiment_id == sa.bindparam("of_experiment"))
@@ -606,10 +606,7 @@ class SqlStore(ExperimentStore):
         with self._reading() as connection:
             self._require(connection, experiment_id)
             rows = connection.execute(query).all()
-        return [
-            MetricRecord(row.trial_id, row.step, row.at, self._metric_values(experiment_id, row.id, row.metric_values))
-            for row in rows
-        ]
+        return [self._metric(experiment_id, row.id, row.trial_id, row.step, row.at, row.metric_values) for row in rows]
 
     def metrics_after(
         self, experiment_id: int, after: int, limit: int | None = None, trial_id: str | None = None,
@@ -626,13 +623,20 @@ class SqlStore(ExperimentStore):
             self._require(connection, experiment_id)
             rows = connection.execute(query).all()  # unpacked as tuples: a dashboard reads tens of thousands
         return [
-            (cursor, MetricRecord(trial, step, at, self._metric_values(experiment_id, cursor, values)))
+            (cursor, self._metric(experiment_id, cursor, trial, step, at, values))
             for cursor, trial, step, at, values in rows
         ]
 
     def latest_event_at(self) -> float:
+        """The latest time of the logs' last events, each checked: SQL's max took a hand-edited text for the
+        latest (text sorts after numbers in SQLite), which float() then failed on."""
         with self._reading() as connection:
-            return float(connection.execute(_LATEST_EVENT_AT).scalar() or 0.0)
+            rows = connection.execute(_LAST_EVENTS).all()
+        return float(max(
+            (self._decoded("events", (experiment_id, seq), "at", at, _NUMBER, number_problem)
+             for experiment_id, seq, at in rows),
+            default=0.0,
+        ))
 
     def close(self) -> None:
         self._engine.dispose()
@@ -641,12 +645,21 @@ class SqlStore(ExperimentStore):
     def _event(self, experiment_id: int, seq: int, data: Any) -> Event:
         return self._decoded("events", (experiment_id, seq), "data", data, _record, RECORD_CHECK)  # type: ignore[return-value]
 
-    def _decision(self, experiment_id: int, seq: int, position: int, at: float, data: Any) -> DecisionRecord:
-        decision = self._decoded("decisions", (experiment_id, seq, position), "data", data, _record, RECORD_CHECK)
+    def _decision(self, experiment_id: int, seq: int, position: int, at: Any, data: Any) -> DecisionRecord:
+        key = (experiment_id, seq, position)
+        decision = self._decoded("decisions", key, "data", data, _record, RECORD_CHECK)
+        at = self._decoded("decisions", key, "at", at, _NUMBER, number_problem)
         return DecisionRecord(seq, at, decision)  # type: ignore[arg-type]
 
-    def _metric_values(self, experiment_id: int, row_id: int, text: Any) -> dict[str, float]:
-        return self._decoded("metrics", (experiment_id, row_id), "metric_values", text, _metrics, METRICS_CHECK)
+    def _metric(self, experiment_id: int, row_id: int, trial_id: str, step: Any, at: Any, text: Any) -> MetricRecord:
+        """The record of a ``metrics`` row, its step and time checked too: SQLite keeps whatever a hand edit wrote.
+        Only a value of another type than the columns' is checked: a dashboard reads tens of thousands of rows."""
+        key = (experiment_id, row_id)
+        if type(step) is not int or type(at) is not float:
+            step = self._decoded("metrics", key, "step", step, _WHOLE_NUMBER, whole_number_problem)
+            at = self._decoded("metrics", key, "at", at, _NUMBER, number_problem)
+        values = self._decoded("metrics", key, "metric_values", text, _metrics, METRICS_CHECK)
+        return MetricRecord(trial_id, step, at, values)
 
     def _decoded(
         self, table: str, key: tuple[Any, ...], column: str, value: Any, decode: Callable[[Any], Any], check: Check
@@ -791,6 +804,10 @@ def _passing(check: Check) -> Callable[[Any], Any]:
         return value
 
     return decode
+
+
+_WHOLE_NUMBER = _passing(whole_number_problem)
+_NUMBER = _passing(number_problem)
 
 
 def record_problem(data: dict[str, Any]) -> str | None:
