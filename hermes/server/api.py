@@ -18,13 +18,15 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import ClientDisconnect
 
+from hermes.core.events import Event, TrialExited, TrialReported
 from hermes.core.share import MAX_WEIGHT, MIN_WEIGHT
 from hermes.errors import SpecError
-from hermes.server.app import Hermes
+from hermes.server.app import Hermes, damage_detail
 from hermes.server.area import place_problem
 from hermes.server.auth import User
 from hermes.server.digest import ExperimentDigest, describe, explain
 from hermes.store import ExperimentRecord, ExperimentStatus, StoreError
+from hermes.store.base import DamagedRecord
 from hermes.store.codec import to_dict
 
 _bearer = HTTPBearer(auto_error=False, description="a token from `hermes server add-user` or `add-token`")
@@ -157,21 +159,18 @@ class Experiment(BaseModel):
     best_trial: str | None = None
     by_state: dict[str, int] = {}
     spec: dict[str, Any] | None = None  # in the detail only
+    damaged: str | None = None  # a damaged record of it, and what to do: its trials and best are then left out
 
 
-def _summary(experiment: ExperimentRecord, digest: ExperimentDigest | None, spec: bool = False) -> Experiment:
+def _summary(experiment: ExperimentRecord, spec: bool = False) -> Experiment:
     metric = experiment.spec.get("metric", {})
-    summary = Experiment(
+    return Experiment(
         id=experiment.experiment_id, name=experiment.name, owner=experiment.owner, status=experiment.status.value,
         weight=experiment.weight, cancel_requested=experiment.cancel_requested, error=experiment.error,
         created_at=experiment.created_at,
         metric=str(metric.get("name", "")), mode=str(metric.get("mode", "")),
         spec=experiment.spec if spec else None,
     )
-    if digest is not None:
-        for key, value in digest.overview().items():
-            setattr(summary, key, value)
-    return summary
 
 
 # ---------------------------------------------------------------------- experiments
@@ -196,13 +195,26 @@ def submit(body: SubmitRequest, hermes: HermesDep, user: UserDep) -> Experiment:
             status.HTTP_409_CONFLICT, f"you have an experiment named {spec.name!r} already; give this one another name "
             "(`hermes submit --name NAME` leaves the spec as it is)"
         ) from None
-    return _summary(hermes.store.experiment(experiment_id), None, spec=True)
+    return _summary(hermes.store.experiment(experiment_id), spec=True)
+
+
+def _overviewed(
+    experiment: ExperimentRecord, overview: Callable[[ExperimentRecord], dict[str, Any]], spec: bool = False
+) -> Experiment:
+    """The experiment with its trials and best; where a record of it is damaged, ``damaged`` naming it instead. One
+    damaged experiment failed the whole list, for every user (and ``hermes status --server``, which reads each
+    one's spec here), and a cancel or a weight change made to it was answered with a 500, as if it had failed."""
+    try:
+        shown = overview(experiment)
+    except DamagedRecord as error:
+        shown = {"damaged": damage_detail(error)}
+    return _summary(experiment, spec).model_copy(update=shown)
 
 
 @router.get("/experiments", summary="the experiments you may see, oldest first")
 def experiments(hermes: HermesDep, user: UserDep) -> list[Experiment]:
     return [
-        _summary(experiment, None).model_copy(update=hermes.overview(experiment))
+        _overviewed(experiment, hermes.overview)
         for experiment in hermes.store.experiments()
         if user.may_see(experiment.owner)
     ]
@@ -210,8 +222,8 @@ def experiments(hermes: HermesDep, user: UserDep) -> list[Experiment]:
 
 @router.get("/experiments/{experiment_id}", summary="one experiment, with its spec")
 def experiment(experiment_id: int, hermes: HermesDep, user: UserDep) -> Experiment:
-    record, digest = _digest(hermes, user, experiment_id)
-    return _summary(record, digest, spec=True)
+    record = _experiment(hermes, user, experiment_id)
+    return _overviewed(record, lambda record: hermes.digest(record).overview(), spec=True)
 
 
 @router.post("/experiments/{experiment_id}/cancel", status_code=status.HTTP_202_ACCEPTED,
@@ -234,7 +246,7 @@ def set_weight(experiment_id: int, body: WeightRequest, hermes: HermesDep, user:
 def _current(hermes: Hermes, experiment_id: int) -> Experiment:
     """The experiment as ``GET`` gives it, less its spec: what a change left it (its trials and best too)."""
     record = hermes.store.experiment(experiment_id)
-    return _summary(record, hermes.digest(record))
+    return _overviewed(record, lambda record: hermes.digest(record).overview())
 
 
 # ---------------------------------------------------------------------- what an experiment recorded
@@ -301,7 +313,11 @@ def events(
 ) -> dict[str, Any]:
     pooled = _experiment(hermes, user, experiment_id).owner is not None
     found = hermes.store.events_after(experiment_id, after, limit)
-    rows = [{"seq": seq, **_json_safe(to_dict(event)), "description": describe(event, pooled)} for seq, event in found]
+    silent = _silent_exits(hermes, experiment_id, found)
+    rows = [
+        {"seq": seq, **_json_safe(to_dict(event)), "description": describe(event, pooled, reported=seq not in silent)}
+        for seq, event in found
+    ]
     return {"cursor": found[-1][0] if found else after, "events": rows}
 
 
@@ -316,12 +332,31 @@ def decisions(
     if not found:
         return {"cursor": after, "decisions": []}
     causes = dict(found)
+    silent = _silent_exits(hermes, experiment_id, found)
     rows = [
         {"seq": record.event_seq, "at": record.at, **_json_safe(to_dict(record.decision)),
-         "reason": explain(causes[record.event_seq], record.decision, pooled)}
+         "reason": explain(causes[record.event_seq], record.decision, pooled, reported=record.event_seq not in silent)}
         for record in hermes.store.decisions_after(experiment_id, after, found[-1][0])
     ]
     return {"cursor": found[-1][0], "decisions": rows}
+
+
+def _silent_exits(hermes: Hermes, experiment_id: int, events: list[tuple[int, Event]]) -> set[int]:
+    """The sequence numbers of the exits among ``events`` that succeeded though their trial never reported, which the
+    core fails (``NO_REPORT``). A report of the trial earlier in the page says it reported; else its first report in
+    the store, asked for by the trial (an index): the page need not hold the reports of a trial that it sees exit.
+    Mostly its last report is just before its exit, so a page asks for few."""
+    reported: set[str] = set()
+    silent: set[int] = set()
+    for seq, event in events:
+        if isinstance(event, TrialReported):
+            reported.add(event.trial_id)
+        elif isinstance(event, TrialExited) and event.succeeded and event.trial_id not in reported:
+            if hermes.store.metrics_after(experiment_id, 0, 1, trial_id=event.trial_id):
+                reported.add(event.trial_id)
+            else:
+                silent.add(seq)
+    return silent
 
 
 @router.get("/experiments/{experiment_id}/timeline", summary="the GPU timeline: runs changed after a version")
@@ -423,7 +458,9 @@ def cluster_timeline(
     """Who ran where on the pool's GPUs, when, and why: the runs of its open experiments and of the
     ``RECENT_EXPERIMENTS`` last to end, on the pool's one clock. Another user's runs come without their
     experiment, trial or reasons (owner ``(other users)``), as in ``/cluster``. The cursor holds each
-    experiment's timeline version; ``more`` says that a page ended before everything changed was sent."""
+    experiment's timeline version; ``more`` says that a page ended before everything changed was sent. An
+    experiment with a damaged record is left out, its cursor kept, rather than failing the timeline of all; those
+    the caller may see are listed in ``damaged`` (their own routes name the record)."""
     pairs = [tuple(map(int, pair.split(":"))) for pair in since.split(",")] if since else []
     past = next((number for pair in pairs for number in pair if number > STORE_INT_MAX), None)
     if past is not None:  # as the experiments' cursors are (``Cursor``): no answer gave it
@@ -435,10 +472,16 @@ def cluster_timeline(
     ended = sorted((r for r in pooled if r.status.is_final), key=lambda r: r.experiment_id)[-RECENT_EXPERIMENTS:]
     shown = sorted([r for r in pooled if not r.status.is_final] + ended, key=lambda r: r.experiment_id)
     runs: list[dict[str, Any]] = []
-    cursor, gpus, now, more = {}, {}, 0.0, False
+    cursor, gpus, now, more, damaged = {}, {}, 0.0, False, []
     for record in shown:
-        digest = hermes.digest(record)
         after = seen.get(record.experiment_id, 0)
+        try:
+            digest = hermes.digest(record)
+        except DamagedRecord:
+            cursor[record.experiment_id] = after
+            if user.may_see(record.owner):
+                damaged.append(record.experiment_id)
+            continue
         found, version = digest.runs_since(after, limit - len(runs)) if len(runs) < limit else ([], after)
         more = more or version < digest.version
         cursor[record.experiment_id] = version
@@ -447,7 +490,7 @@ def cluster_timeline(
         visible = user.may_see(record.owner)
         runs += [_cluster_run(record, run, visible) for run in found]
     return {"cursor": ",".join(f"{key}:{value}" for key, value in cursor.items()), "more": more, "now": now,
-            "gpus": list(gpus), "runs": runs}
+            "gpus": list(gpus), "runs": runs, "damaged": damaged}
 
 
 def _cluster_run(record: ExperimentRecord, run: dict[str, Any], visible: bool) -> dict[str, Any]:

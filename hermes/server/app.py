@@ -44,6 +44,7 @@ from hermes.server.area import (
 from hermes.server.auth import Accounts
 from hermes.server.digest import ExperimentDigest
 from hermes.store import ExperimentRecord, SqlStore
+from hermes.store.base import DamagedRecord
 
 log = logging.getLogger("hermes.server")
 
@@ -319,8 +320,22 @@ def create_app(config: ServerConfig) -> FastAPI:
         detail = _echoable(jsonable_encoder(error.errors()))
         return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
+    @app.exception_handler(DamagedRecord)
+    async def damaged(_request: Request, error: DamagedRecord) -> JSONResponse:
+        """A 500 that says which record, and what to do: a bare "Internal Server Error" said neither. A 500, as the
+        request is sound and asking again gives the same; only the server's administrator can mend the store."""
+        log.warning("%s", error)  # with the store's file, which the answer leaves out
+        return JSONResponse({"detail": damage_detail(error)}, status_code=status.HTTP_500_INTERNAL_SERVER_ERROR)
+
     app.add_middleware(BodyLimit, limit=config.max_body)
     return app
+
+
+def damage_detail(error: DamagedRecord) -> str:
+    """What the API says of a damaged record: the record and what to do, as ``hermes status`` says it
+    (``hermes.report.integrity``), less the store's file or URL, which is not the caller's business."""
+    return (f"the server's store has a damaged record: {error.record}; its administrator can correct that value, "
+            "or restore the store from a backup")
 
 
 def _echoable(data: Any) -> Any:

@@ -21,6 +21,7 @@ from hermes.core.events import (
     NodeRemoved,
     TrialExited,
     TrialReported,
+    TrialSubmitted,
     TrialSuspended,
 )
 from hermes.core.states import TrialState
@@ -301,6 +302,23 @@ def build_runs(events: Sequence[Event], decisions: Sequence[DecisionRecord]) -> 
     return timeline.runs
 
 
+@dataclass(slots=True)
+class _Progress:
+    """What the core knows of a trial's steps, to end its runs as the core ends the trial."""
+
+    budget: int
+    movable: bool
+    step: int = 0  # the last step reported, or caught up to after a fall back
+    checkpoint_step: int = 0
+    reported: bool = False  # one that exits without a report failed (the core's rule)
+
+    def fall_back(self) -> None:
+        """A run gone without a suspension (a crash, a lost GPU): the core goes back to the step its next run
+        catches up to (``Trial.catch_up_step``)."""
+        if self.movable:
+            self.step = self.checkpoint_step
+
+
 class RunTimeline:
     """``build_runs`` one event at a time, for readers that follow a growing log (the dashboard).
 
@@ -312,7 +330,7 @@ class RunTimeline:
         self._open: dict[str, int] = {}  # trial id -> index in runs
         self._node_gpus: dict[str, set[str]] = {}
         self._stopping: set[str] = set()
-        self._reported: set[str] = set()  # trials with a report: one that exits without any failed (the core's rule)
+        self._progress: dict[str, _Progress] = {}
 
     def open_run(self, trial_id: str) -> int | None:
         """The index of the trial's run that has not ended yet, if any."""
@@ -321,16 +339,19 @@ class RunTimeline:
     def feed(self, event: Event, decisions: Sequence[DecisionRecord]) -> set[int]:
         """Apply one event and its decisions; return the indices of the runs they opened or changed."""
         changed: set[int] = set()
-        if isinstance(event, TrialReported):
-            self._reported.add(event.trial_id)
+        if isinstance(event, TrialSubmitted):
+            self._progress[event.trial_id] = _Progress(event.budget, event.movable)
+        elif isinstance(event, TrialReported):
+            progress = self._progress[event.trial_id]
+            progress.step, progress.reported = event.step, True
+            if event.checkpointed:
+                progress.checkpoint_step = event.step
         elif isinstance(event, TrialSuspended):
+            progress = self._progress[event.trial_id]
+            progress.step = progress.checkpoint_step = event.step
             changed |= self._close(event.trial_id, event.at, "suspended")
         elif isinstance(event, TrialExited):
-            stopped = event.trial_id in self._stopping
-            completed = event.succeeded and event.trial_id in self._reported  # else "ended without a report"
-            changed |= self._close(
-                event.trial_id, event.at, "stopped" if stopped else "completed" if completed else "failed"
-            )
+            changed |= self._close(event.trial_id, event.at, self._exit(event))
         elif isinstance(event, NodeAdded):
             self._node_gpus[event.node] = set(event.gpus)
         elif isinstance(event, GpuAdded):
@@ -357,6 +378,18 @@ class RunTimeline:
                     changed.add(index)
         return changed
 
+    def _exit(self, event: TrialExited) -> str:
+        """How the core ends the trial's run as it exits: a crash after its last step completes it, as an exit
+        that succeeded after a report does; a crash before may run again from its checkpoint."""
+        progress = self._progress[event.trial_id]
+        if event.trial_id in self._stopping:
+            return "stopped"
+        if (event.succeeded and progress.reported) or (event.crashed and progress.step >= progress.budget):
+            return "completed"
+        if event.crashed:
+            progress.fall_back()
+        return "failed"
+
     def _close(self, trial_id: str, at: float, ended_by: str) -> set[int]:
         index = self._open.pop(trial_id, None)
         if index is None:
@@ -367,5 +400,6 @@ class RunTimeline:
     def _close_gpus(self, gpus: set[str], at: float) -> set[int]:
         changed: set[int] = set()
         for trial_id in [t for t, i in self._open.items() if self.runs[i].gpu in gpus]:
+            self._progress[trial_id].fall_back()
             changed |= self._close(trial_id, at, "lost")
         return changed
