@@ -67,3 +67,15 @@ def test_values_near_the_float_limit_leave_their_logarithm_to_learn_from() -> No
     items = [model.add({"x": float(x)}) for x in big]
     assert model.fit(items[:40], seconds[:40].tolist())
     assert np.median(np.abs(np.log(model.predict(items[40:]) / seconds[40:]))) < 0.1
+
+
+def test_an_int_beyond_a_float_is_a_category_to_learn_from() -> None:
+    """``float(10**400)`` raised OverflowError in the default policy's first priority, failing every run of a
+    search whose space held such an int."""
+    rng = np.random.default_rng(4)
+    model = DurationModel()
+    sizes = rng.choice([10**400, 10**401], 60)
+    seconds = np.where(sizes == 10**401, 30.0, 10.0) * rng.lognormal(0.0, 0.05, 60)
+    items = [model.add({"n": int(n)}) for n in sizes]
+    assert model.fit(items[:40], seconds[:40].tolist())
+    assert np.median(np.abs(np.log(model.predict(items[40:]) / seconds[40:]))) < 0.1

@@ -584,19 +584,19 @@ def test_the_pool_command_refuses_bad_options_with_one_line_each_and_exit_code_2
 
 
 def test_a_pool_experiment_whose_spec_an_older_hermes_read_otherwise_fails_naming_the_field(tmp_path: Path) -> None:
-    """An older Hermes read `1e1` in a choice as text (YAML 1.1), which this one reads as 10.0: a restarted server
-    failed its experiment with "its stored spec is not as a pool stores it; submit hermes.pool.stored_form(spec)
-    (PoolSession.submit does)", which no user of the server can act on."""
+    """A stored spec that this Hermes reads otherwise (a bound kept as the text `1e-4`, which it reads as a number):
+    a restarted server failed its experiment with "its stored spec is not as a pool stores it; submit
+    hermes.pool.stored_form(spec) (PoolSession.submit does)", which no user of the server can act on."""
     store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
     spec = pool_spec("exponent", 2, 0.01, budget=2)
-    spec["search"]["space"]["width"] = {"type": "choice", "values": ["1e1", "2e1"]}  # as the older Hermes stored it
+    spec["search"]["space"]["width"] = {"type": "loguniform", "low": "1e-4", "high": 0.1}  # stored as text
     experiment_id = submit(store, spec)
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
     with running(pool):
         wait_for(lambda: status(store, experiment_id) is ExperimentStatus.FAILED, TIMEOUT, "the experiment to fail")
     error = store.experiment(experiment_id).error or ""
     assert error.startswith("experiment exponent: its stored spec reads differently now (in "
-                            "search.space.width.values): an older Hermes recorded it, which read the same text "
+                            "search.space.width.low): an older Hermes recorded it, which read the same text "
                             "differently (YAML 1.1: 1e1 as text, 010 as 8)"), error
     assert error.endswith("it cannot continue: submit it again under a new name (--name NEW)"), error
     assert store.events(experiment_id) == []

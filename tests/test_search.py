@@ -141,17 +141,93 @@ def test_int_parameters_take_log_and_step_in_every_sampler(sampler: str) -> None
     assert not search.space["hidden"].contains(100) and search.space["hidden"].contains(960)
 
 
+def test_random_draws_every_integer_of_a_range_wider_than_a_float_exactly() -> None:
+    """A range of more than 2**53 integers drew only some of them (u * count in floats), and one wider than a float's
+    range raised OverflowError in the runner: each is drawn exactly now, from more of the trial's stream. Ordinary
+    ranges draw as before, one random() each, so recorded experiments replay."""
+    from hermes.search.fixed import draw
+
+    huge, wide = 10**400, 2**60
+    space = {"n": {"type": "int", "low": -huge, "high": huge}, "w": {"type": "int", "low": 0, "high": wide},
+             "s": {"type": "int", "low": 1, "high": wide, "step": 3}, "lr": SPACE["lr"]}
+    searcher = make_searcher(search_spec(trials=64, seed=4, space=space), "max")
+    params = [config.params for config in (searcher.ask() for _ in range(64)) if config is not None]
+    assert len(params) == 64 and all(type(p[name]) is int for p in params for name in ("n", "w", "s"))
+    assert all(-huge <= p["n"] <= huge and 0 <= p["w"] <= wide and 1 <= p["s"] <= wide for p in params)
+    assert {p["s"] % 3 for p in params} == {1}  # on the step
+    assert len({p["w"] % 128 for p in params}) > 32  # u * (2**60 + 1) hit multiples of 128 alone
+    assert sum(p["n"] > 0 for p in params) in range(16, 49) and len({p["n"] // 10**397 for p in params}) > 32
+    exact = {"type": "int", "low": 0, "high": 2**53 - 1}  # 2**53 values: one random() each, as ever
+    ordinary = make_searcher(search_spec(trials=3, seed=4, space={"e": exact, "lr": SPACE["lr"]}), "max")
+    for index in range(3):
+        stream = random.Random(f"4:{index}")
+        parameter = search_spec(trials=3, space={"e": exact}).space["e"]
+        expected = draw(parameter, stream.random())
+        assert ordinary.ask().params["e"] == expected  # type: ignore[union-attr]
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_an_int_range_a_sampler_cannot_draw_is_refused_naming_the_parameter() -> None:
+    """Under tpe a range beyond a float was refused as "search.sampler: sampler tpe failed a first proposal", and
+    within one but beyond 2**53 Optuna's samplers fail later (a NaN, a memory error) or miss values."""
+    for sampler in ("tpe", "qmc", {"name": "cmaes", "args": {}}):
+        for bound, value in (("high", 2**53 + 1), ("low", -(10**400))):
+            n = {"type": "int", "low": 0, "high": 1, bound: value}
+            with pytest.raises(SpecError) as raised:
+                search_spec(sampler=sampler, trials=2, space={"n": n})
+            name = sampler if isinstance(sampler, str) else sampler["name"]
+            assert str(raised.value).startswith(
+                f"<spec>: search.space.n.{bound}: must lie within -2**53 and 2**53 (9007199254740992) for sampler "
+                f"{name}, got {value}: Optuna's samplers draw integers through floats")
+    edge = search_spec(sampler="tpe", trials=2, space={"n": {"type": "int", "low": -(2**53), "high": 2**53}})
+    assert type(make_searcher(edge, "max").ask().params["n"]) is int  # type: ignore[union-attr]
+    with pytest.raises(SpecError, match=r"search\.space\.n\.high: must be at most 2\*\*53 \(9007199254740992\) for "
+                                        "log: true, got 9007199254740993: a log-uniform integer is drawn through"):
+        search_spec(trials=2, space={"n": {"type": "int", "low": 1, "high": 2**53 + 1, "log": True}})
+    logged = search_spec(trials=8, space={"n": {"type": "int", "low": 1, "high": 2**53, "log": True}})
+    searcher = make_searcher(logged, "max")
+    assert all(1 <= searcher.ask().params["n"] <= 2**53 for _ in range(8))  # type: ignore[union-attr]
+
+
+def test_configs_keep_to_a_grid_parameter_without_its_multiple_rule() -> None:
+    """configs checked against a space with a grid parameter were refused: "search.trials: must be a multiple of the
+    3 grid combinations", though the configs, not the grid, say what runs."""
+    space = {"a": {"type": "grid", "values": [1, 2, 3]}, "lr": SPACE["lr"]}
+    listed = search_spec(configs=[{"a": 1, "lr": 0.01}, {"a": 3, "lr": 0.001}], space=space)
+    assert listed.sampler == "list" and listed.trials == 2
+    searcher = make_searcher(listed, "max")
+    assert [searcher.ask().params for _ in range(2)] == [{"a": 1, "lr": 0.01}, {"a": 3, "lr": 0.001}]  # type: ignore
+    assert searcher.ask() is None
+    with pytest.raises(SpecError, match=r"search\.configs\.0\.a: 4 is outside search\.space\.a: not one of its"):
+        search_spec(configs=[{"a": 4, "lr": 0.01}], space=space)
+    with pytest.raises(SpecError, match=r"search\.trials: must be at most the 2 configs"):
+        search_spec(configs=[{"a": 1, "lr": 0.01}, {"a": 2, "lr": 0.01}], trials=3, space=space)
+
+
+def test_a_config_gives_a_uniform_parameter_a_float_as_every_sampler_does() -> None:
+    """A config's momentum: 0 reached the trial as int 0 where random and Optuna's suggest_float give 0.0; the stored
+    spec keeps it as written, so that an experiment stored with it still matches."""
+    space = {"momentum": SPACE["momentum"], "lr": {**SPACE["lr"], "high": 1}, "layers": SPACE["layers"]}
+    listed = search_spec(configs=[{"momentum": 0, "lr": 1, "layers": 2}, {"momentum": 0.5, "lr": 0.01, "layers": 3}],
+                         space=space)
+    searcher = make_searcher(listed, "max")
+    first, second = (searcher.ask().params for _ in range(2))  # type: ignore[union-attr]
+    assert first == {"momentum": 0.0, "lr": 1.0, "layers": 2} and second["momentum"] == 0.5
+    assert [type(first[name]) for name in ("momentum", "lr", "layers")] == [float, float, int]
+    assert listed.model_dump(mode="json")["configs"][0] == {"momentum": 0, "lr": 1, "layers": 2}
+
+
 def test_fixed_parameters_reach_every_trial_and_no_sampler_searches_them() -> None:
     """Ray Tune's ``param_space={"lr": 0.1}`` (spec ``lr: 0.1``) was refused: "Input should be a valid dictionary"."""
     space = {**copy.deepcopy(SPACE), "warmup": 3, "optimizer": "adam", "nesterov": True, "decay": "1e-4"}
     search = search_spec(sampler="random", trials=4, seed=2, space=space)
-    fixed = {"warmup": 3, "optimizer": "adam", "nesterov": True, "decay": 1e-4}  # 1e-4 is a number, as in a choice
+    fixed = {"warmup": 3, "optimizer": "adam", "nesterov": True, "decay": "1e-4"}  # text stays text, as in a choice
     searcher, plain = make_searcher(search, "max"), make_searcher(search_spec(trials=4, seed=2), "max")
     for _ in range(4):
         params, others = searcher.ask().params, plain.ask().params  # type: ignore[union-attr]
         assert params == {**others, **fixed} and within(search, params)  # the other draws are as without them
     stored = search.model_dump(mode="json")
-    assert stored["space"]["warmup"] == 3 and stored["space"]["decay"] == 1e-4  # stored as written
+    assert stored["space"]["warmup"] == 3 and stored["space"]["decay"] == "1e-4"  # stored as written
     assert parse_spec({**BASE, "search": stored}).search.model_dump(mode="json") == stored
 
     tpe = make_searcher(search_spec(sampler="tpe", trials=2, space=space), "max")
@@ -295,6 +371,34 @@ def test_a_trial_that_never_reported_a_finite_value_is_told_failed(mode: str) ->
     study = searcher.study  # type: ignore[attr-defined]
     assert [trial.state for trial in study.trials] == [state.FAIL, state.FAIL, state.COMPLETE, state.PRUNED]
     assert study.trials[2].value == 0.5
+
+
+@pytest.mark.parametrize("mode", ["max", "min"])
+def test_a_diverged_report_does_not_look_best_to_tpe(mode: str) -> None:
+    """A stopped trial whose last report was +inf (maximised; -inf minimised) was TPE's best PRUNED trial, and steered
+    its proposals into the region that diverges: it is told NaN, which Optuna ranks worst, as a NaN report is."""
+    sign = 1 if mode == "max" else -1
+
+    def first_proposal(diverged: float, seed: int) -> float:
+        search = search_spec(sampler={"name": "tpe", "args": {"n_startup_trials": 10}}, trials=11, seed=seed,
+                             space={"x": {"type": "uniform", "low": 0, "high": 1}})
+        searcher = make_searcher(search, mode)
+        for _ in range(10):  # every trial stopped at step 2 (as ASHA stops them); x > 0.6 diverges, the peak is 0.2
+            config = searcher.ask()
+            assert config is not None
+            x, last = config.params["x"], sign * (0.6 - abs(config.params["x"] - 0.2))
+            searcher.on_report(config.index, 1, sign * 0.1 if x > 0.6 else sign * (0.5 - abs(x - 0.2)))
+            searcher.on_report(config.index, 2, diverged if x > 0.6 else last)
+            searcher.on_end(config.index, sign * 0.1 if x > 0.6 else last, stopped=True)
+            if x > 0.6:
+                assert math.isnan(searcher.study.trials[config.index].intermediate_values[2])  # type: ignore
+        proposal = searcher.ask()
+        assert proposal is not None
+        return proposal.params["x"]
+
+    infinite = [first_proposal(sign * math.inf, seed) for seed in range(12)]
+    assert infinite == [first_proposal(math.nan, seed) for seed in range(12)]
+    assert sum(x > 0.6 for x in infinite) <= 4, infinite  # as told: 10 of 12 in the diverging region
 
 
 # ---------------------------------------------------------------------- errors name the field

@@ -481,17 +481,87 @@ def test_random_configs_are_seeded_in_range_and_typed() -> None:
     assert [c["lr"] for c in reseeded] != [c["lr"] for c in configs]
 
 
-def test_exponents_in_choices_grids_and_configs_are_floats_as_in_low_and_high() -> None:
+def test_exponents_in_choices_grids_and_configs_are_floats_as_in_low_and_high(tmp_path: Path) -> None:
     """YAML 1.1 reads 1e-4 as text: low and high took it as the float, while a choice, a grid and configs passed the
-    text on to the trial."""
-    space = {"lr": {"type": "choice", "values": ["1e-4", "1.5e3"]}, "wd": {"type": "grid", "values": ["5E-4", 0.0]}}
-    spec = parse_spec(spec_with(lambda d: d["search"].update(space=space, trials=4)))
+    text on to the trial. The spec file's loader reads an unquoted exponent as the float it is, wherever it is."""
+    space = {"lr": {"type": "choice", "values": "LR"}, "wd": {"type": "grid", "values": "WD"}, "eps": "EPS",
+             "decay": {"type": "loguniform", "low": "LOW", "high": 0.1}}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec_with(lambda d: d["search"].update(space=space, trials=4)), sort_keys=False)
+                    .replace("LR", "[1e-4, 1.5e3]").replace("WD", "[5E-4, 0.0]").replace("EPS", "1e-8")
+                    .replace("LOW", "1e-5"))
+    spec = load_spec(path)
     assert spec.search.space["lr"].values == [1e-4, 1.5e3] and spec.search.grid == {"wd": [5e-4, 0.0]}
-    assert {type(config[name]) for config in configs_of(spec) for name in ("lr", "wd")} == {float}
-    listed = parse_spec(spec_with(lambda d: d.update(search={"configs": [{"lr": "1e-4"}, {"lr": "1e-3"}]}))).search
+    assert spec.search.space["decay"].low == 1e-5
+    assert {type(config[name]) for config in configs_of(spec) for name in ("lr", "wd", "eps")} == {float}
+    assert {config["eps"] for config in configs_of(spec)} == {1e-8}
+    path.write_text("search:\n  configs: [{lr: 1e-4}, {lr: 1e-3}]\n")
+    listed = parse_spec(spec_with(lambda d: d.update(search=read_spec(path)["search"]))).search
     assert listed.configs == [{"lr": 1e-4}, {"lr": 1e-3}] and listed.space["lr"].values == [1e-4, 1e-3]
-    given = {"configs": [{"lr": "1e-3"}], "space": {"lr": {"type": "loguniform", "low": "1e-5", "high": 0.1}}}
-    assert parse_spec(spec_with(lambda d: d.update(search=given))).search.configs == [{"lr": 1e-3}]
+    given = {"configs": [{"lr": 1e-3}], "space": {"lr": {"type": "loguniform", "low": "1e-5", "high": 0.1}}}
+    assert parse_spec(spec_with(lambda d: d.update(search=given))).search.configs == [{"lr": 1e-3}]  # low: text too
+
+
+def test_text_that_looks_like_an_exponent_stays_text_where_a_trial_receives_it(tmp_path: Path) -> None:
+    """A choice's "1e3" (a tag, a version), quoted in the file or a str in Python, reached the trial as 1000.0."""
+    space = {"tag": {"type": "choice", "values": ["1e3", "abc"]}, "ver": "2E5", "run": {"type": "grid",
+                                                                                      "values": ["1e1", "1e2"]}}
+    spec = parse_spec(spec_with(lambda d: d["search"].update(space=space, trials=4)))
+    assert spec.search.space["tag"].values == ["1e3", "abc"] and spec.search.grid == {"run": ["1e1", "1e2"]}
+    assert {config["ver"] for config in configs_of(spec)} == {"2E5"}
+    assert spec.model_dump(mode="json")["search"]["space"]["ver"] == "2E5"  # stored as the text it is
+    path = tmp_path / "spec.yaml"
+    path.write_text("search:\n  configs: [{tag: '1e3', n: 1e3}, {tag: \"2e3\", n: 2.0e3}]\n")
+    listed = parse_spec(spec_with(lambda d: d.update(search=read_spec(path)["search"]))).search
+    assert listed.configs == [{"tag": "1e3", "n": 1000.0}, {"tag": "2e3", "n": 2000.0}]
+    assert listed.space["tag"].values == ["1e3", "2e3"]
+    with pytest.raises(SpecError, match="search.configs.0.lr: '1e-3' is out of search.space.lr's type: must be a nu"):
+        parse_spec(spec_with(lambda d: d.update(search={"configs": [{"lr": "1e-3"}], "space": {"lr": SPEC["search"][
+            "space"]["lr"]}})))
+
+
+def test_yaml_1_1_switches_are_text_and_only_true_and_false_are_booleans(tmp_path: Path) -> None:
+    """YAML 1.1 read the country code NO as false, on/off and yes as booleans, and a parameter named on as true (its
+    error named it "1"); YAML 1.2, which the loader follows, reads them as text, and dates too."""
+    path = tmp_path / "spec.yaml"
+    text = yaml.safe_dump(spec_with(lambda d: d["search"].update(space={"country": "C", "amp": "A", "verbose": "V"},
+                                                                  sampler="grid", trials=None)), sort_keys=False)
+    path.write_text(text.replace("country: C", "country: {type: grid, values: [NO, SE, DK]}")
+                    .replace("amp: A", "amp: {type: grid, values: [on, off]}").replace("verbose: V", "verbose: yes"))
+    spec = load_spec(path)
+    assert spec.search.grid == {"country": ["NO", "SE", "DK"], "amp": ["on", "off"]}
+    configs = configs_of(spec)
+    assert configs[0] == {"country": "NO", "amp": "on", "verbose": "yes"} and len(configs) == 6
+    path.write_text("a: [true, True, TRUE, false, False, FALSE]\nb: [y, n, Yes, NO, On, OFF, tRue]\nc: 2024-01-01\n"
+                    "d: =\non: 1\n")
+    assert read_spec(path) == {"a": [True] * 3 + [False] * 3, "b": ["y", "n", "Yes", "NO", "On", "OFF", "tRue"],
+                               "c": "2024-01-01", "d": "=", "on": 1}
+    alone = text.replace("    amp: A\n", "").replace("    verbose: V\n", "")
+    path.write_text(alone.replace("country: C", "on: {type: grid, values: [1, 2]}"))
+    assert load_spec(path).search.grid == {"on": [1, 2]}
+    path.write_text(alone.replace("country: C", "true: {type: grid, values: [1, 2]}"))
+    with pytest.raises(SpecError, match=r"search\.space\.True: a parameter's name must be text, got bool True: quote"):
+        load_spec(path)
+
+
+def test_a_rerun_of_a_spec_stored_under_yaml_1_1_is_refused_naming_the_field(tmp_path: Path) -> None:
+    """An older Hermes stored [NO, SE] as [false, "SE"]: the same file, read now, is another experiment, refused by
+    name rather than run with other values; the stored spec itself reads as stored (JSON)."""
+    from hermes.store import SqlStore, StoreError
+
+    old = spec_with(lambda d: d["search"].update(space={"country": {"type": "grid", "values": [False, "SE"]}},
+                                                 sampler="grid", trials=None))
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(old, sort_keys=False).replace("- false", "- NO"))
+    stored = parse_spec(old).model_dump(mode="json")
+    assert parse_spec(stored).model_dump(mode="json") == stored
+    store = SqlStore("sqlite://")
+    try:
+        store.create_or_open_experiment("exp", stored)
+        with pytest.raises(StoreError, match=r"\(differs in search\.space\.country\.values\); give it a new name"):
+            store.create_or_open_experiment("exp", load_spec(path).model_dump(mode="json"), may_change=("policy",))
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize(("parameter", "value", "message"), [

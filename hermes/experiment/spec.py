@@ -71,11 +71,15 @@ _TAKEN_NAMES = ("hermes.db", "hermes.db-journal", "hermes.db-wal", "hermes.db-sh
 # Whole numbers, numbers and switches are taken as written: true is not 1, 2.0 is not 2, "3" is not 3, and
 # "0.1" is not 0.1 (a float field takes a whole number as a float; a string only as _yaml_float says).
 _EXPONENT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
+EXACT_INTS = 2**53  # a float holds every whole number from -EXACT_INTS to EXACT_INTS, and not all beyond
 
 
 def _yaml_float(value: Any) -> Any:
-    """A number in exponent notation that YAML 1.1 reads as text (1e-4, 1.0e4) as the float it is: PyYAML
-    reads a float only with a dot and a signed exponent (1.0e-4, 1.0e+4). Anything else as it is."""
+    """Text in exponent notation (1e-4, 1.0e4) as the float it spells, where only a number may go (low, high, a
+    duration) and in a policy's or sampler's arguments: a spec read by a YAML 1.1 loader (``yaml.safe_load``, which
+    reads a float only with a dot and a signed exponent) holds 1e-4 as text; the spec file's own loader reads it as
+    the float. A value a trial receives (a choice's, a fixed one, a config's) stays the text it is. Anything else as
+    it is."""
     return float(value) if isinstance(value, str) and _EXPONENT.fullmatch(value) else value
 
 
@@ -178,6 +182,10 @@ class IntRange(_Section):
             raise _PathError("step", "cannot be combined with log: true (as in Optuna's suggest_int); give one of them")
         if self.log and self.low < 1:
             raise _PathError("low", f"must be at least 1 for log: true, got {self.low}")
+        if self.log and self.high > EXACT_INTS:
+            raise _PathError("high", f"must be at most 2**53 ({EXACT_INTS}) for log: true, got {self.high}: a "
+                                     "log-uniform integer is drawn through floats, which hold every whole number only "
+                                     "that far")
         return self
 
     @model_serializer(mode="wrap")
@@ -205,7 +213,7 @@ class Choice(_Section):
     def _scalars(cls, values: list[Any]) -> list[Any]:
         if not values:
             raise ValueError("must list at least one value")
-        values = [_yaml_float(_plain(value)) for value in values]  # 1e-4 is a number here as in low and high
+        values = [_plain(value) for value in values]  # as given: "1e3" is text (1e3 unquoted in YAML, the float)
         for index, value in enumerate(values):
             if not _scalar(value):
                 raise _PathError(str(index), f"must be a string, a finite number or a boolean, got {value!r}")
@@ -338,7 +346,9 @@ class SearchSpec(_Section):
             return space
         fixed = {}
         for name, parameter in space.items():
-            value = _yaml_float(_plain(parameter))
+            if not isinstance(name, str):  # `on:` was YAML 1.1's true, and the error named it "1"
+                raise _PathError(str(name), f"a parameter's name must be text, got {_typed(name)}: quote it")
+            value = _plain(parameter)
             if isinstance(value, (dict, BaseModel)):
                 continue
             if not _scalar(value):
@@ -363,7 +373,7 @@ class SearchSpec(_Section):
         if configs is not None and not configs:
             raise ValueError("must list at least one configuration")
         if configs is not None:
-            configs = [{name: _yaml_float(_plain(value)) for name, value in config.items()} for config in configs]
+            configs = [{name: _plain(value) for name, value in config.items()} for config in configs]
         for index, config in enumerate(configs or []):
             if not config:
                 raise _PathError(str(index), "sets no parameter")
@@ -429,6 +439,10 @@ class SearchSpec(_Section):
             self.trials = len(self.configs) if self.configs is not None else self.grid_size
         if self.trials is None and self.max_time is None and self.max_gpu_hours is None:
             raise _PathError("trials", f"required for sampler {name}, unless max_time or max_gpu_hours is given")
+        if self.configs is not None:  # the configs say what runs; a grid parameter is a set of values they keep to
+            if self.trials is not None and self.trials > len(self.configs):
+                raise _PathError("trials", f"must be at most the {len(self.configs)} configs")
+            return self
         size = self.grid_size  # each sampler that takes grid parameters lists their combinations up front
         if size > MAX_TRIALS:
             raise _PathError("trials", f"the grid has {size} combinations, more than the {MAX_TRIALS} trials an "
@@ -440,8 +454,6 @@ class SearchSpec(_Section):
                 "trials",
                 f"must be a multiple of the {size} grid combinations, so each is tried equally often (e.g. {example})",
             )
-        if self.configs is not None and self.trials is not None and self.trials > len(self.configs):
-            raise _PathError("trials", f"must be at most the {len(self.configs)} configs")
         return self
 
     def _fit_configs(self) -> None:
@@ -925,18 +937,21 @@ def read_spec(path: str | Path) -> dict[str, Any]:
     return data
 
 
-_INT, _FLOAT, _MERGE = (f"tag:yaml.org,2002:{kind}" for kind in ("int", "float", "merge"))
+_BOOL, _INT, _FLOAT, _MERGE, _TIMESTAMP, _VALUE = (
+    f"tag:yaml.org,2002:{kind}" for kind in ("bool", "int", "float", "merge", "timestamp", "value"))
 
 
 class _SpecLoader(yaml.SafeLoader):
     """PyYAML's safe loader without the YAML 1.1 readings that surprise: a key given twice is refused (1.1 keeps
-    the last silently), and numbers are read as YAML 1.2 reads them, 010 as 10 (1.1: octal 8) and 1:30 as the
-    text it is (1.1: 90, base 60). Decimal rather than a refusal: a spec's numbers are counts and sizes, whose
+    the last silently), and plain scalars are read as YAML 1.2 reads them: 010 as 10 (1.1: octal 8), 1:30 as the
+    text it is (1.1: 90, base 60), 1e-4 as a float (1.1: text), only true and false (also True, TRUE, False,
+    FALSE) as booleans (1.1: also yes, no, on, off, y, n: the country code NO was false), and dates and = as text
+    (1.1: a date, and an error). Decimal rather than a refusal: a spec's numbers are counts and sizes, whose
     leading zero nobody means as octal."""
 
-    # PyYAML's resolvers, less its int and float patterns: ours are added below the class
+    # PyYAML's resolvers, less its bool, int and float patterns (ours are added below the class), its dates and =
     yaml_implicit_resolvers: ClassVar[dict[Any, list[Any]]] = {
-        first: [(tag, pattern) for tag, pattern in resolvers if tag not in (_INT, _FLOAT)]
+        first: [(tag, pattern) for tag, pattern in resolvers if tag not in (_BOOL, _INT, _FLOAT, _TIMESTAMP, _VALUE)]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
 
@@ -967,10 +982,13 @@ class _SpecLoader(yaml.SafeLoader):
 _SpecLoader.add_constructor(_INT, _SpecLoader.construct_yaml_int)
 _SpecLoader.add_implicit_resolver(_INT, re.compile(r"[-+]?(?:0b[0-1_]+|0x[0-9a-fA-F_]+|[0-9][0-9_]*)$"),
                                   list("-+0123456789"))
-# A sign may lead each form (-.5 was text while .5 was a number). An exponent that YAML 1.1 reads as text (1e-4: no
-# dot; 1.5e3: no sign) stays text here: the fields that take a number read it (_yaml_float).
-_SpecLoader.add_implicit_resolver(_FLOAT, re.compile(r"""(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)
-    (?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.VERBOSE), list("-+0123456789."))
+_SpecLoader.add_implicit_resolver(_BOOL, re.compile(r"(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+# A sign may lead each form (-.5 was text while .5 was a number), and an exponent needs neither a dot nor a sign
+# (1e-4 and 1.5e3 were text). A whole number without one is an int (resolved first).
+_EXPONENT_PART = r"[eE][-+]?[0-9]+"
+_SpecLoader.add_implicit_resolver(_FLOAT, re.compile(rf"""(?:[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*(?:{_EXPONENT_PART})?
+    |{_EXPONENT_PART})|\.[0-9][0-9_]*(?:{_EXPONENT_PART})?)|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.VERBOSE),
+                                  list("-+0123456789."))
 
 
 def parse_spec(data: dict[str, Any], source: str = "<spec>", base_dir: str | Path | None = None) -> ExperimentSpec:

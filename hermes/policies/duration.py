@@ -212,10 +212,13 @@ def _ridge(features: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, float,
 
 
 def _number(value: Any) -> float | None:
-    """The value as a float if it is a real number (bools and strings are categories)."""
+    """The value as a float if it is a real number (bools, strings and ints beyond a float are categories)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int past 1.8e308: its size cannot enter a regression
+        return None
 
 
 def _hashable(value: Any) -> bool:

@@ -2,12 +2,13 @@
 
 Each proposal is an Optuna trial of one in-memory study, asked with the spec's distributions.
 A trial stays RUNNING while Hermes time-shares it; its reports go to ``trial.report(value, step)``
-as they arrive, so samplers that read running trials or intermediate values see partial
-standings. No provisional value is ever told: ``study.tell`` ends a trial for good, and a partial
-curve's value is not comparable to a final one. At its end a trial is told COMPLETE with its value,
-PRUNED when the scheduler stopped it early (Optuna then ranks it by its last report and how far it
-got), or FAIL (it failed, or never reported a finite value). The space's fixed parameters are no part of the
-study: each proposal gets them as they are. ``docs/search.md`` says which samplers use what.
+as they arrive (a diverged one, +inf or -inf, as NaN, which Optuna ranks worst), so samplers that
+read running trials or intermediate values see partial standings. No provisional value is ever told:
+``study.tell`` ends a trial for good, and a partial curve's value is not comparable to a final one.
+At its end a trial is told COMPLETE with its value, PRUNED when the scheduler stopped it early
+(Optuna then ranks it by its last report and how far it got), or FAIL (it failed, or never
+reported a finite value). The space's fixed parameters are no part of the study: each proposal gets
+them as they are. ``docs/search.md`` says which samplers use what.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -25,7 +27,7 @@ from hermes.search.errors import SamplerError, SamplerFailed
 if TYPE_CHECKING:
     import optuna
 
-    from hermes.experiment.spec import Parameter, SearchSpec
+    from hermes.experiment.spec import IntRange, Parameter, SearchSpec
 
 # Packages an Optuna sampler needs beyond Optuna itself, so that a missing one fails at spec check.
 _NEEDS = {
@@ -69,7 +71,9 @@ class OptunaSearcher(BaseSearcher):
             return
         self._steps[index].add(step)
         with self._failing(f"when told trial {index}'s step {step}"):
-            self._trials[index].report(value, step)
+            # +inf was a maximised trial's best report (TPE ranks a PRUNED trial by its last one): a diverged report
+            # goes as NaN, which Optuna's samplers and pruners rank worst, as a NaN report always went
+            self._trials[index].report(value if math.isfinite(value) else math.nan, step)
 
     def _end(self, index: int, value: float | None, stopped: bool) -> None:
         trial = self._trials.pop(index)
@@ -130,9 +134,9 @@ def ask_once(sampler: optuna.samplers.BaseSampler, search: SearchSpec, field: st
     asked (an argument of the wrong type, ``n_startup_trials: "5"``) fails at the spec check, naming ``field``."""
     import optuna
 
-    study = _quiet_study(optuna, sampler, "minimize")
+    study, distributions = _quiet_study(optuna, sampler, "minimize"), _distributions(optuna, search)
     try:
-        study.ask(_distributions(optuna, search))
+        study.ask(distributions)
     except Exception as error:  # a sampler is anyone's code
         raise SamplerError(field, f"sampler {search.sampler_name} failed a first proposal on the spec's space: "
                                   f"{type(error).__name__}: {error}") from None
@@ -156,7 +160,11 @@ def _quiet_study(optuna: Any, sampler: optuna.samplers.BaseSampler, direction: s
 
 
 def _distributions(optuna: Any, search: SearchSpec) -> dict[str, optuna.distributions.BaseDistribution]:
-    """What Optuna searches: the space less its fixed parameters."""
+    """What Optuna searches: the space less its fixed parameters. SamplerError, naming the parameter, for an int
+    range beyond what Optuna's samplers can draw."""
+    for name, parameter in search.space.items():
+        if parameter.type == "int":
+            _check_exact(name, parameter, search.sampler_name)
     return {name: _distribution(optuna, p) for name, p in search.space.items() if p.type != "constant"}
 
 
@@ -167,3 +175,17 @@ def _distribution(optuna: Any, parameter: Parameter) -> optuna.distributions.Bas
         return optuna.distributions.IntDistribution(parameter.low, parameter.top, log=parameter.log,
                                                     step=parameter.step)
     return optuna.distributions.CategoricalDistribution(parameter.values)  # choice (the spec bars grid here)
+
+
+def _check_exact(name: str, parameter: IntRange, sampler: str) -> None:
+    """Optuna's samplers compute in floats: beyond 2**53 an int range's values are not all drawn, and TPE, GP and
+    Optuna's own conversions fail (a NaN, a float overflow), which was a traceback or blamed search.sampler."""
+    from hermes.experiment.spec import EXACT_INTS
+
+    for bound in ("low", "high"):
+        value = getattr(parameter, bound)
+        if not -EXACT_INTS <= value <= EXACT_INTS:
+            raise SamplerError(f"space.{name}.{bound}", (
+                f"must lie within -2**53 and 2**53 ({EXACT_INTS}) for sampler {sampler}, got {value}: "
+                "Optuna's samplers draw integers through floats, which hold every whole number only that far "
+                "(sampler random draws integers of any size)"))

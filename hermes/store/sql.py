@@ -268,7 +268,7 @@ class SqlStore(ExperimentStore):
                     f"experiment {name!r} already exists in {self.url} with a different spec "
                     f"(differs in {', '.join(refused)}); give it a new name (hermes run SPEC --name NEW, or "
                     "hermes.run(spec, name=...)) or use another storage dir; a spec not edited since may have been "
-                    "read differently by the Hermes that recorded it (YAML 1.1 numbers: 010, 1e-4)"
+                    "read differently by the Hermes that recorded it (YAML 1.1: 010, 1e-4, yes/no/on/off)"
                 )
             if differences:
                 connection.execute(EXPERIMENTS.update().where(EXPERIMENTS.c.id == row.id).values(spec=spec_json))
