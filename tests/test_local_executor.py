@@ -303,7 +303,7 @@ def test_stop_kills_the_whole_process_group(tmp_path: Path) -> None:
         assert isinstance(executor.next_events()[0], PeriodElapsed)  # a silent trial: only the period ticks
         executor.apply(Stop("sleeper"), executor.now())
         events = executor.next_events()
-        while not isinstance(events[-1], TrialExited):
+        while not events or not isinstance(events[-1], TrialExited):  # none: a wait that woke for nothing
             events = executor.next_events()
         assert events[-1].trial_id == "sleeper" and not events[-1].succeeded and events[-1].error == "stopped"
         assert executor.next_events() == []  # nothing left alive

@@ -406,7 +406,7 @@ HANGS = {  # limits, seconds a step, hang_after, the error's pattern
                              r"hung: no report for (\S+)s, while its slowest step took (\S+)s \(trial.stall: factor 5, "
                              r"min 0.1s\)"),
     "silent-at-least-min": ({"stall": {"factor": 5, "min": 0.8}}, 0.02, 2,
-                            r"hung: no report for 0.8s, while its slowest step took 0.0\d+s \(trial.stall: .*\)"),
+                            r"hung: no report for 0.8s, while its slowest step took 0\.\d+s \(trial.stall: .*\)"),  # 5x it < 0.8
     "silent-from-the-start": ({"stall": {"after": 1.5}}, 0.02, 0, r"hung: no report for 1.5s \(trial.stall.after\)"),
     "over-its-time": ({"timeout": 4.0, "stall": {"factor": 0}}, 0.02, 2,
                       r"timed out: it ran 4s in all \(trial.timeout\)"),
