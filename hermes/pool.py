@@ -402,7 +402,7 @@ class PoolSession:
             member = self._unsettled[routed.experiment] = self.members[routed.experiment]
             member.recorder(routed.event, routed.decisions)
             member.session.after(routed.event, routed.decisions)
-        for key, error in failed.items():
+        for key, error in failed.items():  # its stops after what its core decided before it failed: each is answered
             decisions += self._fail(self.members[key], error)
         if self._draining:  # the drain settles once it has told its batch: a commit per batch, not per submission
             return decisions

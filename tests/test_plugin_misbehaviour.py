@@ -13,6 +13,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +21,26 @@ import numpy as np
 import pytest
 import yaml
 
-from hermes.core.decisions import Start
-from hermes.core.events import ExperimentCancelled, NodeAdded, TrialReported, TrialSubmitted
+from hermes.core.decisions import Start, Suspend
+from hermes.core.events import (
+    ExperimentCancelled,
+    NodeAdded,
+    PeriodElapsed,
+    TrialReported,
+    TrialSubmitted,
+    TrialSuspended,
+)
 from hermes.core.policy import EarlyStopper, PluginError, SchedulingPolicy, Verdict
 from hermes.core.scheduler import Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
+from hermes.experiment import parse_spec
 from hermes.experiment.spec import ResourcesSpec
 from hermes.policies import POLICIES, STOPPERS, make_policy, make_stopper
 from hermes.policies.hermes import HermesPolicy, _rung_value
 from hermes.policies.rr import RoundRobinPolicy
 from hermes.policies.stopping import MedianStopper
-from hermes.pool import PoolSession
+from hermes.pool import PoolSession, stored_form
 from hermes.report import open_store, pick_experiment
 from hermes.sim.pool import PoolExperiment, simulate_pool
 from hermes.sim.simulate import simulate
@@ -39,7 +48,7 @@ from hermes.sim.trace import Trace, TraceTrial
 from hermes.store import ExperimentStatus, SqlStore
 from hermes.testing import policy_contract
 from tests.test_pool import check_completed, pool_spec, running, status, submit
-from tests.test_run import wait_for
+from tests.test_run import PRINTED, RATE, spec_of, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
@@ -119,6 +128,32 @@ class RaisesAfterTwentyPriorities(RoundRobinPolicy):
         if self.asked > 20:
             raise RuntimeError("boom after 20")
         return super().priority(trial, now)
+
+
+class WaitsForTheThird(RoundRobinPolicy):
+    """Pauses the first two trials at their first report, each held back (priority None) until the third, started once
+    both wait, has done better. It compares with the third's best score, which is None before its first report: a
+    TypeError for a trial held back, asked again in the pass that started the third (another GPU was free)."""
+
+    order_version = None  # its answers change with the other trials' states
+
+    def attach(self, trials: Mapping[str, Trial]) -> None:
+        self.trials = trials
+
+    def observe(self, trial: Trial, now: float) -> Verdict:
+        return Verdict.PAUSE if trial.seq < 2 else Verdict.CONTINUE
+
+    def priority(self, trial: Trial, now: float) -> float | None:
+        first_two = [other for other in self.trials.values() if other.seq < 2]
+        if trial.seq == 2:
+            both_wait = len(first_two) == 2 and all(other.state is TrialState.SUSPENDED for other in first_two)
+            return super().priority(trial, now) if both_wait else None
+        if trial.step == 0:
+            return super().priority(trial, now)  # its first run
+        third = next((other for other in self.trials.values() if other.seq == 2), None)
+        if third is None or third.state is not TrialState.RUNNING:
+            return None
+        return super().priority(trial, now) if trial.best_score > third.best_score else None  # type: ignore[operator]
 
 
 class RaisesInConfigure(RoundRobinPolicy):
@@ -458,3 +493,71 @@ def test_a_plugin_that_raises_outside_its_decisions_fails_naming_itself(tmp_path
         simulate_pool([PoolExperiment("a", trace([0.1, 0.2, 0.3], epochs=10), "rr"),
                        PoolExperiment("b", trace([0.1, 0.2, 0.3], epochs=10), f"{HERE}:RaisesInPriority")], gpus=2)
 
+
+
+def test_a_policy_that_fails_after_its_core_started_a_trial_in_that_event_hands_out_the_start() -> None:
+    """Two programs (they cannot move) pause at their first report, each held back on its own GPU; once both wait, the
+    core starts the third on one GPU and, asking again for the other, the policy raises. That Start was lost with the
+    error, and the core did not even count the third as holding its GPU. Now the error carries it, counted."""
+    scheduler = Scheduler(WaitsForTheThird(period=60.0))
+    scheduler.handle(NodeAdded(0.0, "n", ("n/g0", "n/g1")))
+    started = [d for i in range(3) for d in scheduler.handle(TrialSubmitted(0.0, f"t{i}", 9, movable=False))]
+    assert started == [Start("t0", "n/g0"), Start("t1", "n/g1")]
+    assert scheduler.handle(TrialReported(1.0, "t0", 1, 0.5)) == [Suspend("t0")]
+    assert scheduler.handle(TrialSuspended(1.5, "t0", 1)) == []
+    assert scheduler.handle(TrialReported(2.0, "t1", 1, 0.5)) == [Suspend("t1")]
+    with pytest.raises(PluginError, match=rf"^policy {HERE}:WaitsForTheThird: priority\(\) raised TypeError: .* "
+                                          r"\(trial t1\)$") as failure:
+        scheduler.handle(TrialSuspended(2.5, "t1", 1))
+    assert failure.value.decisions == [Start("t2", "n/g0")]  # type: ignore[attr-defined]
+    assert scheduler.trials["t2"].state is TrialState.RUNNING and scheduler.busy == 1
+
+
+def test_a_policy_that_fails_at_a_period_after_its_core_suspended_a_trial_hands_out_the_suspend() -> None:
+    """At a period the core suspends a for c, then asks the policy about b, which raises for a trial that reported: the
+    Suspend of a, which the core counts as leaving its GPU, comes with the error."""
+    scheduler = Scheduler(RaisesInPriority(period=10.0))
+    scheduler.handle(NodeAdded(0.0, "n", ("n/g0", "n/g1")))
+    started = [d for trial_id in "abcd" for d in scheduler.handle(TrialSubmitted(0.0, trial_id, 9))]
+    assert started == [Start("a", "n/g0"), Start("b", "n/g1")]
+    assert scheduler.handle(TrialReported(1.0, "b", 1, 0.5)) == []
+    with pytest.raises(PluginError, match=r"priority\(\) raised RuntimeError: boom in priority \(trial b\)$") as error:
+        scheduler.handle(PeriodElapsed(20.0))
+    assert error.value.decisions == [Suspend("a")]  # type: ignore[attr-defined]
+    assert scheduler.trials["a"].state is TrialState.SUSPENDING
+
+
+def test_a_pool_experiment_whose_policy_fails_after_starting_a_trial_ends_with_every_trial_stopped(
+    tmp_path: Path,
+) -> None:
+    """The case above in a pool, with real programs on two slots: the third trial's Start was lost with the error. Its
+    core believed it ran on a slot and, counting no trial running, ended the experiment at its cancellation with that
+    trial still running in its record; a core that counts it waits for ever for the end of a run that never began.
+    Now the pool starts it, the cancellation stops it, and the experiment ends with every trial stopped and its log
+    saying so: the failing event with its Start, then the cancellation's Stops."""
+    steps = 30
+    spec = spec_of(
+        "waits",
+        trial={"command": f"{sys.executable} trials/printer.py --steps {steps} --rate {{rate}} --sleep 0.05",
+               "metrics_regex": PRINTED, "workdir": str(TESTS)},
+        search={"sampler": "random", "trials": 3, "seed": 4, "space": {"rate": RATE}},
+        budget={"steps": steps},
+        policy={"name": f"{HERE}:WaitsForTheThird", "period": 60.0},
+    )
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    doomed = submit(store, stored_form(parse_spec(spec)))
+    pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=2), poll=0.1)
+    with running(pool) as runner:
+        wait_for(lambda: status(store, doomed) is ExperimentStatus.FAILED or not runner.is_alive(), TIMEOUT,
+                 "the experiment to fail")
+        wait_for(lambda: not pool.scheduler.tenants or not runner.is_alive(), TIMEOUT, "the experiment to end")
+        assert runner.is_alive()
+        assert pool.scheduler.holder == {gpu: None for gpu in pool.scheduler.gpu_node}  # every slot back in the pool
+    failed = store.experiment(doomed)
+    assert (failed.error or "").startswith(f"PluginError: policy {HERE}:WaitsForTheThird: priority() raised "
+                                           "TypeError: "), failed.error
+    assert [(trial.trial_id, trial.state) for trial in store.trials(doomed)] == [
+        (trial_id, TrialState.STOPPED) for trial_id in ("0", "1", "2")]
+    third = [type(record.decision).__name__ for record in store.decisions(doomed) if record.decision.trial_id == "2"]
+    assert third == ["Start", "Stop"]
+    store.close()

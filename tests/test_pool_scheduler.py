@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from hermes.core.decisions import Resume, Start, Suspend
+from hermes.core.decisions import Resume, Start, Stop, Suspend
 from hermes.core.events import (
     ExperimentCancelled,
     GpuReclaimed,
@@ -23,7 +23,7 @@ from hermes.core.events import (
     TrialSubmitted,
     TrialSuspended,
 )
-from hermes.core.policy import PluginError
+from hermes.core.policy import PluginError, Verdict
 from hermes.core.pool import PoolScheduler, qualify, split
 from hermes.core.scheduler import Scheduler
 from hermes.core.share import nested_shares, water_fill
@@ -495,3 +495,76 @@ def test_another_experiments_failing_policy_loses_no_event_of_this_one_and_the_h
     assert failing.finished and failing.trials["t0"].state is TrialState.STOPPED
     assert pool.tenants == {} and pool.failed == {} and pool.holder == {"g0": None}
 
+
+
+class HoldsBack(RoundRobinPolicy):
+    """Round robin that pauses the trials in ``holding`` at their reports and holds them back (priority None), and
+    raises for those in ``broken``: a policy that fails for some trials only."""
+
+    order_version = None  # its answers change with its sets
+
+    def __init__(self) -> None:
+        super().__init__(period=10.0)
+        self.holding: set[str] = set()
+        self.broken: set[str] = set()
+
+    def priority(self, trial: Trial, now: float) -> float | None:
+        if trial.trial_id in self.broken:
+            raise RuntimeError("boom")
+        return None if trial.trial_id in self.holding else super().priority(trial, now)
+
+    def observe(self, trial: Trial, now: float) -> Verdict:
+        return Verdict.PAUSE if trial.trial_id in self.holding else Verdict.CONTINUE
+
+
+def carry_out(pool: PoolScheduler, decisions: list, running: set[str], at: float) -> None:
+    """Play the executor: run what is started or resumed; answer a Stop of a trial it runs with its exit. A Stop of a
+    trial it never started gets no answer, as from the real executors."""
+    for decision in decisions:
+        if isinstance(decision, (Start, Resume)):
+            running.add(decision.trial_id)
+        elif isinstance(decision, Stop) and decision.trial_id in running:
+            running.discard(decision.trial_id)
+            carry_out(pool, pool.handle(TrialExited(at, decision.trial_id, succeeded=False)), running, at)
+
+
+def test_an_experiment_whose_policy_fails_after_its_core_started_a_trial_in_that_event_ends_freeing_its_gpus() -> None:
+    """Submissions close while every trial of a waits, two of them parked on their own GPUs (they cannot move): its
+    core fills each node, starting f on n0, and its policy raises on n1. The Start was lost with the error: the core
+    believed f ran on g0, the executor never started it, the cancellation's Stop of f got no answer, and a kept g0
+    for ever. Now the Start comes with the failure, logged with its event, and the retired experiment ends."""
+    pool = PoolScheduler(quantum=1e9)
+    pool.handle(NodeAdded(0.0, "n0", ("g0",)))
+    pool.handle(NodeAdded(0.0, "n1", ("g1",)))
+    policy = HoldsBack()
+    scheduler = Scheduler(policy)
+    pool.add_experiment("a", scheduler, at=0.0)
+    policy.holding = {"f"}
+    running: set[str] = set()
+    made = [d for i in range(2) for d in pool.tell("a", TrialSubmitted(0.0, f"u{i}", 100, movable=False))]
+    made += pool.tell("a", TrialSubmitted(0.0, "f", 100))
+    assert made == [Start("a.u0", "g0"), Start("a.u1", "g1")]
+    carry_out(pool, made, running, 0.0)
+    policy.holding |= {"u0", "u1"}  # each pauses at its first report, parked on its GPU, which a keeps
+    for trial_id in ("a.u0", "a.u1"):
+        assert pool.handle(TrialReported(1.0, trial_id, 1, 0.5)) == [Suspend(trial_id)]
+        running.discard(trial_id)
+        assert pool.handle(TrialSuspended(1.5, trial_id, 1)) == []
+    assert held(pool) == {"a": 2} and scheduler.busy == 0 and scheduler.trials["f"].node == "n0"
+
+    policy.holding, policy.broken = {"u0"}, {"u1"}
+    made = pool.tell("a", SubmissionsClosed(2.0))
+    assert list(pool.failed) == ["a"] and "priority() raised RuntimeError: boom (trial u1)" in str(pool.failed["a"])
+    assert made == [Start("a.f", "g0")]
+    assert [(r.experiment, r.event, r.decisions) for r in pool.routed] == [
+        ("a", SubmissionsClosed(2.0), [Start("f", "g0")])]  # what the host logs
+    assert scheduler.busy == 1
+    carry_out(pool, made, running, 2.0)
+
+    scheduler.restore_policy(make_policy("fifo"), {})  # retired as hermes.pool retires it
+    stops = pool.tell("a", ExperimentCancelled(2.0, "PluginError"))
+    assert sorted(d.trial_id for d in stops) == ["a.f", "a.u0", "a.u1"] and all(isinstance(d, Stop) for d in stops)
+    carry_out(pool, stops, running, 2.5)
+    assert scheduler.finished and pool.finished_experiments == ["a"]
+    assert [t.state for t in scheduler.trials.values()] == [TrialState.STOPPED] * 3
+    assert pool.tenants == {} and pool.holder == {"g0": None, "g1": None}

@@ -14,7 +14,7 @@ from hermes.core.cluster import Node
 from hermes.core.decisions import Decision, Resume, Start, Suspend
 from hermes.core.states import PENDING, RUNNING, SUSPENDING
 from hermes.core.trial import Trial
-from hermes.core.policy import SchedulingPolicy, checked_priority, plugin_raised
+from hermes.core.policy import PluginError, SchedulingPolicy, checked_priority, plugin_raised
 
 
 class NodeScheduler:
@@ -115,28 +115,33 @@ class NodeScheduler:
             self._listed.add(trial)
 
     def fill(self, now: float) -> list[Decision]:
-        """Give every free GPU to the best waiting trials, each on its last GPU when that is free."""
+        """Give every free GPU to the best waiting trials, each on its last GPU when that is free. A plug-in that fails
+        in a later pass carries the Starts and Resumes of the earlier ones (``carry``)."""
         free = self.node.free_gpus()
         if not free:
             return []
         decisions: list[Decision] = []
-        while free:
-            placed = False
-            for _, trial in self.ranked_waiting(now, len(free), free):
-                if trial.last_gpu in free:
-                    gpu = trial.last_gpu
-                elif trial.movable or trial.last_gpu is None:
-                    gpu = free[0]
-                else:
-                    continue  # its own GPU went to a better trial in this pass; look again for the rest
-                free.remove(gpu)
-                self.node.occupant[gpu] = trial
-                fresh = trial.state is PENDING
-                migrated = trial.begin_run(gpu, now)
-                decisions.append(Start(trial.trial_id, gpu) if fresh else Resume(trial.trial_id, gpu, migrated))
-                placed = True
-            if not placed:
-                break
+        try:
+            while free:
+                placed = False
+                for _, trial in self.ranked_waiting(now, len(free), free):
+                    if trial.last_gpu in free:
+                        gpu = trial.last_gpu
+                    elif trial.movable or trial.last_gpu is None:
+                        gpu = free[0]
+                    else:
+                        continue  # its own GPU went to a better trial in this pass; look again for the rest
+                    free.remove(gpu)
+                    self.node.occupant[gpu] = trial
+                    fresh = trial.state is PENDING
+                    migrated = trial.begin_run(gpu, now)
+                    decisions.append(Start(trial.trial_id, gpu) if fresh else Resume(trial.trial_id, gpu, migrated))
+                    placed = True
+                if not placed:
+                    break
+        except PluginError as error:
+            carry(error, decisions)
+            raise
         return decisions
 
     def release(self, trial: Trial) -> None:
@@ -167,6 +172,13 @@ class NodeScheduler:
     def suspend(self, trial: Trial) -> list[Decision]:
         trial.move_to(SUSPENDING)
         return [Suspend(trial.trial_id)]
+
+
+def carry(error: PluginError, decisions: list[Decision]) -> None:
+    """``decisions`` were made in the event before the plug-in failed (``error``): the error carries them, ahead of
+    those made since, as ``error.decisions``. The core counts those trials as running or suspending, so the host must
+    carry them out (``Scheduler.handle``), or the executor never runs a trial that the core believes holds a GPU."""
+    error.decisions = decisions + error.decisions
 
 
 def insort_by_priority(ordered: list[Trial], trial: Trial, policy: SchedulingPolicy, now: float) -> bool:

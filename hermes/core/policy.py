@@ -15,10 +15,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
 from numbers import Real
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from hermes.core.trial import Trial
 from hermes.errors import HermesError
+
+if TYPE_CHECKING:
+    from hermes.core.decisions import Decision
 
 
 class Verdict(str, Enum):
@@ -132,7 +135,12 @@ class EarlyStopper(ABC):
 
 class PluginError(HermesError):
     """A policy or an early stopper raised, or answered what the core cannot use. It names the plug-in (its import
-    path), the method and the problem, so that the experiment's failure says whose code to fix."""
+    path), the method and the problem, so that the experiment's failure says whose code to fix. ``decisions``: what
+    the core had decided about the event before it failed (``Scheduler.handle``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.decisions: list[Decision] = []
 
 
 def plugin_raised(plugin: SchedulingPolicy | EarlyStopper, method: str, error: Exception,

@@ -33,8 +33,9 @@ the GPUs do not divide evenly.
   ``Scheduler`` on those GPUs would.
 
 A plug-in that fails (its ``PluginError``: it raised, or answered what the core cannot use) fails
-its own experiment, never the pool: the call goes on for the others, leaving out what that
-experiment's core could not do, and ``failed`` names it for the host, which retires it.
+its own experiment, never the pool: the call goes on for the others, with what that experiment's
+core decided before the plug-in failed (a trial it started), and ``failed`` names it for the host,
+which retires it.
 """
 
 from __future__ import annotations
@@ -427,13 +428,15 @@ class PoolScheduler:
 
     def _route(self, tenant: Tenant, event: Event) -> list[Decision]:
         """Hand ``event`` to the experiment's scheduler; return its decisions with qualified ids. Where a plug-in of
-        the experiment fails (``failed``), none: what its core decided before that in this event is lost with it."""
+        the experiment fails (``failed``), those its core made before (``Scheduler.handle``): the executor must carry
+        them out, or a trial its core believes running never runs, never answers its Stop, and the experiment keeps
+        that GPU for ever; the experiment keeps its GPUs until the host retires it."""
         scheduler = tenant.scheduler
         try:
             decisions = scheduler.handle(event)
         except PluginError as error:
             self.failed.setdefault(tenant.key, error)
-            return []
+            decisions = error.decisions
         self.routed.append(Routed(tenant.key, event, decisions))
         for gpu in [gpu for gpu in tenant.gpus if gpu not in scheduler.cluster.gpu_node]:  # released to the pool
             tenant.gpus.discard(gpu)
@@ -446,6 +449,8 @@ class PoolScheduler:
                     self.holder[gpu] = None
             del self.tenants[tenant.key]
             self.finished_experiments.append(tenant.key)
+            return qualified
+        if tenant.key in self.failed:
             return qualified
         idle = [
             gpu

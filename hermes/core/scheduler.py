@@ -33,7 +33,7 @@ from hermes.core.events import (
     TrialSubmitted,
     TrialSuspended,
 )
-from hermes.core.node_scheduler import NodeScheduler, insort_by_priority
+from hermes.core.node_scheduler import NodeScheduler, carry, insort_by_priority
 from hermes.core.states import COMPLETED, FAILED, HOLDING_GPU, RUNNING, STOPPED, SUSPENDED, SUSPENDING
 from hermes.core.trial import Trial
 from hermes.errors import HermesError
@@ -41,6 +41,7 @@ from hermes.core.policy import (
     PAUSE,
     STOP,
     EarlyStopper,
+    PluginError,
     SchedulingPolicy,
     Verdict,
     checked_priority,
@@ -139,12 +140,22 @@ class Scheduler:
 
     # ------------------------------------------------------------------ events in, decisions out
     def handle(self, event: Event) -> list[Decision]:
-        """Apply one event and return what the executor must do about it, in order."""
+        """Apply one event and return what the executor must do about it, in order.
+
+        A plug-in that fails partway raises its ``PluginError`` with ``decisions``: what the core decided about the
+        event before, and counts as done (a trial started on one node before the policy failed on the next). A host
+        that goes on after the error (a pool retires the experiment) carries them out first, or a trial that the core
+        believes holds a GPU never runs, and never answers the Stop that would end it."""
         self._refuse_if_finished(event)
         self._last_time = event.at
-        decisions = self._handlers[type(event)](self, event)
-        if not self.submissions_open and not self._busy:
-            decisions += self._finish()
+        decisions: list[Decision] = []
+        try:
+            decisions = self._handlers[type(event)](self, event)
+            if not self.submissions_open and not self._busy:
+                decisions += self._finish()
+        except PluginError as error:
+            carry(error, decisions)
+            raise
         return decisions
 
     def replay(self, event: Event, decided: Sequence[Decision]) -> None:
@@ -329,10 +340,14 @@ class Scheduler:
         decisions: list[Decision] = []
         if self._replaying:
             return decisions
-        for node_scheduler in self.node_schedulers.values():
-            for trial in list(node_scheduler.node.occupant.values()):
-                if trial is not None:
-                    decisions += node_scheduler.review(trial, event.at)
+        try:
+            for node_scheduler in self.node_schedulers.values():
+                for trial in list(node_scheduler.node.occupant.values()):
+                    if trial is not None:
+                        decisions += node_scheduler.review(trial, event.at)
+        except PluginError as error:
+            carry(error, decisions)
+            raise
         return decisions
 
     def _on_node_added(self, event: NodeAdded) -> list[Decision]:
@@ -452,15 +467,23 @@ class Scheduler:
         touched |= self._place()
         touched |= self._rebalance(now, touched)
         decisions: list[Decision] = []
-        for node in sorted(touched, key=lambda n: n.name):  # a fixed order keeps decision logs reproducible
-            if node.name in self.node_schedulers:
-                decisions += self._fill(self.node_schedulers[node.name], now)
+        try:
+            for node in sorted(touched, key=lambda n: n.name):  # a fixed order keeps decision logs reproducible
+                if node.name in self.node_schedulers:
+                    decisions += self._fill(self.node_schedulers[node.name], now)
+        except PluginError as error:
+            carry(error, decisions)
+            raise
         return decisions
 
     def _fill(self, node_scheduler: NodeScheduler, now: float) -> list[Decision]:
         if self._replaying:
             return []
-        decisions = node_scheduler.fill(now)
+        try:
+            decisions = node_scheduler.fill(now)
+        except PluginError as error:
+            self._busy += len(error.decisions)  # the runs it began before the plug-in failed (``carry``)
+            raise
         self._busy += len(decisions)
         return decisions
 
@@ -648,8 +671,12 @@ class Scheduler:
             return []  # wait for GPUs to come back
         decisions: list[Decision] = []
         self._place()  # a priority may have changed meanwhile: one that was not now, of a trial unplaced
-        for node_scheduler in self.node_schedulers.values():
-            decisions += self._fill(node_scheduler, self._last_time)  # or placed
+        try:
+            for node_scheduler in self.node_schedulers.values():
+                decisions += self._fill(node_scheduler, self._last_time)  # or placed
+        except PluginError as error:
+            carry(error, decisions)
+            raise
         if decisions:
             return decisions
         for trial in self.trials.values():
