@@ -21,6 +21,7 @@ bench: install
 	$(PY) bench/paper_comparison.py
 	$(PY) bench/scale.py
 	$(PY) bench/report_rate.py
+	$(PY) bench/live_view.py
 	$(PY) bench/real_example.py --policies fifo,hermes,rr
 	$(PY) bench/pool_workers.py
 	$(PY) bench/best_curve.py

@@ -4,6 +4,14 @@ The engine's thread takes a snapshot after each event (throttled); Rich's refres
 the latest snapshot, so the view keeps ticking while the engine waits for trials and never reads
 the core while the core changes.
 
+Both run in the engine's process, under one GIL: whatever they cost, the run waits for. So neither a
+snapshot nor a frame walks every trial. The view keeps what it shows as events come: a snapshot looks
+again at the trials that the events since the last one named (their own, and their decisions') and at
+those holding a GPU (a lost node takes theirs without naming them). Only trials holding a GPU change
+while they stay as they are (their GPU time grows), and there are as many as GPUs: the suspended and the
+ended trials are kept ranked as they come and go, the ETA's sums of them and of the pending trials too.
+A frame draws the few rows it has room for, each part once.
+
 The view fits the terminal: the trials table gets the lines that the header and the leaderboard
 leave (running trials first, then the best ended ones; pending trials are only counted), and in a
 narrow terminal the GPU and state columns go before any number is cut.
@@ -11,23 +19,29 @@ narrow terminal the GPU and state columns go before any number is cut.
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
+from bisect import bisect_left, insort
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.live import Live
 from rich.measure import Measurement
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from hermes.core.decisions import Decision
-from hermes.core.events import Event
+from hermes.core.events import Event, TrialSubmitted
 from hermes.core.scheduler import Scheduler
 from hermes.core.states import TrialState
+from hermes.core.trial import Trial
 from hermes.report import format_number
 
 if TYPE_CHECKING:
@@ -60,6 +74,37 @@ class _Row:
     score: float  # for ordering: higher is better
 
 
+def _ranked(row: _Row) -> tuple[float, int]:
+    """The order of the rows of a kind of trials, and of the leaderboard: the best first, the earlier of equals."""
+    return -row.score, row.seq
+
+
+class _Ranking:
+    """Rows in ``_ranked`` order, as trials come and go. A snapshot holds the list itself, which is copied before
+    it next changes: no frame sees it change."""
+
+    def __init__(self) -> None:
+        self._rows: list[_Row] = []
+        self._shared = False
+
+    def add(self, row: _Row) -> None:
+        self._own()
+        insort(self._rows, row, key=_ranked)
+
+    def remove(self, row: _Row) -> None:
+        self._own()
+        del self._rows[bisect_left(self._rows, _ranked(row), key=_ranked)]
+
+    def share(self) -> Sequence[_Row]:
+        self._shared = True
+        return self._rows
+
+    def _own(self) -> None:
+        if self._shared:
+            self._rows = list(self._rows)
+            self._shared = False
+
+
 @dataclass(frozen=True, slots=True)
 class Work:
     """What the ETA knows of one trial."""
@@ -69,6 +114,72 @@ class Work:
     budget: int  # steps it trains unless stopped
     reported_gpu_seconds: float  # GPU seconds it had used at that report
     gpu_seconds: float  # GPU seconds it has used until now
+
+    @property
+    def paced(self) -> bool:
+        """Whether it has a pace of its own: GPU seconds per step at its last report."""
+        return self.step > 0 and self.reported_gpu_seconds > 0
+
+    def left(self, pace: float | None) -> float | None:
+        """The GPU seconds it still needs, not ended: its steps left at its own pace (else at ``pace``), less the time
+        it has spent since its report, into its next step; None without a pace."""
+        own = self.reported_gpu_seconds / self.step if self.paced else pace
+        if own is None:
+            return None
+        return max(0.0, (self.budget - self.step) * own - max(0.0, self.gpu_seconds - self.reported_gpu_seconds))
+
+
+@dataclass(slots=True)
+class _Sums:
+    """Sums over trials whose part of the ETA depends on no other trial: the ended ones (what they used, at what
+    pace), and those not ended that have a pace of their own (and what they still need at it)."""
+
+    trials: int = 0
+    paced_steps: int = 0
+    paced_gpu_seconds: float = 0.0
+    used: float = 0.0  # GPU seconds
+    left: float = 0.0  # GPU seconds still needed
+
+    def add(self, work: Work, left: float, sign: int = 1) -> None:
+        self.trials += sign
+        if work.paced:
+            self.paced_steps += sign * work.step
+            self.paced_gpu_seconds += sign * work.reported_gpu_seconds
+        self.used += sign * work.gpu_seconds
+        self.left += sign * left
+        if not self.trials:  # what rounding left of the sums of the trials gone
+            self.paced_gpu_seconds = self.used = self.left = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Load:
+    """What the ETA knows of all the trials: ``summed``, and the most that one of those still needs; the trials that
+    have neither reported nor used a GPU (``fresh``), which go at the mean pace, by their budgets alone; the others
+    one by one (those holding a GPU, whose GPU time grows, and those without a pace of their own)."""
+
+    summed: _Sums
+    longest: float
+    fresh: int
+    fresh_steps: int  # their budgets, summed
+    longest_fresh: int
+    others: tuple[Work, ...]
+
+
+def _load_of(work: Iterable[Work]) -> _Load:
+    summed, longest, fresh, fresh_steps, longest_fresh, others = _Sums(), 0.0, 0, 0, 0, []
+    for w in work:
+        if w.ended:
+            summed.add(w, 0.0)
+        elif (left := w.left(None)) is not None:
+            summed.add(w, left)
+            longest = max(longest, left)
+        elif w.step == 0 and w.reported_gpu_seconds == 0 and w.gpu_seconds == 0:
+            fresh += 1
+            fresh_steps += w.budget
+            longest_fresh = max(longest_fresh, w.budget)
+        else:
+            others.append(w)
+    return _Load(summed, longest, fresh, fresh_steps, longest_fresh, tuple(others))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,38 +213,46 @@ def estimate_eta(
     None where there is nothing to estimate from: no pace yet, or no count of the trials to come,
     and no time budget.
     """
+    return _estimate(_load_of(work), gpus=gpus, to_ask=to_ask, time_left=time_left, gpu_seconds_left=gpu_seconds_left)
+
+
+def _estimate(
+    load: _Load, *, gpus: int, to_ask: int | None, time_left: float | None, gpu_seconds_left: float | None
+) -> Eta | None:
+    """``estimate_eta`` of the trials that ``load`` sums up."""
     bounded = None if time_left is None else Eta(max(0.0, time_left), "max_time")
-    paced = [w for w in work if w.step > 0 and w.reported_gpu_seconds > 0]
-    pace = sum(w.reported_gpu_seconds for w in paced) / sum(w.step for w in paced) if paced else None
-    lefts: list[float | None] = []  # GPU seconds each trial not ended still needs
-    costs: list[float] = []  # GPU seconds of each trial in all: used, and still needed
-    for w in work:
-        if w.ended:
-            costs.append(w.gpu_seconds)
-            continue
-        own = w.reported_gpu_seconds / w.step if w.step > 0 and w.reported_gpu_seconds > 0 else pace
-        if own is None:
-            lefts.append(None)
-            continue
-        # into its next step since the report: time already spent on what is left
-        left = max(0.0, (w.budget - w.step) * own - max(0.0, w.gpu_seconds - w.reported_gpu_seconds))
+    summed, others = load.summed, load.others
+    paced_steps = summed.paced_steps + sum(w.step for w in others if w.paced)
+    paced_gpu_seconds = summed.paced_gpu_seconds + sum(w.reported_gpu_seconds for w in others if w.paced)
+    pace = paced_gpu_seconds / paced_steps if paced_steps else None
+    lefts: list[float] = []  # GPU seconds each of the others still needs
+    cost = summed.used + summed.left  # GPU seconds of all the trials: used, and still needed
+    for w in others:
+        left = w.left(pace)
+        if left is None:
+            return bounded
         lefts.append(left)
-        costs.append(w.gpu_seconds + left)
-    if gpus < 1 or any(left is None for left in lefts):
+        cost += w.gpu_seconds + left
+    if gpus < 1 or (load.fresh and pace is None):
         return bounded
-    known = [left for left in lefts if left is not None]
-    total = sum(known)
+    total = summed.left + sum(lefts)
+    longest = max(load.longest, max(lefts, default=0.0))
+    if load.fresh and pace is not None:
+        total += load.fresh_steps * pace
+        cost += load.fresh_steps * pace
+        longest = max(longest, load.longest_fresh * pace)
+    trials = summed.trials + len(others) + load.fresh
     if to_ask is None:
         if gpu_seconds_left is None:
             return bounded
         total = max(0.0, gpu_seconds_left)  # more trials come until it is spent
     elif to_ask > 0:
-        if not costs:
+        if not trials:
             return bounded
-        total += to_ask * sum(costs) / len(costs)
+        total += to_ask * cost / trials
     if gpu_seconds_left is not None:
         total = min(total, max(0.0, gpu_seconds_left))
-    seconds = max(min(max(known, default=0.0), total), total / gpus)
+    seconds = max(min(longest, total), total / gpus)
     if bounded is not None and bounded.seconds <= seconds:
         return bounded
     return Eta(seconds)
@@ -141,14 +260,32 @@ def estimate_eta(
 
 @dataclass(frozen=True, slots=True)
 class _Snapshot:
+    """What a frame shows, taken on the engine's thread; nothing in it changes after."""
+
     taken_at: float  # the executor clock
-    rows: tuple[_Row, ...]
-    counts: dict[str, int]
+    counts: dict[str, int]  # trials per state, the states in the order of their first trial
     gpus_busy: int
     gpus: int
-    work: tuple[Work, ...]
+    holding: tuple[_Row, ...]  # the trials holding a GPU, the best first; then, so ranked too:
+    suspended: Sequence[_Row]
+    ended: Sequence[_Row]
+    pending: int
+    leaders: tuple[_Row, ...]  # the best trials that reported, at most LEADERS
+    load: _Load
     to_ask: int | None  # trials the searcher will still ask; None: unknown
     gpu_seconds: float  # used by all trials, at taken_at
+    interrupted: bool  # the run ended on an exception: its last frame must not show it running
+
+
+@dataclass(slots=True, eq=False)
+class _Followed:
+    """The view's record of one trial, as it last looked."""
+
+    trial: Trial
+    state: TrialState
+    row: _Row
+    best: int | None  # the index of its first best report among the ``seen`` first
+    seen: int
 
 
 class LiveView:
@@ -156,7 +293,11 @@ class LiveView:
 
     ``budget``: the search's (``ExperimentSession.budget``), for the trials still to come and the time
     budget in the ETA; without it, the ETA waits until the searcher has asked its last trial. ``in_flight``:
-    at most this many trials at once (the searcher's ``max_pending``), fewer than the GPUs perhaps."""
+    at most this many trials at once (the searcher's ``max_pending``), fewer than the GPUs perhaps.
+
+    It must be told every event the core handles once it has looked at a trial; trials that come without an
+    event (those a session replays from its log before its first event) are read as they are when it finds them.
+    """
 
     def __init__(
         self,
@@ -180,7 +321,28 @@ class LiveView:
         self._last_snapshot = 0.0
         self._lock = threading.Lock()
         self._live: Live | None = None
-        self._interrupted = False  # the run ended on an exception: its last frame must not show it running
+        self._interrupted = False
+        # Kept on the engine's thread, as events come: every trial the view knows (the core's first ones, in order)
+        self._followed: dict[str, _Followed] = {}
+        self._submitted: list[str] = []  # trials submitted since the last snapshot
+        self._touched: set[str] = set()  # trials named by an event or a decision since the last snapshot
+        self._counts = dict.fromkeys(TrialState, 0)
+        self._pending: deque[_Followed] = deque()  # the pending trials in order, and some that were (dropped later)
+        self._pending_steps = 0  # their budgets, summed
+        self._longest_pending: list[tuple[int, int, _Followed]] = []  # heap of (-budget, seq), and some that were
+        self._holding: dict[str, _Followed] = {}
+        self._suspended = _Ranking()
+        self._suspended_seqs: list[int] = []  # sorted
+        # What the ETA knows of the suspended trials, which stays so while they do: with a pace of their own, what
+        # they still need at it, summed (and the most, of sorted (-left, seq)); without, one by one
+        self._paced: dict[str, tuple[Work, float]] = {}
+        self._paced_sums = _Sums()
+        self._paced_lefts: list[tuple[float, int]] = []
+        self._unpaced: dict[str, Work] = {}
+        self._ended = _Ranking()
+        self._ended_leaders: list[_Row] = []  # the first LEADERS of the ended trials that reported
+        self._ended_sums = _Sums()
+        self._first_ended: dict[TrialState, int] = {}  # the seq of the first trial in each terminal state
 
     def __enter__(self) -> LiveView:
         self._take()
@@ -195,88 +357,214 @@ class LiveView:
             self._live.__exit__(*exc_info)
 
     def __call__(self, event: Event, decisions: list[Decision]) -> None:
+        if type(event) is TrialSubmitted:
+            self._submitted.append(event.trial_id)
+        else:
+            trial_id = getattr(event, "trial_id", None)
+            if trial_id is not None:
+                self._touched.add(trial_id)
+        for decision in decisions:
+            self._touched.add(decision.trial_id)
         now = time.monotonic()
         if now - self._last_snapshot >= SNAPSHOT_INTERVAL or self.scheduler.finished:
             self._last_snapshot = now
             self._take()
 
+    # ------------------------------------------------------------------ following the core
     def _take(self) -> None:
-        rows, counts, work = [], {}, []
-        used = 0.0
         now = self.clock()
-        for trial in self.scheduler.trials.values():
-            counts[trial.state.value] = counts.get(trial.state.value, 0) + 1
-            scores = trial.scores
-            best = max(range(len(scores)), key=scores.__getitem__) if scores else None  # the first best report
-            rows.append(
-                _Row(
-                    trial.trial_id, trial.seq, trial.state, trial.gpu or "", trial.step, trial.budget,
-                    trial.values[-1] if trial.values else None,
-                    None if best is None else trial.values[best],
-                    -float("inf") if best is None else scores[best],
-                )
-            )  # fmt: skip
-            gpu_seconds = trial.gpu_time_at(now)
-            used += gpu_seconds
+        self._look()
+        counts = self._counts
+        first = dict(self._first_ended)  # the seq of the first trial in each state
+        pending = self._pending
+        while pending and pending[0].state is not TrialState.PENDING:
+            pending.popleft()
+        if pending:
+            first[TrialState.PENDING] = pending[0].trial.seq
+        if self._suspended_seqs:
+            first[TrialState.SUSPENDED] = self._suspended_seqs[0]
+        holding, others = [], []
+        for followed in self._holding.values():
+            trial, state = followed.trial, followed.state
+            first[state] = min(first.get(state, trial.seq), trial.seq)
+            holding.append(followed.row)
             reported = trial.report_gpu_time[-1] if trial.report_gpu_time else 0.0
-            step = trial.steps[-1] if trial.steps else 0
-            work.append(Work(trial.state.is_terminal, step, trial.budget, reported, gpu_seconds))
-        gpus = self.scheduler.cluster.gpu_count
-        busy = sum(1 for row in rows if row.state.holds_gpu)
+            others.append(Work(False, trial.steps[-1] if trial.steps else 0, trial.budget, reported,
+                               trial.gpu_time_at(now)))  # fmt: skip
+        holding.sort(key=_ranked)
+        others += self._unpaced.values()
+        paced, ended = self._paced_sums, self._ended_sums
+        summed = _Sums(paced.trials + ended.trials, paced.paced_steps + ended.paced_steps,
+                       paced.paced_gpu_seconds + ended.paced_gpu_seconds, paced.used + ended.used, paced.left)
+        longest = self._longest_pending
+        while longest and longest[0][2].state is not TrialState.PENDING:
+            heapq.heappop(longest)
+        load = _Load(summed, -self._paced_lefts[0][0] if self._paced_lefts else 0.0, counts[TrialState.PENDING],
+                     self._pending_steps, -longest[0][0] if longest else 0, tuple(others))  # fmt: skip
+        suspended = self._suspended.share()
+        leaders = sorted([
+            *(row for row in holding if row.best is not None),
+            *islice((row for row in suspended if row.best is not None), LEADERS),
+            *self._ended_leaders,
+        ], key=_ranked)  # fmt: skip
         if not self.scheduler.submissions_open:
             to_ask: int | None = 0
         elif self.budget is not None and self.budget.trials is not None:
-            to_ask = max(0, self.budget.trials - len(rows))
+            to_ask = max(0, self.budget.trials - len(self._followed))
         else:
             to_ask = None
-        snapshot = _Snapshot(now, tuple(rows), counts, busy, gpus, tuple(work), to_ask, used)
+        snapshot = _Snapshot(
+            now, {state.value: counts[state] for state in sorted(first, key=first.__getitem__)},
+            counts[TrialState.RUNNING] + counts[TrialState.SUSPENDING], self.scheduler.cluster.gpu_count,
+            tuple(holding), suspended, self._ended.share(), counts[TrialState.PENDING], tuple(leaders[:LEADERS]), load,
+            to_ask, summed.used + sum(w.gpu_seconds for w in others), self._interrupted,
+        )  # fmt: skip
         with self._lock:
             self._snapshot = snapshot
+
+    def _look(self) -> None:
+        """Look again at the trials that may have changed since the last look: the new ones, those the events
+        named, and those holding a GPU."""
+        trials = self.scheduler.trials
+        known = len(self._followed)
+        if known + len(self._submitted) == len(trials):
+            new: Iterable[Trial] = [trials[trial_id] for trial_id in self._submitted]
+        else:  # trials that came without an event: whatever is new, in order
+            new = islice(trials.values(), known, None)
+        self._submitted.clear()
+        for trial in new:
+            self._see(trial, None)
+        followed = self._followed
+        for trial_id in self._touched:
+            if trial_id in followed:
+                self._see(followed[trial_id].trial, followed[trial_id])
+        self._touched.clear()
+        for holding in list(self._holding.values()):
+            self._see(holding.trial, holding)
+
+    def _see(self, trial: Trial, followed: _Followed | None) -> None:
+        """Update the trial's row, and what is kept of its kind of trials: it leaves them and joins them again
+        (pending and ended trials change nothing there while they stay so)."""
+        scores = trial.scores
+        best = None if followed is None else followed.best
+        for index in range(0 if followed is None else followed.seen, len(scores)):
+            if best is None or scores[index] > scores[best]:  # the first best report
+                best = index
+        row = _Row(
+            trial.trial_id, trial.seq, trial.state, trial.gpu or "", trial.step, trial.budget,
+            trial.values[-1] if trial.values else None,
+            None if best is None else trial.values[best],
+            -float("inf") if best is None else scores[best],
+        )  # fmt: skip
+        if followed is None:
+            followed = self._followed[trial.trial_id] = _Followed(trial, trial.state, row, best, len(scores))
+            self._enter(followed)
+            return
+        if followed.state is trial.state and (trial.state is TrialState.PENDING or trial.state.is_terminal):
+            followed.row, followed.best, followed.seen = row, best, len(scores)
+            return
+        self._leave(followed)
+        followed.state, followed.row, followed.best, followed.seen = trial.state, row, best, len(scores)
+        self._enter(followed)
+
+    def _enter(self, followed: _Followed) -> None:
+        trial, state = followed.trial, followed.state
+        self._counts[state] += 1
+        if state is TrialState.PENDING:
+            self._pending.append(followed)
+            self._pending_steps += trial.budget
+            heapq.heappush(self._longest_pending, (-trial.budget, trial.seq, followed))
+        elif state.holds_gpu:
+            self._holding[trial.trial_id] = followed
+        elif state is TrialState.SUSPENDED:
+            self._suspended.add(followed.row)
+            insort(self._suspended_seqs, trial.seq)
+            reported = trial.report_gpu_time[-1] if trial.report_gpu_time else 0.0
+            work = Work(False, trial.steps[-1] if trial.steps else 0, trial.budget, reported, trial.gpu_time)
+            left = work.left(None)
+            if left is None:
+                self._unpaced[trial.trial_id] = work
+            else:
+                self._paced[trial.trial_id] = work, left
+                self._paced_sums.add(work, left)
+                insort(self._paced_lefts, (-left, trial.seq))
+        else:
+            self._end(followed)
+
+    def _leave(self, followed: _Followed) -> None:
+        trial, state = followed.trial, followed.state
+        self._counts[state] -= 1
+        if state is TrialState.PENDING:
+            self._pending_steps -= trial.budget
+        elif state.holds_gpu:
+            del self._holding[trial.trial_id]
+        elif state is TrialState.SUSPENDED:
+            self._suspended.remove(followed.row)
+            del self._suspended_seqs[bisect_left(self._suspended_seqs, trial.seq)]
+            if self._unpaced.pop(trial.trial_id, None) is None:
+                work, left = self._paced.pop(trial.trial_id)
+                self._paced_sums.add(work, left, -1)
+                del self._paced_lefts[bisect_left(self._paced_lefts, (-left, trial.seq))]
+
+    def _end(self, followed: _Followed) -> None:
+        """An ended trial stays as it is: its row is ranked once, and the ETA's sums take what it used."""
+        trial, row = followed.trial, followed.row
+        first = self._first_ended.get(trial.state)
+        self._first_ended[trial.state] = trial.seq if first is None else min(first, trial.seq)
+        self._ended.add(row)
+        if row.best is not None:
+            insort(self._ended_leaders, row, key=_ranked)
+            del self._ended_leaders[LEADERS:]
+        reported = trial.report_gpu_time[-1] if trial.report_gpu_time else 0.0
+        # it holds no GPU: its GPU time is all it used
+        self._ended_sums.add(Work(True, trial.steps[-1] if trial.steps else 0, trial.budget, reported, trial.gpu_time),
+                             0.0)  # fmt: skip
 
     # ------------------------------------------------------------------ drawing
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         yield self.render(console, options)
 
     def render(self, console: Console, options: ConsoleOptions) -> RenderableType:
-        """The view, fitted to the console's height and width."""
+        """The view, fitted to the console's height and width: each part is drawn into lines once, and fitted by
+        its count of lines."""
         with self._lock:
             snapshot = self._snapshot
         if snapshot is None:
             return Text("starting...")
         now = max(snapshot.taken_at, self.clock())
-        eta = None if self._interrupted else self.eta(snapshot, now)
+        eta = None if snapshot.interrupted else self.eta(snapshot, now)
         header = Text.assemble(
             (f"{self.title}  ", "bold"),
-            ("interrupted  ", "bold red") if self._interrupted else "",  # its trials stopped: none runs
+            ("interrupted  ", "bold red") if snapshot.interrupted else "",  # its trials stopped: none runs
             f"elapsed {_duration(now)}  ",
             f"ETA {eta}  " if eta is not None else "",
-            f"GPUs {0 if self._interrupted else snapshot.gpus_busy}/{snapshot.gpus} busy  ",
+            f"GPUs {0 if snapshot.interrupted else snapshot.gpus_busy}/{snapshot.gpus} busy  ",
             "  ".join(f"{state} {count}" for state, count in snapshot.counts.items()),
         )
         height = options.size.height
-        listed = _order(snapshot.rows)
-        pending = len(snapshot.rows) - len(listed)
 
-        def lines(*parts: RenderableType) -> int:
-            return len(console.render_lines(Group(*parts), options, pad=False))
+        def lines(part: RenderableType) -> list[list[Segment]]:
+            return console.render_lines(part, options, pad=False)
 
+        top = lines(header)
         leaders = LEADERS
-        board = self._leaderboard(console, options, snapshot, leaders)
-        while leaders > 1 and lines(header, board) > height:  # a very short terminal: fewer leaders
+        board = lines(self._leaderboard(console, options, snapshot.leaders[:leaders]))
+        while leaders > 1 and len(top) + len(board) > height:  # a very short terminal: fewer leaders
             leaders -= 1
-            board = self._leaderboard(console, options, snapshot, leaders)
-        if lines(header, board) > height:  # not even one leader's table: its line
-            board = self._best_line(snapshot)
-        shown = min(len(listed), height)
+            board = lines(self._leaderboard(console, options, snapshot.leaders[:leaders]))
+        if len(top) + len(board) > height:  # not even one leader's table: its line
+            board = lines(self._best_line(snapshot))
+        shown = min(len(snapshot.holding) + len(snapshot.suspended) + len(snapshot.ended), height)
         while True:
-            table = self._trials_table(console, options, listed, shown, pending)
-            if table is None:
-                return Group(header, board)
-            excess = lines(header, table, board) - height
+            made = self._trials_table(console, options, snapshot, shown)
+            if made is None:
+                return _Lines(top + board)
+            table, table_height = made
+            excess = len(top) + table_height + len(board) - height
             if excess <= 0:
-                return Group(header, table, board)
+                return _Lines(top + lines(table) + board)
             if shown == 0:  # not even that line fits: the header counts the trials
-                return Group(header, board)
+                return _Lines(top + board)
             shown = max(0, shown - excess)
 
     def eta(self, snapshot: _Snapshot, now: float) -> Eta | None:
@@ -285,7 +573,7 @@ class LiveView:
         time_left = None if budget is None or budget.seconds is None else budget.seconds - now
         gpu_left = None if budget is None or budget.gpu_seconds is None else budget.gpu_seconds - snapshot.gpu_seconds
         at_once = snapshot.gpus if self.in_flight is None else min(snapshot.gpus, self.in_flight)
-        eta = estimate_eta(snapshot.work, gpus=at_once, to_ask=snapshot.to_ask, gpu_seconds_left=gpu_left)
+        eta = _estimate(snapshot.load, gpus=at_once, to_ask=snapshot.to_ask, time_left=None, gpu_seconds_left=gpu_left)
         if eta is not None:
             eta = Eta(max(0.0, eta.seconds - (now - snapshot.taken_at)))
         if time_left is not None and (eta is None or eta.seconds >= time_left):
@@ -293,18 +581,23 @@ class LiveView:
         return eta
 
     def _trials_table(
-        self, console: Console, options: ConsoleOptions, listed: Sequence[_Row], shown: int, pending: int
-    ) -> RenderableType | None:
-        """The first ``shown`` of ``listed``, the rest and the pending trials counted; None where there is none."""
+        self, console: Console, options: ConsoleOptions, snapshot: _Snapshot, shown: int
+    ) -> tuple[RenderableType, int] | None:
+        """The first ``shown`` of the trials holding a GPU, then of the suspended ones, then of the ended ones, the
+        rest and the pending trials counted, and the lines it takes; None where there is none."""
+        holding, suspended, ended, pending = snapshot.holding, snapshot.suspended, snapshot.ended, snapshot.pending
+        listed = len(holding) + len(suspended) + len(ended)
         if not listed and not pending:
             return None
-        rows = listed[:shown]
-        more = len(listed) - len(rows)
+        rows = [*holding[:shown], *suspended[: max(0, shown - len(holding))],
+                *ended[: max(0, shown - len(holding) - len(suspended))]]  # fmt: skip
+        more = listed - len(rows)
         notes = ([f"{more} more"] if more else []) + ([f"{pending} pending"] if pending else [])
         caption = "... and " + ", ".join(notes) if notes else None
         if not rows:  # no room for a table: a line that counts them
-            counted = [f"{len(listed)} not listed"] * bool(listed) + [f"{pending} pending"] * bool(pending)
-            return Text("trials: " + ", ".join(counted), style="dim")
+            counted = [f"{listed} not listed"] * bool(listed) + [f"{pending} pending"] * bool(pending)
+            line = Text("trials: " + ", ".join(counted), style="dim")
+            return line, len(console.render_lines(line, options, pad=False))
         layouts = (
             ("state", "GPU", f"last {self.metric}", f"best {self.metric}"),
             ("state", f"last {self.metric}", f"best {self.metric}"),
@@ -331,19 +624,19 @@ class LiveView:
                     cells.append(row.gpu)
                 cells += [f"{row.step}/{row.budget}", format_number(row.last), format_number(row.best)]
                 table.add_row(*cells)
-            if _fits(console, options, table):
+            widest = _widest(console, options, table)
+            if _fits(options, table, widest):
                 break
-        return table
+        return table, _height(console, options, table, widest)
 
     def _best_line(self, snapshot: _Snapshot) -> Text:
         """The leader in one line, for a terminal too short for a table (its cells were all "...")."""
-        ranked = sorted((r for r in snapshot.rows if r.best is not None), key=lambda r: (-r.score, r.seq))
-        if not ranked:
+        if not snapshot.leaders:
             return Text(f"best {self.metric}: none yet", style="dim")
-        return Text(f"best {self.metric}: {format_number(ranked[0].best)} (trial {ranked[0].trial_id})")
+        best = snapshot.leaders[0]
+        return Text(f"best {self.metric}: {format_number(best.best)} (trial {best.trial_id})")
 
-    def _leaderboard(self, console: Console, options: ConsoleOptions, snapshot: _Snapshot, leaders: int) -> Table:
-        ranked = sorted((r for r in snapshot.rows if r.best is not None), key=lambda r: (-r.score, r.seq))[:leaders]
+    def _leaderboard(self, console: Console, options: ConsoleOptions, ranked: Sequence[_Row]) -> Table:
         for columns in (("best " + self.metric, "state"), ("best", "state"), ("best",)):
             table = Table(title=f"leaderboard (best {self.metric}, {self.mode})", title_justify="left")
             _number_column(table, "#", ranked, lambda r: str(ranked.index(r) + 1))
@@ -354,19 +647,22 @@ class LiveView:
             for place, row in enumerate(ranked, start=1):
                 table.add_row(str(place), row.trial_id, format_number(row.best), *(
                     [Text(row.state.value, style=_STATE_STYLE[row.state])] if "state" in columns else []))
-            if _fits(console, options, table):
+            if _fits(options, table, _widest(console, options, table)):
                 break
         return table
 
 
-def _order(rows: Iterable[_Row]) -> list[_Row]:
-    """The trials worth a line, most telling first: those running (the best first), then those suspended,
-    then the ended ones, the best first. Pending trials have nothing to show but that they wait."""
-    def rank(row: _Row) -> tuple[int, float, int]:
-        group = 0 if row.state.holds_gpu else 2 if row.state.is_terminal else 1
-        return group, -row.score, row.seq
+class _Lines:
+    """Lines drawn already (``Console.render_lines``), given as they are."""
 
-    return sorted((row for row in rows if row.state is not TrialState.PENDING), key=rank)
+    def __init__(self, lines: list[list[Segment]]) -> None:
+        self.lines = lines
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        new_line = Segment.line()
+        for line in self.lines:
+            yield from line
+            yield new_line
 
 
 def _number_column(
@@ -377,15 +673,39 @@ def _number_column(
     table.add_column(header, justify=justify, no_wrap=True, min_width=width)  # type: ignore[arg-type]
 
 
-def _fits(console: Console, options: ConsoleOptions, table: Table) -> bool:
+def _widest(console: Console, options: ConsoleOptions, table: Table) -> list[tuple[int, int]]:
+    """Each column's widest cell (header included): by its longest word, and by its whole length."""
+    widest = []
+    for column in table.columns:
+        sizes = [Measurement.get(console, options, cell) for cell in (column.header, *column.cells)]
+        widest.append((max(size.minimum for size in sizes), max(size.maximum for size in sizes)))
+    return widest
+
+
+def _fits(options: ConsoleOptions, table: Table, widest: list[tuple[int, int]]) -> bool:
     """Whether the table fits the width without cutting a cell: a column on one line is as wide as its
     widest cell (header included), the others as their longest word; each has a space either side, and
     a border between and around them."""
     need = len(table.columns) + 1
-    for column in table.columns:
-        sizes = [Measurement.get(console, options, cell) for cell in (column.header, *column.cells)]
-        need += 2 + max(size.maximum if column.no_wrap else size.minimum for size in sizes)
+    for column, (word, whole) in zip(table.columns, widest):
+        need += 2 + (whole if column.no_wrap else word)
     return need <= options.max_width
+
+
+def _height(console: Console, options: ConsoleOptions, table: Table, widest: list[tuple[int, int]]) -> int:
+    """The lines the table takes. Where every column can be as wide as its widest cell, each row is a line: the
+    columns are given those widths (Rich's own, which it need not measure again to draw it), and its rows are
+    counted, not drawn (a table of its first row alone, its columns as wide, gives the rest)."""
+    widths = [max(whole, column.min_width or 0) for column, (_, whole) in zip(table.columns, widest)]
+    if len(table.rows) < 2 or sum(widths) + 3 * len(widths) + 1 > options.max_width:  # a cell wraps: draw it
+        return len(console.render_lines(table, options, pad=False))
+    first = Table(title=table.title, title_justify=table.title_justify, caption=table.caption,
+                  caption_justify=table.caption_justify)
+    for column, width in zip(table.columns, widths):
+        column.width = width
+        first.add_column(column.header, justify=column.justify, no_wrap=column.no_wrap, width=width)
+    first.add_row(*(next(iter(column.cells)) for column in table.columns))
+    return len(console.render_lines(first, options, pad=False)) + len(table.rows) - 1
 
 
 def _duration(seconds: float) -> str:
