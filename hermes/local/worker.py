@@ -15,6 +15,7 @@ line (hermes/trial/protocol.py). A trial's exception ends only that trial; a cra
 from __future__ import annotations
 
 import faulthandler
+import gc
 import importlib
 import io
 import json
@@ -28,7 +29,16 @@ from typing import Any, Callable, TextIO
 
 from hermes.errors import STORAGE_LIMIT_ERRNOS
 from hermes.trial import protocol
-from hermes.trial.session import Session, StopExit, SuspendExit, bind, follow_threads, trial_of_thread, work_for
+from hermes.trial.session import (
+    Session,
+    StopExit,
+    SuspendExit,
+    bind,
+    follow_threads,
+    release_device_cache,
+    trial_of_thread,
+    work_for,
+)
 
 
 
@@ -154,18 +164,7 @@ class Worker:
         try:
             self.stdout.open_for(channel.trial_id, directory)
             self.stderr.open_for(channel.trial_id, directory)
-            session = Session(
-                channel.trial_id,
-                directory,
-                channel,
-                budget=int(command["budget"]),
-                metric=command["metric"] or None,
-                checkpoint_every=int(command["checkpoint_every"]),
-                reported_step=int(command["reported_step"]),
-                in_worker=True,
-            )
-            bind(session)
-            _function(command["function"])(session.config)
+            _call(channel, command, directory)
         except SuspendExit:
             outcome = protocol.SUSPENDED
         except StopExit:
@@ -191,7 +190,34 @@ class Worker:
                 except OSError:
                     pass  # a full disk: what could not be written is lost, the trial's outcome is not
             del self.channels[channel.trial_id]
+        _free_what_it_left()
         self.outbox.send({"type": protocol.ENDED, "trial": channel.trial_id, "outcome": outcome, "error": error})
+
+
+def _call(channel: _TrialChannel, command: dict[str, Any], directory: Path) -> None:
+    """Run the trial's function in a session of its own, which ends with this call: the trial's model and optimizer,
+    which the session holds through its savers, are freed with it."""
+    session = Session(
+        channel.trial_id,
+        directory,
+        channel,
+        budget=int(command["budget"]),
+        metric=command["metric"] or None,
+        checkpoint_every=int(command["checkpoint_every"]),
+        reported_step=int(command["reported_step"]),
+        in_worker=True,
+    )
+    bind(session)
+    _function(command["function"])(session.config)
+
+
+def _free_what_it_left() -> None:
+    """A trial's run ended (completed, failed, stopped, or spilled to go on elsewhere): free now what its code left in
+    reference cycles, and torch's CUDA cache, before the next trial starts here. Numpy's and torch's memory never
+    prompts Python's cyclic collector, so its model would stay, on the GPU too, until the collector happened to run;
+    the worker's memory limit (worker_memory_limit) is measured after this."""
+    gc.collect()
+    release_device_cache()
 
 
 def _exit_code(code: object) -> int:
@@ -237,6 +263,8 @@ def main(argv: list[str]) -> None:
     follow_threads()
     commands = _commands_apart()
     _warm_up(argv[0] if argv else "")
+    gc.collect()
+    gc.freeze()  # the imports live as long as the worker: the collection after each trial skips them
     Worker(outbox, stdout, stderr).serve(commands)
 
 

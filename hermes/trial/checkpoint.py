@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import random
 import sys
+import weakref
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Callable
 
 from hermes.errors import HermesError
 from hermes.trial import protocol
-from hermes.trial.session import current
+from hermes.trial.session import Session, current
 
 
 class Saver(ABC):
@@ -26,8 +27,18 @@ class Saver(ABC):
         if not name or "/" in name or name.startswith(".") or name == protocol.META_FILE:
             raise HermesError(f"invalid checkpoint part name {name!r}")
         self.name = name
-        self.session = current()  # in a warm worker, several trials' savers live in one process
-        self.session.register(self)
+        session = current()  # in a warm worker, several trials' savers live in one process
+        # Weak: the session keeps its savers, and a cycle would hold the trial's model in its warm worker after the
+        # trial ended, until Python's cyclic collector happens to run (numpy's and torch's memory never prompts it).
+        self._session = weakref.ref(session)
+        session.register(self)
+
+    @property
+    def session(self) -> Session:
+        session = self._session()
+        if session is None:
+            raise HermesError(f"the trial of checkpoint part {self.name!r} has ended: a saver serves its trial only")
+        return session
 
     @abstractmethod
     def save(self, directory: Path) -> None:

@@ -387,7 +387,7 @@ class Session:
         self.parked_rng = capture_rng()
         for saver in self.savers.values():
             saver.offload()
-        _release_device_cache()
+        release_device_cache()
         global _computing
         if _computing is self:
             _computing = None  # another trial computes meanwhile
@@ -531,8 +531,9 @@ def fast_exit() -> None:
     gc.freeze()
 
 
-def _release_device_cache() -> None:
-    """Hand the memory a parked trial's tensors left in torch's CUDA cache back to the device."""
+def release_device_cache() -> None:
+    """Hand the memory that a parked or ended trial's tensors left in torch's CUDA cache back to the device (torch is
+    never imported here: a trial that did not import it has none)."""
     import sys
 
     torch = sys.modules.get("torch")

@@ -58,7 +58,8 @@ class Worker:
 
 class WarmLauncher(Launcher):
     """``memory_reserve``: bytes of host memory below which a parked trial is spilled at once;
-    ``worker_memory_limit``: resident bytes above which a worker is replaced once it runs nothing."""
+    ``worker_memory_limit``: resident bytes above which a worker is replaced once it runs nothing (measured when one
+    of its trials parks or ends)."""
 
     def __init__(self, host: Any, memory_reserve: int, worker_memory_limit: int) -> None:
         super().__init__(host)
@@ -239,10 +240,16 @@ class WarmLauncher(Launcher):
         host.emit(TrialSuspended(trial.timing.suspended, trial.trial_id, step))
         if run.handshake.stop_requested:  # stopped while it suspended: the core counts it as stopped from here on
             self.stop(run)
-        elif resident_bytes(worker.process.pid) > self.worker_memory_limit:
+        elif self._outgrown(worker):
             self._retire(worker)
         elif meminfo("MemAvailable") < self.memory_reserve:
             self.spill(run)
+
+    def _outgrown(self, worker: Worker) -> bool:
+        """Whether ``worker``, the live one of its slot, holds more than ``worker_memory_limit``: measured when a trial
+        parks or ends in it (a worker whose trials only end would outgrow it unseen)."""
+        live = self._workers.get((worker.slot.name, worker.group)) is worker  # not retiring, not collected
+        return live and resident_bytes(worker.process.pid) > self.worker_memory_limit
 
     def _retire(self, worker: Worker) -> None:
         """Replace a worker that grew too big: spill its parked trials, end it once it holds none."""
@@ -284,7 +291,10 @@ class WarmLauncher(Launcher):
             log = tail(trial.directory / "stderr.log", run.stderr_offset)
             reason = error or f"the trial ended: {outcome}"
             host.emit(TrialExited(now, trial.trial_id, False, f"{reason}: {log}" if log else reason, crashed=True))
-        self._end_retired(worker)
+        if self._outgrown(worker):
+            self._retire(worker)
+        else:
+            self._end_retired(worker)
 
     def _end(self, worker: Worker) -> None:
         """Kill the worker and collect it now."""
