@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from hermes.server.client import Client
     from hermes.session import ExperimentSession, Listener
     from hermes.sim.trace import Trace
+    from hermes.store import ExperimentStatus
 
 GPUS_PER_NODE = 8  # default node size when --nodes is not given, like a DGX-class server
 # What stopped a run for its storage (hermes.errors.STORAGE_LIMIT_ERRNOS), and what lifts it
@@ -122,7 +123,13 @@ def _run(args: argparse.Namespace) -> int:
         with interrupts_between_batches(session), view:
             outcome = session.run()
     except KeyboardInterrupt as interrupt:
-        print(f"interrupted: run `{again}` again to continue", file=sys.stderr)
+        ended = _ended_status(session)
+        if ended is None:
+            print(f"interrupted: run `{again}` again to continue", file=sys.stderr)
+        else:  # it came as the run wrote its end, which went first: nothing is left to continue
+            results = f"hermes results {shlex.quote(str(session.storage))} --experiment {shlex.quote(spec.name)}"
+            print(f"interrupted as it ended: {spec.name} is {ended.value}; `{results}` shows its trials",
+                  file=sys.stderr)
         # the signal itself: Ray's wait makes a plain KeyboardInterrupt of a Terminated
         signum = session.interrupted_by or (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
         return 128 + signum
@@ -162,6 +169,15 @@ def _run(args: argparse.Namespace) -> int:
         print(f"hermes: error: {failed}", file=sys.stderr)
         return 1
     return 0
+
+
+def _ended_status(session: ExperimentSession) -> ExperimentStatus | None:
+    """The experiment's status where the store has it ended (``is_final``); None where it does not, or cannot say."""
+    try:
+        status = session.store.experiment(session.experiment_id).status
+    except HermesError:
+        return None
+    return status if status.is_final else None
 
 
 def _storage_limit(error: NoSpaceError) -> tuple[str, str]:

@@ -47,7 +47,7 @@ from hermes.report.files import note_checkpoint_location
 from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, Config, make_searcher, max_pending_for
 from hermes.search.errors import SamplerFailed
 from hermes.store.base import ExperimentStatus, ExperimentStore, StoreError, StoreUnavailable
-from hermes.store.lock import RunnerLock, SpaceReserve, describe
+from hermes.store.lock import ExperimentLock, RunnerLock, SpaceReserve, describe
 from hermes.store.recorder import StoreRecorder
 from hermes.store.sql import SqlStore
 
@@ -85,24 +85,33 @@ class ExperimentSession:
         self.storage = spec.storage_dir
         # One runner per storage dir (flock: released by the kernel however this process ends), and
         # the store refuses any earlier writer of the experiment, should a second runner get past it.
-        # A host that passes its store (hermes.pool) holds the directory itself. A second runner is refused
-        # before it starts an engine (a Ray instance takes seconds); where the directory does not exist yet,
-        # no runner holds it, and none is made before the engine has accepted the spec.
+        # A host that passes its store (hermes.pool) holds the directory itself. One session per experiment
+        # folder too, pooled or not: a pool runs a spec from a store of its own, and a `hermes run` of the same spec
+        # wrote into its trials' folders. A second runner is refused before it starts an engine (a Ray instance
+        # takes seconds); where the directory does not exist yet, no runner holds it, and none is made before the
+        # engine has accepted the spec.
         self._lock = RunnerLock(self.storage, spec.name)
+        self._folder_lock = ExperimentLock(self.storage / spec.name, spec.name)
+        self._hosted = False  # a host's loop drives it (``host``), not ``run``
+        self._deferring = False  # an interrupt waits (``interrupt``): ``run`` writes how it ended, or releases
+        self._deferred: BaseException | None = None  # an interrupt that came meanwhile, raised once that is done
         if store is None and self.storage.is_dir():
             self._lock.acquire()
         try:
+            if (self.storage / spec.name).is_dir():
+                self._folder_lock.acquire()
             self._set_up(spec, store, experiment_id)
-        except BaseException:
+        except BaseException as error:
+            if isinstance(error, KeyboardInterrupt) and store is None:
+                self._record_interrupted_set_up()
+            self._folder_lock.release()
             self._lock.release()
             raise
         self.listeners = listeners or []
         self.executor: Executor | None = None
         self._post: Callable[[Event], None] | None = None  # where new submissions go: the engine loop, or a host's
         self._loop: Engine | None = None  # the engine loop while ``run`` runs it
-        self._releasing = False  # ``run`` is releasing what it holds: its trials' processes, the storage dir
         self.interrupted_by: int | None = None  # the signal that interrupted the run (``interrupts_between_batches``)
-        self._deferred: BaseException | None = None  # an interrupt that came meanwhile, raised once that is done
         self._closed = False  # SubmissionsClosed is in the log
         self._cancelled = False  # ExperimentCancelled is in the log
         self._told: set[str] = set()  # trials whose end the searcher has been told
@@ -133,6 +142,8 @@ class ExperimentSession:
                              experiment_id: int | None) -> None:
         if store is None and not self._lock.held:
             self._lock.acquire()
+        if not self._folder_lock.held:
+            self._folder_lock.acquire()
         policy = make_policy(spec.policy.name, **spec.policy.settings)
         plugin_call(policy, "configure", self.engine.profile())
         stopper = spec.policy.stopper
@@ -173,6 +184,20 @@ class ExperimentSession:
         self.experiment_id = self.store.create_or_open_experiment(spec.name, document, may_change=may_change)
         self.store.claim_writer(self.experiment_id, describe(self._lock.who))
 
+    def _record_interrupted_set_up(self) -> None:
+        """Ctrl-C while the session was set up, once the store had its experiment (a new one is made running): it is
+        recorded interrupted, not left for `hermes status` to call its runner killed. Found by name: the interrupt
+        may have come before the store said its id. This runner holds the storage dir, so none other runs it."""
+        store: ExperimentStore | None = getattr(self, "store", None)
+        if store is None:
+            return
+        try:
+            found = next((e for e in store.experiments() if e.name == self.spec.name and not e.owner), None)
+            if found is not None and found.status is ExperimentStatus.RUNNING:
+                store.set_status(found.experiment_id, ExperimentStatus.INTERRUPTED)
+        except StoreError:  # another writer took it over: left as it is
+            pass
+
     # ------------------------------------------------------------------ the run
     def run(self) -> Outcome:
         replayed = False
@@ -187,6 +212,7 @@ class ExperimentSession:
             if replayed or isinstance(error, KeyboardInterrupt):
                 self._record_end(ExperimentStatus.INTERRUPTED, only_if=ExperimentStatus.RUNNING)
             self.engine.close()
+            self._folder_lock.release()
             self._lock.release()
             raise
         self._lock.note_clock(executor.now())  # reports count a running experiment's time from it
@@ -219,8 +245,7 @@ class ExperimentSession:
                         loop.post(ExperimentCancelled(recovered.now, self._cancel_reason))
                 self._loop = loop
                 self.lose_old_nodes(recovered.lost_nodes, recorder)  # before anything the new executor reports
-                loop.run(first=first)
-                self._loop = None
+                loop.run(first=first)  # an interrupt once it has ended is lost: the experiment ends as it ran
             # Not the experiment's fault, running it again continues it: Ctrl-C, a full disk, a lost cluster, the
             # output's reader gone, a store locked by another process or made read-only
             except (KeyboardInterrupt, NoSpaceError, ClusterLost, BrokenPipeError, StoreUnavailable):
@@ -245,8 +270,13 @@ class ExperimentSession:
             status = ExperimentStatus.FINISHED if self._cancel_reason is None else ExperimentStatus.CANCELLED
             if self.failure is not None:
                 status = ExperimentStatus.FAILED
-            self.store.set_status(self.experiment_id, status, error=self.failure)
+            with self._interrupts_deferred():  # a Ctrl-C here left a finished experiment shown running
+                self._loop = None
+                self.store.set_status(self.experiment_id, status, error=self.failure)
             self._check_store_file()
+        except KeyboardInterrupt:  # before the loop started (in it, those above recorded it): a new one says running
+            self._record_end(ExperimentStatus.INTERRUPTED, only_if=ExperimentStatus.RUNNING)
+            raise
         finally:
             self._loop = None
             if self._alarm is not None:
@@ -273,17 +303,24 @@ class ExperimentSession:
         """End every trial's processes and release the storage dir, whatever interrupt comes meanwhile
         (``interrupt`` defers it): a second Ctrl-C that cut this short left the lock held and the workers
         alive in a process that lives on, a notebook's, which could then run no experiment of that dir."""
-        self._releasing = True
-        try:
+        with self._interrupts_deferred():
             executor.close()
             self.engine.close()
             self.reserve.release()
+            self._folder_lock.release()
             self._lock.release()
-        finally:
-            self._releasing = False
         deferred, self._deferred = self._deferred, None
         if deferred is not None:
             raise deferred
+
+    @contextmanager
+    def _interrupts_deferred(self) -> Iterator[None]:
+        """While the block runs, an interrupt waits (``interrupt``); ``_release`` raises it, at the end of ``run``."""
+        before, self._deferring = self._deferring, True
+        try:
+            yield
+        finally:
+            self._deferring = before
 
     def _ended_before(self) -> Outcome:
         """Run again once it has ended: it stays as it ended. A search that failed stays failed, with its reason
@@ -308,10 +345,10 @@ class ExperimentSession:
     def interrupt(self, exception: BaseException, at_once: bool = False) -> bool:
         """Have ``run`` raise ``exception`` between two of its engine loop's batches, so that no store
         transaction is cut in half (``Engine.interrupt``; safe from a signal handler of the thread that
-        runs it); while it releases what it holds at its end, once that is done. False where neither is
-        so (or ``at_once``, outside the release): the caller may raise it at once there, since ``run`` writes
-        nothing to the store once an exception leaves the setup before the loop or the end after it."""
-        if self._releasing:
+        runs it); while it writes how the run ended or releases what it holds at its end, once that is done. False
+        where neither is so (or ``at_once``, outside those): the caller may raise it at once there, in the setup
+        before the loop, where ``run`` writes nothing but that the experiment was interrupted."""
+        if self._deferring:
             self._deferred = self._deferred or exception
             return True
         if self._loop is None or at_once:
@@ -332,16 +369,14 @@ class ExperimentSession:
         it is stored so); on a full disk, with the room the reserve kept for this. A store that refuses
         (another writer took over) is left as is: the error being raised says why. A second Ctrl-C waits for
         this write (``interrupt``), as for the release that follows: it left the run shown as running."""
-        self._releasing = True
-        try:
-            self.reserve.release()
-            if only_if is not None and self.store.experiment(self.experiment_id).status is not only_if:
-                return
-            self.store.set_status(self.experiment_id, status, error=error)
-        except StoreError:
-            pass
-        finally:
-            self._releasing = False
+        with self._interrupts_deferred():
+            try:
+                self.reserve.release()
+                if only_if is not None and self.store.experiment(self.experiment_id).status is not only_if:
+                    return
+                self.store.set_status(self.experiment_id, status, error=error)
+            except StoreError:
+                pass
 
     # ------------------------------------------------------------------ hosted by another loop (hermes.pool)
     def replay(self) -> Recovered:
@@ -349,12 +384,16 @@ class ExperimentSession:
         here on are numbered as the log's are (a rerun with more trials went from 7 to 08). A searcher that does
         not propose what the log holds (``out_of_step``) is refused only where it would be asked again: a search
         that had stopped asking, a finished one say, is shown as it ended, however its searcher changed since."""
-        recovered = replay(self.store, self.experiment_id, self.scheduler,
-                           lambda e, ds: self._follow(e, ds, replaying=True))
-        if self.scheduler.trials:
-            self._width = len(next(iter(self.scheduler.trials)))
-        if self.out_of_step is not None and (not self._closed or self._reopens(recovered.now)):
-            raise HermesError(self.out_of_step)
+        try:
+            recovered = replay(self.store, self.experiment_id, self.scheduler,
+                               lambda e, ds: self._follow(e, ds, replaying=True))
+            if self.scheduler.trials:
+                self._width = len(next(iter(self.scheduler.trials)))
+            if self.out_of_step is not None and (not self._closed or self._reopens(recovered.now)):
+                raise HermesError(self.out_of_step)
+        except BaseException:
+            self._folder_lock.release()  # it cannot run: a host fails it, and goes on without this session
+            raise
         return recovered
 
     def host(self, executor: Executor, post: Callable[[Event], None]) -> None:
@@ -362,6 +401,8 @@ class ExperimentSession:
         ``executor``, and the events of new submissions go to ``post``. The host records each
         event the core handled, then calls ``after``."""
         self.executor, self._post = executor, post
+        self._hosted = True
+        self._free_folder_once_ended()
 
     def after(self, event: Event, decisions: list[Decision]) -> None:
         """After the store has the event: tell the searcher. More trials are asked for by ``submissions``."""
@@ -506,7 +547,14 @@ class ExperimentSession:
         for submission in self.submissions(event.at):
             self._post(submission)
 
+    def _free_folder_once_ended(self) -> None:
+        """A host's experiment whose core has finished frees its folder, for a `hermes run` of it, say: the host
+        goes on, and drops the session. ``run`` frees it as it ends."""
+        if self._hosted and self.scheduler.finished:
+            self._folder_lock.release()
+
     def _follow_live(self, event: Event, decisions: list[Decision]) -> None:
+        self._free_folder_once_ended()
         if self._in_transit and isinstance(event, (TrialSubmitted, SubmissionsClosed, ExperimentCancelled)):
             self._in_transit -= 1
         if self.failure is not None:
@@ -599,7 +647,8 @@ def _out_of_step(submitted: TrialSubmitted, proposed: Config | None) -> str:
     now = "nothing more" if proposed is None else proposed.params
     return (f"the store's trial {submitted.trial_id} was proposed as {dict(submitted.params)} but the searcher "
             f"proposes {now} now: the spec's search, the searcher's code or the Hermes that recorded it differs "
-            "(before 2026-12-06 a trial that reported no finite value was told COMPLETE to Optuna, now FAIL); run "
+            "(before 2026-12-06 a trial that reported no finite value was told COMPLETE to Optuna, now FAIL; before "
+            "2026-12-07 an infinite report was told as it was, now NaN); run "
             "it under a new name (--name NEW: it starts over), or continue it with the Hermes that recorded it")
 
 

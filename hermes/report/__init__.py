@@ -28,9 +28,10 @@ from hermes.store import (
     SqlStore,
     TrialRecord,
 )
-from hermes.store.lock import clock_now, holder
+from hermes.store.lock import LOCK_FILE, clock_now, holder
 
 STORE_FILE = "hermes.db"  # in the storage dir (``storage.dir`` of the spec); one file holds every experiment
+POOL_LOCK = Path("pool", LOCK_FILE)  # a pool's lock (``hermes.pool``), in its folder beside its store: a server's root
 NAMES_SHOWN = 10  # names a "no experiment" error lists, the newest: a server may hold thousands
 
 
@@ -100,12 +101,17 @@ class ExperimentView:
 
 
 def is_live(experiment: ExperimentRecord, lock: Path | None) -> bool:
-    """Whether a runner runs it now: it says running, and the storage dir's runner holds its lock (when
-    known; a pool, which runs the experiments with an owner, holds none)."""
+    """Whether a runner runs it now: it says running, and the storage dir's runner holds its ``lock`` (when
+    known). One with an owner is a pool's, whose lock is beside it (``POOL_LOCK``), where the storage dir is a
+    server's root: after ``kill -9`` of the server, its experiments said running on busy GPUs for ever. A pool
+    whose folder is elsewhere (``python -m hermes.pool --dir``) cannot be asked: its experiments count as running."""
     if experiment.status is not ExperimentStatus.RUNNING:
         return False
-    if lock is None or experiment.owner is not None:
+    if lock is None:
         return True
+    if experiment.owner is not None:
+        pool = lock.parent / POOL_LOCK
+        return not pool.exists() or holder(pool) is not None
     return _runner_of(experiment, lock) is not None
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 import re
+import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,8 +53,20 @@ def plot_experiment(view: ExperimentView, out_dir: str | Path, events: Sequence[
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{view.experiment.name}_curves.png", out / f"{view.experiment.name}_gpus.png"]
     for figure, path in zip(figures, paths, strict=True):
-        figure.savefig(path, dpi=DPI)
+        _save(figure, path)
     return paths
+
+
+def _save(figure: Figure, path: Path) -> None:
+    """Into a file beside ``path``, renamed over it once whole: a viewer that reloads the PNG while it is written
+    reads the old one or the new one, never half of one."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    try:
+        figure.savefig(temporary, dpi=DPI, format="png")
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def draw_figures(view: ExperimentView, events: Sequence[Event] | None = None) -> tuple[Figure, Figure]:

@@ -120,8 +120,14 @@ def _best(view: ExperimentView) -> Standing | None:
 
 def _state(experiment: ExperimentRecord, lock: Path | None, brief: bool = False) -> str:
     """Its stored status, and for a running one who runs it (``brief``: its pid only, for a line of a list)."""
-    if experiment.status is not ExperimentStatus.RUNNING or lock is None or experiment.owner is not None:
+    if experiment.status is not ExperimentStatus.RUNNING or lock is None:
         return experiment.status.value
+    if experiment.owner is not None:  # a pool's
+        if is_live(experiment, lock):
+            return experiment.status.value
+        if brief:
+            return "running when its pool died"
+        return "running when its pool ended without a word (killed?): starting its server (or pool) again continues it"
     if is_live(experiment, lock):
         who = holder(lock) or {}
         return f"running (pid {who.get('pid')})" if brief else f"running, by {describe(who)}"

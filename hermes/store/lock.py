@@ -8,6 +8,10 @@ ends (``kill -9`` included), so a stale lock file never blocks the next run. The
 holder's pid and command line, so that a refused runner can say who holds the directory, and
 readers (``hermes status``) can tell a running experiment from one whose runner died.
 
+One session per experiment folder too (``ExperimentLock``): ``<storage.dir>/<name>/hermes.lock``, where its trials
+keep their files; a pool runs a spec from a store of its own, so the storage dir's lock did not keep it apart from a
+``hermes run`` of the same spec.
+
 The reserve, ``hermes.reserve``, is a file of RESERVE_BYTES that the runner deletes when the disk
 is full, to make room for recording how the run ended.
 """
@@ -19,7 +23,9 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -33,7 +39,7 @@ READER_RETRIES = 20  # tries 10 ms apart before a held lock counts as a runner's
 
 
 class StorageInUse(StoreError):
-    """Another runner holds the storage directory."""
+    """Another runner holds the storage directory, or the experiment's folder."""
 
 
 class RunnerLock:
@@ -61,10 +67,7 @@ class RunnerLock:
             file.write(json.dumps(self.who).encode())
         except BlockingIOError:
             file.close()
-            raise StorageInUse(
-                f"{self.path.parent} is in use by another runner, {describe(holder(self.path))}; "
-                "one runner per storage directory: wait for it to end, stop it, or use another storage.dir"
-            ) from None
+            raise StorageInUse(self._in_use(holder(self.path))) from None
         except OSError as error:  # a full disk, say: its holder cannot be named
             file.close()
             raise _cannot_write(self.path, error) from None
@@ -74,13 +77,22 @@ class RunnerLock:
         self._file = file
         return self
 
+    def _in_use(self, who: dict[str, Any] | None) -> str:
+        return (f"{self.path.parent} is in use by another runner, {describe(who)}; "
+                "one runner per storage directory: wait for it to end, stop it, or use another storage.dir")
+
     def note_clock(self, at: float) -> None:
         """Say that the experiment's clock reads ``at`` now, so that a report can tell its time while it runs
         (``clock_now``), between the events that carry it. Written in one piece, longer than what it replaces."""
         if self._file is not None:
-            data = json.dumps(self.who | {"clock": [time.time(), at]}).encode()
-            os.pwrite(self._file.fileno(), data, 0)
-            self._file.truncate(len(data))
+            self._note(self.who | {"clock": [time.time(), at]})
+
+    def _note(self, who: dict[str, Any]) -> None:
+        """Write ``who`` in one piece over what the file held."""
+        assert self._file is not None
+        data = json.dumps(who).encode()
+        os.pwrite(self._file.fileno(), data, 0)
+        self._file.truncate(len(data))
 
     @property
     def held(self) -> bool:
@@ -97,6 +109,52 @@ class RunnerLock:
 
     def __exit__(self, *_exc: object) -> None:
         self.release()
+
+
+class ExperimentLock(RunnerLock):
+    """One session per experiment folder, ``hermes run``'s or a pool's, from ``acquire`` until ``release``.
+
+    Within one process, a later session of the folder takes the lock over from an earlier one: the sessions of a
+    pool that stopped live on until collected (a server starts its pool again after an error, in the same process),
+    and would have failed every experiment the new pool took up. Two runners in one process are kept apart by the
+    storage dir's lock, and a pool runs each of its experiments once."""
+
+    def acquire(self) -> ExperimentLock:
+        with _held_lock:
+            known = _identity(self.path)
+            earlier = _held_here.get(known) if known is not None else None
+            if earlier is not None and earlier._file is not None:
+                self._file, earlier._file = earlier._file, None
+                self._note(self.who)
+            else:
+                super().acquire()
+            assert self._file is not None
+            stat = os.fstat(self._file.fileno())
+            _held_here[stat.st_dev, stat.st_ino] = self
+        return self
+
+    def release(self) -> None:
+        with _held_lock:
+            super().release()
+
+    def _in_use(self, who: dict[str, Any] | None) -> str:
+        return (f"the experiment folder {self.path.parent} is in use by another runner, {describe(who)}: its trials "
+                "keep their files there; one runner per experiment folder: wait for it to end, stop it, or give the "
+                "experiment another name or storage.dir")
+
+
+_held_here: weakref.WeakValueDictionary[tuple[int, int], ExperimentLock] = weakref.WeakValueDictionary()
+_held_lock = threading.Lock()  # guards _held_here, and a takeover against the release of what it takes over
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The lock file's device and inode, the same by whichever path its folder is reached; None where there is none
+    yet."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 class SpaceReserve:
