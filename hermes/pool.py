@@ -52,7 +52,7 @@ from hermes.local.engine import slots_for, tick_period
 from hermes.local.launch import TrialLaunch
 from hermes.policies import make_policy
 from hermes.session import ExperimentSession
-from hermes.store.base import ExperimentRecord, ExperimentStatus, ExperimentStore
+from hermes.store.base import ExperimentRecord, ExperimentStatus, ExperimentStore, WriterLost
 from hermes.store.lock import RunnerLock, describe
 from hermes.store.recorder import StoreRecorder
 from hermes.store.sql import differing_fields
@@ -90,6 +90,7 @@ class _Member:
     inbox: deque[Event] = field(default_factory=deque)  # submissions its session posted, for the pool core
     cancelled: bool = False
     failed: bool = False  # a plug-in of its failed: recorded failed, its trials are stopping (``_fail``)
+    lost: bool = False  # another writer took it: nothing more is written, its trials are stopping (``_drop``)
 
 
 class _SharedExecutor:
@@ -175,6 +176,7 @@ class PoolSession:
         self._lock = RunnerLock(self.directory / "pool", "pool")
         self._draining = False  # ``_drain`` runs: the calls it makes leave draining to it
         self._unsettled: dict[str, _Member] = {}  # experiments told events since their last commit (``_settle``)
+        self._ended: list[str] = []  # experiments that ended since decisions were last carried out (``_apply``)
 
     @staticmethod
     def submit(store: ExperimentStore, spec: ExperimentSpec, *, owner: str = "", weight: float = 1.0) -> int:
@@ -197,10 +199,17 @@ class PoolSession:
             executor.wake()
 
     def claim(self) -> None:
-        """Hold the pool's directory (``run`` does, if not done before): a second pool of the same directory, a
-        second server started by mistake, is refused before it takes over any experiment (StorageInUse)."""
-        if not self._lock.held:
-            self._lock.acquire()
+        """Hold the pool's directory and its store (``run`` does, if not done before): a second pool of the same
+        directory or of the same store, a second server started by mistake, is refused before it takes over any
+        experiment (StorageInUse, naming the first). Two pools on one store took each other's experiments."""
+        if self._lock.held:
+            return
+        self._lock.acquire()
+        try:
+            self.store.claim_pool(self._lock.who | {"experiment": ""})
+        except BaseException:
+            self._lock.release()
+            raise
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
@@ -209,6 +218,7 @@ class PoolSession:
         try:
             self._run()
         finally:
+            self.store.release_pool()
             self._lock.release()
 
     def _run(self) -> None:
@@ -237,7 +247,7 @@ class PoolSession:
             self._stopped.set()
             executor.close()
             for member in self.members.values():
-                if member.session.scheduler.finished or member.failed:
+                if member.session.scheduler.finished or member.failed or member.lost:
                     continue
                 try:
                     self.store.set_status(member.record.experiment_id, ExperimentStatus.INTERRUPTED)
@@ -318,13 +328,12 @@ class PoolSession:
         for trial in scheduler.trials.values():  # those it ran fall back to their checkpoints: the core knows that step
             shared.submit(trial.trial_id, session.engine.work(trial.params), at=trial.submitted_at,
                           reported_step=trial.catch_up_step)
-        if scheduler.finished:
+        if not scheduler.finished:
+            # the dead pool's runs died with it: its nodes go all at once, deciding nothing (as under ``hermes run``)
+            session.lose_old_nodes(tuple(NodeRemoved(now, node) for node in scheduler.cluster.nodes), member.recorder)
+        if scheduler.finished:  # ended before, or its last trials were ending when the pool stopped: a cancel's stops
             self._finished(member)
-            return
-        # the dead pool's runs died with it: its nodes go all at once, deciding nothing (as under ``hermes run``)
-        session.lose_old_nodes(tuple(NodeRemoved(now, node) for node in scheduler.cluster.nodes), member.recorder)
-        if scheduler.finished:  # its last trials were ending when the pool stopped: a cancel's stops, say
-            self._finished(member)
+            self._apply([], now)  # nothing to carry out: the executor forgets its trials now
             return
         self.members[member.key] = member
         self._set_period()
@@ -382,7 +391,7 @@ class PoolSession:
             member.record.experiment_id: (tenant.used, tenant.owed)
             for member in self.members.values()
             for tenant in [self.scheduler.tenants.get(member.key)]
-            if tenant is not None
+            if tenant is not None and not member.lost
         })
 
     def _cancel(self, member: _Member, now: float) -> None:
@@ -400,23 +409,30 @@ class PoolSession:
         failed = self.scheduler.failed  # the next call replaces it
         for routed in self.scheduler.routed:
             member = self._unsettled[routed.experiment] = self.members[routed.experiment]
-            member.recorder(routed.event, routed.decisions)
+            if not member.lost:
+                member.recorder(routed.event, routed.decisions)
             member.session.after(routed.event, routed.decisions)
         for key, error in failed.items():  # its stops after what its core decided before it failed: each is answered
             decisions += self._fail(self.members[key], error)
         if self._draining:  # the drain settles once it has told its batch: a commit per batch, not per submission
             return decisions
-        self._settle()
+        decisions += self._settle()
         return decisions + self._drain()
 
-    def _settle(self) -> None:
+    def _settle(self) -> list[Decision]:
         """One commit per experiment touched, before any decision is applied; an experiment whose core finished
-        ends."""
+        ends. One that another writer took is dropped: return the stops of its trials."""
         unsettled, self._unsettled = self._unsettled, {}
+        decisions: list[Decision] = []
         for member in unsettled.values():
-            member.recorder.flush()
-            if member.session.scheduler.finished:
+            try:
+                if not member.lost:
+                    member.recorder.flush()
+            except WriterLost as error:
+                decisions += self._drop(member, error)
+            if member.session.scheduler.finished and member.key in self.members:  # not ended by the drop already
                 self._finished(member)
+        return decisions
 
     def _drain(self) -> list[Decision]:
         """Tell each experiment's core what its session posted, then the submissions its searcher makes
@@ -446,8 +462,7 @@ class PoolSession:
                         member.inbox.clear()
         finally:
             self._draining = False
-        self._settle()
-        return decisions
+        return decisions + self._settle()
 
     def _fail(self, member: _Member, error: PluginError) -> list[Decision]:
         """A policy or stopper of the experiment raised, or answered what its core cannot use: it fails alone, as
@@ -456,8 +471,23 @@ class PoolSession:
         reason = f"{type(error).__name__}: {error}"
         log.warning("experiment %s failed: %s", member.record.full_name, reason)
         member.failed = True
+        try:
+            self.store.set_status(member.record.experiment_id, ExperimentStatus.FAILED, error=reason)
+        except WriterLost as lost:
+            return self._drop(member, lost)
+        return self._stop_trials(member, reason)
+
+    def _drop(self, member: _Member, error: WriterLost) -> list[Decision]:
+        """Another writer took the experiment (a pool on the same store that was not refused, say): this pool
+        writes to it no more, and stops its trials here as a cancel would; the others go on. The error stopped the
+        whole pool, every user's experiments, at each of its restarts."""
+        log.error("experiment %s leaves this pool, its trials here stop: %s", member.record.full_name, error)
+        member.lost = True
+        return self._stop_trials(member, str(error))
+
+    def _stop_trials(self, member: _Member, reason: str) -> list[Decision]:
+        """End the experiment, ``reason`` its failure: its core stops its trials, asking its plug-ins nothing more."""
         member.inbox.clear()  # trials it asked for that the core has not had: they never ran
-        self.store.set_status(member.record.experiment_id, ExperimentStatus.FAILED, error=reason)
         scheduler = member.session.scheduler
         scheduler.restore_policy(make_policy("fifo"), {})
         scheduler.stopper = None
@@ -467,19 +497,31 @@ class PoolSession:
         return self._call(lambda: self.scheduler.tell(member.key, cancel))
 
     def _apply(self, decisions: list[Decision], at: float) -> None:
+        """Carry ``decisions`` out; then the executor forgets the experiments that ended, their workers and their
+        trials, once nothing more is carried out for them (a Stop of the call that ended one, say). It kept every
+        trial of every experiment a server's pool ran: a KB each, for the pool's life."""
         for decision in decisions:
             self.executor.apply(decision, at)
+        ended, self._ended = self._ended, []
+        for key in ended:
+            self.executor.end_worker_group(key)
 
     def _finished(self, member: _Member) -> None:
         cancelled = member.cancelled or member.record.cancel_requested  # asked before the pool restarted, too
         status = ExperimentStatus.CANCELLED if cancelled else ExperimentStatus.FINISHED
         if member.session.failure is not None:  # its searcher raised
             status = ExperimentStatus.FAILED
-        self.store.set_status(member.record.experiment_id, status, error=member.session.failure)
+        try:
+            if not member.lost:
+                self.store.set_status(member.record.experiment_id, status, error=member.session.failure)
+        except WriterLost as error:
+            log.error("experiment %s leaves this pool: %s", member.record.full_name, error)
+            member.lost = True
         self.members.pop(member.key, None)
-        self.executor.end_worker_group(member.key)
+        self.scheduler.finished_experiments.clear()  # the pool goes by each experiment's own core: it reads none
+        self._ended.append(member.key)
         self._set_period()
-        log.info("experiment %s %s", member.record.full_name, status.value)
+        log.info("experiment %s %s", member.record.full_name, "left this pool" if member.lost else status.value)
 
 
 def _read_differently(record: ExperimentRecord, spec: ExperimentSpec) -> str:

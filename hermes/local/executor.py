@@ -221,8 +221,13 @@ class LocalExecutor(Executor[TrialLaunch]):
         self.loop.set_period(checked_period(period))
 
     def end_worker_group(self, group: str) -> None:
-        """End the warm workers of ``group`` (TrialLaunch.worker_group), whose trials have all ended."""
+        """End the warm workers of ``group`` (TrialLaunch.worker_group), whose trials have all ended, and forget
+        those trials: a pool's experiment that ended, none of whose trials is decided about again. A server's pool
+        runs thousands of experiments, and kept every trial of each (about a KB) for its life."""
         self.launchers["warm"].end_group(group)
+        for trial in [trial for trial in self._trials.values() if trial.launch.worker_group == group]:
+            del self._trials[trial.trial_id]
+            self.watchdog.stopped(trial.trial_id, self.now(), ended=True)
 
     def hand_over(self, trial_id: str) -> bool:
         """Let a suspended trial go to another executor (a Ray node agent's, on another node).

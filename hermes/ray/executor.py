@@ -258,9 +258,16 @@ class RayExecutor(Executor[TrialLaunch]):
             self._next_tick = self.now() + period if period is not None else None
 
     def end_worker_group(self, group: str) -> None:
-        """End the warm workers of ``group`` (TrialLaunch.worker_group) on every node: its trials have all ended."""
+        """End the warm workers of ``group`` (TrialLaunch.worker_group) on every node, and forget its trials, here and
+        there (``LocalExecutor.end_worker_group``): they have all ended, a pool's experiment that ended. A server's
+        pool runs thousands of experiments, and kept every trial of each for its life."""
         for agent in self._agents.values():
             agent.buffer.append(("end_worker_group", group))
+        for trial_id in [trial_id for trial_id, work in self._work.items() if work.worker_group == group]:
+            for kept in (self._work, self._progress, self._where, self._gpu_of, self._ran, self._running_since):
+                kept.pop(trial_id, None)
+            for agent in self._agents.values():
+                agent.trials.discard(trial_id)
 
     # ------------------------------------------------------------------ decisions
     def _agent_of_gpu(self, gpu: str) -> _Agent:

@@ -14,6 +14,7 @@ from hermes.store.base import (
     StoreFull,
     StoreUnavailable,
     TrialRecord,
+    WriterLost,
     build_runs,
 )
 from hermes.store.sql import SqlStore
@@ -31,5 +32,6 @@ __all__ = [
     "StoreFull",
     "StoreUnavailable",
     "TrialRecord",
+    "WriterLost",
     "build_runs",
 ]

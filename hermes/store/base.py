@@ -41,6 +41,10 @@ class DamagedRecord(StoreError):
         self.record = record
 
 
+class WriterLost(StoreError):
+    """Another store object claimed the experiment (``claim_writer``): this one may write to it no more."""
+
+
 class StoreFull(StoreError, NoSpaceError):
     """The store's disk is full: nothing of the write was kept, and the store is intact."""
 
@@ -147,7 +151,9 @@ class ExperimentStore(ABC):
       number ``i + 1``. There is one writer of events per experiment (its runner); metrics and
       trials may be written from other threads.
     - One writer: once a store object has claimed an experiment (``claim_writer``), writes to it
-      through any other store object raise StoreError, so two runners can never interleave one log.
+      through any other store object raise WriterLost, so two runners can never interleave one log.
+    - One pool: a store object that holds the store's pool (``claim_pool``) keeps every other one from
+      holding it, in any process, until it releases it, closes or its process ends.
     - Thread safety: all methods may be called from any thread. Records returned are fresh
       copies: later writes never change a record already read.
     - Reopening: the same name and spec returns the same experiment id, so a restarted runner
@@ -213,6 +219,15 @@ class ExperimentStore(ABC):
     def claim_writer(self, experiment_id: int, holder: str) -> None:
         """Make this store object the experiment's only writer; ``holder`` (pid, host, command)
         names it in the error an earlier writer gets on its next write."""
+
+    def claim_pool(self, who: dict[str, Any]) -> None:
+        """Hold the store's pool, or raise StorageInUse naming the pool that holds it: two pools on one store took
+        each other's experiments. ``who`` (pid, host, command, since: a ``RunnerLock``'s) names this one
+        to a refused pool. Held until ``release_pool``, ``close``, or the end of the process."""
+        raise StoreError(f"{type(self).__name__} cannot hold a pool")
+
+    def release_pool(self) -> None:
+        """Let another pool hold the store (``claim_pool``); nothing if this object holds none."""
 
     @abstractmethod
     def append_event(self, experiment_id: int, event: Event, decisions: Sequence[Decision] = ()) -> int:

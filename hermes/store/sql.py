@@ -38,9 +38,10 @@ from hermes.store.base import (
     StoreFull,
     StoreUnavailable,
     TrialRecord,
+    WriterLost,
 )
 from hermes.store.codec import from_dict, to_dict
-from hermes.store.lock import LOCK_FILE, describe, holder
+from hermes.store.lock import LOCK_FILE, RunnerLock, StorageInUse, describe, holder
 from hermes.errors import NO_SPACE_ERRNOS, HermesError
 from hermes.faults import crash_point
 
@@ -175,6 +176,16 @@ _PLAIN_EXPERIMENT_ROWS = sa.select(  # for a read-only store older than the sett
 
 _MISSING = object()
 
+POOL_LOCK_SUFFIX = ".pool.lock"  # beside a SQLite file: ``hermes.db.pool.lock``, held by the store's pool
+POOL_LOCK_KEY = int.from_bytes(b"hermpool")  # PostgreSQL's advisory lock that the store's pool holds
+_POOL_HOLDER = sa.text(  # who holds that lock: the session, and its application name (``_pool_name``)
+    "SELECT a.application_name, a.client_addr, a.backend_start "
+    "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND l.classid::bigint = :high AND l.objid::bigint = :low"
+).bindparams(high=POOL_LOCK_KEY >> 32, low=POOL_LOCK_KEY & 0xFFFFFFFF)
+
 
 class SqlStore(ExperimentStore):
     """``SqlStore("sqlite:///runs/hermes.db")``; ``"sqlite://"`` keeps everything in memory.
@@ -204,6 +215,7 @@ class SqlStore(ExperimentStore):
         self._lock = threading.RLock()
         self._epochs: dict[int, int] = {}  # experiment id -> the epoch this object claimed it with
         self._last_seq: dict[int, int] = {}  # of the experiments claimed: the last event's sequence number
+        self._pool_claim: RunnerLock | sa.Connection | None = None  # ``claim_pool``'s lock file, or its session
         with self._writing() as connection:  # one writer at a time creates the tables
             METADATA.create_all(connection)
             _add_metrics_key(connection)
@@ -227,7 +239,7 @@ class SqlStore(ExperimentStore):
             connection.exec_driver_sql("BEGIN")
 
         store._lock = threading.RLock()
-        store._epochs, store._last_seq = {}, {}
+        store._epochs, store._last_seq, store._pool_claim = {}, {}, None
         try:
             with store._reading() as connection:
                 found = sa.inspect(connection).has_table(EXPERIMENTS.name)
@@ -393,6 +405,63 @@ class SqlStore(ExperimentStore):
                 connection.execute(WRITERS.update().where(WRITERS.c.experiment_id == experiment_id).values(**values))
         self._epochs[experiment_id] = values["epoch"]
         self._last_seq.pop(experiment_id, None)
+
+    # ------------------------------------------------------------------ the store's pool
+    def claim_pool(self, who: dict[str, Any]) -> None:
+        """SQLite: an exclusive lock on a file beside the database (``POOL_LOCK_SUFFIX``), as a runner holds its
+        storage dir; PostgreSQL: a session-level advisory lock, on a connection of its own. Either ends with its
+        process, however it ends. An in-memory database is this object's alone."""
+        if self._pool_claim is not None:
+            return
+        url = self._engine.url
+        if url.get_backend_name() == "postgresql":
+            self._pool_claim = self._advisory_lock(who)
+        elif url.get_backend_name() != "sqlite":
+            raise StoreError(f"{self.url}: a pool runs on SQLite or PostgreSQL, not {url.get_backend_name()}")
+        elif url.database not in (None, "", ":memory:"):
+            self._pool_claim = self._pool_file_lock(Path(url.database).resolve(), who)
+
+    @staticmethod
+    def _pool_file_lock(database: Path, who: dict[str, Any]) -> RunnerLock:
+        lock = RunnerLock(database.parent)
+        lock.path, lock.who = database.with_name(database.name + POOL_LOCK_SUFFIX), who
+        try:
+            return lock.acquire()
+        except StorageInUse:
+            raise StorageInUse(f"the store {database} is in use by another pool, {describe(holder(lock.path))}; "
+                               "one pool per store: stop it, or give this pool a store of its own") from None
+
+    def _advisory_lock(self, who: dict[str, Any]) -> sa.Connection:
+        with self._failures_as_store_errors():
+            connection = self._engine.connect()
+            try:
+                connection.execute(sa.text("SELECT set_config('application_name', :name, false)"),
+                                   {"name": _pool_name(who)})
+                held = connection.execute(sa.text("SELECT pg_try_advisory_lock(CAST(:key AS bigint))"),
+                                          {"key": POOL_LOCK_KEY}).scalar_one()
+                by = None if held else connection.execute(_POOL_HOLDER).first()
+                connection.commit()  # no transaction open for the pool's life
+            except BaseException:
+                connection.invalidate()  # its session ends: the lock, if taken, with it
+                connection.close()
+                raise
+        if held:
+            return connection
+        connection.invalidate()
+        connection.close()
+        named = "a session that is ending" if by is None else (
+            f"{by.application_name or 'a session'} (its PostgreSQL session from {by.client_addr or 'a local socket'}, "
+            f"since {by.backend_start:%Y-%m-%d %H:%M:%S})")
+        raise StorageInUse(f"the store {self.url} is in use by another pool, {named}; "
+                           "one pool per store: stop it, or give this pool a store of its own")
+
+    def release_pool(self) -> None:
+        claim, self._pool_claim = self._pool_claim, None
+        if isinstance(claim, RunnerLock):
+            claim.release()
+        elif claim is not None:
+            claim.invalidate()  # its session ends, and the advisory lock with it
+            claim.close()
 
     # ------------------------------------------------------------------ event log and decisions
     def append_event(self, experiment_id: int, event: Event, decisions: Sequence[Decision] = ()) -> int:
@@ -639,6 +708,7 @@ class SqlStore(ExperimentStore):
         ))
 
     def close(self) -> None:
+        self.release_pool()
         self._engine.dispose()
 
     # ------------------------------------------------------------------ decoding, naming what is damaged
@@ -694,7 +764,7 @@ class SqlStore(ExperimentStore):
         if row is None:
             self._require(connection, experiment_id)  # a writers row names an existing experiment
         if (row.epoch if row is not None else None) != self._epochs.get(experiment_id):
-            raise StoreError(
+            raise WriterLost(
                 f"experiment {experiment_id} in {self.url} has another writer now ({row.holder}); "
                 "this one may write no more"
             )
@@ -727,6 +797,12 @@ class SqlStore(ExperimentStore):
                 raise StoreError(f"{self.location} is damaged ({error.orig}): restore it from a backup, "
                                  "or use another storage dir") from error
             raise StoreError(f"{self.url}: {getattr(error, 'orig', None) or error}") from error
+
+
+def _pool_name(who: dict[str, Any]) -> str:
+    """The pool's application name in PostgreSQL, which names it to a refused pool (``_POOL_HOLDER``): at most
+    63 bytes are kept."""
+    return f"hermes pool: pid {who.get('pid')} on {who.get('host')}".encode()[:63].decode(errors="ignore")
 
 
 def connect_read_only(path: Path) -> sqlite3.Connection:
