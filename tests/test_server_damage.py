@@ -7,10 +7,7 @@ a cut file would; experiments are recorded by the real core and StoreRecorder.
 from __future__ import annotations
 
 import json
-import socket
 import sqlite3
-import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,7 +18,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("fastapi", reason="the server needs the server extra: pip install -e '.[server]'")
-import uvicorn
+from test_store_reads import serving  # noqa: E402
 
 from hermes.core.events import (
     Event,
@@ -68,22 +65,10 @@ class Served:
 def served(tmp_path: Path) -> Iterator[Served]:
     """A real server on a local port whose runner runs nothing: the tests record into its store."""
     app = create_app(ServerConfig(root=tmp_path / "server", run_experiments=False))
-    listening = socket.create_server(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.02)
+    with serving(app) as url:
         hermes = app.state.hermes
         tokens = {name: hermes.accounts.add_user(name) for name in ("alice", "bob")}
-        yield Served(f"http://127.0.0.1:{listening.getsockname()[1]}", hermes, tokens)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        listening.close()
+        yield Served(url, hermes, tokens)
 
 
 def record(store: ExperimentStore, experiment_id: int, events: list[Event], max_failures: int = 0) -> None:

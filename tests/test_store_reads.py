@@ -8,12 +8,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("fastapi", reason="the server needs the server extra: pip install -e '.[server]'")
 import uvicorn  # noqa: E402
+from fastapi import FastAPI  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from hermes.server.app import ServerConfig, create_app  # noqa: E402
@@ -32,13 +34,11 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
         yield client
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[RemoteStore, SqlStore]]:
-    """A real server on a local port (uvicorn, in a thread) whose runner runs nothing: alice reads it as the command
-    line does (``RemoteStore``, over HTTP), the test records into its store."""
-    app = create_app(ServerConfig(root=tmp_path / "server", run_experiments=False))
+@contextmanager
+def serving(app: FastAPI) -> Iterator[str]:
+    """``app`` served by uvicorn on a free local port, in a thread, for the block: its URL."""
     listening = socket.create_server(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, daemon=True)
     thread.start()
     try:
@@ -46,13 +46,21 @@ def served(tmp_path: Path) -> Iterator[tuple[RemoteStore, SqlStore]]:
         while not server.started:
             assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
             time.sleep(0.02)
-        hermes = app.state.hermes
-        url = f"http://127.0.0.1:{listening.getsockname()[1]}"
-        yield RemoteStore(Client(url, hermes.accounts.add_user("alice"))), hermes.store
+        yield f"http://127.0.0.1:{listening.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(timeout=30)
         listening.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[RemoteStore, SqlStore]]:
+    """A real server whose runner runs nothing: alice reads it as the command line does (``RemoteStore``, over
+    HTTP), the test records into its store."""
+    app = create_app(ServerConfig(root=tmp_path / "server", run_experiments=False))
+    with serving(app) as url:
+        hermes = app.state.hermes
+        yield RemoteStore(Client(url, hermes.accounts.add_user("alice"))), hermes.store
 
 
 def test_a_remote_stores_reports_of_one_trial_come_from_its_cursor(served: tuple[RemoteStore, SqlStore]) -> None:
