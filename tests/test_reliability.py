@@ -217,6 +217,7 @@ def test_an_engine_that_cannot_start_leaves_the_experiment_interrupted_and_takes
     path = write_spec(tmp_path, spec)
     session = ExperimentSession(load_spec(path))
     folder = tmp_path / "runs" / "cannot-start"
+    shutil.rmtree(folder)  # made by the session for its lock, which stays held on the open file
     folder.symlink_to(folder.name)
     with pytest.raises(RuntimeError, match="Symlink loop"):
         session.run()

@@ -1780,5 +1780,5 @@ def test_a_spec_that_an_older_hermes_read_otherwise_is_refused_saying_so(tmp_pat
     refused = hermes("run", str(path), "--no-live", cwd=tmp_path)
     assert refused.returncode == 2
     assert "(differs in search.space.width.values); give it a new name" in refused.stderr
-    assert ("a spec not edited since may have been read differently by the Hermes that recorded it (YAML 1.1 "
-            "numbers: 010, 1e-4)") in refused.stderr
+    assert ("a spec not edited since may have been read differently by the Hermes that recorded it (YAML 1.1: "
+            "010, 1e-4, yes/no/on/off)") in refused.stderr

@@ -665,6 +665,7 @@ def test_a_users_weight_moves_their_share_in_the_running_pool(running_server: Se
     for user in ("alice", "bob"):
         response = server.client.post("/api/experiments", json={"spec": real_spec(f"{user}-w", trials=6, steps=60)},
                                       headers=server.as_(user))
+        assert response.status_code == 201, response.text
         ids[user] = response.json()["id"]
 
     def shares() -> dict[str, tuple[float | None, float]]:

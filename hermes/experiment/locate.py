@@ -18,10 +18,14 @@ import importlib.util
 import os
 import pkgutil
 import sys
+import threading
 from pathlib import Path
 
 from hermes.local.system import hermes_source
 
+# CPython 3.11's parser is not safe in two threads at once ("SystemError: AST constructor recursion depth
+# mismatch"): a server checks a user's spec while its pool checks another's.
+_PARSING = threading.Lock()
 _DYNAMIC = {"globals", "vars", "setattr", "__getattr__"}  # ways a module can bind names ast cannot see
 # Why a class (a Ray Tune Trainable, say) cannot be a trial: its process would call it with the config alone.
 TRIAL_IS_A_FUNCTION = ("a trial is a function that takes the config and reports through hermes.trial "
@@ -66,7 +70,7 @@ def missing_function(target: str, workdir: Path) -> str | None:
     if origin is None or not origin.endswith(".py") or not Path(origin).is_file():
         return None
     try:
-        tree = ast.parse(Path(origin).read_bytes(), filename=origin)
+        tree = _parsed(Path(origin).read_bytes(), origin)
     except SyntaxError as error:
         return f"{origin} does not parse: {error.msg} (line {error.lineno})"
     except OSError as error:
@@ -87,11 +91,17 @@ def missing_function(target: str, workdir: Path) -> str | None:
     return f"module {module_name} ({origin}) defines no {name!r}{hint}"
 
 
+def _parsed(source: bytes, filename: str) -> ast.Module:
+    """``ast.parse``, one thread at a time (``_PARSING``)."""
+    with _PARSING:
+        return ast.parse(source, filename=filename)
+
+
 def set_under_main_guard(script: Path) -> set[str]:
     """The names a script's ``if __name__ == "__main__":`` assigns (its imports left out): a trial's process imports
     the script without running that block, so what it sets there is not there. Empty where the file cannot be read."""
     try:
-        tree = ast.parse(script.read_bytes(), filename=str(script))
+        tree = _parsed(script.read_bytes(), str(script))
     except (SyntaxError, ValueError, OSError):
         return set()
     guarded = _top_level_names(tree.body)[2]
