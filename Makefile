@@ -15,7 +15,7 @@ demo: install
 	$(VENV)/bin/hermes run examples/digits/experiment.yaml
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile  # each file on one worker: its module fixtures (a Ray cluster) once
 
 bench: install
 	$(PY) bench/paper_comparison.py
