@@ -220,14 +220,21 @@ class LocalExecutor(Executor[TrialLaunch]):
         """Emit a PeriodElapsed every ``period`` seconds from now on (None: none), as ``period`` at construction."""
         self.loop.set_period(checked_period(period))
 
-    def end_worker_group(self, group: str) -> None:
+    def end_worker_group(self, group: str) -> list[str]:
         """End the warm workers of ``group`` (TrialLaunch.worker_group), whose trials have all ended, and forget
         those trials: a pool's experiment that ended, none of whose trials is decided about again. A server's pool
-        runs thousands of experiments, and kept every trial of each (about a KB) for its life."""
+        runs thousands of experiments, and kept every trial of each (about a KB) for its life. Their events not
+        yet taken go too (a stopped trial's last report, read as its worker ended): whoever took one would keep
+        a trial forgotten here. Returns the trials forgotten, for a caller that keeps them too (a Ray node agent)."""
         self.launchers["warm"].end_group(group)
-        for trial in [trial for trial in self._trials.values() if trial.launch.worker_group == group]:
-            del self._trials[trial.trial_id]
-            self.watchdog.stopped(trial.trial_id, self.now(), ended=True)
+        ended = [trial_id for trial_id, trial in self._trials.items() if trial.launch.worker_group == group]
+        for trial_id in ended:
+            del self._trials[trial_id]
+            self._killed_done.pop(trial_id, None)
+            self.watchdog.stopped(trial_id, self.now(), ended=True)
+        forgotten = set(ended)
+        self._events = [event for event in self._events if getattr(event, "trial_id", None) not in forgotten]
+        return ended
 
     def hand_over(self, trial_id: str) -> bool:
         """Let a suspended trial go to another executor (a Ray node agent's, on another node).

@@ -229,8 +229,11 @@ class NodeAgent:
             return future
         elif kind == "remove_gpu":
             local.remove_gpu(args[0])
-        elif kind == "end_worker_group":
-            local.end_worker_group(args[0])
+        elif kind == "end_worker_group":  # a pool's experiment ended: its trials are never decided about again
+            for trial_id in local.end_worker_group(args[0]):
+                self._known.discard(trial_id)
+                self._directories.pop(trial_id, None)
+                self._awaiting.pop(trial_id, None)
         else:
             raise ValueError(f"unknown command {kind!r}")
         return None

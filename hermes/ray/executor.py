@@ -397,7 +397,11 @@ class RayExecutor(Executor[TrialLaunch]):
             raise error.as_instanceof_cause() from None
 
     def _take(self, agent: _Agent, event: Event) -> None:
-        """Keep the driver's view of the trials in step with an agent's event, and queue it."""
+        """Keep the driver's view of the trials in step with an agent's event, and queue it. An event of a trial
+        forgotten here (its experiment ended, ``end_worker_group``) was under way when it ended: it goes too."""
+        trial_id = getattr(event, "trial_id", None)
+        if trial_id is not None and trial_id not in self._work:
+            return
         if isinstance(event, NodeAdded):
             agent.ready = True
             self._gpus.update(dict.fromkeys(event.gpus, agent.node))

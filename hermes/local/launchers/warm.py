@@ -68,6 +68,7 @@ class WarmLauncher(Launcher):
         self._workers: dict[tuple[str, str | None], Worker] = {}  # (slot name, group) -> its warm worker
         # (a retiring one is not here)
         self._retiring: list[Worker] = []
+        self._group_logs: dict[str, set[Path]] = {}  # group -> the logs its workers wrote, until it ends
 
     # ------------------------------------------------------------------ decisions
     def launch(self, trial: LocalTrial, slot: Slot) -> None:
@@ -148,12 +149,21 @@ class WarmLauncher(Launcher):
             self._end(worker)
 
     def end_group(self, group: str) -> None:
-        """End the workers of ``group`` (a pool's experiment that ended): what they still hold goes unsaid."""
+        """End the workers of ``group`` (a pool's experiment that ended): what they still hold goes unsaid. Then their
+        logs go where empty (nearly always): a server's pool kept one per experiment and slot for its life. One with
+        output stays: it may tell of a crash. Only once every worker of the group, ended here or before, has exited (one
+        still exiting, or a retiring one's successor, may write to a log it shares) and none starts again."""
         for worker in [*self._workers.values(), *self._retiring]:
             if worker.group == group:
                 for run in worker.runs.values():
                     run.silent = True
                 self._end(worker)
+        for log in self._group_logs.pop(group, set()):
+            try:
+                if log.stat().st_size == 0:
+                    log.unlink()
+            except FileNotFoundError:
+                pass  # removed by hand
 
     def close(self) -> None:
         for worker in [*self._workers.values(), *self._retiring]:
@@ -166,6 +176,8 @@ class WarmLauncher(Launcher):
         name = slot.name.replace("/", "-") if group is None else f"{group}-{slot.name.replace('/', '-')}"
         log = host.directory / "workers" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
+        if group is not None:
+            self._group_logs.setdefault(group, set()).add(log)
         messages_read, messages_write = os.pipe()
         tag = new_run_tag()
         env = {
