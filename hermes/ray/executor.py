@@ -48,7 +48,6 @@ from hermes.local.launch import WARM_SWITCH_COST, TrialLaunch
 from hermes.local.loop import checked_period, monotonic_clock
 from hermes.ray.storage import CheckpointStore
 
-
 log = logging.getLogger("hermes.ray")
 PLACEMENT_NOTE_S = 5.0  # seconds a node's agent may wait for Ray to place it before the user is told
 HEAD_TIMEOUT = 5.0  # seconds a connection to the cluster's head may take before it counts as gone
