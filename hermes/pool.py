@@ -171,6 +171,7 @@ class PoolSession:
         self.members: dict[str, _Member] = {}
         self.executor: LocalExecutor | RayExecutor | None = None
         self._stopped = threading.Event()
+        self._run_over = threading.Event()  # ``run`` has returned: its trials have ended, its sessions run no more
         self._last_sync = -float("inf")
         self._shares: list[Share] = []  # replaced whole at each sync, so any thread may read it
         self._lock = RunnerLock(self.directory / "pool", "pool")
@@ -218,6 +219,7 @@ class PoolSession:
         try:
             self._run()
         finally:
+            self._run_over.set()
             self.store.release_pool()
             self._lock.release()
 
@@ -300,7 +302,11 @@ class PoolSession:
                 raise HermesError(f"experiment {record.name}: engine: {spec.engine!r}; the pool decides where its "
                                   "trials run (leave engine out)")
             spec = spec.model_copy(update={"resources": self.resources})  # the pool's run it, not its spec's
-            session = ExperimentSession(spec, store=self.store, experiment_id=record.experiment_id)
+            # Until this pool stops, its sessions keep their folders from each other (two experiments' folders may
+            # coincide: one user's name linked to another's folder); a pool started again in this process takes
+            # them over from a stopped one's sessions, which live on until collected.
+            session = ExperimentSession(spec, store=self.store, experiment_id=record.experiment_id,
+                                        host_runs=lambda: not self._run_over.is_set())
             session.replay()
         except HermesError as error:
             log.warning("experiment %s cannot run: %s", record.full_name, error)

@@ -71,6 +71,9 @@ class ExperimentSession:
     ``experiment_id``: the stored experiment a host (``hermes.pool``) runs, whose spec is ``spec``;
     None: the one called ``spec.name`` that a pool does not own, made if missing.
     ``listeners`` see every event and its decisions after the store has them.
+    ``host_runs``: for a host's session, whether the host still runs (a pool's sessions outlive its stop until
+    collected): while it does, no other session of this process takes the experiment's folder (``ExperimentLock``);
+    without it, the session keeps its folder until it releases it.
     """
 
     def __init__(
@@ -80,6 +83,7 @@ class ExperimentSession:
         store: ExperimentStore | None = None,
         experiment_id: int | None = None,
         listeners: list[Listener] | None = None,
+        host_runs: Callable[[], bool] | None = None,
     ) -> None:
         self.spec = spec
         self.storage = spec.storage_dir
@@ -91,7 +95,7 @@ class ExperimentSession:
         # takes seconds); where the directory does not exist yet, no runner holds it, and none is made before the
         # engine has accepted the spec.
         self._lock = RunnerLock(self.storage, spec.name)
-        self._folder_lock = ExperimentLock(self.storage / spec.name, spec.name)
+        self._folder_lock = ExperimentLock(self.storage / spec.name, spec.name, live=host_runs or (lambda: True))
         self._hosted = False  # a host's loop drives it (``host``), not ``run``
         self._deferring = False  # an interrupt waits (``interrupt``): ``run`` writes how it ended, or releases
         self._deferred: BaseException | None = None  # an interrupt that came meanwhile, raised once that is done

@@ -35,6 +35,12 @@ _NEEDS = {
     "optuna.samplers.GPSampler": "torch",
     "optuna.samplers.QMCSampler": "scipy",
 }
+# GPSampler lays out every value of an int range as float64s at each proposal after its startup trials (Optuna 5.1,
+# optuna/_gp/search_space.py, get_choices_of_discrete_params: np.arange over the range, normalised into an array of
+# the same size; optim_mixed.py then takes np.diff of it): 16 bytes per value at the peak, so a range of 10**15
+# values asked for 14 PiB and failed the run with MemoryError. 2**26 values keep the peak to 1 GiB (log: true does
+# not help: it lays out every value too).
+GP_MAX_INT_VALUES = 2**26
 
 
 class OptunaSearcher(BaseSearcher):
@@ -49,7 +55,7 @@ class OptunaSearcher(BaseSearcher):
         self._states = optuna.trial.TrialState
         self._study = _quiet_study(optuna, sampler, "maximize" if mode == "max" else "minimize")
         self._space = list(search.space)
-        self._distributions = _distributions(optuna, search)
+        self._distributions = _distributions(optuna, search, sampler)
         self._fixed = {name: p.values[0] for name, p in search.space.items() if p.type == "constant"}
         self._sampler = search.sampler_name
         self._trials: dict[int, optuna.trial.Trial] = {}
@@ -134,7 +140,7 @@ def ask_once(sampler: optuna.samplers.BaseSampler, search: SearchSpec, field: st
     asked (an argument of the wrong type, ``n_startup_trials: "5"``) fails at the spec check, naming ``field``."""
     import optuna
 
-    study, distributions = _quiet_study(optuna, sampler, "minimize"), _distributions(optuna, search)
+    study, distributions = _quiet_study(optuna, sampler, "minimize"), _distributions(optuna, search, sampler)
     try:
         study.ask(distributions)
     except Exception as error:  # a sampler is anyone's code
@@ -159,12 +165,15 @@ def _quiet_study(optuna: Any, sampler: optuna.samplers.BaseSampler, direction: s
         optuna.logging.set_verbosity(verbosity)
 
 
-def _distributions(optuna: Any, search: SearchSpec) -> dict[str, optuna.distributions.BaseDistribution]:
+def _distributions(
+    optuna: Any, search: SearchSpec, sampler: optuna.samplers.BaseSampler
+) -> dict[str, optuna.distributions.BaseDistribution]:
     """What Optuna searches: the space less its fixed parameters. SamplerError, naming the parameter, for an int
-    range beyond what Optuna's samplers can draw."""
+    range beyond what ``sampler`` can draw."""
     for name, parameter in search.space.items():
         if parameter.type == "int":
             _check_exact(name, parameter, search.sampler_name)
+            _check_fits(optuna, name, parameter, search.sampler_name, sampler)
     return {name: _distribution(optuna, p) for name, p in search.space.items() if p.type != "constant"}
 
 
@@ -189,3 +198,27 @@ def _check_exact(name: str, parameter: IntRange, sampler: str) -> None:
                 f"must lie within -2**53 and 2**53 ({EXACT_INTS}) for sampler {sampler}, got {value}: "
                 "Optuna's samplers draw integers through floats, which hold every whole number only that far "
                 "(sampler random draws integers of any size)"))
+
+
+def _check_fits(optuna: Any, name: str, parameter: IntRange, sampler_name: str,
+                sampler: optuna.samplers.BaseSampler) -> None:
+    """What the range may hold for this sampler, found in Optuna's source: GPSampler's memory grows with the number
+    of values (``GP_MAX_INT_VALUES``), and TPE puts a value on the step in floats (``low + round((x - low) / step) *
+    step``, optuna/samplers/_tpe/probability_distributions.py), which is exact only while ``high - low`` is at most
+    2**53: beyond, some of its values were off the step. GP failed only during the run, TPE silently."""
+    from hermes.experiment.spec import EXACT_INTS
+
+    span = parameter.top - parameter.low
+    values = span // parameter.step + 1
+    if isinstance(sampler, optuna.samplers.GPSampler) and values > GP_MAX_INT_VALUES:
+        raise SamplerError(f"space.{name}", (
+            f"holds {values} values, more than sampler {sampler_name} takes in an int range ({GP_MAX_INT_VALUES}, "
+            "2**26): Optuna's GPSampler lays out every value of the range at each proposal, 16 bytes each (log: true "
+            "too), which fails the run with MemoryError; give a step that leaves fewer values, search a uniform "
+            "float and round it in the trial, or use another sampler (tpe, cmaes, qmc and random take any range)"))
+    if isinstance(sampler, optuna.samplers.TPESampler) and parameter.step > 1 and span > EXACT_INTS:
+        raise SamplerError(f"space.{name}", (
+            f"spans {span} from low to its top value, more than 2**53 ({EXACT_INTS}), which "
+            f"sampler {sampler_name} takes with a step: Optuna's TPESampler puts a value on the step in floats, "
+            "exact only that far, and gave values off the step; narrow the range, or use another sampler (cmaes, qmc "
+            "and random keep to the step over any range)"))

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -114,15 +115,28 @@ class RunnerLock:
 class ExperimentLock(RunnerLock):
     """One session per experiment folder, ``hermes run``'s or a pool's, from ``acquire`` until ``release``.
 
-    Within one process, a later session of the folder takes the lock over from an earlier one: the sessions of a
-    pool that stopped live on until collected (a server starts its pool again after an error, in the same process),
-    and would have failed every experiment the new pool took up. Two runners in one process are kept apart by the
-    storage dir's lock, and a pool runs each of its experiments once."""
+    Within one process, a later session of the folder takes the lock over from an earlier one that is no longer
+    ``live``: the sessions of a pool that stopped live on until collected (a server starts its pool again after an
+    error, in the same process), and would have failed every experiment the new pool took up. A live one keeps it:
+    two experiments of one pool whose folders coincide (a user's link from one name's folder to another's, say), or
+    a pool's and a ``hermes.run`` of one process, wrote each other's trial folders. ``live``: whether the session
+    that holds the lock still runs; a lock without it is taken over."""
+
+    def __init__(self, directory: str | Path, experiment: str = "", live: Callable[[], bool] | None = None) -> None:
+        super().__init__(directory, experiment)
+        self._live = live
+
+    @property
+    def live(self) -> bool:
+        """Held by a session that still runs."""
+        return self._file is not None and self._live is not None and self._live()
 
     def acquire(self) -> ExperimentLock:
         with _held_lock:
             known = _identity(self.path)
             earlier = _held_here.get(known) if known is not None else None
+            if earlier is not None and earlier.live:
+                raise StorageInUse(self._in_use_here(earlier.who))
             if earlier is not None and earlier._file is not None:
                 self._file, earlier._file = earlier._file, None
                 self._note(self.who)
@@ -141,6 +155,11 @@ class ExperimentLock(RunnerLock):
         return (f"the experiment folder {self.path.parent} is in use by another runner, {describe(who)}: its trials "
                 "keep their files there; one runner per experiment folder: wait for it to end, stop it, or give the "
                 "experiment another name or storage.dir")
+
+    def _in_use_here(self, who: dict[str, Any]) -> str:
+        return (f"the experiment folder {self.path.parent} is in use by experiment {who['experiment']!r}, which this "
+                f"process (pid {who['pid']}) runs too: its trials keep their files there; one experiment per folder: "
+                "give this one another name or storage.dir, or run it once that one has ended")
 
 
 _held_here: weakref.WeakValueDictionary[tuple[int, int], ExperimentLock] = weakref.WeakValueDictionary()
