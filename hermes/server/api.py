@@ -25,7 +25,13 @@ from hermes.server.app import Hermes, damage_detail
 from hermes.server.area import place_problem
 from hermes.server.auth import User
 from hermes.server.digest import ExperimentDigest, describe, explain
-from hermes.store import ExperimentRecord, ExperimentStatus, StoreError
+from hermes.store import (
+    ExperimentRecord,
+    ExperimentStatus,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+)
 from hermes.store.base import DamagedRecord
 from hermes.store.codec import to_dict
 
@@ -190,12 +196,27 @@ def submit(body: SubmitRequest, hermes: HermesDep, user: UserDep) -> Experiment:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail) from None
     try:
         experiment_id = hermes.store.submit_experiment(spec.name, hermes.stored(spec), user.name, body.weight)
-    except StoreError:  # its message names the database, which is not the caller's business
+    except (StoreUnavailable, StoreFull):
+        raise  # the app answers 503 or 507: the store failed, whatever the name
+    except StoreError as error:  # its message names the database, which is not the caller's business
+        if not _has_experiment(hermes, user.name, spec.name):
+            raise StoreUnavailable(str(error)) from error  # a lost connection, say: no name clash
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"you have an experiment named {spec.name!r} already; give this one another name "
             "(`hermes submit --name NAME` leaves the spec as it is)"
         ) from None
     return _summary(hermes.store.experiment(experiment_id), spec=True)
+
+
+def _has_experiment(hermes: Hermes, owner: str, name: str) -> bool:
+    """Whether ``owner`` has an experiment named ``name``: what tells a taken name from a failure once the store
+    refused a submission. It refuses a taken name with a plain StoreError, and so it reports a name taken by a
+    submission that won a race (its unique key) and any failure of a PostgreSQL database (a lost connection), all of
+    which were answered 409 "you have an experiment named ... already". False where the store cannot be read."""
+    try:
+        return any(record.owner == owner and record.name == name for record in hermes.store.experiments())
+    except StoreError:
+        return False
 
 
 def _overviewed(

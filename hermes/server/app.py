@@ -10,6 +10,7 @@ stored with those paths resolved, and checked again when the pool takes it up.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -30,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from hermes.errors import HermesError, SpecError
 from hermes.experiment import ExperimentSpec, parse_spec
@@ -43,14 +45,21 @@ from hermes.server.area import (
 )
 from hermes.server.auth import Accounts
 from hermes.server.digest import ExperimentDigest
-from hermes.store import ExperimentRecord, SqlStore
+from hermes.store import (
+    ExperimentRecord,
+    ExperimentStatus,
+    SqlStore,
+    StoreFull,
+    StoreUnavailable,
+)
 from hermes.store.base import DamagedRecord
 
 log = logging.getLogger("hermes.server")
 
 STATIC = Path(__file__).parent / "static"
 MAX_BODY = 1 << 20  # bytes of a request body: a spec with a thousand listed configs fits many times over
-DIGESTS_KEPT = 200  # experiments whose digest stays in memory, the least recently read dropped (rebuilt if asked)
+DIGESTS_KEPT = 200  # ended experiments whose digest stays in memory, the least recently read dropped (rebuilt if asked)
+OPEN = [status for status in ExperimentStatus if not status.is_final]  # an open experiment's digest is always kept
 POOL_RESTART_S = (1.0, 30.0)  # a pool stopped by an error starts again after the first, doubling up to the second
 
 
@@ -88,6 +97,7 @@ class Hermes:
         self._closing = threading.Event()
         self._pool_lock = threading.Lock()  # ``close`` stops the pool that runs, not one replaced meanwhile
         self._digests: OrderedDict[int, ExperimentDigest] = OrderedDict()  # least recently read first
+        self._open: set[int] = set()  # of those, the experiments open when last read: their digests are kept
         self._digests_lock = threading.Lock()
         self._ended: dict[int, tuple[ExperimentRecord, dict[str, Any]]] = {}  # ended experiments' overviews
 
@@ -152,17 +162,41 @@ class Hermes:
         return data
 
     def digest(self, experiment: ExperimentRecord) -> ExperimentDigest:
-        """The experiment's digest, brought up to date. At most ``DIGESTS_KEPT`` are kept: a long-lived server
-        sees thousands of experiments, and a digest holds every trial and run of its experiment."""
+        """The experiment's digest, brought up to date. Every open experiment's is kept, and ``DIGESTS_KEPT`` of ended
+        ones, the least recently read dropped: a long-lived server sees thousands of experiments, and a digest holds
+        every trial and run of its experiment. Dropping open ones too made the list thrash once more experiments were
+        open than that: each poll dropped every digest before it was read again, and rebuilt each from its log."""
+        experiment_id = experiment.experiment_id
         with self._digests_lock:
-            digest = self._digests.get(experiment.experiment_id)
-            if digest is None:
-                digest = self._digests[experiment.experiment_id] = ExperimentDigest(self.store, experiment)
-                while len(self._digests) > DIGESTS_KEPT:
-                    self._digests.popitem(last=False)
-            self._digests.move_to_end(experiment.experiment_id)
+            digest = self._digests.get(experiment_id)
+            made = digest is None
+            if made:
+                digest = self._digests[experiment_id] = ExperimentDigest(self.store, experiment)
+            self._digests.move_to_end(experiment_id)
+            if experiment.status.is_final:
+                self._open.discard(experiment_id)
+            else:
+                self._open.add(experiment_id)
+            self._drop_ended(settle=made and len(self._open) > DIGESTS_KEPT)
         digest.refresh(experiment.status)
         return digest
+
+    def _ended_now(self, experiment_id: int) -> None:
+        """Count a kept digest as one of an ended experiment: the list reads an ended one without its digest."""
+        with self._digests_lock:
+            if experiment_id in self._open:
+                self._open.discard(experiment_id)
+                self._drop_ended()
+
+    def _drop_ended(self, settle: bool = False) -> None:
+        """Drop the least recently read digests of ended experiments past ``DIGESTS_KEPT``. ``settle``: first ask the
+        store which experiments are still open, as one that ended while nobody read it (its page closed before) would
+        count as open for ever; asked only when a digest is made while more than ``DIGESTS_KEPT`` count as open."""
+        if settle:
+            self._open &= {record.experiment_id for record in self.store.experiments(status=OPEN)}
+        ended = [experiment_id for experiment_id in self._digests if experiment_id not in self._open]
+        for experiment_id in ended[: max(len(ended) - DIGESTS_KEPT, 0)]:
+            del self._digests[experiment_id]
 
     def overview(self, experiment: ExperimentRecord) -> dict[str, Any]:
         """What the experiment list shows of it: trials by state, the best. An open experiment's comes from its
@@ -172,6 +206,7 @@ class Hermes:
         its whole log. A record that changed (a failed one run again) has it read again."""
         if not experiment.status.is_final:
             return self.digest(experiment).overview()
+        self._ended_now(experiment.experiment_id)
         kept = self._ended.get(experiment.experiment_id)
         if kept is not None and kept[0] == experiment:
             return kept[1]
@@ -327,8 +362,29 @@ def create_app(config: ServerConfig) -> FastAPI:
         log.warning("%s", error)  # with the store's file, which the answer leaves out
         return JSONResponse({"detail": damage_detail(error)}, status_code=status.HTTP_500_INTERNAL_SERVER_ERROR)
 
+    @app.exception_handler(StoreUnavailable)
+    async def unavailable(_request: Request, error: StoreUnavailable) -> JSONResponse:
+        """A 503: the store cannot be written now (locked, read-only, its disk refused, its database gone), which
+        asking again later may mend. The error names the database, not the caller's business: it goes to the log."""
+        log.warning("%s", error)
+        return JSONResponse({"detail": STORE_UNAVAILABLE}, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
+
+    @app.exception_handler(StoreFull)
+    async def full(_request: Request, error: StoreFull) -> JSONResponse:
+        """A 507 (Insufficient Storage, the status for a server that cannot store what a request needs): a full disk
+        stays full until its administrator frees space, which a 503 (try again later) would not say."""
+        log.warning("%s", error)
+        return JSONResponse({"detail": STORE_FULL}, status_code=status.HTTP_507_INSUFFICIENT_STORAGE)
+
     app.add_middleware(BodyLimit, limit=config.max_body)
     return app
+
+
+STORE_UNAVAILABLE = ("the server's store could not record this now (its database is locked, read-only, unreachable "
+                     "or failing), so nothing of it was kept; try again later, and tell the server's administrator "
+                     "if it lasts (the server's log says why)")
+STORE_FULL = ("the server's store is full (its disk has no space left), so nothing of this request was kept; the "
+              "server's administrator must free space")
 
 
 def damage_detail(error: DamagedRecord) -> str:
@@ -352,6 +408,39 @@ def _echoable(data: Any) -> Any:
     return data
 
 
+class HeadTimeout(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, closing a connection that has sent no whole request head
+    ``timeout_keep_alive`` seconds (uvicorn's, 5 s) after it opened or after its last answer. uvicorn times a
+    connection only from an answer, and stops at its next byte: one that connected and sent nothing, or sent a head a
+    byte at a time (slowloris), held a socket for ever, and enough of them every file the server may open. uvicorn
+    0.54 (pinned) has no setting that closes them (``limit_concurrency`` answers 503 to requests past it, and closes
+    no connection); a connection that has sent its head is answered, as before."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's
+        super().connection_made(transport)
+        self._time_head()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._time_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        super().connection_lost(exc)
+
+    def _time_head(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        self._head_timer = self.loop.call_later(self.timeout_keep_alive, self._head_late)
+
+    def _head_late(self) -> None:
+        if self.cycle is None or self.cycle.response_complete:  # no request under way: none has come since
+            self.transport.close()
+
+
 def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8600) -> None:
     """Run the server until Ctrl-C, SIGTERM (uvicorn handles both) or SIGHUP (its terminal or SSH session closed:
     taken as SIGTERM, so the pool records its experiments interrupted; under nohup it stays ignored)."""
@@ -361,7 +450,7 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8600) -> No
         signal.signal(signal.SIGHUP, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
 
     app = create_app(config)
-    server_config = uvicorn.Config(app, host=host, port=port)  # configures uvicorn's loggers
+    server_config = uvicorn.Config(app, host=host, port=port, http=HeadTimeout)  # configures uvicorn's loggers
     hermes_log = logging.getLogger("hermes")  # the server's and the pool's messages
     hermes_log.setLevel(logging.INFO)
     hermes_log.addHandler(logging.StreamHandler())

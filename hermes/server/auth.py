@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from hermes.errors import HermesError
+from hermes.store import StoreUnavailable
 
 TOKEN_PREFIX = "hermes_"
 TOKEN_ID_LENGTH = 8  # hex digits of the hash that name a token; a revocation takes any unique prefix of them
@@ -129,13 +130,17 @@ class Accounts:
         return sorted(found[:TOKEN_ID_LENGTH] for found in chosen)
 
     def user_for(self, token: str) -> User | None:
-        """The user a token belongs to, or None for an unknown token."""
-        with self._engine.connect() as connection:
-            row = connection.execute(
-                sa.select(USERS.c.name, USERS.c.admin)
-                .join(TOKENS, TOKENS.c.user == USERS.c.name)
-                .where(TOKENS.c.digest == digest(token))
-            ).first()
+        """The user a token belongs to, or None for an unknown token. StoreUnavailable where the database cannot be
+        read now (PostgreSQL stopped or restarting): every request asks this first, and each was a bare 500."""
+        try:
+            with self._engine.connect() as connection:
+                row = connection.execute(
+                    sa.select(USERS.c.name, USERS.c.admin)
+                    .join(TOKENS, TOKENS.c.user == USERS.c.name)
+                    .where(TOKENS.c.digest == digest(token))
+                ).first()
+        except sa.exc.OperationalError as error:
+            raise StoreUnavailable(f"the users' tokens cannot be read: {error.orig}") from error
         return None if row is None else User(row.name, bool(row.admin))
 
     def close(self) -> None:

@@ -153,8 +153,9 @@ function listView(root) {
         body.append(row);
       }
       const status = el("td", {}, statusBadge(e.status),
-        e.error ? el("span", { class: "error reason", title: e.error }, firstLine(e.error)) : "");
-      row.replaceChildren(...[e.id, e.name, e.owner ?? "-", status, e.trials, fmt(e.best),
+        e.error ? el("span", { class: "error reason", title: e.error }, firstLine(e.error)) : "",
+        e.damaged ? damagedMark(e.damaged) : "");
+      row.replaceChildren(...[e.id, e.name, e.owner ?? "-", status, fmt(e.trials), fmt(e.best),
         `${e.metric} (${e.mode})`, e.weight, new Date(e.created_at * 1000).toLocaleString()]
         .map((v) => v instanceof HTMLTableCellElement ? v : el("td", {}, v)));
     }
@@ -162,6 +163,13 @@ function listView(root) {
 }
 
 function statusBadge(status) { return el("span", { class: "status " + status }, status); }
+
+// An experiment with a damaged record in the store: the API sends it without its trials and best, and ``damaged``
+// names the record and what its administrator can do. Marked in the list (whole on hover), whole in its header.
+function damagedMark(damaged) {
+  return el("span", { class: "damaged", title: damaged }, el("span", { class: "status" }, "damaged record"),
+    el("span", { class: "error reason" }, firstLine(damaged)));
+}
 
 // ------------------------------------------------------------------ one experiment
 function experimentView(root, id, selectedTrial) {
@@ -215,6 +223,11 @@ function experimentView(root, id, selectedTrial) {
 
   async function poll() {
     s.experiment = await api(`/experiments/${id}`);
+    if (s.experiment.damaged) {  // its trials, curves and timeline would each answer a 500 naming the record
+      if (alive) { grid.hidden = true; renderHeader(); }
+      return;
+    }
+    if (grid.hidden) { grid.hidden = false; resize(); }  // mended: shown from now on
     let trialsChanged = 0, runsChanged = 0, more = true;
     while (more) {
       const trials = await api(`/experiments/${id}/trials?since=${s.trialVersion}`);
@@ -269,7 +282,7 @@ function experimentView(root, id, selectedTrial) {
   function renderHeader() {
     const e = s.experiment;
     const counts = Object.entries(e.by_state).map(([k, v]) => `${v} ${k}`).join(", ");
-    const key = JSON.stringify([e.status, counts, e.best, e.weight, e.error]);
+    const key = JSON.stringify([e.status, counts, e.best, e.weight, e.error, e.damaged]);
     if (header.dataset.key === key) return;  // unchanged: leave the weight being typed alone
     header.dataset.key = key;
     const weight = el("input", { type: "number", min: "0.01", step: "0.5", value: e.weight, size: 4, id: "weight" });
@@ -289,10 +302,12 @@ function experimentView(root, id, selectedTrial) {
     header.replaceChildren(
       el("h2", {}, `${e.name} `, statusBadge(e.status)),
       e.error ? el("p", { class: "error reason", id: "experiment-error" }, e.error) : "",
+      e.damaged ? el("p", { class: "error reason damaged", id: "experiment-damaged" },
+        el("span", { class: "status" }, "damaged record"), " ", e.damaged) : "",
       el("div", { class: "controls" },
-        el("span", {}, `owner ${e.owner ?? "-"} · ${e.metric} (${e.mode}) · ` +
+        el("span", {}, `owner ${e.owner ?? "-"} · ${e.metric} (${e.mode}) · ` + (e.damaged ? "trials not shown" :
            `${e.trials} trials: ${counts || "none yet"}` +
-           ` · best ${fmt(e.best)}${e.best_trial ? " (trial " + e.best_trial + ")" : ""}`),
+           ` · best ${fmt(e.best)}${e.best_trial ? " (trial " + e.best_trial + ")" : ""}`)),
         el("label", {}, "weight ", weight), setWeight, e.status === "running" || e.status === "queued" ? cancel : "",
         controlError));
   }
@@ -553,6 +568,7 @@ function trialPanel(box, id, selected, s) {
   return every(POLL_MS, async () => {
     const trialId = selected();
     if (!trialId) { if (shown !== null) empty(); return; }
+    if (s.experiment?.damaged) return;  // its trials cannot be read: the header says why
     if (trialId === missing) return;
     if (trialId !== shown) {
       shown = trialId; missing = null; logOffset = null; metricsCursor = 0; reports = []; plot?.destroy(); plot = null;
@@ -636,6 +652,8 @@ function clusterView(root) {
     "Who ran where on the pool's GPUs: a bar per run, coloured by user; ▲ resume, ◆ migration, | suspension, " +
     "✕ stop or failure. Hover for the reasons; click one of your runs to open its trial."),
     el("div", { class: "panel" }, legend, poolBox));
+  const leftOut = el("p", { class: "error", id: "pool-damaged", hidden: true });
+  legend.after(leftOut);
   const pool = { runs: new Map(), cursor: "", gpus: [], now: 0, owners: new Map(), drawn: false };
   const poolTimeline = timelineChart(poolBox);
   const poolChart = poolTimeline.chart;
@@ -653,9 +671,10 @@ function clusterView(root) {
   window.addEventListener("resize", resize);
   window.hermesDashboard = { state: pool, charts: { pool: poolChart } };
   const stopPool = every(POLL_MS, async () => {
-    let changed = 0, more = true;
+    let changed = 0, more = true, damaged = [];
     while (more) {
       const t = await api(`/cluster/timeline?since=${pool.cursor}`);
+      damaged = t.damaged ?? [];
       for (const r of t.runs) {
         if (!pool.owners.has(r.owner) && r.owner !== "(other users)") pool.owners.set(r.owner, pool.owners.size);
         pool.runs.set(r.key, r);
@@ -666,6 +685,11 @@ function clusterView(root) {
       pool.now = Math.max(pool.now, t.now);
       more = t.more;
     }
+    // experiments whose damaged record leaves their runs out: each one's page says which record, and what to do
+    leftOut.hidden = damaged.length === 0;
+    leftOut.replaceChildren(...(damaged.length ? ["Left out, as a record of theirs is damaged: ",
+      ...damaged.flatMap((experiment, i) => [i ? ", " : "",
+        el("a", { href: `#/experiments/${experiment}` }, `experiment ${experiment}`)])] : []));
     const running = [...pool.runs.values()].some((r) => r.ended_at === null);  // its bar grows with the clock
     if (!changed && pool.drawn && !(running && pool.now !== pool.drawnNow)) return;
     shownRuns = [...pool.runs.values()];
