@@ -91,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from hermes.experiment import load_spec
     from hermes.live import LiveView
-    from hermes.report import ExperimentView, every_trial_failed
+    from hermes.report import ExperimentView, every_trial_failed, printable
     from hermes.report.results import format_results, standings
     from hermes.session import ExperimentSession, Terminated, interrupts_between_batches
     from hermes.store import StoreUnavailable
@@ -162,11 +162,11 @@ def _run(args: argparse.Namespace) -> int:
           f"store {session.storage / 'hermes.db'}")
     print(format_results(report, standings(report)[: args.top], "table"))
     if session.failure is not None:
-        print(f"hermes: error: {session.failure}", file=sys.stderr)
+        print(f"hermes: error: {printable(session.failure)}", file=sys.stderr)
         return 1
     failed = every_trial_failed(report.trials)
     if failed is not None:  # a script or a spec that cannot work: say so where CI looks, the exit code
-        print(f"hermes: error: {failed}", file=sys.stderr)
+        print(f"hermes: error: {printable(failed)}", file=sys.stderr)
         return 1
     return 0
 
@@ -212,18 +212,19 @@ def _again(trial: Trial) -> str:
 def _progress_printer(session: ExperimentSession, say: Callable[[str], None] | None = None,
                       only_errors: bool = False) -> Listener:
     """Without a terminal: one line per trial that ends, for logs and CI. An error shows as its reason and its
-    exception (``summarise_error``): a program that logs to stderr says much before it. With the live view
-    (``only_errors``, said through ``say``, above the view): the crashes and failures, which its table cannot say."""
+    exception (``summarise_error``): a program that logs to stderr says much before it; its control characters
+    escaped (``printable``), which a terminal would obey. With the live view (``only_errors``, said through ``say``,
+    above the view): the crashes and failures, which its table cannot say."""
     say = say or (lambda line: print(line, flush=True))
     from hermes.core.decisions import Stop
     from hermes.core.events import GpuAdded, GpuRemoved, NodeAdded, NodeRemoved, TrialExited
-    from hermes.report import summarise_error
+    from hermes.report import printable, summarise_error
 
     present: set[str] = set()  # the nodes and GPUs of this run (a continued run's log names the last one's, gone)
 
     def ended(trial: Trial, at: float) -> None:
         value = f", {session.spec.metric.name} {trial.values[-1]:.4g}" if trial.values else ""
-        error = f" ({summarise_error(trial.error, width=120)})" if trial.error else ""
+        error = f" ({printable(summarise_error(trial.error, width=120))})" if trial.error else ""
         if only_errors and not trial.error:
             return
         where = f"at step {trial.step}" if trial.step else "before its first report"  # a trial a budget ended unstarted
@@ -243,7 +244,7 @@ def _progress_printer(session: ExperimentSession, say: Callable[[str], None] | N
         elif isinstance(event, TrialExited):
             trial = session.scheduler.trials[event.trial_id]
             if not trial.state.is_terminal:  # it crashed, and runs again
-                reason = summarise_error(event.error or "no reason given", width=120)
+                reason = printable(summarise_error(event.error or "no reason given", width=120))
                 say(f"[{event.at:8.1f}s] trial {trial.trial_id} crashed ({reason}); crash {trial.crashes} of "
                     f"trial.max_failures {session.scheduler.max_failures}, {_again(trial)}")
             else:

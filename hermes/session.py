@@ -179,8 +179,10 @@ class ExperimentSession:
         )
         document = spec.model_dump(mode="json")
         # A rerun may extend the budget, or change the policy: the new one continues from the log's
-        # decisions (``hermes.recovery``) and decides from there.
-        may_change: tuple[str, ...] = (*(f"search.{field}" for field in BUDGET_FIELDS), "policy")
+        # decisions (``hermes.recovery``) and decides from there. Its storage.dir may name the same folder otherwise
+        # (./runs/ for runs) or one it was moved to: the store found there holds this experiment by definition. Its
+        # trial.workdir may not: a module found in another folder may be other code.
+        may_change: tuple[str, ...] = (*(f"search.{field}" for field in BUDGET_FIELDS), "policy", "storage.dir")
         if found is not None and not self.store.events_after(found.experiment_id, 0, limit=1):
             # Nothing of it ever ran (its engine could not start: a Ray node that could not write storage.uri, say),
             # so nothing ties it to its spec: the corrected one replaces it, under the same name.

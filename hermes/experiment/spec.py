@@ -822,6 +822,7 @@ class ExperimentSpec(_Section):
             _usable("storage.uri", base_dir, self.storage.uri)
         if storage.exists() and not storage.is_dir():
             raise _PathError("storage.dir", f"{storage} is not a directory")
+        _store_fits(storage)
         folder = _usable("storage.dir", base_dir, str(Path(self.storage.dir) / self.name))  # the experiment's own
         if folder.exists() and not folder.is_dir():
             raise _PathError("storage.dir", f"{folder}, the experiment's folder, is not a directory; move it away")
@@ -903,6 +904,25 @@ def _usable(field: str, base_dir: Path, written: str) -> Path:
     return path
 
 
+# SQLite's longest path (SQLITE_MAX_PATHNAME, its unix VFS's mxPathname), in bytes: it refuses to open a store whose
+# journal's path, the store's and "-journal", would be longer
+SQLITE_MAX_PATHNAME = 512
+
+
+def _store_fits(storage: Path) -> None:
+    """A _PathError at storage.dir where the store cannot be a file there: SQLite's path limit, or a folder in its
+    place; the runner wrote its lock and the experiment's folder before SQLite failed, and said the store's folder
+    was removed."""
+    store = storage / "hermes.db"
+    journal = os.fsencode(f"{store}-journal")
+    if len(journal) > SQLITE_MAX_PATHNAME:
+        raise _PathError("storage.dir", f"{storage} is too long for SQLite's store in it: the path of its "
+                                        f"hermes.db-journal takes {len(journal)} bytes, SQLite's limit is "
+                                        f"{SQLITE_MAX_PATHNAME}; shorten it")
+    if os.path.isdir(store):  # False too where the folder may not be searched: the runner's lock says so
+        raise _PathError("storage.dir", f"{store}, the store's file, is a directory; move it away")
+
+
 def load_spec(path: str | Path, name: str | None = None) -> ExperimentSpec:
     """Read and validate a YAML spec, and check it against this machine (its workdir, trial function
     and storage dir); any problem raises SpecError naming the file and the fields. ``name``: in place of
@@ -916,14 +936,23 @@ def load_spec(path: str | Path, name: str | None = None) -> ExperimentSpec:
     return parse_spec(data, source=str(path), base_dir=Path(path).resolve().parent)
 
 
+MAX_SPEC_BYTES = 10 * 2**20  # a spec is a page of YAML: a far larger file is none (/dev/zero was read to no memory)
+
+
 def read_spec(path: str | Path) -> dict[str, Any]:
     """A spec file's YAML as a dict, not yet validated: ``hermes submit`` sends it so, and reads it as ``hermes run``
     does. A file that cannot be read, decoded or parsed raises SpecError naming the file."""
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        with path.open("rb") as file:
+            data = file.read(MAX_SPEC_BYTES + 1)
     except OSError as error:
         raise SpecError(f"{path}: cannot read: {error.strerror or error}") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: larger than {MAX_SPEC_BYTES // 2**20} MiB, which no spec is; give the spec's YAML "
+                        "file")
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = error.object.count(b"\n", 0, error.start) + 1
         raise SpecError(f"{path}: not valid UTF-8 (byte {error.object[error.start]:#04x} at position {error.start}, "

@@ -92,7 +92,7 @@ class _TrialStreams(io.TextIOBase):
     def open_for(self, trial_id: str, directory: Path) -> None:
         with self._lock:
             self._paths[trial_id] = directory / self._name
-            self._files[trial_id] = open(self._paths[trial_id], "a", buffering=1)
+            self._files[trial_id] = _open_log(self._paths[trial_id])
 
     def rest(self, trial_id: str) -> None:
         """Close the log of a trial that parks, reopened at its next line: a worker holds hundreds of parked
@@ -113,7 +113,7 @@ class _TrialStreams(io.TextIOBase):
             return self._fallback
         file = self._files.get(trial_id)
         if file is None:
-            file = self._files[trial_id] = open(self._paths[trial_id], "a", buffering=1)
+            file = self._files[trial_id] = _open_log(self._paths[trial_id])
         return file
 
     def write(self, text: str) -> int:
@@ -123,6 +123,12 @@ class _TrialStreams(io.TextIOBase):
     def flush(self) -> None:
         with self._lock:
             self._target().flush()
+
+
+def _open_log(path: Path) -> TextIO:
+    """A trial's log, which takes any text as Python's stderr does: a lone surrogate (a file name that is not UTF-8,
+    from os.listdir) written escaped, where strict UTF-8 failed the traceback that says why the trial failed."""
+    return open(path, "a", buffering=1, errors="backslashreplace")
 
 
 class Worker:
@@ -156,8 +162,18 @@ class Worker:
     def _run(self, channel: _TrialChannel, command: dict[str, Any]) -> None:
         """The trial's thread: set up its session, call its function, say how it ended.
 
-        The executor waits for that last message, so it goes out whatever happens, a full disk
-        that cannot take the trial's logs included."""
+        The executor waits for that last message, so it goes out whatever happens: a full disk that cannot take the
+        trial's logs, or a failure in ending it (its exception goes to the worker's log)."""
+        outcome, error = protocol.FAILED, "its warm worker failed in ending it (the worker's log says why)"
+        try:
+            outcome, error = self._outcome(channel, command)
+            _free_what_it_left()
+        finally:
+            message = {"type": protocol.ENDED, "trial": channel.trial_id, "outcome": outcome, "error": _clean(error)}
+            self.outbox.send(message)
+
+    def _outcome(self, channel: _TrialChannel, command: dict[str, Any]) -> tuple[str, str | None]:
+        """Run the trial and close its logs: how it ended, and why it failed."""
         directory = Path(command["directory"])
         outcome, error = protocol.OK, None
         work_for(channel.trial_id)  # this thread, and those it starts: what they print goes to the trial's logs
@@ -177,7 +193,7 @@ class Worker:
             if isinstance(exception, OSError) and exception.errno in STORAGE_LIMIT_ERRNOS:
                 outcome, error = protocol.NO_SPACE, str(exception)
             else:
-                outcome, error = protocol.FAILED, f"uncaught {type(exception).__name__}: {exception}"
+                outcome, error = protocol.FAILED, f"uncaught {type(exception).__name__}: {_said(exception)}"
             try:  # its traceback goes to its stderr.log, as in a process of its own
                 traceback.print_exc()
             except OSError:
@@ -190,8 +206,21 @@ class Worker:
                 except OSError:
                     pass  # a full disk: what could not be written is lost, the trial's outcome is not
             del self.channels[channel.trial_id]
-        _free_what_it_left()
-        self.outbox.send({"type": protocol.ENDED, "trial": channel.trial_id, "outcome": outcome, "error": error})
+        return outcome, error
+
+
+def _said(exception: BaseException) -> str:
+    """The exception's text, or what Python's traceback writes where its ``__str__`` raises."""
+    try:
+        return str(exception)
+    except Exception:  # a bug of the trial's exception class: the trial fails all the same
+        return "<exception str() failed>"
+
+
+def _clean(error: str | None) -> str | None:
+    """An error's text in UTF-8 the executor can store and print: a lone surrogate escaped (``\\udcff``), as the
+    traceback in a trial's own process writes it to its stderr.log."""
+    return None if error is None else error.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _call(channel: _TrialChannel, command: dict[str, Any], directory: Path) -> None:

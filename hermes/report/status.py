@@ -176,7 +176,7 @@ def format_status(status: Status) -> str:
         f"trials      {len(view.trials)}" + (f": {trials}" if trials else ""),
     ]
     if experiment.error:  # why it failed as a whole: its spec could not run, or its searcher raised
-        lines.insert(1, f"error       {summarise_error(experiment.error)}")
+        lines.insert(1, f"error       {printable(summarise_error(experiment.error))}")
     best = status.best
     if best is None:
         reported = any(view.target.value(record.values) is not None for record in view.metrics)
@@ -205,10 +205,10 @@ def format_status(status: Status) -> str:
 
 def _errors(failed: list[TrialRecord]) -> list[str]:
     """A line per error, its trials together (a thousand trials failing alike make one line), the first
-    ERRORS_SHOWN errors; ``hermes results`` lists every trial's."""
+    ERRORS_SHOWN errors, control characters escaped; ``hermes results`` lists every trial's."""
     alike: dict[str, list[TrialRecord]] = {}
     for trial in failed:
-        alike.setdefault(summarise_error(trial.error or ""), []).append(trial)
+        alike.setdefault(printable(summarise_error(trial.error or "")), []).append(trial)
     lines = []
     for error, trials in list(alike.items())[:ERRORS_SHOWN]:
         if len(trials) == 1:
