@@ -176,7 +176,8 @@ class ExperimentStore(ABC):
     def experiments(
         self, status: ExperimentStatus | Collection[ExperimentStatus] | None = None
     ) -> list[ExperimentRecord]:
-        """Every experiment (with ``status``: those in that status, or in one of those), oldest first."""
+        """Every experiment (with ``status``: those in that status, or in one of those), oldest first; one whose
+        record is damaged is left out, so that it stops no other (``experiment`` raises DamagedRecord for it)."""
 
     @abstractmethod
     def set_status(self, experiment_id: int, status: ExperimentStatus, error: str | None = None) -> None:

@@ -7,7 +7,7 @@ diverged trial reports them), so every backend stores them alike.
 from __future__ import annotations
 
 import json
-import math
+import logging
 import os
 import sqlite3
 import threading
@@ -23,10 +23,13 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import StaticPool
 
+from hermes import __version__
 from hermes.core.decisions import Decision
 from hermes.core.events import Event, TrialReported
 from hermes.core.share import MAX_WEIGHT, MIN_WEIGHT
 from hermes.core.states import TrialState
+from hermes.errors import NO_SPACE_ERRNOS, HermesError
+from hermes.faults import crash_point
 from hermes.store.base import (
     DamagedRecord,
     DecisionRecord,
@@ -42,10 +45,20 @@ from hermes.store.base import (
 )
 from hermes.store.codec import from_dict, to_dict
 from hermes.store.lock import LOCK_FILE, RunnerLock, StorageInUse, describe, holder
-from hermes.errors import NO_SPACE_ERRNOS, HermesError
-from hermes.faults import crash_point
+
+log = logging.getLogger(__name__)
 
 METADATA = sa.MetaData()
+
+# The layout of the tables below. One more at each change that an older Hermes would misread or miswrite (a column it
+# would not fill, an event type or a status it does not know): it then refuses the store (``_check_version``) instead.
+# A store made before the stamp holds no version (``_ensure_layout``).
+SCHEMA_VERSION = 1
+SCHEMA = sa.Table(  # one row: the version of the store's layout. A table, not SQLite's user_version: PostgreSQL too
+    "hermes_schema",
+    METADATA,
+    sa.Column("version", sa.Integer, nullable=False),
+)
 
 EXPERIMENTS = sa.Table(
     "experiments",
@@ -144,8 +157,9 @@ EXPERIMENT_SETTINGS = sa.Table(
     sa.Column("weight", sa.Float, nullable=False),
     sa.Column("cancel_requested", sa.Boolean, nullable=False),
     sa.Column("error", sa.Text),
-    sa.Column("gpu_seconds_used", sa.Float, nullable=False, default=0.0),
-    sa.Column("gpu_seconds_owed", sa.Float, nullable=False, default=0.0),
+    # added after the table: a server default, so that ALTER TABLE can add them to a store without them
+    sa.Column("gpu_seconds_used", sa.Float, nullable=False, server_default="0"),
+    sa.Column("gpu_seconds_owed", sa.Float, nullable=False, server_default="0"),
 )
 OWNER_WEIGHTS = sa.Table(
     "owner_weights",
@@ -154,30 +168,26 @@ OWNER_WEIGHTS = sa.Table(
     sa.Column("weight", sa.Float, nullable=False),
 )
 
-_EXPERIMENT_ROWS = sa.select(
-    EXPERIMENTS,
-    EXPERIMENT_SETTINGS.c.owner,
-    EXPERIMENT_SETTINGS.c.weight,
-    EXPERIMENT_SETTINGS.c.cancel_requested,
-    EXPERIMENT_SETTINGS.c.error,
-    EXPERIMENT_SETTINGS.c.gpu_seconds_used,
-    EXPERIMENT_SETTINGS.c.gpu_seconds_owed,
-).select_from(EXPERIMENTS.outerjoin(EXPERIMENT_SETTINGS, EXPERIMENT_SETTINGS.c.experiment_id == EXPERIMENTS.c.id))
+_SETTINGS_READ = ("owner", "weight", "cancel_requested", "error", "gpu_seconds_used", "gpu_seconds_owed")
 
-_PLAIN_EXPERIMENT_ROWS = sa.select(  # for a read-only store older than the settings table
-    EXPERIMENTS,
-    sa.null().label("owner"),
-    sa.null().label("weight"),
-    sa.null().label("cancel_requested"),
-    sa.null().label("error"),
-    sa.null().label("gpu_seconds_used"),
-    sa.null().label("gpu_seconds_owed"),
-)
+
+def _select_experiments(settings: Collection[str] = tuple(EXPERIMENT_SETTINGS.c.keys())) -> sa.Select[Any]:
+    """Experiments with their settings, of a store whose settings table holds the columns ``settings`` (none: it has
+    no such table): a setting it lacks, as a store an older Hermes wrote does, reads as NULL, its default."""
+    columns = [EXPERIMENT_SETTINGS.c[name] if name in settings else sa.null().label(name) for name in _SETTINGS_READ]
+    if "experiment_id" not in settings:
+        return sa.select(EXPERIMENTS, *columns)
+    joined = EXPERIMENTS.outerjoin(EXPERIMENT_SETTINGS, EXPERIMENT_SETTINGS.c.experiment_id == EXPERIMENTS.c.id)
+    return sa.select(EXPERIMENTS, *columns).select_from(joined)
+
+
+_EXPERIMENT_ROWS = _select_experiments()
 
 _MISSING = object()
 
 POOL_LOCK_SUFFIX = ".pool.lock"  # beside a SQLite file: ``hermes.db.pool.lock``, held by the store's pool
 POOL_LOCK_KEY = int.from_bytes(b"hermpool")  # PostgreSQL's advisory lock that the store's pool holds
+SCHEMA_LOCK_KEY = int.from_bytes(b"hermschm")  # and the one held while a store's tables are made or brought up
 _POOL_HOLDER = sa.text(  # who holds that lock: the session, and its application name (``_pool_name``)
     "SELECT a.application_name, a.client_addr, a.backend_start "
     "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
@@ -194,13 +204,18 @@ class SqlStore(ExperimentStore):
     runner, and each commit is on disk before the call returns. Calls from the threads of one
     process are serialised by a lock; write transactions take SQLite's write lock up front
     (``BEGIN IMMEDIATE``) so that concurrent processes wait for each other instead of failing.
+
+    Opening a store brings an older layout up to this one (``_ensure_layout``), and refuses one a newer Hermes
+    stamped (``SCHEMA_VERSION``) before writing anything to it.
     """
 
     _experiment_rows = _EXPERIMENT_ROWS  # experiments with their settings
 
     def __init__(self, url: str = "sqlite:///hermes.db") -> None:
         parsed = sa.make_url(url)
-        self.url = parsed.render_as_string(hide_password=True)
+        # in messages: a file name that is not UTF-8 (its lone surrogates, ``os.fsdecode``) cannot be quoted as it is
+        shown = parsed.set(database=_storable(parsed.database)) if parsed.database else parsed
+        self.url = shown.render_as_string(hide_password=True)
         options: dict[str, Any] = {"pool_pre_ping": True}  # a server's connections outlive a PostgreSQL restart
         if parsed.get_backend_name() == "sqlite":
             if parsed.database in (None, "", ":memory:"):
@@ -216,15 +231,20 @@ class SqlStore(ExperimentStore):
         self._epochs: dict[int, int] = {}  # experiment id -> the epoch this object claimed it with
         self._last_seq: dict[int, int] = {}  # of the experiments claimed: the last event's sequence number
         self._pool_claim: RunnerLock | sa.Connection | None = None  # ``claim_pool``'s lock file, or its session
-        with self._writing() as connection:  # one writer at a time creates the tables
-            METADATA.create_all(connection)
-            _add_metrics_key(connection)
+        self._left_out: set[tuple[int, str]] = set()  # damaged experiments ``experiments`` warned of
+        try:
+            with self._writing() as connection:  # one writer at a time creates the tables, or brings them up to date
+                _ensure_layout(connection, self.location)
+        except StoreError:
+            self._engine.dispose()
+            raise
 
     @classmethod
     def open_read_only(cls, path: str | Path) -> SqlStore:
         """The store in an existing SQLite file, for readers (reports): opened read-only (``connect_read_only``),
-        so nothing is ever written to it, not even the schema; a missing file, or one that holds no
-        Hermes store, raises StoreError. Its write methods raise StoreError too."""
+        so nothing is ever written to it, not even the schema; a missing file, one that holds no
+        Hermes store, or one a newer Hermes wrote, raises StoreError. Its write methods raise StoreError too.
+        An older layout is read as it is."""
         path = Path(path).resolve()
         store = cls.__new__(cls)
         store.url = f"sqlite:///{path}"
@@ -239,12 +259,15 @@ class SqlStore(ExperimentStore):
             connection.exec_driver_sql("BEGIN")
 
         store._lock = threading.RLock()
-        store._epochs, store._last_seq, store._pool_claim = {}, {}, None
+        store._epochs, store._last_seq, store._pool_claim, store._left_out = {}, {}, None, set()
         try:
             with store._reading() as connection:
-                found = sa.inspect(connection).has_table(EXPERIMENTS.name)
-                if not sa.inspect(connection).has_table(EXPERIMENT_SETTINGS.name):  # written before it existed
-                    store._experiment_rows = _PLAIN_EXPERIMENT_ROWS
+                inspector = sa.inspect(connection)
+                found = inspector.has_table(EXPERIMENTS.name)
+                if found:
+                    _check_version(connection, store.location)
+                    # read as it is: what an older Hermes did not write reads as its default
+                    store._experiment_rows = _select_experiments(_columns(inspector, EXPERIMENT_SETTINGS.name))
             if not found:  # a copy of the file alone, made while a run wrote, has its tables still in the -wal file
                 wal = "" if Path(f"{path}-wal").exists() else (
                     f"; a copy made while a run wrote needs {Path(path).name}-wal beside it (or `sqlite3 "
@@ -261,9 +284,7 @@ class SqlStore(ExperimentStore):
             raise StoreError("an experiment needs a non-empty name")
         spec_json = _dumps(spec)
         with self._writing() as connection:
-            row = connection.execute(
-                sa.select(EXPERIMENTS.c.id, EXPERIMENTS.c.spec).where(EXPERIMENTS.c.name == name)
-            ).first()
+            row = connection.execute(self._experiment_rows.where(EXPERIMENTS.c.name == name)).first()
             if row is None:
                 inserted = connection.execute(
                     EXPERIMENTS.insert().values(
@@ -271,7 +292,12 @@ class SqlStore(ExperimentStore):
                     )
                 )
                 return int(inserted.inserted_primary_key[0])  # type: ignore[index]  # set by a one-row insert
-            differences = differing_fields(json.loads(row.spec), json.loads(spec_json))
+            try:
+                stored = self._experiment(row)
+            except DamagedRecord as error:
+                raise DamagedRecord(f"{error}; experiment {name!r} cannot go on from it, and was left as it was: "
+                                    "correct that value, or restore the store from a backup", error.record) from None
+            differences = differing_fields(stored.spec, json.loads(spec_json))
             allowed = tuple(may_change)
             # Only what may not change is named: listing an allowed change too would ask to undo it.
             refused = [d for d in differences if not (d in allowed or d.startswith(tuple(f"{a}." for a in allowed)))]
@@ -291,18 +317,34 @@ class SqlStore(ExperimentStore):
             row = connection.execute(self._experiment_rows.where(EXPERIMENTS.c.id == experiment_id)).first()
         if row is None:
             raise StoreError(f"no experiment with id {experiment_id} in {self.url}")
-        return _experiment(row)
+        return self._experiment(row)
 
     def experiments(
         self, status: ExperimentStatus | Collection[ExperimentStatus] | None = None
     ) -> list[ExperimentRecord]:
+        """A damaged one is left out, named in a warning: a runner looks for its own experiment here, and a pool or a
+        server lists every user's, so one experiments row edited by hand stopped them all."""
         query = self._experiment_rows.order_by(EXPERIMENTS.c.id)
         if status is not None:
             wanted = [status] if isinstance(status, (str, ExperimentStatus)) else list(status)
             query = query.where(EXPERIMENTS.c.status.in_([ExperimentStatus(one).value for one in wanted]))
         with self._reading() as connection:
             rows = connection.execute(query).all()
-        return [_experiment(row) for row in rows]
+        records = []
+        for row in rows:
+            try:
+                records.append(self._experiment(row))
+            except DamagedRecord as error:
+                self._leave_out(row.id, error)
+        return records
+
+    def _leave_out(self, experiment_id: int, error: DamagedRecord) -> None:
+        """Say once per store object that ``experiments`` leaves the experiment out, and why: a pool or a server
+        lists them every few seconds."""
+        if (experiment_id, error.record) not in self._left_out:
+            self._left_out.add((experiment_id, error.record))
+            log.warning("experiment %s is left out of the experiments listed: %s; correct that value, or restore "
+                        "the store from a backup", experiment_id, error)
 
     def set_status(self, experiment_id: int, status: ExperimentStatus, error: str | None = None) -> None:
         with self._writing() as connection:
@@ -315,7 +357,7 @@ class SqlStore(ExperimentStore):
             if not updated.rowcount:
                 raise StoreError(f"no experiment with id {experiment_id} in {self.url}")
             if error is not None:
-                self._set_settings(connection, experiment_id, error=error)
+                self._set_settings(connection, experiment_id, error=_storable(error))
             elif ExperimentStatus(status) is not ExperimentStatus.FAILED:  # why it failed is past: it ran on
                 connection.execute(
                     EXPERIMENT_SETTINGS.update()
@@ -398,7 +440,7 @@ class SqlStore(ExperimentStore):
             epoch = connection.execute(
                 sa.select(WRITERS.c.epoch).where(WRITERS.c.experiment_id == experiment_id)
             ).scalar_one_or_none()
-            values = {"epoch": (epoch or 0) + 1, "holder": holder, "since": time.time()}
+            values = {"epoch": (epoch or 0) + 1, "holder": _storable(holder), "since": time.time()}
             if epoch is None:
                 connection.execute(WRITERS.insert().values(experiment_id=experiment_id, **values))
             else:
@@ -620,6 +662,32 @@ class SqlStore(ExperimentStore):
             ).all()
         return [self._trial(experiment_id, row) for row in rows]
 
+    def _experiment(self, row: sa.Row[Any]) -> ExperimentRecord:
+        """The record of an ``experiments`` row and its settings, each column checked: SQLite keeps whatever a hand
+        edit wrote."""
+
+        def column(name: str, check: Check, decode: Callable[[Any], Any] | None = None) -> Any:
+            return self._decoded("experiments", (row.id,), name, getattr(row, name), decode or _passing(check), check)
+
+        def setting(name: str, check: Check, default: Any) -> Any:  # NULL: no settings row, or an older layout's
+            value = getattr(row, name)
+            checked = self._decoded("experiment_settings", (row.id,), name, value, _passing(check), check)
+            return default if checked is None else checked
+
+        return ExperimentRecord(
+            row.id,
+            column("name", text_problem).rpartition("/")[2],
+            column("spec", SPEC_CHECK, _json_object),
+            column("created_at", number_problem),
+            column("status", EXPERIMENT_STATUS_CHECK, ExperimentStatus),
+            owner=setting("owner", optional(text_problem), None),
+            weight=setting("weight", optional(number_problem), 1.0),
+            cancel_requested=bool(row.cancel_requested),
+            error=setting("error", optional(text_problem), None),
+            gpu_seconds_used=setting("gpu_seconds_used", optional(number_problem), 0.0),
+            gpu_seconds_owed=setting("gpu_seconds_owed", optional(number_problem), 0.0),
+        )
+
     def _trial(self, experiment_id: int, row: sa.Row[Any]) -> TrialRecord:
         """The record of a ``trials`` row, each column checked: SQLite keeps whatever a hand edit wrote."""
 
@@ -629,7 +697,7 @@ class SqlStore(ExperimentStore):
 
         return TrialRecord(
             trial_id=row.trial_id,
-            params=column("params", PARAMS_CHECK, _params),
+            params=column("params", PARAMS_CHECK, _json_object),
             state=column("state", STATE_CHECK, TrialState),
             budget=column("budget", whole_number_problem),
             submitted_at=column("submitted_at", number_problem),
@@ -812,7 +880,7 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
     write that reached it. That is safe only while nothing writes the file, so it is refused where something may:
     a runner that holds the storage dir's lock, or a ``-wal`` file that holds writes the file lacks (a runner that
     writes keeps ``-shm`` there, and then ``mode=ro`` works)."""
-    uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
+    uri = f"file:{urllib.parse.quote(os.fsencode(path))}?mode=ro"  # its bytes: a name that is not UTF-8 too
     connection = sqlite3.connect(uri, uri=True, timeout=60.0, check_same_thread=False)
     try:
         connection.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # SQLite opens the -shm here
@@ -866,6 +934,10 @@ def number_problem(value: Any) -> str | None:
     return None if isinstance(value, (int, float)) else f"holds {value!r}, not a number"
 
 
+def text_problem(value: Any) -> str | None:
+    return None if isinstance(value, str) else f"holds {value!r}, not text"
+
+
 def optional(check: Check) -> Check:
     return lambda value: None if value is None else check(value)
 
@@ -906,8 +978,12 @@ def metric_values_problem(values: dict[str, Any]) -> str | None:
 RECORD_CHECK = json_check(dict, record_problem)
 METRICS_CHECK = json_check(dict, metric_values_problem)
 PARAMS_CHECK = json_check(dict)
+SPEC_CHECK = json_check(dict)
 STATE_CHECK = one_of({state.value for state in TrialState})
+EXPERIMENT_STATUS_CHECK = one_of({status.value for status in ExperimentStatus})
 _KEYS = {  # each table's key, as a damaged record is named
+    "experiments": ("id",),
+    "experiment_settings": ("experiment_id",),
     "events": ("experiment_id", "seq"),
     "decisions": ("experiment_id", "event_seq", "position"),
     "trials": ("experiment_id", "trial_id"),
@@ -922,11 +998,11 @@ def _record(text: str) -> Event | Decision:
     return from_dict(data)
 
 
-def _params(text: str) -> dict[str, Any]:
-    params = json.loads(text)
-    if not isinstance(params, dict):
-        raise TypeError(f"{type(params).__name__} JSON")
-    return params
+def _json_object(text: str) -> dict[str, Any]:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise TypeError(f"{type(value).__name__} JSON")
+    return value
 
 
 def _metrics(text: str) -> dict[str, float]:
@@ -988,6 +1064,55 @@ def _configure_sqlite(engine: sa.Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+def _ensure_layout(connection: sa.Connection, where: str) -> None:
+    """Make the tables of a new store, or bring an older one up to this layout, and stamp it ``SCHEMA_VERSION``;
+    refuse one that a newer Hermes stamped before anything is written to it. A store made before the stamp holds no
+    version: what it lacks of this layout (tables, the metrics key, the settings' columns) is found by looking, and
+    added, its records kept as they are. A later layout adds its own step here, for the versions before it."""
+    if connection.dialect.name == "postgresql":  # two first opens at once both created the tables
+        connection.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.cast(SCHEMA_LOCK_KEY, sa.BigInteger))))
+    version = _check_version(connection, where)
+    made_before_the_stamp = version is None and sa.inspect(connection).has_table(EXPERIMENTS.name)
+    METADATA.create_all(connection)  # the tables it lacks
+    _add_metrics_key(connection)
+    if made_before_the_stamp:
+        _add_columns(connection)
+    if version != SCHEMA_VERSION:
+        connection.execute(SCHEMA.delete())
+        connection.execute(SCHEMA.insert().values(version=SCHEMA_VERSION))
+
+
+def _check_version(connection: sa.Connection, where: str) -> int | None:
+    """The version the store is stamped with, None where it is not (a new store, or one made before the stamp);
+    StoreError where a newer Hermes stamped it: this one would misread its records, or write what it cannot read."""
+    if not sa.inspect(connection).has_table(SCHEMA.name):
+        return None
+    version = connection.execute(sa.select(sa.func.max(SCHEMA.c.version))).scalar_one()
+    if version is not None and version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{where} was written by a newer Hermes: its layout is version {version}, and this Hermes ({__version__}) "
+            f"knows versions up to {SCHEMA_VERSION}; upgrade Hermes to use it (nothing was written to it)"
+        )
+    return version
+
+
+def _add_columns(connection: sa.Connection) -> None:
+    """Add the columns of this layout that a table made by an older Hermes lacks: each takes NULL or has a server
+    default, which the rows already there get."""
+    inspector = sa.inspect(connection)
+    for table in METADATA.sorted_tables:
+        present = _columns(inspector, table.name)
+        for column in table.columns:
+            if column.name not in present:
+                definition = sa.schema.CreateColumn(column).compile(dialect=connection.dialect)
+                connection.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {definition}")
+
+
+def _columns(inspector: sa.Inspector, table: str) -> set[str]:
+    """The names of the table's columns; none where the store has no such table."""
+    return {column["name"] for column in inspector.get_columns(table)} if inspector.has_table(table) else set()
+
+
 def _add_metrics_key(connection: sa.Connection) -> None:
     """A store made before metrics had their unique key gets it, keeping each step's first report."""
     (index,) = [index for index in METRICS.indexes if index.name == "metrics_once_per_step"]
@@ -1021,7 +1146,7 @@ def _trial_values(trial: TrialRecord) -> dict[str, Any]:
         "step": trial.step,
         "checkpoint_step": trial.checkpoint_step,
         "gpu": trial.gpu,
-        "error": trial.error,
+        "error": None if trial.error is None else _storable(trial.error),
         "submitted_at": trial.submitted_at,
         "started_at": trial.started_at,
         "ended_at": trial.ended_at,
@@ -1037,22 +1162,16 @@ def _metric_values(trial_id: str, step: int, metrics: Mapping[str, float]) -> st
 
 
 
+def _storable(text: str) -> str:
+    """``text`` with each lone surrogate written as its escape (``\\udcff``), which neither SQLite nor PostgreSQL can
+    store: what a trial or a command line says of a file whose name is not UTF-8 (``os.fsdecode``) holds them."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _key(name: str, owner: str) -> str:
     """An experiment's key in the store: a pool's experiment names are per owner (``owner/name``),
     others' are their names. Neither a name nor an owner holds a '/', so keys never clash."""
     return f"{owner}/{name}" if owner else name
-
-
-def _experiment(row: sa.Row[Any]) -> ExperimentRecord:
-    return ExperimentRecord(
-        row.id, row.name.rpartition("/")[2], json.loads(row.spec), row.created_at, ExperimentStatus(row.status),
-        owner=row.owner,
-        weight=1.0 if row.weight is None else row.weight,
-        cancel_requested=bool(row.cancel_requested),
-        error=row.error,
-        gpu_seconds_used=row.gpu_seconds_used or 0.0,
-        gpu_seconds_owed=row.gpu_seconds_owed or 0.0,
-    )
 
 
 def _check_weight(weight: float) -> None:
