@@ -1013,10 +1013,13 @@ def _metrics(text: str) -> dict[str, float]:
 
 
 def _disk_full(error: sa.exc.SQLAlchemyError) -> bool:
-    """SQLite's SQLITE_FULL (13), or an OSError of a full disk or quota, underneath ``error``."""
+    """SQLite's SQLITE_FULL (13), a database server's disk_full (SQLSTATE 53100), or an OSError of a full disk or
+    quota, underneath ``error``."""
     cause = getattr(error, "orig", None)
     if isinstance(cause, sqlite3.Error):
         return (getattr(cause, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
+    if getattr(cause, "sqlstate", None) == "53100":
+        return True
     return isinstance(cause, OSError) and cause.errno in NO_SPACE_ERRNOS
 
 
@@ -1038,11 +1041,31 @@ def _damaged(error: sa.exc.SQLAlchemyError) -> bool:
         getattr(cause, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
 
+_SERVER_UNAVAILABLE = {  # SQLSTATE classes and codes of a database server that cannot serve now, and why
+    "08": "the database server cannot be reached (refused, or the connection was lost)",
+    "57P": "the database server is shutting down or starting",
+    "53300": "the database server has no connection to spare",
+    "25006": "it cannot be written: the database is read-only (a standby, or set so)",
+    "55P03": "another connection held the rows locked",
+}
+
+
 def _unavailable(error: sa.exc.SQLAlchemyError) -> str | None:
-    """Why SQLite could not write the store now (``_UNAVAILABLE``), or None for another failure."""
+    """Why the store cannot be read or written now, or None for another failure: SQLite's codes (``_UNAVAILABLE``),
+    a database server's SQLSTATE (``_SERVER_UNAVAILABLE``); a connection that failed before the server answered
+    (PostgreSQL stopped: no SQLSTATE) counts as unreachable. A server and a pool answer these 503 and wait; any other
+    StoreError is taken as a fault of the request or of the store itself."""
     cause = getattr(error, "orig", None)
     if isinstance(cause, sqlite3.Error):
         return _UNAVAILABLE.get(getattr(cause, "sqlite_errorcode", 0) & 0xFF)
+    state = getattr(cause, "sqlstate", None) or ""
+    for prefix, why in _SERVER_UNAVAILABLE.items():
+        if state.startswith(prefix):
+            return why
+    if not state and isinstance(error, (sa.exc.OperationalError, sa.exc.InterfaceError)):
+        return _SERVER_UNAVAILABLE["08"]
+    if isinstance(error, sa.exc.TimeoutError):  # SQLAlchemy's pool had no connection to give within its wait
+        return "every connection to the database stayed busy"
     return None
 
 
