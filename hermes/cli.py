@@ -258,6 +258,10 @@ def _progress_printer(session: ExperimentSession, say: Callable[[str], None] | N
     return show
 
 
+COMPARED_SEEDS = 10  # seeds --compare averages over unless --seeds says
+UNREPORTED_SHOWN = 10  # trials named in the line of those stopped before their first report
+
+
 def _add_simulate(commands: argparse._SubParsersAction) -> None:
     from hermes.policies import POLICIES, STOPPERS
     from hermes.sim.costs import PROFILES
@@ -275,11 +279,13 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
                      help="direction in which the metric improves (a CSV needs it; a stored experiment knows it)")
     sim.add_argument("--gpus", required=True, type=_positive_int, help="GPUs of the simulated cluster")
     sim.add_argument("--nodes", type=_positive_int, help=f"default: one node per {GPUS_PER_NODE} GPUs")
-    sim.add_argument("--policy", default="hermes",
-                     help=f"{', '.join(POLICIES)} (default hermes), or a policy of your own as module:Class")
+    sim.add_argument("--policy",
+                     help=f"{', '.join(POLICIES)} (default hermes), or a policy of your own as module:Class, looked "
+                          "for in the current folder first")
     sim.add_argument("--stopper", help=f"optional early stopping: {', '.join(STOPPERS)}, or module:Class")
     sim.add_argument("--period", type=_positive_float, help="scheduling period in seconds (default: the policy's)")
-    sim.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the random arrival order")
+    sim.add_argument("--seed", type=_non_negative_int, default=0,
+                     help="seed of the random arrival order (with --compare: the first of --seeds)")
     sim.add_argument("--costs", default="warm", choices=PROFILES,
                      help="switch-cost profile: warm workers (default) or a process per run (hermes/sim/calibration.json)")
     sim.add_argument("--state-mb", type=_size,
@@ -290,8 +296,9 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--json", action="store_true",
                      help="print the figures as one JSON object (with --compare: a list, an object per policy)")
     sim.add_argument("--compare", help="comma-separated policies to compare, e.g. fifo,rr,slaq,hermes")
-    sim.add_argument("--seeds", type=_positive_int, default=10, help="with --compare: seeds 0..K-1 to average over")
-    sim.add_argument("--workers", type=_positive_int, default=1, help="with --compare: processes to use")
+    sim.add_argument("--seeds", type=_positive_int,
+                     help=f"with --compare: how many seeds to average over, from --seed on (default {COMPARED_SEEDS})")
+    sim.add_argument("--workers", type=_positive_int, help="with --compare: processes to use (default 1)")
     sim.set_defaults(handler=_simulate)
 
 
@@ -315,10 +322,12 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         trace = load_trace(args.trace, args.mode, state_mb=args.state_mb)
     period = {} if args.period is None else {"period": args.period}  # what run_one builds each policy with
+    policy = args.policy or "hermes"
     if not args.compare:
-        _loadable(policy_class, args.policy, f"--policy {args.policy}", **period)
+        _loadable(policy_class, policy, f"--policy {policy}", **period)
     if args.stopper is not None:
         _loadable(stopper_class, args.stopper, f"--stopper {args.stopper}")
+    _refuse_what_has_no_effect(args)
     nodes = args.nodes or math.ceil(args.gpus / GPUS_PER_NODE)
     if nodes > args.gpus:
         raise HermesError(f"--nodes {nodes}: more nodes than the {args.gpus} GPUs (each node needs one)")
@@ -326,6 +335,7 @@ def _simulate(args: argparse.Namespace) -> int:
         setting = Setting(
             gpus=args.gpus, nodes=nodes, period=args.period, stopper=args.stopper,
             costs=SwitchCosts.profile(args.costs), target=Tolerance.parse(args.target_tolerance),
+            plugins_from=Path.cwd(),
         )
     except ValueError as error:
         raise HermesError(str(error)) from None
@@ -338,29 +348,58 @@ def _simulate(args: argparse.Namespace) -> int:
         twice = next((name for i, name in enumerate(policies) if name in policies[:i]), None)
         if twice:  # its runs would merge into one row that counts each seed twice
             raise HermesError(f"--compare {args.compare!r}: policy {twice!r} is named twice")
-        summaries = compare(trace, policies, range(args.seeds), setting, workers=args.workers)
+        count = args.seeds or COMPARED_SEEDS
+        seeds = range(args.seed, args.seed + count)
+        summaries = compare(trace, policies, seeds, setting, workers=args.workers or 1)
         if args.json:
-            _print_json([_nan_as_null(dataclasses.asdict(s)) for s in summaries])
+            _print_json([_nan_as_null(s.figures()) for s in summaries])
         else:
-            print(f"{trace.path}: {len(trace.trials)} trials, {args.gpus} GPUs on {nodes} node(s), {args.seeds} seeds")
+            first = f" from {args.seed}" if args.seed else ""
+            print(f"{trace.path}: {len(trace.trials)} trials, {args.gpus} GPUs on {nodes} node(s), "
+                  f"{count} seeds{first}")
             print(format_table(summaries))
         return 0
-    result = run_one(trace, args.policy, args.seed, setting)
-    figures = result.figures()
+    result = run_one(trace, policy, args.seed, setting)
+    figures: dict[str, Any] = {}
+    for key, value in result.figures().items():
+        figures[key] = value
+        if key == "trials":  # and those the policy never ran, which a real run ends "before its first report"
+            figures["stopped_before_first_report"] = list(result.stopped_before_first_report)
     if args.json:
         _print_json(_nan_as_null(figures))
     else:
         for key, value in figures.items():
-            if key != "best_curve":
-                print(f"{key:>24}: {value}")
+            if key == "stopped_before_first_report":
+                shown = ", ".join(value[:UNREPORTED_SHOWN]) + (", ..." if len(value) > UNREPORTED_SHOWN else "")
+                print(f"{key:>27}: {len(value)}{f' ({shown})' if value else ''}")
+            elif key != "best_curve":
+                print(f"{key:>27}: {value}")
     return 0
+
+
+def _refuse_what_has_no_effect(args: argparse.Namespace) -> None:
+    """Options that would change nothing: the user meant something else (``--seeds`` for one run asked for an
+    average, and got seed 0)."""
+    if args.compare and args.policy is not None:
+        raise HermesError(f"--policy {args.policy}: --compare names the policies; add it there")
+    if not args.compare:
+        given = [option for option, value in (("--seeds", args.seeds), ("--workers", args.workers))
+                 if value is not None]
+        if given:
+            raise HermesError(f"{' and '.join(given)}: only with --compare (a single run is of --seed {args.seed})")
+    if args.experiment is not None and not Path(args.trace).is_dir():
+        raise HermesError(f"--experiment {args.experiment}: only with a storage dir as --trace, not a CSV")
 
 
 def _loadable(load: Callable[[str], type], name: str, option: str, **params: Any) -> None:
     """Load and build it once, with the arguments the simulator gives it, so that a class that cannot be
-    built (abstract, or wanting other arguments) is refused now, as `hermes run` refuses it, not in a traceback."""
+    built (abstract, or wanting other arguments) is refused now, as `hermes run` refuses it, not in a traceback.
+    A class of one's own is looked for in the current folder first (``Setting.plugins_from``)."""
+    from hermes.plugins import importable_from
+
     try:
-        load(name)(**params)
+        with importable_from(Path.cwd()):
+            load(name)(**params)
     except (TypeError, ValueError) as error:
         raise HermesError(f"{option}: {error}") from None
 

@@ -4,9 +4,28 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 import types
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
+
+_FOLDER: ContextVar[Path | None] = ContextVar("plugin_folder", default=None)
+
+
+@contextmanager
+def importable_from(folder: Path | None) -> Iterator[None]:
+    """Plug-ins loaded inside are imported with ``folder`` first on Python's path, as a trial's process imports
+    its module from its workdir: ``hermes simulate`` gives the current folder, where a user keeps a policy beside
+    the trial's code. None: Python's path alone, as everywhere else (a server refuses a user's plug-ins)."""
+    token = _FOLDER.set(folder)
+    try:
+        yield
+    finally:
+        _FOLDER.reset(token)
 
 
 def load_class(path: str, base: type, base_name: str | None = None) -> type:
@@ -14,13 +33,42 @@ def load_class(path: str, base: type, base_name: str | None = None) -> type:
 
     ValueError saying why not: the module's import may raise anything, and the user should see what."""
     module, _, attribute = path.partition(":")
+    folder = _FOLDER.get()
     try:
-        loaded = getattr(importlib.import_module(module), attribute)
+        with _first_on_path(folder):
+            loaded = getattr(importlib.import_module(module), attribute)
     except (Exception, SystemExit) as error:  # a module that runs a command line when imported exits
-        raise ValueError(f"cannot load {path}: {type(error).__name__}: {error}") from None
+        missing = isinstance(error, ModuleNotFoundError) and f"{module}.".startswith(f"{error.name}.")
+        hint = f" ({_where(folder)})" if missing else ""  # the plug-in's module, not one it imports
+        raise ValueError(f"cannot load {path}: {type(error).__name__}: {error}{hint}") from None
     if not (isinstance(loaded, type) and issubclass(loaded, base)):
         raise ValueError(f"{path} is not a subclass of {base_name or f'{base.__module__}.{base.__name__}'}")
     return loaded
+
+
+@contextmanager
+def _first_on_path(folder: Path | None) -> Iterator[None]:
+    """``folder`` first on ``sys.path`` for one import only: what the plug-in imports later, and the rest of the
+    process, see the path as it was. Hermes's own modules cannot be shadowed from there: ``hermes`` is imported
+    by then, and its modules are found in its package, never on the path."""
+    if folder is None:
+        yield
+        return
+    entry = str(folder)
+    sys.path.insert(0, entry)
+    importlib.invalidate_caches()  # a module written since the folder was last listed (in the same second)
+    try:
+        yield
+    finally:
+        sys.path.remove(entry)
+
+
+def _where(folder: Path | None) -> str:
+    """Where a plug-in's module was looked for, and how to put it there."""
+    if folder is not None:
+        return f"looked for in {folder} and on Python's path"
+    return ("a plug-in is imported from Python's path by the process that runs Hermes, not from trial.workdir: "
+            "install its package, or add its folder to PYTHONPATH")
 
 
 def construct(cls: type, params: dict[str, Any]) -> Any:

@@ -57,6 +57,10 @@ class SimulationResult:
     policy: str
     gpus: int
     trials: int
+    # Trials that ended without a report (a policy never ran them; a real run says "stopped before its first
+    # report"): the feedback figures are over the others. Kept out of figures(), as the logs are, so that
+    # bench/decision_hashes.py's digests of them stay comparable with older versions'.
+    stopped_before_first_report: tuple[str, ...]
     time_to_best_s: float | None  # when a trial with the trace's best final metric first completed its budget
     time_to_target_s: float | None  # when a trial first completed its budget within the tolerance of the best
     mean_first_feedback_s: float
@@ -73,8 +77,9 @@ class SimulationResult:
     epochs: list[EpochRecord] | None = field(default=None, repr=False)
 
     def figures(self) -> dict[str, Any]:
-        """The published figures, without the logs."""
-        return {k: v for k, v in asdict(self).items() if k not in ("decisions", "epochs")}
+        """The published figures, without the logs (nor the trials stopped before their first report)."""
+        left_out = ("decisions", "epochs", "stopped_before_first_report")
+        return {k: v for k, v in asdict(self).items() if k not in left_out}
 
 
 def simulate(
@@ -125,6 +130,7 @@ def simulate(
         policy=policy.name,
         gpus=gpus,
         trials=len(arrivals),
+        stopped_before_first_report=tuple(t.trial_id for t in scheduler.trials.values() if t.first_report_at is None),
         time_to_best_s=min(on_best, default=None),
         time_to_target_s=min(on_target, default=None),
         mean_first_feedback_s=statistics.fmean(first) if first else math.nan,
