@@ -21,6 +21,7 @@ import io
 import json
 import os
 import queue
+import signal
 import sys
 import threading
 import traceback
@@ -29,6 +30,7 @@ from typing import Any, Callable, TextIO
 
 from hermes.errors import STORAGE_LIMIT_ERRNOS
 from hermes.trial import protocol
+from hermes.trial.checkpoint import reseed_rng
 from hermes.trial.session import (
     Session,
     StopExit,
@@ -62,6 +64,7 @@ class _TrialChannel:
     def __init__(self, trial_id: str, outbox: _Outbox, on_park: Callable[[str], None]) -> None:
         self.trial_id = trial_id
         self.words: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.suspended = False  # it said its checkpoint is committed: its run ends suspended, however it returns
         self._outbox = outbox
         self._on_park = on_park
 
@@ -69,6 +72,8 @@ class _TrialChannel:
         if message["type"] == protocol.PARKED:  # sent by one of the trial's threads, which now waits
             self._on_park(self.trial_id)
         self._outbox.send({**message, "trial": self.trial_id})
+        if message["type"] == protocol.SUSPENDED:
+            self.suspended = True
 
     def receive(self) -> str:
         return self.words.get()
@@ -76,11 +81,13 @@ class _TrialChannel:
 
 class _TrialStreams(io.TextIOBase):
     """sys.stdout or sys.stderr of the worker: what a trial's threads print (its own, those it started, its tasks
-    in a thread pool: ``trial_of_thread``) goes to that trial's log; the rest to the worker's."""
+    in a thread pool: ``trial_of_thread``) goes to that trial's log; the rest to the worker's. It answers what
+    programs ask of a process's stream (``buffer``, ``encoding``, ``fileno``, ``reconfigure``)."""
 
     def __init__(self, fallback: TextIO, name: str) -> None:
         self._fallback = fallback
         self._name = name
+        self._bytes = _TrialBytes(self)
         self._paths: dict[str, Path] = {}  # the log of each trial that runs, by its id
         self._files: dict[str, TextIO] = {}  # those open now
         self._lock = threading.RLock()  # a trial's threads write while it parks or ends, which closes its file
@@ -124,6 +131,71 @@ class _TrialStreams(io.TextIOBase):
         with self._lock:
             self._target().flush()
 
+    def write_bytes(self, data: bytes) -> int:
+        """``sys.stdout.buffer.write``: after the text written before it, in the same log."""
+        with self._lock:
+            target = self._target()
+            target.flush()
+            written = target.buffer.write(data)
+            target.buffer.flush()
+            return written
+
+    @property
+    def buffer(self) -> _TrialBytes:
+        return self._bytes
+
+    @property
+    def encoding(self) -> str:
+        with self._lock:
+            return self._target().encoding
+
+    @property
+    def errors(self) -> str | None:
+        with self._lock:
+            return self._target().errors
+
+    def fileno(self) -> int:
+        """The worker's own stream's: what is written to the descriptor (C code, ``faulthandler``) goes to the worker's
+        log, as every output that bypasses Python does."""
+        return self._fallback.fileno()
+
+    def reconfigure(
+        self,
+        *,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = None,
+        line_buffering: bool | None = None,
+        write_through: bool | None = None,
+    ) -> None:
+        """Accepted, and nothing to change: a trial's log is written line by line and takes any text (what cannot be
+        encoded is escaped)."""
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+
+class _TrialBytes(io.BufferedIOBase):
+    """The ``buffer`` of a ``_TrialStreams``: bytes go to the log its text goes to from the calling thread."""
+
+    def __init__(self, text: _TrialStreams) -> None:
+        self._text = text
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        return self._text.write_bytes(data)
+
+    def flush(self) -> None:
+        self._text.flush()
+
+    def fileno(self) -> int:
+        return self._text.fileno()
+
+    def writable(self) -> bool:
+        return True
+
 
 def _open_log(path: Path) -> TextIO:
     """A trial's log, which takes any text as Python's stderr does: a lone surrogate (a file name that is not UTF-8,
@@ -132,9 +204,12 @@ def _open_log(path: Path) -> TextIO:
 
 
 class Worker:
-    def __init__(self, outbox: _Outbox, stdout: _TrialStreams, stderr: _TrialStreams) -> None:
+    """``home``: the working directory each trial starts in (the worker's at its start)."""
+
+    def __init__(self, outbox: _Outbox, stdout: _TrialStreams, stderr: _TrialStreams, home: str) -> None:
         self.outbox = outbox
         self.stdout, self.stderr = stdout, stderr
+        self.home = home
         self.channels: dict[str, _TrialChannel] = {}
 
     def serve(self, commands: TextIO) -> None:
@@ -180,6 +255,9 @@ class Worker:
         try:
             self.stdout.open_for(channel.trial_id, directory)
             self.stderr.open_for(channel.trial_id, directory)
+            # As a process of its own starts: not where the worker's previous trial left its directory and generators
+            os.chdir(self.home)
+            reseed_rng()
             _call(channel, command, directory)
         except SuspendExit:
             outcome = protocol.SUSPENDED
@@ -206,6 +284,8 @@ class Worker:
                 except OSError:
                     pass  # a full disk: what could not be written is lost, the trial's outcome is not
             del self.channels[channel.trial_id]
+        if channel.suspended:  # however the function ended then: a thread of it that was suspended ends quietly
+            outcome, error = protocol.SUSPENDED, None
         return outcome, error
 
 
@@ -283,18 +363,40 @@ def _warm_up(module_name: str) -> None:
         torch.cuda.init()
 
 
+def _signal_handlers_stay_the_workers() -> None:
+    """``signal.signal`` in a trial's thread installs nothing and says so on the trial's stderr, where Python refuses
+    it (a handler is the main thread's, and the worker's). It would never be called: Hermes sends a trial no signal
+    but SIGKILL (it suspends it at a report, its checkpoint committed), and a trial's handler that exits would end
+    the worker and the trials parked in it."""
+    install = signal.signal
+
+    def install_unless_in_a_trial(signum: int, handler: Any) -> Any:
+        if trial_of_thread() is None:  # the worker's own threads: its main thread, say, importing the module
+            return install(signum, handler)
+        previous = signal.getsignal(signum)  # and an unknown signal raises ValueError, as signal.signal does
+        name = getattr(signum, "name", signum)
+        print(f"hermes: signal.signal({name}, ...) is ignored: a trial in a warm worker runs in a thread, and Hermes "
+              "sends it no signal (trial: {warm_workers: false} runs it in a process of its own)",
+              file=sys.stderr, flush=True)
+        return previous
+
+    signal.signal = install_unless_in_a_trial  # type: ignore[assignment]
+
+
 def main(argv: list[str]) -> None:
     faulthandler.enable()  # a segfault leaves its stack in the worker's log
-    sys.path.insert(0, os.getcwd())
+    home = os.getcwd()
+    sys.path.insert(0, home)
     outbox = _Outbox(int(os.environ[protocol.ENV_WORKER_CHANNEL]))
     stdout, stderr = _TrialStreams(sys.stdout, "stdout.log"), _TrialStreams(sys.stderr, "stderr.log")
     sys.stdout, sys.stderr = stdout, stderr
     follow_threads()
+    _signal_handlers_stay_the_workers()
     commands = _commands_apart()
     _warm_up(argv[0] if argv else "")
     gc.collect()
     gc.freeze()  # the imports live as long as the worker: the collection after each trial skips them
-    Worker(outbox, stdout, stderr).serve(commands)
+    Worker(outbox, stdout, stderr, home).serve(commands)
 
 
 def _commands_apart() -> TextIO:

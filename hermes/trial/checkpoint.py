@@ -226,3 +226,15 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.set_rng_state(state["torch"])
         if "cuda" in state and torch.cuda.device_count() == len(state["cuda"]):
             torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def reseed_rng() -> None:
+    """Seed the global random generators of ``capture_rng`` from the system's entropy, as a process of its own starts
+    with them: a trial that starts in a warm worker must not draw on where the worker's previous trial left off."""
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()  # the CPU's and every device's

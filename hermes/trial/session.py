@@ -150,6 +150,8 @@ class Session:
         self.last_step = self.start_step
         self.savers: dict[str, Saver] = {}
         self.parked_rng: dict[str, Any] | None = None  # the trial's random generators while it is parked
+        self.parked_cwd: str | None = None  # and its working directory
+        self.suspended = False  # its suspension is committed and said: this run is over, for each of its threads
         self._channel = channel
         if latest is not None and reported_step is not None and self.start_step > reported_step:
             self._report_again(latest[0])
@@ -270,6 +272,8 @@ class Session:
     def report(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Send the metrics of ``step``, wait for the scheduler's answer and obey it."""
         self._check_channel()
+        if self.suspended:  # another of its threads was suspended (a thread's SuspendExit ends only that thread)
+            raise SuspendExit
         try:
             if isinstance(step, bool):
                 raise TypeError
@@ -368,6 +372,7 @@ class Session:
             if not checkpointed:
                 self.save(step, metrics)
             self._send({"type": protocol.SUSPENDED, "step": step})
+            self.suspended = True
             self._prepare_exit()
             raise SuspendExit
         if answer == protocol.STOP:
@@ -379,12 +384,12 @@ class Session:
     def _park(self, step: int) -> str:
         """Suspended in a warm worker: keep everything in memory, give the device back, and wait.
 
-        Other trials run in this process meanwhile, so the global random generators are saved
-        here and put back on resume (a spilled checkpoint takes them from here too).
+        Other trials run in this process meanwhile, so the global random generators and the working directory are
+        saved here and put back on resume (a spilled checkpoint takes the generators from here too).
         """
         from hermes.trial.checkpoint import capture_rng, restore_rng
 
-        self.parked_rng = capture_rng()
+        self.parked_rng, self.parked_cwd = capture_rng(), os.getcwd()
         for saver in self.savers.values():
             saver.offload()
         release_device_cache()
@@ -398,7 +403,8 @@ class Session:
             for saver in self.savers.values():
                 saver.reload()
             restore_rng(self.parked_rng)
-            self.parked_rng = None
+            os.chdir(self.parked_cwd)
+            self.parked_rng = self.parked_cwd = None
         return command
 
     def _prepare_exit(self) -> None:
@@ -492,10 +498,12 @@ def _sync(path: Path) -> None:
 
 
 def _tree(directory: Path) -> list[Path]:
-    """Every file and directory under ``directory``, itself included."""
+    """Every file and directory under ``directory``, itself included; not its symbolic links (a saver's copy of a
+    Hugging Face snapshot, whose links may point outside the checkpoint or nowhere): opening one would sync its
+    target, or fail, and the link itself is synced with its directory's entries."""
     paths = []
     for parent, _, files in os.walk(directory):
-        paths += [Path(parent), *(Path(parent) / name for name in files)]
+        paths += [Path(parent), *(Path(parent) / name for name in files if not os.path.islink(Path(parent) / name))]
     return paths
 
 
