@@ -6,8 +6,16 @@ ends. Two limits apply to a watched trial (``TrialLimits``, from the spec's ``tr
 - ``timeout``: seconds of running time in all, summed over its runs (time suspended is free);
 - stall: seconds without a report. ``stall_after`` is a fixed limit that also covers the time
   before its first report (imports, loading data); ``stall_factor`` measures the trial against
-  itself: silent for that many times its slowest step so far (two reports of one run apart),
-  but never less than ``stall_min`` seconds, so a short pause (an evaluation) is not a hang.
+  itself: silent for that many times its slowest step so far, but never less than ``stall_min``
+  seconds, so a short pause (an evaluation) is not a hang.
+
+A step is the running time between two of its reports, in one run or across two: a preemptive policy
+may suspend a trial at each of its reports, so that no run of it reports twice (it had no step then, and
+hung for ever). A step across two runs counts the saving, start-up and restore between them too, so it
+errs only long (an unmodified program's, stopped and continued mid-step, is the step's own); the time a
+process lingers after committing its suspension is no step's. Until its first report a run is measured
+against the longest any of its runs took to a first report (from its start, or from the report before it),
+start-ups against start-ups, so a restore slower than the steps is not taken for a hang.
 
 A trial that committed its suspension only has to exit: it is overdue ``EXIT_GRACE`` seconds later (a thread
 that is no daemon keeps its process alive). Killed then, or past a limit once it reported its budget's last step
@@ -48,10 +56,16 @@ class _Watch:
     ran: float = 0.0  # running seconds of the runs that ended
     since: float | None = None  # the run in progress began; None while not watched
     heard_at: float = 0.0  # its last report, or the start of the run
-    last_report_at: float | None = None  # its last report in this run: the next one times a step
-    slowest_step: float = 0.0
+    ran_at_report: float | None = None  # its running seconds at its last report: the next one times a step
+    reported_in_run: bool = False  # the run in progress reported: it no longer starts up
+    slowest_step: float = 0.0  # running seconds between two reports
+    slowest_start: float = 0.0  # ...to a run's first report, from its start or the report before: start-up included
     limits: TrialLimits | None = None  # the trial's own; None: the watchdog's
-    exit_by: float | None = None  # it committed its suspension in this run, and must exit by then
+    committed_at: float | None = None  # it committed its suspension in this run then: it must exit in EXIT_GRACE
+
+    def running(self, now: float) -> float:
+        """Its running seconds in all by ``now``."""
+        return self.ran + (now - self.since if self.since is not None else 0.0)
 
 
 @dataclass(slots=True)
@@ -66,28 +80,34 @@ class Watchdog:
         watch = self._watches.setdefault(trial_id, _Watch(ran=ran, limits=limits))
         if watch.since is None:
             watch.since = watch.heard_at = now
-            watch.last_report_at = watch.exit_by = None
+            watch.reported_in_run, watch.committed_at = False, None
             self._watched[trial_id] = watch
 
     def reported(self, trial_id: str, now: float) -> None:
         watch = self._watched.get(trial_id)
         if watch is None:
             return
-        if watch.last_report_at is not None:
-            watch.slowest_step = max(watch.slowest_step, now - watch.last_report_at)
-        watch.heard_at = watch.last_report_at = now
+        ran = watch.running(now)
+        step = None if watch.ran_at_report is None else ran - watch.ran_at_report
+        if step is not None:
+            watch.slowest_step = max(watch.slowest_step, step)
+        if not watch.reported_in_run:
+            watch.slowest_start = max(watch.slowest_start, step if step is not None else ran - watch.ran)
+        watch.heard_at, watch.ran_at_report, watch.reported_in_run = now, ran, True
 
     def exiting(self, trial_id: str, now: float) -> None:
         """It committed its suspension: all it has left to do is exit, within ``EXIT_GRACE`` seconds."""
         watch = self._watched.get(trial_id)
-        if watch is not None and watch.exit_by is None:
-            watch.exit_by = now + EXIT_GRACE
+        if watch is not None and watch.committed_at is None:
+            watch.committed_at = now
 
     def stopped(self, trial_id: str, now: float, *, ended: bool = False) -> None:
         """It gave up its slot (suspended, lost, or killed by the watchdog), or ``ended``: not watched."""
         watch = self._watched.pop(trial_id, None)
         if watch is not None:
-            watch.ran += now - (watch.since or now)
+            if watch.committed_at is not None and watch.ran_at_report is not None:  # lingering is no step's time
+                watch.ran_at_report += now - watch.committed_at
+            watch.ran = watch.running(now)
             watch.since = None
         if ended:
             self._watches.pop(trial_id, None)
@@ -118,11 +138,17 @@ class Watchdog:
         if limits.stall_after is not None:
             found.append((watch.heard_at + limits.stall_after,
                           f"hung: no report for {limits.stall_after:g}s (trial.stall.after)"))
-        if limits.stall_factor and watch.slowest_step > 0:
-            silence = max(limits.stall_factor * watch.slowest_step, limits.stall_min)
+        if limits.stall_factor and watch.slowest_step > 0:  # it reported twice
+            if watch.reported_in_run:
+                silence = max(limits.stall_factor * watch.slowest_step, limits.stall_min)
+                why = f"its slowest step took {watch.slowest_step:.3g}s"
+            else:
+                silence = max(limits.stall_factor * watch.slowest_start, limits.stall_min)
+                why = f"its slowest run took {watch.slowest_start:.3g}s to its first report"
             found.append((watch.heard_at + silence,
-                          f"hung: no report for {silence:.3g}s, while its slowest step took {watch.slowest_step:.3g}s "
+                          f"hung: no report for {silence:.3g}s, while {why} "
                           f"(trial.stall: factor {limits.stall_factor:g}, min {limits.stall_min:g}s)"))
-        if watch.exit_by is not None:
-            found.append((watch.exit_by, f"it did not exit within {EXIT_GRACE:g}s of committing its suspension"))
+        if watch.committed_at is not None:
+            found.append((watch.committed_at + EXIT_GRACE,
+                          f"it did not exit within {EXIT_GRACE:g}s of committing its suspension"))
         return found

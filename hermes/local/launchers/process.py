@@ -51,6 +51,10 @@ _GROUPED = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][-+]?\d+)?")  # 
 class ProcessLauncher(Launcher):
     """Cooperative trials, a process per run."""
 
+    # A message of hermes.trial is kept whole, however many metrics it reports, as a warm worker's is: the trial
+    # waits for the answer to each report, so a run has at most one report to hold.
+    line_limit: int | None = None
+
     def __init__(self, host: Any) -> None:
         super().__init__(host)
         self._live: list[Run] = []  # processes not yet reaped
@@ -170,7 +174,7 @@ class ProcessLauncher(Launcher):
         if not chunk:
             self._close_output(output)
             if output.buffer:  # a last line without a newline
-                line, output.buffer = bytes(output.buffer[-MAX_LINE:]), b""
+                line, output.buffer = _kept(output.buffer, self.line_limit), b""
                 self._line(run, output, line)
             self._ended(run, output)
             return False
@@ -182,7 +186,7 @@ class ProcessLauncher(Launcher):
                 if error.errno in NO_SPACE_ERRNOS:
                     raise NoSpaceError(f"trial {run.trial.trial_id}: {output.log.name}: {error.strerror}") from None
                 raise
-        for line in _lines(output, chunk):
+        for line in _lines(output, chunk, self.line_limit):
             self._line(run, output, line)
         return True
 
@@ -203,8 +207,6 @@ class ProcessLauncher(Launcher):
         """The pipe ended (its process and children are gone, or closed it): nothing more comes of it."""
 
     def _parse(self, run: Run, output: Output, line: bytes) -> None:
-        if len(line) >= MAX_LINE:  # cut to its end (``_lines``); a message of ours is never that long
-            raise ValueError(f"a message of {MAX_LINE} bytes or more")
         message = json.loads(line)
         if message["type"] == protocol.REPORT:
             metrics = {str(name): float(value) for name, value in message["metrics"].items()}
@@ -301,6 +303,8 @@ class _Reading:
 
 class ScriptLauncher(ProcessLauncher):
     """Unmodified programs: metrics from stdout, SIGSTOP and SIGCONT in place."""
+
+    line_limit = MAX_LINE  # of a longer line only its end is read: a metrics line is never that long
 
     def __init__(self, host: Any) -> None:
         super().__init__(host)
@@ -429,31 +433,36 @@ class ScriptLauncher(ProcessLauncher):
             host.watchdog.reported(trial.trial_id, host.now())  # but a step all the same
 
 
-def _lines(output: Output, chunk: bytes) -> list[bytes]:
+def _lines(output: Output, chunk: bytes, limit: int | None) -> list[bytes]:
     """The segments that ``chunk`` completes, each with the byte that ends it: a newline, or a carriage return (a
     progress line redrawn in place; ``ScriptLauncher._parse`` reads it as part of its line). The rest of ``chunk``
     waits in ``output.buffer`` for the next read.
 
     Only the new chunk is searched for line ends, and the partial segment grows in place, so a segment costs time
     in proportion to its length (adding each chunk to a copy of the whole line and splitting that again took
-    quadratic time: seconds for a line of megabytes). Of a segment longer than MAX_LINE only its last MAX_LINE
+    quadratic time: seconds for a line of megabytes). Of a segment longer than ``limit`` only its last ``limit``
     bytes are kept: its end is what a report would be (a metrics line is never that long), and the memory stays
-    bounded."""
+    bounded. None: segments are kept whole."""
     buffer = output.buffer
     if not isinstance(buffer, bytearray):
         buffer = output.buffer = bytearray(buffer)
     end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
     if end < 0:
         buffer += chunk
-        if len(buffer) > 2 * MAX_LINE:  # trimmed once it has grown by MAX_LINE: amortised, a constant per byte
-            del buffer[:-MAX_LINE]
+        if limit is not None and len(buffer) > 2 * limit:  # trimmed once it has grown by limit: amortised, a
+            del buffer[:-limit]                             # constant per byte
         return []
     lines = _SEGMENT.findall(chunk, 0, end + 1)
     if buffer:
         buffer += lines[0]
-        lines[0] = bytes(buffer[-MAX_LINE:])
+        lines[0] = _kept(buffer, limit)
     output.buffer = bytearray(chunk[end + 1:])
     return lines
+
+
+def _kept(segment: bytes | bytearray, limit: int | None) -> bytes:
+    """What is read of a segment: its last ``limit`` bytes, or all of it."""
+    return bytes(segment if limit is None else segment[-limit:])
 
 
 def _number(text: str) -> float | None:
