@@ -782,21 +782,20 @@ def test_reports_of_a_running_experiment_count_its_time_up_to_now(tmp_path: Path
     assert 1.5 < elapsed_2 - elapsed_1 < 10 and 1.5 < gpu_2 - gpu_1 < 10, readings
 
 
-def test_the_live_view_runs_on_a_terminal(tmp_path: Path) -> None:
-    """Without --no-live on a terminal, the run shows Rich's live view, then the same leaderboard."""
+def run_on_a_terminal(path: Path, cwd: Path, columns: int, timeout: float) -> tuple[int | None, str]:
+    """``hermes run path`` with a pseudo-terminal for its output (so its live view is drawn): its exit code and
+    what it showed."""
     import pty
 
-    spec = spec_of("e2e-live", search=search(3, 0, 0.02), budget={"steps": 3})
-    path = write_spec(tmp_path, spec)
     leader, follower = pty.openpty()
     runner = subprocess.Popen(
-        hermes_command("run", str(path)), cwd=tmp_path, env={**environment(), "TERM": "xterm", "COLUMNS": "120"},
+        hermes_command("run", str(path)), cwd=cwd, env={**environment(), "TERM": "xterm", "COLUMNS": str(columns)},
         stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
     )
     os.close(follower)
     output = b""
     try:
-        deadline = time.monotonic() + RUN_TIMEOUT
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 chunk = os.read(leader, 1 << 16)
@@ -811,8 +810,14 @@ def test_the_live_view_runs_on_a_terminal(tmp_path: Path) -> None:
             runner.kill()
             runner.wait()
         os.close(leader)
-    text = output.decode(errors="replace")
-    assert runner.returncode == 0, text
+    return runner.returncode, output.decode(errors="replace")
+
+
+def test_the_live_view_runs_on_a_terminal(tmp_path: Path) -> None:
+    """Without --no-live on a terminal, the run shows Rich's live view, then the same leaderboard."""
+    spec = spec_of("e2e-live", search=search(3, 0, 0.02), budget={"steps": 3})
+    returncode, text = run_on_a_terminal(write_spec(tmp_path, spec), tmp_path, 120, RUN_TIMEOUT)
+    assert returncode == 0, text
     assert "leaderboard" in text  # the live view was drawn
     assert "e2e-live: finished" in text and "top 3 by best score" in text
 

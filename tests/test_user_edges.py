@@ -7,12 +7,9 @@ processes, the real store (helpers of test_run.py)."""
 from __future__ import annotations
 
 import os
-import pty
 import shutil
 import sqlite3
-import subprocess
 import textwrap
-import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -22,9 +19,21 @@ import yaml
 
 from hermes.core.states import TrialState
 from hermes.errors import SpecError
-from hermes.experiment.spec import MAX_SPEC_BYTES, SQLITE_MAX_PATHNAME, load_spec, read_spec
+from hermes.experiment.spec import (
+    MAX_SPEC_BYTES,
+    SQLITE_MAX_PATHNAME,
+    load_spec,
+    read_spec,
+)
 from hermes.store.lock import LOCK_FILE
-from tests.test_run import environment, hermes, hermes_command, load_view, search, spec_of, write_spec
+from tests.test_run import (
+    hermes,
+    load_view,
+    run_on_a_terminal,
+    search,
+    spec_of,
+    write_spec,
+)
 
 ENDS_WITHIN = 30  # seconds: a run of a few one-step trials takes a few; one that hangs fails its test instead
 
@@ -125,31 +134,8 @@ def test_control_characters_of_a_trial_error_are_escaped_in_run_and_status(tmp_p
 def test_control_characters_of_a_trial_error_are_escaped_above_the_live_view(tmp_path: Path) -> None:
     """The live view says a failure in a line above its table, which wrote the error raw too."""
     path = failing_spec(tmp_path, "control", CONTROL)
-    leader, follower = pty.openpty()
-    runner = subprocess.Popen(
-        hermes_command("run", str(path)), cwd=tmp_path, env={**environment(), "TERM": "xterm", "COLUMNS": "400"},
-        stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
-    )
-    os.close(follower)
-    output = b""
-    try:
-        deadline = time.monotonic() + ENDS_WITHIN
-        while time.monotonic() < deadline:
-            try:
-                chunk = os.read(leader, 1 << 16)
-            except OSError:  # EIO: the runner closed the terminal
-                break
-            if not chunk:
-                break
-            output += chunk
-        runner.wait(timeout=10)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.wait()
-        os.close(leader)
-    text = output.decode(errors="replace")
-    assert runner.returncode == 0, text
+    returncode, text = run_on_a_terminal(path, tmp_path, 400, ENDS_WITHIN)
+    assert returncode == 0, text
     assert "leaderboard" in text and ESCAPED in text  # the live view was drawn, the error said above it
     assert not any(raw in text for raw in RAW), repr(text)
 
