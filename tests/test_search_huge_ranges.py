@@ -15,14 +15,8 @@ from hermes.errors import SpecError
 from hermes.experiment.spec import SearchSpec, parse_spec
 from hermes.search import make_searcher
 from hermes.search.optuna_search import GP_MAX_INT_VALUES
+from tests.test_search import BASE
 
-BASE: dict[str, Any] = {
-    "name": "huge",
-    "trial": {"function": "examples.digits.train:train"},
-    "metric": {"name": "accuracy", "mode": "max"},
-    "budget": {"steps": 5},
-    "policy": {"name": "fifo"},
-}
 ASKS = 14  # past TPE's 10 startup trials, CMA-ES's 1, and GP's given below
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # QMCSampler's
 

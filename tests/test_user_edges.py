@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from hermes.core.states import TrialState
 from hermes.errors import SpecError
@@ -34,6 +33,7 @@ from tests.test_run import (
     spec_of,
     write_spec,
 )
+from tests.test_spec_paths import project
 
 ENDS_WITHIN = 30  # seconds: a run of a few one-step trials takes a few; one that hangs fails its test instead
 
@@ -142,19 +142,7 @@ def test_control_characters_of_a_trial_error_are_escaped_above_the_live_view(tmp
 
 # ---------------------------------------------------------------------- 4. a store SQLite refuses, a spec without end
 def quick_project(folder: Path, storage: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "quick.py").write_text("def train(config):\n    pass\n")
-    path = folder / "spec.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "quick",
-        "trial": {"function": "quick:train", "workdir": "."},
-        "search": {"trials": 1, "space": {"x": {"type": "uniform", "low": 0.0, "high": 1.0}}},
-        "metric": {"name": "score", "mode": "max"},
-        "budget": {"steps": 1},
-        "resources": {"gpus": "none", "cpu_slots": 1},
-        "storage": {"dir": storage},
-    }))
-    return path
+    return project(folder, storage={"dir": storage})
 
 
 def nested(length: int) -> str:

@@ -15,6 +15,7 @@ from hermes.core.decisions import Resume, Start, Suspend
 from hermes.core.events import Event, TrialExited, TrialReported, TrialSuspended
 from hermes.local import LocalExecutor, TrialLaunch, local_slots
 from hermes.local.watchdog import TrialLimits
+from tests.test_warm_workers import until_ended
 
 LIMITS = TrialLimits(stall_after=30.0)  # a trial that hangs fails the test instead of hanging it
 
@@ -39,16 +40,6 @@ def park(executor: LocalExecutor, trial_id: str) -> TrialReported:
     [suspended] = executor.next_events()
     assert isinstance(suspended, TrialSuspended) and suspended.trial_id == trial_id, suspended
     return report
-
-
-def until_ended(executor: LocalExecutor, trials: int) -> list[Event]:
-    """The executor's events until ``trials`` trials have ended, every report answered 'continue'."""
-    events: list[Event] = []
-    while sum(isinstance(event, TrialExited) for event in events) < trials:
-        for event in executor.next_events():
-            events.append(event)
-            executor.settled(event)
-    return events
 
 
 THREADED = """

@@ -254,7 +254,7 @@ def test_a_trial_that_reports_from_a_thread_of_its_own_runs_as_in_a_process_of_i
             [rate * step for step in range(1, BUDGET + 1)])
 
 
-def _until_ended(executor: LocalExecutor, trials: int) -> list[Event]:
+def until_ended(executor: LocalExecutor, trials: int) -> list[Event]:
     """The executor's events until ``trials`` trials have ended, every report answered as it comes."""
     events: list[Event] = []
     while sum(isinstance(event, TrialExited) for event in events) < trials:
@@ -288,7 +288,7 @@ def test_a_trials_threads_work_for_it_while_another_trial_of_its_worker_moves(tm
         assert (moved.trial_id, moved.step) == ("moved", 2)
         executor.settled(moved)
         executor.settled(waiting)
-        events = _until_ended(executor, 2)
+        events = until_ended(executor, 2)
     assert {(e.trial_id, e.succeeded, e.error) for e in events if isinstance(e, TrialExited)} == {
         ("moved", True, None), ("stays", True, None)}
     reported = [waiting, *(e for e in events if isinstance(e, TrialReported))]
@@ -417,7 +417,7 @@ def test_a_worker_keeps_nothing_of_a_trial_that_moved_to_another_slot(tmp_path: 
         assert (moved.trial_id, moved.step) == ("moved", 2)
         executor.settled(moved)
         executor.apply(Start("next", "local/cpu0"), executor.now())
-        events = _until_ended(executor, 2)
+        events = until_ended(executor, 2)
     [after] = [e for e in events if isinstance(e, TrialReported) and e.trial_id == "next" and e.step == 1]
     assert after.metrics["resident"] - first.metrics["resident"] < BIG_MB / 2
 
