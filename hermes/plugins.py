@@ -19,8 +19,9 @@ _FOLDER: ContextVar[Path | None] = ContextVar("plugin_folder", default=None)
 @contextmanager
 def importable_from(folder: Path | None) -> Iterator[None]:
     """Plug-ins loaded inside are imported with ``folder`` first on Python's path, as a trial's process imports
-    its module from its workdir: ``hermes simulate`` gives the current folder, where a user keeps a policy beside
-    the trial's code. None: Python's path alone, as everywhere else (a server refuses a user's plug-ins)."""
+    its module from its workdir: ``hermes run`` gives the trial's workdir (``ExperimentSpec.plugins_from``),
+    ``hermes simulate`` the current folder, where a user keeps a policy beside the trial's code. None: Python's path
+    alone, as everywhere else (a server refuses a user's plug-ins)."""
     token = _FOLDER.set(folder)
     try:
         yield

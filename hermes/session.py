@@ -41,6 +41,7 @@ from hermes.execution.contract import Executor
 from hermes.execution.engine import Engine
 from hermes.execution.registry import make_engine
 from hermes.experiment import ExperimentSpec
+from hermes.plugins import importable_from
 from hermes.policies import make_policy, make_stopper
 from hermes.recovery import Recovered, replay
 from hermes.report.files import note_checkpoint_location
@@ -148,17 +149,18 @@ class ExperimentSession:
             self._lock.acquire()
         if not self._folder_lock.held:
             self._folder_lock.acquire()
-        policy = make_policy(spec.policy.name, **spec.policy.settings)
-        plugin_call(policy, "configure", self.engine.profile())
-        stopper = spec.policy.stopper
-        self.objective = Objective(spec.metric.mode)
-        self.scheduler = Scheduler(
-            policy,
-            objective=self.objective,
-            stopper=make_stopper(stopper.name, **stopper.params) if stopper else None,
-            max_failures=spec.trial.max_failures,
-        )
-        self.searcher: BaseSearcher = make_searcher(spec.search, spec.metric.mode, slots=self.engine.capacity())
+        with importable_from(spec.plugins_from):  # a class of one's own is loaded from where validation found it
+            policy = make_policy(spec.policy.name, **spec.policy.settings)
+            plugin_call(policy, "configure", self.engine.profile())
+            stopper = spec.policy.stopper
+            self.objective = Objective(spec.metric.mode)
+            self.scheduler = Scheduler(
+                policy,
+                objective=self.objective,
+                stopper=make_stopper(stopper.name, **stopper.params) if stopper else None,
+                max_failures=spec.trial.max_failures,
+            )
+            self.searcher: BaseSearcher = make_searcher(spec.search, spec.metric.mode, slots=self.engine.capacity())
         self.budget = Budget.of(spec.search)
         self.reserve = SpaceReserve(self.storage)
         self._open_store(spec, store, experiment_id)

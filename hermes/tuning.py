@@ -158,7 +158,9 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
     """Run the experiment ``spec`` describes to its end, or continue it, and return its results.
 
     ``spec``: the path of a YAML spec, or the spec as a mapping (its relative paths start at the current
-    directory; its ``trial.function`` may be the function itself, defined in a module of the trial's workdir). ``name``: in place of the spec's own (``hermes run --name``). A spec that is wrong raises
+    directory; its ``trial.function`` may be the function itself, defined in a module of the trial's workdir). A
+    policy, stopper or searcher of one's own (``module:Class``) is looked for in the trial's workdir first, as
+    ``hermes run`` looks. ``name``: in place of the spec's own (``hermes run --name``). A spec that is wrong raises
     SpecError naming the fields; Ctrl-C ends the run between two of its steps, records it interrupted and
     raises KeyboardInterrupt (calling ``run`` again continues it); a full disk raises NoSpaceError.
     """
@@ -169,7 +171,8 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
             "call under `if __name__ == \"__main__\":`")
     if isinstance(spec, Mapping):
         spec = _function_named(spec)
-        checked = parse_spec({**spec, **({"name": name} if name is not None else {})}, base_dir=Path.cwd())
+        checked = parse_spec({**spec, **({"name": name} if name is not None else {})}, base_dir=Path.cwd(),
+                             plugins_beside_trial=True)
     else:
         checked = load_spec(spec, name)
     session = ExperimentSession(checked)

@@ -48,6 +48,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     SerializerFunctionWrapHandler,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_serializer,
     model_validator,
@@ -57,7 +58,7 @@ from pydantic_core import ErrorDetails
 from hermes.errors import SpecError
 from hermes.experiment.command import CommandError, parse_template, validate_template
 from hermes.experiment.locate import missing_function
-from hermes.plugins import construct
+from hermes.plugins import construct, importable_from
 from hermes.trial.protocol import MAX_STEP
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -756,6 +757,7 @@ class ExperimentSpec(_Section):
     ray: RaySpec = Field(default_factory=RaySpec, exclude=True)  # where it runs, not what it is: not stored
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    _plugins_from: Path | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -834,6 +836,29 @@ class ExperimentSpec(_Section):
                                             "to write there")
         return self
 
+    @field_validator("search", "policy", mode="wrap")
+    @classmethod
+    def _plugins_beside_trial(cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        """A searcher, policy or stopper of one's own (``module:Class``) is loaded, to be checked, from where the
+        session will load it (``plugins_from``): the trial's code and a scheduler kept beside it are one project."""
+        context = info.context or {}
+        trial = info.data.get("trial")  # validated before search and policy, which follow it; None where it failed
+        folder = None
+        if context.get("plugins_beside_trial") and isinstance(trial, TrialSpec):
+            base_dir = context.get("base_dir")
+            try:
+                folder = _place(Path.cwd() if base_dir is None else Path(base_dir), trial.workdir)
+            except (RuntimeError, OSError):  # ~user of no user here, a loop of links: _fits_this_machine says so
+                folder = None
+        with importable_from(folder):
+            return handler(value)
+
+    @model_validator(mode="after")
+    def _plugins_from_workdir(self, info: ValidationInfo) -> ExperimentSpec:
+        if (info.context or {}).get("plugins_beside_trial"):
+            self._plugins_from = self.workdir
+        return self
+
     @model_validator(mode="after")
     def _ray_settings_on_ray(self) -> ExperimentSpec:
         """``ray:`` and ``storage.uri`` are the Ray engine's: the local engine ignored them without a word, and a
@@ -851,6 +876,14 @@ class ExperimentSpec(_Section):
     def workdir(self) -> Path:
         """Where a trial runs: ``trial.workdir`` resolved against the spec file's folder (``~`` is your home)."""
         return _place(self._base_dir, self.trial.workdir)
+
+    @property
+    def plugins_from(self) -> Path | None:
+        """The folder a policy, stopper or searcher of one's own is imported from first
+        (``hermes.plugins.importable_from``): the trial's workdir for a spec run here (``load_spec``, ``parse_spec``
+        asked to), where a trial's process finds its module; None, Python's path alone, for a pool's: its experiments
+        share one process, where one workdir's module would serve every other's of that name."""
+        return self._plugins_from
 
     @property
     def storage_dir(self) -> Path:
@@ -933,7 +966,7 @@ def load_spec(path: str | Path, name: str | None = None) -> ExperimentSpec:
     data = read_spec(path)
     if name is not None:
         data["name"] = name
-    return parse_spec(data, source=str(path), base_dir=Path(path).resolve().parent)
+    return parse_spec(data, source=str(path), base_dir=Path(path).resolve().parent, plugins_beside_trial=True)
 
 
 MAX_SPEC_BYTES = 10 * 2**20  # a spec is a page of YAML: a far larger file is none (/dev/zero was read to no memory)
@@ -1020,15 +1053,19 @@ _SpecLoader.add_implicit_resolver(_FLOAT, re.compile(rf"""(?:[-+]?(?:[0-9][0-9_]
                                   list("-+0123456789."))
 
 
-def parse_spec(data: dict[str, Any], source: str = "<spec>", base_dir: str | Path | None = None) -> ExperimentSpec:
+def parse_spec(data: dict[str, Any], source: str = "<spec>", base_dir: str | Path | None = None, *,
+               plugins_beside_trial: bool = False) -> ExperimentSpec:
     """Validate a spec already read into a dict; ``source`` names it in error messages.
 
     With ``base_dir`` (the spec file's folder), relative paths start there and the spec is also
     checked against this machine, as ``load_spec`` does; without it (specs built in code) they start
-    at the current directory and only the document is checked.
+    at the current directory and only the document is checked. ``plugins_beside_trial``: a policy, stopper or
+    searcher of one's own is looked for in the trial's workdir first (``ExperimentSpec.plugins_from``), as
+    ``hermes run`` looks; never for a pool's spec (``ExperimentSpec.plugins_from`` says why).
     """
+    context = {"base_dir": base_dir, "plugins_beside_trial": plugins_beside_trial}
     try:
-        return ExperimentSpec.model_validate(data, context={"base_dir": base_dir} if base_dir is not None else None)
+        return ExperimentSpec.model_validate(data, context=context)
     except ValidationError as error:
         located = [_describe(detail) for detail in error.errors()]
         problems = [f"{path}: {message}" for path, message in located]
