@@ -34,17 +34,27 @@ def load_class(path: str, base: type, base_name: str | None = None) -> type:
 
     ValueError saying why not: the module's import may raise anything, and the user should see what."""
     module, _, attribute = path.partition(":")
-    folder = _FOLDER.get()
     try:
-        with _first_on_path(folder):
-            loaded = getattr(importlib.import_module(module), attribute)
+        loaded = getattr(import_plugin_module(module), attribute)
     except (Exception, SystemExit) as error:  # a module that runs a command line when imported exits
         missing = isinstance(error, ModuleNotFoundError) and f"{module}.".startswith(f"{error.name}.")
-        hint = f" ({_where(folder)})" if missing else ""  # the plug-in's module, not one it imports
+        hint = f" ({plugin_hint()})" if missing else ""  # the plug-in's module, not one it imports
         raise ValueError(f"cannot load {path}: {type(error).__name__}: {error}{hint}") from None
     if not (isinstance(loaded, type) and issubclass(loaded, base)):
         raise ValueError(f"{path} is not a subclass of {base_name or f'{base.__module__}.{base.__name__}'}")
     return loaded
+
+
+def import_plugin_module(module: str) -> types.ModuleType:
+    """Import a plug-in's module as ``load_class`` does (the folder ``importable_from`` gives first on the path): a
+    custom Optuna sampler's (``search.sampler: {optuna: ...}``) too."""
+    with _first_on_path(_FOLDER.get()):
+        return importlib.import_module(module)
+
+
+def plugin_hint() -> str:
+    """Where a plug-in's module was looked for, and how to put it there."""
+    return _where(_FOLDER.get())
 
 
 @contextmanager

@@ -132,3 +132,21 @@ def test_a_pools_spec_is_not_read_with_the_trials_workdir(tmp_path: Path) -> Non
     assert parse_spec(spec, base_dir=tmp_path / "project").plugins_from is None  # the session builds from the path
     ran_here = parse_spec(spec, base_dir=tmp_path / "project", plugins_beside_trial=True)
     assert ran_here.plugins_from == ran_here.workdir == (tmp_path / "project" / "code").resolve()
+
+
+def test_a_custom_optuna_sampler_beside_the_trial_is_found_there(tmp_path: Path) -> None:
+    """``search.sampler: {optuna: module.Class}`` is a plug-in too: it was imported from Python's path alone."""
+    spec = yaml.safe_load(project(tmp_path).read_text())
+    spec["search"]["sampler"] = {"optuna": "beside_sampler.Seeded"}
+    spec["policy"] = {"name": "fifo"}
+    (tmp_path / "project" / "code" / "beside_sampler.py").write_text(
+        "import optuna\n\n\nclass Seeded(optuna.samplers.RandomSampler):\n    pass\n")
+    (tmp_path / "project" / "spec.yaml").write_text(yaml.safe_dump(spec))
+    ran = subprocess.run([sys.executable, "-m", "hermes.cli", "run", "--no-live", str(tmp_path / "project" / "spec.yaml")],
+                         cwd=tmp_path, env=without_pythonpath(), capture_output=True, text=True, timeout=TIMEOUT,
+                         check=False)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert run_order(tmp_path / "project" / "runs")[0] == ["0", "1", "2"]
+    spec["search"]["sampler"] = {"optuna": "beside_nowhere.Seeded"}
+    with pytest.raises(SpecError, match=r"beside_nowhere.*looked for in .*code and on Python's path"):
+        parse_spec(spec, base_dir=tmp_path / "project", plugins_beside_trial=True)

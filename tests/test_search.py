@@ -507,7 +507,8 @@ def test_a_sampler_module_that_fails_to_import_says_why(
         search_spec(sampler={"optuna": f"{name}.S"}, trials=2)
     assert str(raised.value).startswith(f"<spec>: search.sampler.optuna: cannot import {name}: {message}")
     with pytest.raises(SpecError, match=r"search.sampler.optuna: unknown Optuna sampler class 'not_there_at_all.S' "
-                                        r"\(not found: No module named 'not_there_at_all'; it must be importable"):
+                                        r"\(not found: No module named 'not_there_at_all'; a plug-in is imported from "
+                                        r"Python's path"):
         search_spec(sampler={"optuna": "not_there_at_all.S"}, trials=2)
 
 

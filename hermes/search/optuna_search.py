@@ -13,7 +13,6 @@ them as they are. ``docs/search.md`` says which samplers use what.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import inspect
 import math
@@ -21,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from hermes.plugins import import_plugin_module, plugin_hint
 from hermes.search.base import BaseSearcher
 from hermes.search.errors import SamplerError, SamplerFailed
 
@@ -116,11 +116,11 @@ def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) 
     module, _, name = class_path.rpartition(".")
     found = "not found"
     try:
-        cls = getattr(importlib.import_module(module), name, None) if module else None
+        cls = getattr(import_plugin_module(module), name, None) if module else None
     except Exception as error:  # the module's own import may raise anything
         if not _is_missing(error, module):  # it is there, but something it runs or imports fails
             raise SamplerError(field, f"cannot import {module}: {type(error).__name__}: {error}") from None
-        cls, found = None, f"not found: {error}; it must be importable by the runner: on PYTHONPATH or installed"
+        cls, found = None, f"not found: {error}; {plugin_hint()}"
     if not (isinstance(cls, type) and issubclass(cls, optuna.samplers.BaseSampler)):
         found = found if cls is None else "not a subclass of optuna.samplers.BaseSampler"
         raise SamplerError(field, f"unknown Optuna sampler class {class_path!r} ({found})")
