@@ -9,7 +9,10 @@ trial on a slot only once the previous one has parked or ended.
 
 Commands come on stdin and messages go out on fd ``protocol.ENV_WORKER_CHANNEL``, one JSON object per
 line (hermes/trial/protocol.py). A trial's exception ends only that trial; a crash of the process
-(a segfault, the out-of-memory killer) ends the worker, and the executor replaces it.
+(a segfault, the out-of-memory killer) ends the worker, and the executor replaces it. So does a trial whose
+function has not returned ``EXIT_GRACE`` seconds after its spill committed its checkpoint (its main thread waits on
+what its suspended loop thread was to give it, say): a thread cannot be ended, and the executor waits for that end
+to move the trial, so the worker exits, as a process of its own lingering so long is killed.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from hermes.errors import STORAGE_LIMIT_ERRNOS
+from hermes.local.watchdog import EXIT_GRACE
 from hermes.trial import protocol
 from hermes.trial.checkpoint import reseed_rng
 from hermes.trial.session import (
@@ -42,6 +46,7 @@ from hermes.trial.session import (
     work_for,
 )
 
+LINGERED_EXIT_CODE = 3  # the worker's, when a trial's function did not return after its spill (said in its log)
 
 
 class _Outbox:
@@ -61,12 +66,16 @@ class _Outbox:
 class _TrialChannel:
     """A trial's channel inside the worker: messages tagged with its id; words from the command loop."""
 
-    def __init__(self, trial_id: str, outbox: _Outbox, on_park: Callable[[str], None]) -> None:
+    def __init__(self, trial_id: str, outbox: _Outbox, on_park: Callable[[str], None],
+                 on_committed: Callable[[_TrialChannel], None]) -> None:
         self.trial_id = trial_id
         self.words: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.suspended = False  # it said its checkpoint is committed: its run ends suspended, however it returns
+        self.ended = False  # its run's end was said
+        self.exit_timer: threading.Timer | None = None  # from its commit: its function must return before it fires
         self._outbox = outbox
         self._on_park = on_park
+        self._on_committed = on_committed
 
     def send(self, message: dict[str, Any]) -> None:
         if message["type"] == protocol.PARKED:  # sent by one of the trial's threads, which now waits
@@ -74,6 +83,7 @@ class _TrialChannel:
         self._outbox.send({**message, "trial": self.trial_id})
         if message["type"] == protocol.SUSPENDED:
             self.suspended = True
+            self._on_committed(self)
 
     def receive(self) -> str:
         return self.words.get()
@@ -211,6 +221,7 @@ class Worker:
         self.stdout, self.stderr = stdout, stderr
         self.home = home
         self.channels: dict[str, _TrialChannel] = {}
+        self._ending = threading.Lock()  # a run's end is said, or the worker exits for one that lingers: not both
 
     def serve(self, commands: TextIO) -> None:
         """Follow the executor's commands until it closes stdin."""
@@ -223,7 +234,8 @@ class Worker:
 
     def start(self, command: dict[str, Any]) -> None:
         trial_id = command["trial"]
-        channel = self.channels[trial_id] = _TrialChannel(trial_id, self.outbox, self._rest_streams)
+        channel = self.channels[trial_id] = _TrialChannel(trial_id, self.outbox, self._rest_streams,
+                                                          self._await_return)
         thread = threading.Thread(target=self._run, args=(channel, command), name=f"trial-{trial_id}", daemon=True)
         thread.start()
 
@@ -233,6 +245,29 @@ class Worker:
                 stream.rest(trial_id)
             except OSError:
                 pass  # a full disk: what could not be written is lost, the trial is not
+
+    def _await_return(self, channel: _TrialChannel) -> None:
+        """Its spill committed its checkpoint: all its function has left to do is return, within ``EXIT_GRACE``."""
+        channel.exit_timer = threading.Timer(EXIT_GRACE, self._exit_for_lingering, (channel,))
+        channel.exit_timer.daemon = True
+        channel.exit_timer.start()
+
+    def _exit_for_lingering(self, channel: _TrialChannel) -> None:
+        """Its function did not return in time: exit, as the executor kills a trial's process that lingers. The
+        executor takes it as any death of a worker: the spilled trial goes on from its committed checkpoint, those
+        parked here from theirs, and one computing here fails. Said once, in the trial's stderr.log and in the
+        worker's log, whose tail the failed one's error carries."""
+        notice = (f"hermes: trial {channel.trial_id} did not return within {EXIT_GRACE:g}s of committing its "
+                  "suspension, and a thread cannot be ended: its warm worker exits; the trial goes on from that "
+                  "checkpoint, and the trials parked in the worker from theirs\n")
+        with self._ending:
+            if channel.ended:
+                return
+            try:
+                print(notice, end="", file=sys.stderr, flush=True)  # this thread works for the trial: its log
+                os.write(sys.__stderr__.fileno(), notice.encode())
+            finally:
+                os._exit(LINGERED_EXIT_CODE)
 
     def _run(self, channel: _TrialChannel, command: dict[str, Any]) -> None:
         """The trial's thread: set up its session, call its function, say how it ended.
@@ -245,7 +280,11 @@ class Worker:
             _free_what_it_left()
         finally:
             message = {"type": protocol.ENDED, "trial": channel.trial_id, "outcome": outcome, "error": _clean(error)}
-            self.outbox.send(message)
+            with self._ending:
+                if channel.exit_timer is not None:
+                    channel.exit_timer.cancel()
+                self.outbox.send(message)
+                channel.ended = True
 
     def _outcome(self, channel: _TrialChannel, command: dict[str, Any]) -> tuple[str, str | None]:
         """Run the trial and close its logs: how it ended, and why it failed."""

@@ -13,6 +13,11 @@ which no reader looks at, and only then published by replacing the pointer objec
 (a single PUT on an object store, a rename on a file system). A crash or a lost node mid-upload
 leaves the previous checkpoint published and intact. So a report counts as checkpointed only once
 ``upload`` has returned; the Ray engine must not say ``checkpointed=True`` before.
+
+Symbolic links in a checkpoint (a saver's copy of a Hugging Face snapshot, made with ``copytree(symlinks=True)``)
+come back as the links they were, as on one machine: an object store keeps no links, so they travel in an object of
+the checkpoint's own (``LINKS_FILE``), made links again by ``download``. A link to a file outside the checkpoint
+travels as that file, which the node that resumes it may not have.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from hermes.trial.session import _sync, _sync_tree
 
 EXPERIMENT_MARK = ".hermes-experiment"  # in an experiment's folder of a storage URI: made by this Hermes, not before
 SHARED_MARK = ".hermes-run-"  # a driver's object for its nodes' agents to find (``mark_shared``)
+LINKS_FILE = ".hermes-links.json"  # in an uploaded checkpoint: its symbolic links, path -> target
 
 
 def experiment_uri(uri: str, created_at: float, continued: bool) -> str:
@@ -134,11 +140,13 @@ class CheckpointStore:
         step = int(json.loads((checkpoint / protocol.META_FILE).read_text())["step"])
         name = f"step-{step}-{secrets.token_hex(4)}"
         target = f"{self._trial(trial_id)}/{name}"
-        files = sorted(path for path in checkpoint.rglob("*") if path.is_file())
+        files, links = _contents(checkpoint)
         remote = [f"{target}/{path.relative_to(checkpoint).as_posix()}" for path in files]
         for parent in sorted({posixpath.dirname(path) for path in remote}):
             self.fs.makedirs(parent, exist_ok=True)
         self.fs.put([str(path) for path in files], remote)
+        if links:
+            self.fs.pipe_file(f"{target}/{LINKS_FILE}", json.dumps(links).encode())
         if self._local:
             _sync_tree(Path(target))
         self._publish(trial_id, name)
@@ -182,6 +190,7 @@ class CheckpointStore:
         for path in local:
             path.parent.mkdir(parents=True, exist_ok=True)
         self.fs.get(remote, [str(path) for path in local])
+        _make_links(temporary)
         _sync_tree(temporary)
         final = root / f"step-{step}"
         shutil.rmtree(final, ignore_errors=True)
@@ -217,3 +226,28 @@ class CheckpointStore:
         _sync(temporary.parent)
         os.replace(temporary, pointer)
         _sync(temporary.parent)
+
+
+def _contents(checkpoint: Path) -> tuple[list[Path], dict[str, str]]:
+    """What an upload of ``checkpoint`` carries: its files, and its links (path -> target, as ``os.readlink`` says),
+    but for a link to a file outside it, carried as that file."""
+    files, links = [], {}
+    inside = checkpoint.resolve()
+    for path in sorted(checkpoint.rglob("*")):  # not into a linked directory
+        if path.is_symlink() and not (path.is_file() and not path.resolve().is_relative_to(inside)):
+            links[path.relative_to(checkpoint).as_posix()] = os.readlink(path)
+        elif path.is_file():
+            files.append(path)
+    return files, links
+
+
+def _make_links(checkpoint: Path) -> None:
+    """Make the links a downloaded ``checkpoint`` lists in its ``LINKS_FILE`` (none: an upload without links)."""
+    listed = checkpoint / LINKS_FILE
+    if not listed.exists():
+        return
+    for name, target in json.loads(listed.read_text()).items():
+        link = checkpoint / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, link)
+    listed.unlink()
