@@ -13,11 +13,11 @@ import errno
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from dataclasses import dataclass
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any
 
 from hermes.core.decisions import Decision
 from hermes.core.events import (
@@ -36,7 +36,14 @@ from hermes.core.events import (
 from hermes.core.policy import plugin_call
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.core.states import FAILED, STOPPED
-from hermes.errors import HOST_LIMIT_ERRNOS, STORAGE_LIMIT_ERRNOS, ClusterLost, HermesError, HostLimit, NoSpaceError
+from hermes.errors import (
+    HOST_LIMIT_ERRNOS,
+    STORAGE_LIMIT_ERRNOS,
+    ClusterLost,
+    HermesError,
+    HostLimit,
+    NoSpaceError,
+)
 from hermes.execution.contract import Executor
 from hermes.execution.engine import Engine
 from hermes.execution.registry import make_engine
@@ -45,9 +52,21 @@ from hermes.plugins import importable_from
 from hermes.policies import make_policy, make_stopper
 from hermes.recovery import Recovered, replay
 from hermes.report.files import note_checkpoint_location
-from hermes.search import BUDGET_FIELDS, BaseSearcher, Budget, Config, make_searcher, max_pending_for
+from hermes.search import (
+    BUDGET_FIELDS,
+    BaseSearcher,
+    Budget,
+    Config,
+    make_searcher,
+    max_pending_for,
+)
 from hermes.search.errors import SamplerFailed
-from hermes.store.base import ExperimentStatus, ExperimentStore, StoreError, StoreUnavailable
+from hermes.store.base import (
+    ExperimentStatus,
+    ExperimentStore,
+    StoreError,
+    StoreUnavailable,
+)
 from hermes.store.lock import ExperimentLock, RunnerLock, SpaceReserve, describe
 from hermes.store.recorder import StoreRecorder
 from hermes.store.sql import SqlStore
@@ -253,7 +272,7 @@ class ExperimentSession:
                         loop.post(ExperimentCancelled(recovered.now, self._cancel_reason))
                 self._loop = loop
                 self.lose_old_nodes(recovered.lost_nodes, recorder)  # before anything the new executor reports
-                loop.run(first=first)  # an interrupt once it has ended is lost: the experiment ends as it ran
+                loop.run(first=first)  # an interrupt after its last batch is raised once its end is written
             # Not the experiment's fault, running it again continues it: Ctrl-C, a full disk, a lost cluster, the
             # output's reader gone, a store locked by another process or made read-only
             except (KeyboardInterrupt, NoSpaceError, ClusterLost, BrokenPipeError, StoreUnavailable):
@@ -279,6 +298,9 @@ class ExperimentSession:
             if self.failure is not None:
                 status = ExperimentStatus.FAILED
             with self._interrupts_deferred():  # a Ctrl-C here left a finished experiment shown running
+                # one that came after the last batch waits with those that come now: a script running experiments
+                # one after another went on to the next, its Ctrl-C lost
+                self._deferred = self._deferred or loop.take_interrupt()
                 self._loop = None
                 self.store.set_status(self.experiment_id, status, error=self.failure)
             self._check_store_file()

@@ -23,7 +23,11 @@ from typing import Any
 
 from hermes.errors import HermesError, SpecError
 from hermes.experiment import load_spec, parse_spec
-from hermes.experiment.locate import TRIAL_IS_A_FUNCTION, TRIAL_IS_NOT_ASYNC, set_under_main_guard
+from hermes.experiment.locate import (
+    TRIAL_IS_A_FUNCTION,
+    TRIAL_IS_NOT_ASYNC,
+    set_under_main_guard,
+)
 from hermes.report import ExperimentView, every_trial_failed, shown_state
 from hermes.report.files import trial_files
 from hermes.report.results import standings
@@ -176,8 +180,12 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
     else:
         checked = load_spec(spec, name)
     session = ExperimentSession(checked)
-    with interrupts_between_batches(session):
-        outcome = session.run()
+    try:
+        with interrupts_between_batches(session):
+            outcome = session.run()
+    except BaseException:  # the traceback keeps the session: a notebook's held the store's files open
+        session.store.close()
+        raise
     with closing(session.store) as store:
         view = ExperimentView.load(store, store.experiment(outcome.experiment_id))
     experiment_dir = checked.storage_dir / checked.name

@@ -129,11 +129,34 @@ def test_a_trial_module_only_the_callers_folder_holds_is_refused_up_front(tmp_pa
                             text=True, timeout=120)
     lines = output.stdout.splitlines()
     assert lines[0].startswith("elsewhere ") and (
-        f"no module 'models' in the trial's workdir ({elsewhere}) or on Python's path: it is in {project}, the "
-        "folder of the program that runs the experiment") in lines[0], output
+        f"no module 'models' in the trial's workdir ({elsewhere}) or on Python's path: it is in {project}, which "
+        "this process has on its path (its program's folder, or one added to sys.path) and a trial's process does "
+        "not; set trial.workdir to that folder") in lines[0], output
     assert lines[1] == "here ran", output
     assert not (project / "elsewhere" / "runs").exists()
 
+
+
+def test_a_trial_module_on_a_folder_the_caller_added_to_its_path_is_refused_up_front(tmp_path: Path) -> None:
+    """A notebook's ``sys.path.append("../src"); from mymod import train``: the check found the module on this
+    process's path and passed; every trial then failed on import (a trial's process has no such entry)."""
+    import subprocess
+    import sys
+
+    from tests.test_run import environment
+
+    src, notebook = tmp_path / "src", tmp_path / "notebook"
+    src.mkdir()
+    notebook.mkdir()
+    (src / "added_mymod.py").write_text("def train(config):\n    pass\n")
+    spec = spec_of("added", trial={"function": "added_mymod:train"})
+    program = (f"import sys\nsys.path.append({str(src)!r})\nimport hermes\nfrom hermes.errors import SpecError\n"
+               f"try:\n    hermes.run({spec!r})\n    print('ran')\nexcept SpecError as error:\n    print(error)\n")
+    output = subprocess.run([sys.executable, "-c", program], cwd=notebook, env=environment(), capture_output=True,
+                            text=True, timeout=120)
+    assert f"no module 'added_mymod' in the trial's workdir ({notebook}) or on Python's path: it is in {src}, " \
+           "which this process has on its path" in output.stdout, output
+    assert not (notebook / "runs").exists()
 
 DOUBLE_CTRL_C = """
 import json, os, signal, sys, threading, time
@@ -405,3 +428,58 @@ def test_the_best_trials_model_loads_from_its_checkpoint(tmp_path: Path, monkeyp
     assert all(torch.equal(model.state_dict()[key], final[key]) for key in final)  # the winner's last step
     with pytest.raises(HermesError, match="is not there: is .* a checkpoint's folder"):
         load_state(tmp_path)
+
+
+def test_a_ctrl_c_after_the_last_batch_is_raised_once_the_end_is_written(tmp_path: Path) -> None:
+    """An interrupt that came after the engine's last batch (the run ending a few ms later) was dropped: the run
+    returned finished and a script running experiments one after another went on to the next. It is raised once
+    the run has written its end, which stays finished."""
+    from hermes.experiment import parse_spec
+    from hermes.session import ExperimentSession
+    from hermes.store import ExperimentStatus
+
+    spec = spec_of("last", search=search(2, 0, 0.02), budget={"steps": 2})
+    session = ExperimentSession(parse_spec(spec, base_dir=tmp_path))
+    interrupted: list[bool] = []
+
+    def interrupt_once_finished(_event: object, _decisions: object) -> None:
+        if session.scheduler.finished and not interrupted:
+            interrupted.append(session.interrupt(KeyboardInterrupt()))
+
+    session.listeners.append(interrupt_once_finished)
+    with pytest.raises(KeyboardInterrupt):
+        session.run()
+    assert interrupted == [True]  # the engine took it, after its last batch
+    assert session.store.experiment(session.experiment_id).status is ExperimentStatus.FINISHED
+    session.store.close()
+
+
+def test_an_interrupted_run_from_python_leaves_no_store_file_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    """A notebook keeps the last traceback (``sys.last_traceback``), and with it the session: its store's
+    hermes.db, -wal and -shm stayed open after the KeyboardInterrupt, until the traceback was dropped."""
+    import signal
+    import threading
+
+    monkeypatch.chdir(tmp_path)
+    spec = spec_of("held", search=search(2, 0, 0.5), budget={"steps": 20})
+    timer = threading.Timer(1.5, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt) as raised:
+            hermes.run(spec)
+    finally:
+        timer.cancel()
+    assert raised.traceback  # kept, as a notebook keeps it
+    assert [link for link in open_files() if "hermes.db" in link] == []
+
+
+def open_files() -> list[str]:
+    """What this process's file descriptors point to (one closed meanwhile left out)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return found

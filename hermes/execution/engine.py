@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Callable, Iterable, Protocol
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from hermes.core.decisions import Decision
 from hermes.core.events import Event
@@ -75,6 +76,12 @@ class Engine:
         signal handler: it sets an attribute and wakes the executor."""
         self._interrupt = exception
         self.executor.wake()
+
+    def take_interrupt(self) -> BaseException | None:
+        """The interrupt ``run`` had not raised when the experiment ended (it came after the last batch), taken
+        from the engine: its caller raises it once it has written that end."""
+        pending, self._interrupt = self._interrupt, None
+        return pending
 
     def post(self, event: Event) -> None:
         """Queue an event that does not come from the executor. Safe from any thread."""

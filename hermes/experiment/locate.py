@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import importlib.machinery
 import importlib.util
+import json
 import os
 import pkgutil
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -46,19 +49,19 @@ def missing_function(target: str, workdir: Path) -> str | None:
     if spec is not None and parts[0] in sys.stdlib_module_names and parts[0] in sys.modules:  # loaded by then
         return (f"{spec.origin} has the name of Python's own module {parts[0]!r}, which a trial's process imports "
                 "before it, so it would never import this one: rename it")
-    own = None
-    if spec is None:
+    elsewhere = spec is None
+    if elsewhere:
         try:  # installed packages, editable installs and built-ins; a top-level name imports nothing
             spec = importlib.util.find_spec(parts[0])
         except (ImportError, ValueError):
             spec = None
-        own = _callers_own_folder()
     if spec is None:
         return f"no module {parts[0]!r} in the trial's workdir ({workdir}) or on Python's path"
-    if own is not None and _lies_in(spec, own):  # found where this process looks first, and a trial does not
-        return (f"no module {parts[0]!r} in the trial's workdir ({workdir}) or on Python's path: it is in {own}, "
-                "the folder of the program that runs the experiment, which a trial's process does not search; "
-                "set trial.workdir to that folder")
+    only_here = _folder_trials_lack(spec) if elsewhere else None
+    if only_here is not None:
+        return (f"no module {parts[0]!r} in the trial's workdir ({workdir}) or on Python's path: it is in "
+                f"{only_here}, which this process has on its path (its program's folder, or one added to sys.path) "
+                "and a trial's process does not; set trial.workdir to that folder")
     for depth in range(1, len(parts)):
         package, locations = ".".join(parts[:depth]), spec.submodule_search_locations
         if locations is None:
@@ -108,15 +111,33 @@ def set_under_main_guard(script: Path) -> set[str]:
     return _top_level_names([node for node in guarded if not isinstance(node, (ast.Import, ast.ImportFrom))])[0]
 
 
-def _callers_own_folder() -> Path | None:
-    """The folder Python put first on this process's path (its script's; the current one for ``python -c``, ``-m``
-    or a notebook), where a trial's process does not look, unless it has it too (PYTHONPATH, or this source
-    checkout's hermes: ``hermes.local.system.slot_environment``). None where there is none (``python -P``)."""
-    if sys.flags.safe_path or not sys.path:
-        return None
-    first = Path(sys.path[0] or ".").resolve()
-    shared = [hermes_source(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
-    return None if any(path and Path(path).resolve() == first for path in shared) else first
+def _folder_trials_lack(spec: importlib.machinery.ModuleSpec) -> Path | None:
+    """The folder on this process's path where ``spec`` was found, if a trial's process does not have it: the
+    calling script's (the current one for ``python -c`` or a notebook), or one its code added (a notebook's
+    ``sys.path.append("../src")``). The spec check found the module there, and every trial then failed on import."""
+    shared = {Path(entry).resolve() for entry in _trial_path(os.environ.get("PYTHONPATH", ""))}
+    for entry in sys.path:
+        folder = Path(entry or ".").resolve()
+        if folder not in shared and _lies_in(spec, folder):
+            return folder
+    return None
+
+
+@functools.lru_cache(maxsize=4)
+def _trial_path(python_path: str) -> tuple[str, ...]:
+    """Where a trial's process imports from besides its workdir, asked of a fresh interpreter with the environment
+    trials get (``hermes.local.system.slot_environment``: PYTHONPATH, this source checkout's hermes): what site's
+    .pth files and the venv add, never what this process's code added. Asked once per PYTHONPATH (about 20 ms)."""
+    shared = [path for path in (hermes_source(), python_path) if path]
+    try:
+        asked = subprocess.run(
+            [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(shared)}, capture_output=True, text=True, timeout=60,
+            check=True,
+        )
+        return tuple(json.loads(asked.stdout))
+    except (OSError, subprocess.SubprocessError, ValueError):  # cannot tell: take this process's path as theirs
+        return tuple(sys.path)
 
 
 def _lies_in(spec: importlib.machinery.ModuleSpec, folder: Path) -> bool:
