@@ -68,3 +68,25 @@ def test_a_checkpoint_without_links_uploads_no_list_of_them(store: CheckpointSto
     store.upload_latest("t1", tmp_path / "a" / "t1")
     name, _ = store.latest("t1")  # type: ignore[misc]
     assert not store.fs.exists(f"{store.root}/t1/{name}/{LINKS_FILE}")
+
+
+def test_a_trial_handed_between_live_ray_nodes_keeps_its_links(tmp_path: Path) -> None:
+    """Between live nodes a checkpoint travels in Ray's object store (``NodeAgent._state``, ``write_state``), not
+    through the storage URI: its links arrived as copies, and its dangling links not at all."""
+    from hermes.ray.agent import NodeAgent, write_state
+
+    agent = NodeAgent("left", str(tmp_path / "left"), "score", 0, str(tmp_path / "durable"), cpu_slots=1)
+    try:
+        left = agent.local.directory / "trials" / "a" / "checkpoints"
+        write_state({"step": 3, "files": {"hermes.json": b'{"step": 3}', "weights.bin": b"w", "snapshot/config.json": b"{}"},
+                     "links": {"latest.bin": "weights.bin", "snapshot/model.bin": "../blobs/gone"}}, left)
+        state = agent._state("a")
+    finally:
+        agent.close()
+    assert state is not None and state["links"] == {"latest.bin": "weights.bin", "snapshot/model.bin": "../blobs/gone"}
+    assert set(state["files"]) == {"hermes.json", "weights.bin", "snapshot/config.json"}
+    arrived = tmp_path / "right" / "checkpoints"
+    write_state(state, arrived)
+    final = arrived / "step-3"
+    assert os.readlink(final / "latest.bin") == "weights.bin" and (final / "latest.bin").read_bytes() == b"w"
+    assert os.readlink(final / "snapshot" / "model.bin") == "../blobs/gone"

@@ -35,10 +35,11 @@ from hermes.errors import HermesError
 from hermes.local.executor import LocalExecutor
 from hermes.local.launch import TrialLaunch
 from hermes.local.resources import local_slots
-from hermes.ray.storage import checked_store
+from hermes.ray.storage import checked_store, checkpoint_contents
 from hermes.trial import protocol
 
-State = dict[str, Any]  # {"step": n, "files": {relative path: bytes}}: a trial's newest checkpoint
+State = dict[str, Any]  # {"step": n, "files": {relative path: bytes}, "links": {relative path: target}}: a trial's
+# newest checkpoint (its links as links: ``hermes.ray.storage.checkpoint_contents``)
 
 
 class NodeAgent:
@@ -290,8 +291,9 @@ class NodeAgent:
         if latest is None:
             return None
         directory, step = latest
-        files = {str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
-        return {"step": step, "files": files}
+        files, links = checkpoint_contents(directory)
+        return {"step": step, "files": {str(path.relative_to(directory)): path.read_bytes() for path in files},
+                "links": links}
 
     def _receive(self, trial_id: str, work: TrialLaunch, reported_step: int, carried: Any) -> None:
         """Before a trial resumes here from elsewhere: put its state in its directory, from the
@@ -316,10 +318,19 @@ class NodeAgent:
                            f"{self.storage.uri}: it resumes from {'its beginning' if step is None else f'step {step}'}"
                            " (does every node see storage.uri?)")
             return
-        final = checkpoints / f"step-{state['step']}"
-        for name, data in state["files"].items():
-            (final / name).parent.mkdir(parents=True, exist_ok=True)
-            (final / name).write_bytes(data)
-        pointer = checkpoints / f"{protocol.LATEST_FILE}.tmp"
-        pointer.write_text(final.name)
-        os.replace(pointer, checkpoints / protocol.LATEST_FILE)
+        write_state(state, checkpoints)
+
+
+def write_state(state: State, checkpoints: Path) -> None:
+    """Make ``state`` (``NodeAgent._state`` of the node it left) the newest checkpoint in ``checkpoints``, its links
+    links again (a saver's copy of a Hugging Face snapshot arrived as copies, and its dangling links not at all)."""
+    final = checkpoints / f"step-{state['step']}"
+    for name, data in state["files"].items():
+        (final / name).parent.mkdir(parents=True, exist_ok=True)
+        (final / name).write_bytes(data)
+    for name, target in state["links"].items():
+        (final / name).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, final / name)
+    pointer = checkpoints / f"{protocol.LATEST_FILE}.tmp"
+    pointer.write_text(final.name)
+    os.replace(pointer, checkpoints / protocol.LATEST_FILE)

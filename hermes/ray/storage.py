@@ -140,7 +140,7 @@ class CheckpointStore:
         step = int(json.loads((checkpoint / protocol.META_FILE).read_text())["step"])
         name = f"step-{step}-{secrets.token_hex(4)}"
         target = f"{self._trial(trial_id)}/{name}"
-        files, links = _contents(checkpoint)
+        files, links = checkpoint_contents(checkpoint)
         remote = [f"{target}/{path.relative_to(checkpoint).as_posix()}" for path in files]
         for parent in sorted({posixpath.dirname(path) for path in remote}):
             self.fs.makedirs(parent, exist_ok=True)
@@ -228,8 +228,8 @@ class CheckpointStore:
         _sync(temporary.parent)
 
 
-def _contents(checkpoint: Path) -> tuple[list[Path], dict[str, str]]:
-    """What an upload of ``checkpoint`` carries: its files, and its links (path -> target, as ``os.readlink`` says),
+def checkpoint_contents(checkpoint: Path) -> tuple[list[Path], dict[str, str]]:
+    """What an upload of ``checkpoint`` (or a hand-over between live nodes, ``hermes.ray.agent``) carries: its files, and its links (path -> target, as ``os.readlink`` says),
     but for a link to a file outside it, carried as that file."""
     files, links = [], {}
     inside = checkpoint.resolve()
