@@ -78,7 +78,8 @@ def test_a_trial_handed_between_live_ray_nodes_keeps_its_links(tmp_path: Path) -
     agent = NodeAgent("left", str(tmp_path / "left"), "score", 0, str(tmp_path / "durable"), cpu_slots=1)
     try:
         left = agent.local.directory / "trials" / "a" / "checkpoints"
-        write_state({"step": 3, "files": {"hermes.json": b'{"step": 3}', "weights.bin": b"w", "snapshot/config.json": b"{}"},
+        files = {"hermes.json": b'{"step": 3}', "weights.bin": b"w", "snapshot/config.json": b"{}"}
+        write_state({"step": 3, "files": files,
                      "links": {"latest.bin": "weights.bin", "snapshot/model.bin": "../blobs/gone"}}, left)
         state = agent._state("a")
     finally:
