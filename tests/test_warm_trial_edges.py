@@ -209,6 +209,35 @@ def test_a_trials_working_directory_is_its_own(tmp_path: Path) -> None:
     assert (tmp_path / "log.txt").read_text() == "c 1\nc 2\n"  # where its worker's trials start: its workdir
 
 
+
+GONE_FOLDER = """
+    import os
+    import tempfile
+
+    from hermes import trial
+
+
+    def train(config):
+        with tempfile.TemporaryDirectory() as scratch:
+            os.chdir(scratch)
+        for step in range(1, trial.budget() + 1):  # in a folder removed: nothing here reads it
+            trial.report(step, score=float(step))
+"""
+
+
+def test_a_trial_whose_working_directory_was_removed_parks_and_resumes(tmp_path: Path) -> None:
+    """The worker saves a parked trial's working directory: one removed (a TemporaryDirectory it chdir'ed into and
+    left) made os.getcwd raise at every park, and the trial failed."""
+    function = module(tmp_path, "gone_folder", GONE_FOLDER)
+    with LocalExecutor(tmp_path / "run", slots=local_slots(cpu_slots=1), metric="score", limits=LIMITS) as executor:
+        executor.next_events()  # the node's NodeAdded
+        executor.submit("a", TrialLaunch(2, function=function, config={}, cwd=str(tmp_path)))
+        executor.apply(Start("a", "local/cpu0"), executor.now())
+        park(executor, "a")
+        executor.apply(Resume("a", "local/cpu0"), executor.now())
+        [ended] = [event for event in until_ended(executor, 1) if isinstance(event, TrialExited)]
+    assert ended.succeeded, ended
+
 LINKS = """
     import os
 

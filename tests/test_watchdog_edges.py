@@ -127,6 +127,20 @@ def test_a_run_starting_again_is_measured_against_start_ups() -> None:
     assert watchdog.overdue(119.0) == [] and watchdog.overdue(120.0) == [("t", reason)]
 
 
+
+def test_a_run_starting_again_is_given_a_whole_step_at_least() -> None:
+    """A quick first report (a baseline evaluation before training), then steps of 3 s: a resume's first report
+    holds a whole step, and was killed at 20 times the quick one."""
+    watchdog = Watchdog(TrialLimits(stall_factor=2, stall_min=0.1))
+    watchdog.started("t", 0.0)
+    watchdog.reported("t", 0.05)
+    watchdog.reported("t", 3.05)  # a step of 3 s
+    watchdog.stopped("t", 3.05)
+    watchdog.started("t", 10.0)
+    assert watchdog.deadline() == pytest.approx(10.0 + 2 * 3.0)
+    reason = "hung: no report for 6s, while its slowest step took 3s (trial.stall: factor 2, min 0.1s)"
+    assert watchdog.overdue(15.9) == [] and watchdog.overdue(16.0) == [("t", reason)]
+
 def test_lingering_after_committing_its_suspension_is_no_step() -> None:
     """A process that committed its suspension and lingers until it is killed (a thread that is no daemon) held its
     slot, but those seconds were no step of its training."""

@@ -57,7 +57,7 @@ def missing_function(target: str, workdir: Path) -> str | None:
             spec = None
     if spec is None:
         return f"no module {parts[0]!r} in the trial's workdir ({workdir}) or on Python's path"
-    only_here = _folder_trials_lack(spec) if elsewhere else None
+    only_here = _folder_trials_lack(spec, parts[0], workdir) if elsewhere else None
     if only_here is not None:
         return (f"no module {parts[0]!r} in the trial's workdir ({workdir}) or on Python's path: it is in "
                 f"{only_here}, which this process has on its path (its program's folder, or one added to sys.path) "
@@ -111,16 +111,35 @@ def set_under_main_guard(script: Path) -> set[str]:
     return _top_level_names([node for node in guarded if not isinstance(node, (ast.Import, ast.ImportFrom))])[0]
 
 
-def _folder_trials_lack(spec: importlib.machinery.ModuleSpec) -> Path | None:
+def _folder_trials_lack(spec: importlib.machinery.ModuleSpec, name: str, workdir: Path) -> Path | None:
     """The folder on this process's path where ``spec`` was found, if a trial's process does not have it: the
     calling script's (the current one for ``python -c`` or a notebook), or one its code added (a notebook's
-    ``sys.path.append("../src")``). The spec check found the module there, and every trial then failed on import."""
-    shared = {Path(entry).resolve() for entry in _trial_path(os.environ.get("PYTHONPATH", ""))}
+    ``sys.path.append("../src")``). The spec check found the module there, and every trial then failed on import.
+    Where it is, a trial's process is asked too: an editable install's finder (a .pth's) may serve it there."""
+    python_path = os.environ.get("PYTHONPATH", "")
+    shared = {Path(entry).resolve() for entry in _trial_path(python_path)}
     for entry in sys.path:
         folder = Path(entry or ".").resolve()
         if folder not in shared and _lies_in(spec, folder):
-            return folder
+            return None if _trials_find(name, str(workdir), python_path) else folder
     return None
+
+
+@functools.lru_cache(maxsize=64)
+def _trials_find(name: str, workdir: str, python_path: str) -> bool:
+    """Whether a fresh interpreter in ``workdir``, with the environment trials get, finds the top-level module
+    ``name``; True where it cannot be asked (no refusal on a guess)."""
+    shared = [path for path in (hermes_source(), python_path) if path]
+    try:
+        asked = subprocess.run(
+            [sys.executable, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)",
+             name],
+            cwd=workdir, env={**os.environ, "PYTHONPATH": os.pathsep.join(shared)}, capture_output=True, timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return True
+    return asked.returncode != 1
 
 
 @functools.lru_cache(maxsize=4)

@@ -143,8 +143,12 @@ class Watchdog:
                 silence = max(limits.stall_factor * watch.slowest_step, limits.stall_min)
                 why = f"its slowest step took {watch.slowest_step:.3g}s"
             else:
-                silence = max(limits.stall_factor * watch.slowest_start, limits.stall_min)
-                why = f"its slowest run took {watch.slowest_start:.3g}s to its first report"
+                # a resumed run's first report holds a whole step at least: its earlier runs' first reports may have
+                # been quick (a baseline evaluation before any training)
+                slowest = max(watch.slowest_start, watch.slowest_step)
+                silence = max(limits.stall_factor * slowest, limits.stall_min)
+                why = (f"its slowest run took {watch.slowest_start:.3g}s to its first report"
+                       if watch.slowest_start >= watch.slowest_step else f"its slowest step took {slowest:.3g}s")
             found.append((watch.heard_at + silence,
                           f"hung: no report for {silence:.3g}s, while {why} "
                           f"(trial.stall: factor {limits.stall_factor:g}, min {limits.stall_min:g}s)"))

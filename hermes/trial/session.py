@@ -3,6 +3,7 @@ process, or by a warm worker (hermes/local/worker.py) for each trial it runs in 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import json
@@ -389,7 +390,7 @@ class Session:
         """
         from hermes.trial.checkpoint import capture_rng, restore_rng
 
-        self.parked_rng, self.parked_cwd = capture_rng(), os.getcwd()
+        self.parked_rng, self.parked_cwd = capture_rng(), _current_folder()
         for saver in self.savers.values():
             saver.offload()
         release_device_cache()
@@ -403,7 +404,9 @@ class Session:
             for saver in self.savers.values():
                 saver.reload()
             restore_rng(self.parked_rng)
-            os.chdir(self.parked_cwd)
+            if self.parked_cwd is not None:
+                with contextlib.suppress(OSError):  # removed meanwhile: it stays where the other trial left it
+                    os.chdir(self.parked_cwd)
             self.parked_rng = self.parked_cwd = None
         return command
 
@@ -649,3 +652,11 @@ def _number(name: str, value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         raise TypeError(f"metric {name!r} must be a number, got {type(value).__name__} {value!r:.80}") from None
+
+
+def _current_folder() -> str | None:
+    """The working directory, None where it was removed (a trial that left a TemporaryDirectory it chdir'ed into)."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        return None
