@@ -25,13 +25,7 @@ from hermes.server.app import Hermes, damage_detail
 from hermes.server.area import place_problem
 from hermes.server.auth import User
 from hermes.server.digest import ExperimentDigest, describe, explain
-from hermes.store import (
-    ExperimentRecord,
-    ExperimentStatus,
-    StoreError,
-    StoreFull,
-    StoreUnavailable,
-)
+from hermes.store import ExperimentRecord, ExperimentStatus, NameTaken, StoreError
 from hermes.store.base import DamagedRecord
 from hermes.store.codec import to_dict
 
@@ -112,6 +106,10 @@ def _experiment(hermes: Hermes, user: User, experiment_id: int) -> ExperimentRec
     holds, too large for its column, is one), so that an answer never tells another user's apart."""
     try:
         experiment = hermes.store.experiment(experiment_id) if 0 < experiment_id <= STORE_INT_MAX else None
+    except DamagedRecord:
+        if user.admin:  # its owner cannot be told apart from others when its row is damaged: the admin is told
+            raise
+        experiment = None
     except StoreError:
         experiment = None
     if experiment is None or not user.may_see(experiment.owner):
@@ -196,27 +194,14 @@ def submit(body: SubmitRequest, hermes: HermesDep, user: UserDep) -> Experiment:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail) from None
     try:
         experiment_id = hermes.store.submit_experiment(spec.name, hermes.stored(spec), user.name, body.weight)
-    except (StoreUnavailable, StoreFull):
-        raise  # the app answers 503 or 507: the store failed, whatever the name
-    except StoreError as error:  # its message names the database, which is not the caller's business
-        if not _has_experiment(hermes, user.name, spec.name):
-            raise StoreUnavailable(str(error)) from error  # a lost connection, say: no name clash
+    except NameTaken:  # its message names the database, which is not the caller's business
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"you have an experiment named {spec.name!r} already; give this one another name "
             "(`hermes submit --name NAME` leaves the spec as it is)"
         ) from None
+    # any other StoreError is the store's: 503 or 507 (StoreUnavailable, StoreFull), else a 500 (app.py); a lost
+    # connection and a taken name were both a plain StoreError, and both answered 409
     return _summary(hermes.store.experiment(experiment_id), spec=True)
-
-
-def _has_experiment(hermes: Hermes, owner: str, name: str) -> bool:
-    """Whether ``owner`` has an experiment named ``name``: what tells a taken name from a failure once the store
-    refused a submission. It refuses a taken name with a plain StoreError, and so it reports a name taken by a
-    submission that won a race (its unique key) and any failure of a PostgreSQL database (a lost connection), all of
-    which were answered 409 "you have an experiment named ... already". False where the store cannot be read."""
-    try:
-        return any(record.owner == owner and record.name == name for record in hermes.store.experiments())
-    except StoreError:
-        return False
 
 
 def _overviewed(

@@ -49,6 +49,7 @@ from hermes.store import (
     ExperimentRecord,
     ExperimentStatus,
     SqlStore,
+    StoreError,
     StoreFull,
     StoreUnavailable,
 )
@@ -369,6 +370,13 @@ def create_app(config: ServerConfig) -> FastAPI:
         log.warning("%s", error)
         return JSONResponse({"detail": STORE_UNAVAILABLE}, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
 
+    @app.exception_handler(StoreError)
+    async def store_failed(_request: Request, error: StoreError) -> JSONResponse:
+        """A 500 for any other failure of the store (a file cut or overwritten, say), which no retry mends: said in
+        the log, with the store's file, which the answer leaves out."""
+        log.error("%s", error)
+        return JSONResponse({"detail": STORE_FAILED}, status_code=status.HTTP_500_INTERNAL_SERVER_ERROR)
+
     @app.exception_handler(StoreFull)
     async def full(_request: Request, error: StoreFull) -> JSONResponse:
         """A 507 (Insufficient Storage, the status for a server that cannot store what a request needs): a full disk
@@ -380,9 +388,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     return app
 
 
-STORE_UNAVAILABLE = ("the server's store could not record this now (its database is locked, read-only, unreachable "
-                     "or failing), so nothing of it was kept; try again later, and tell the server's administrator "
-                     "if it lasts (the server's log says why)")
+STORE_UNAVAILABLE = ("the server's store cannot be used now (its database is locked, read-only, unreachable or "
+                     "failing), so nothing of this request was done; try again later, and tell the server's "
+                     "administrator if it lasts (the server's log says why)")
+STORE_FAILED = ("the server's store failed, and nothing of this request was done; tell the server's administrator "
+                "(the server's log says why)")
 STORE_FULL = ("the server's store is full (its disk has no space left), so nothing of this request was kept; the "
               "server's administrator must free space")
 

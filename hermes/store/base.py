@@ -49,6 +49,10 @@ class StoreFull(StoreError, NoSpaceError):
     """The store's disk is full: nothing of the write was kept, and the store is intact."""
 
 
+class NameTaken(StoreError):
+    """An experiment of that name (of that owner) is in the store already: ``submit_experiment`` refuses it."""
+
+
 class StoreUnavailable(StoreError):
     """The store cannot be written now: another process held it locked past the wait, it was made read-only,
     or its disk refused the write (a file-size limit). Nothing of the write was kept; not the experiment's

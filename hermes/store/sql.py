@@ -37,6 +37,7 @@ from hermes.store.base import (
     ExperimentStatus,
     ExperimentStore,
     MetricRecord,
+    NameTaken,
     StoreError,
     StoreFull,
     StoreUnavailable,
@@ -377,14 +378,20 @@ class SqlStore(ExperimentStore):
         with self._writing() as connection:
             # Before names were per owner, a pool's experiment was keyed by its name alone.
             taken = connection.execute(self._experiment_rows.where(EXPERIMENTS.c.name.in_({key, name}))).all()
+            already = NameTaken(f"an experiment named {name!r} exists already in {self.url}"
+                                + (f" (of {owner})" if owner else ""))
             if any(row.name == key or row.owner == owner for row in taken):
-                raise StoreError(f"an experiment named {name!r} exists already in {self.url}"
-                                 + (f" (of {owner})" if owner else ""))
-            inserted = connection.execute(
-                EXPERIMENTS.insert().values(
-                    name=key, spec=spec_json, created_at=time.time(), status=ExperimentStatus.QUEUED.value
+                raise already
+            try:
+                inserted = connection.execute(
+                    EXPERIMENTS.insert().values(
+                        name=key, spec=spec_json, created_at=time.time(), status=ExperimentStatus.QUEUED.value
+                    )
                 )
-            )
+            except sa.exc.IntegrityError as error:  # a submission of that name committed since: its unique key
+                if _unique_violation(error):
+                    raise already from error
+                raise
             experiment_id = int(inserted.inserted_primary_key[0])  # type: ignore[index]  # set by a one-row insert
             self._set_settings(connection, experiment_id, owner=str(owner), weight=float(weight))
             return experiment_id
@@ -1010,6 +1017,16 @@ def _metrics(text: str) -> dict[str, float]:
     if not isinstance(values, dict) or metric_values_problem(values) is not None:
         raise ValueError("not a JSON object of numbers")
     return values
+
+
+def _unique_violation(error: sa.exc.IntegrityError) -> bool:
+    """A unique key refused the row (SQLite's SQLITE_CONSTRAINT_UNIQUE, a server's SQLSTATE 23505), not another
+    constraint (a trigger's, a check's)."""
+    cause = error.orig
+    if isinstance(cause, sqlite3.Error):
+        return getattr(cause, "sqlite_errorcode", 0) in (sqlite3.SQLITE_CONSTRAINT_UNIQUE,
+                                                         sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+    return getattr(cause, "sqlstate", None) == "23505"
 
 
 def _disk_full(error: sa.exc.SQLAlchemyError) -> bool:
