@@ -15,7 +15,8 @@ demo: install
 	$(VENV)/bin/hermes run examples/digits/experiment.yaml
 
 test: install
-	$(PY) -m pytest -q -n 2 --dist loadfile  # each file on one worker: its module fixtures (a Ray cluster) once
+	$(PY) -m pytest -q -n 2 --dist loadfile -m 'not alone'  # a file on one worker: its module fixtures once
+	$(PY) -m pytest -q -m alone  # timing-sensitive tests, with nothing beside them
 
 bench: install
 	$(PY) bench/paper_comparison.py

@@ -20,7 +20,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from copy import deepcopy
 from itertools import pairwise
 from pathlib import Path
@@ -359,8 +359,8 @@ def count_rows(database: Path, query: str) -> int:
     if not database.exists():
         return 0
     try:
-        with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=1.0) as connection:
-            return connection.execute(query).fetchone()[0]
+        with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=1.0)) as connection:
+            return connection.execute(query).fetchone()[0]  # (sqlite3's own ``with`` commits, and leaves it open)
     except sqlite3.Error:  # no tables yet
         return 0
 
