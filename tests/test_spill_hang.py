@@ -9,35 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from hermes.core.decisions import Resume, Start, Suspend
-from hermes.core.events import Event, TrialExited, TrialReported, TrialSuspended
+from hermes.core.decisions import Resume, Start
+from hermes.core.events import Event, TrialExited, TrialReported
 from hermes.local import LocalExecutor, TrialLaunch, local_slots
 from hermes.local.watchdog import EXIT_GRACE
+from tests.test_warm_trial_edges import THREADED, park
 
-HANGS_AFTER_ITS_SPILL = """
-    import json
-    import threading
-
-    from hermes import trial
-
-
-    def train(config):
-        state = {"step": 0}
-        saver = trial.Files(lambda d: (d / "s.json").write_text(json.dumps(state)),
-                            lambda d: state.update(json.loads((d / "s.json").read_text())))
-        start = saver.restore()
-
-        def loop():  # suspended, its SuspendExit ends this thread quietly
-            for step in range(start + 1, trial.budget() + 1):
-                state["step"] = step
-                trial.report(step, score=float(step))
-
-        thread = threading.Thread(target=loop)
-        thread.start()
-        thread.join()
-        if state["step"] < trial.budget():  # suspended: waits for ever, as on a queue its loop thread fed
+# The threaded trial, whose main thread, once its loop thread was suspended, waits for ever (as on a queue it fed)
+HANGS_AFTER_ITS_SPILL = THREADED.replace(
+    """        if config["report_after"]:""",
+    """        if state["step"] < trial.budget():
             threading.Event().wait()
-"""
+        if config.get("report_after"):""")
 
 
 def events_until_ended(executor: LocalExecutor, trial_id: str) -> list[Event]:
@@ -48,16 +31,6 @@ def events_until_ended(executor: LocalExecutor, trial_id: str) -> list[Event]:
             events.append(event)
             executor.settled(event)
     return events
-
-
-def park(executor: LocalExecutor, trial_id: str) -> None:
-    """Suspend ``trial_id`` at its first report: it parks in its worker."""
-    [report] = executor.next_events()
-    assert isinstance(report, TrialReported) and (report.trial_id, report.step) == (trial_id, 1), report
-    executor.apply(Suspend(trial_id), executor.now())
-    executor.settled(report)
-    [suspended] = executor.next_events()
-    assert isinstance(suspended, TrialSuspended) and suspended.trial_id == trial_id, suspended
 
 
 @pytest.mark.timeout(EXIT_GRACE + 60)
