@@ -54,7 +54,11 @@ def import_plugin_module(module: str) -> types.ModuleType:
 
 def plugin_hint() -> str:
     """Where a plug-in's module was looked for, and how to put it there."""
-    return _where(_FOLDER.get())
+    folder = _FOLDER.get()
+    if folder is not None:
+        return f"looked for in {folder} and on Python's path"
+    return ("a plug-in is imported from Python's path by the process that runs Hermes, not from trial.workdir: "
+            "install its package, or add its folder to PYTHONPATH")
 
 
 @contextmanager
@@ -72,14 +76,6 @@ def _first_on_path(folder: Path | None) -> Iterator[None]:
         yield
     finally:
         sys.path.remove(entry)
-
-
-def _where(folder: Path | None) -> str:
-    """Where a plug-in's module was looked for, and how to put it there."""
-    if folder is not None:
-        return f"looked for in {folder} and on Python's path"
-    return ("a plug-in is imported from Python's path by the process that runs Hermes, not from trial.workdir: "
-            "install its package, or add its folder to PYTHONPATH")
 
 
 def construct(cls: type, params: dict[str, Any]) -> Any:

@@ -24,7 +24,7 @@ import sys
 import threading
 from pathlib import Path
 
-from hermes.local.system import hermes_source
+from hermes.local.system import trial_python_path
 
 # CPython 3.11's parser is not safe in two threads at once ("SystemError: AST constructor recursion depth
 # mismatch"): a server checks a user's spec while its pool checks another's.
@@ -116,7 +116,7 @@ def _folder_trials_lack(spec: importlib.machinery.ModuleSpec, name: str, workdir
     calling script's (the current one for ``python -c`` or a notebook), or one its code added (a notebook's
     ``sys.path.append("../src")``). The spec check found the module there, and every trial then failed on import.
     Where it is, a trial's process is asked too: an editable install's finder (a .pth's) may serve it there."""
-    python_path = os.environ.get("PYTHONPATH", "")
+    python_path = trial_python_path()
     shared = {Path(entry).resolve() for entry in _trial_path(python_path)}
     for entry in sys.path:
         folder = Path(entry or ".").resolve()
@@ -129,13 +129,11 @@ def _folder_trials_lack(spec: importlib.machinery.ModuleSpec, name: str, workdir
 def _trials_find(name: str, workdir: str, python_path: str) -> bool:
     """Whether a fresh interpreter in ``workdir``, with the environment trials get, finds the top-level module
     ``name``; True where it cannot be asked (no refusal on a guess)."""
-    shared = [path for path in (hermes_source(), python_path) if path]
     try:
         asked = subprocess.run(
             [sys.executable, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)",
              name],
-            cwd=workdir, env={**os.environ, "PYTHONPATH": os.pathsep.join(shared)}, capture_output=True, timeout=60,
-            check=False,
+            cwd=workdir, env={**os.environ, "PYTHONPATH": python_path}, capture_output=True, timeout=60, check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return True
@@ -147,12 +145,10 @@ def _trial_path(python_path: str) -> tuple[str, ...]:
     """Where a trial's process imports from besides its workdir, asked of a fresh interpreter with the environment
     trials get (``hermes.local.system.slot_environment``: PYTHONPATH, this source checkout's hermes): what site's
     .pth files and the venv add, never what this process's code added. Asked once per PYTHONPATH (about 20 ms)."""
-    shared = [path for path in (hermes_source(), python_path) if path]
     try:
         asked = subprocess.run(
             [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(shared)}, capture_output=True, text=True, timeout=60,
-            check=True,
+            env={**os.environ, "PYTHONPATH": python_path}, capture_output=True, text=True, timeout=60, check=True,
         )
         return tuple(json.loads(asked.stdout))
     except (OSError, subprocess.SubprocessError, ValueError):  # cannot tell: take this process's path as theirs

@@ -25,7 +25,6 @@ def slot_environment(slot: Slot, tag: str) -> dict[str, str]:
     """The environment of a run's process on ``slot``: its threads, its GPU, this hermes importable, and the run's
     tag (``new_run_tag``), which its descendants inherit."""
     threads = str(slot.threads)
-    python_path = [path for path in (hermes_source(), os.environ.get("PYTHONPATH")) if path]
     return {
         **os.environ,
         protocol.ENV_THREADS: threads,
@@ -34,9 +33,14 @@ def slot_environment(slot: Slot, tag: str) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": threads,
         "CUDA_VISIBLE_DEVICES": slot.visible_devices,
         "PYTHONUNBUFFERED": "1",  # an unmodified Python script's metrics arrive as it prints them
-        "PYTHONPATH": os.pathsep.join(python_path),
+        "PYTHONPATH": trial_python_path(),
         RUN_TAG: tag,
     }
+
+
+def trial_python_path() -> str:
+    """The PYTHONPATH of a run's process: this checkout's hermes (``hermes_source``), then this process's own."""
+    return os.pathsep.join(path for path in (hermes_source(), os.environ.get("PYTHONPATH")) if path)
 
 
 def hermes_source() -> str | None:

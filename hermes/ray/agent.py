@@ -35,7 +35,7 @@ from hermes.errors import HermesError
 from hermes.local.executor import LocalExecutor
 from hermes.local.launch import TrialLaunch
 from hermes.local.resources import local_slots
-from hermes.ray.storage import checked_store, checkpoint_contents
+from hermes.ray.storage import checked_store, checkpoint_contents, make_links
 from hermes.trial import protocol
 
 State = dict[str, Any]  # {"step": n, "files": {relative path: bytes}, "links": {relative path: target}}: a trial's
@@ -328,9 +328,7 @@ def write_state(state: State, checkpoints: Path) -> None:
     for name, data in state["files"].items():
         (final / name).parent.mkdir(parents=True, exist_ok=True)
         (final / name).write_bytes(data)
-    for name, target in state["links"].items():
-        (final / name).parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(target, final / name)
+    make_links(final, state["links"])
     pointer = checkpoints / f"{protocol.LATEST_FILE}.tmp"
     pointer.write_text(final.name)
     os.replace(pointer, checkpoints / protocol.LATEST_FILE)

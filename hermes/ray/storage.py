@@ -246,8 +246,13 @@ def _make_links(checkpoint: Path) -> None:
     listed = checkpoint / LINKS_FILE
     if not listed.exists():
         return
-    for name, target in json.loads(listed.read_text()).items():
+    make_links(checkpoint, json.loads(listed.read_text()))
+    listed.unlink()
+
+
+def make_links(checkpoint: Path, links: dict[str, str]) -> None:
+    """Make again the links ``checkpoint_contents`` found in a checkpoint (path -> target) in ``checkpoint``."""
+    for name, target in links.items():
         link = checkpoint / name
         link.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(target, link)
-    listed.unlink()
