@@ -20,6 +20,7 @@ narrow terminal the GPU and state columns go before any number is cut.
 from __future__ import annotations
 
 import heapq
+import math
 import threading
 import time
 from bisect import bisect_left, insort
@@ -70,7 +71,7 @@ class _Row:
     step: int
     budget: int
     last: float | None
-    best: float | None  # the value of its best report, as `hermes results` has it (nan where it reported only nan)
+    best: float | None  # the value of its best report, as `hermes results` has it (None where all are NaN or inf)
     score: float  # for ordering: higher is better
 
 
@@ -448,7 +449,8 @@ class LiveView:
         scores = trial.scores
         best = None if followed is None else followed.best
         for index in range(0 if followed is None else followed.seen, len(scores)):
-            if best is None or scores[index] > scores[best]:  # the first best report
+            # the first best report; none of NaN or infinity (their score is -inf), as `hermes results` has it
+            if scores[index] > (-math.inf if best is None else scores[best]):
                 best = index
         row = _Row(
             trial.trial_id, trial.seq, trial.state, trial.gpu or "", trial.step, trial.budget,

@@ -276,20 +276,28 @@ def test_numbers_are_never_cut_in_a_narrow_terminal(width: int) -> None:
     assert "1.235e+04" in board and "0.6543" in board, text
 
 
-# ---------------------------------------------------------------------- 4. a trial that reported only NaN
+# ---------------------------------------------------------------------- 4. a trial that reported only NaN (or inf)
 @pytest.mark.parametrize("mode", ["max", "min"])
-def test_a_trial_that_reported_only_nan_shows_nan_as_the_results_do(mode: str) -> None:
+def test_a_trial_that_reported_only_nan_has_no_best_and_is_no_leader(mode: str) -> None:
+    """Its best showed "nan" and it led the leaderboard while no other trial had reported, where `hermes results`
+    shows "-" and `hermes status` says "best none: every value reported is NaN or infinite"."""
     run = Run(mode)
     run.submit("0", 3)
     run.submit("1", 3)
-    run.train("0", [math.nan, math.nan])
+    run.train("0", [math.nan, math.inf if mode == "max" else -math.inf])
+    alone = run.draw()
+    assert re.search(r"│ 0 +│ running +│ gpu\d +│ +2/3 │ +-?inf │ +- │", alone), alone
+    assert not re.search(r"│ 1 │ 0 ", alone), alone  # the leaderboard is empty
     run.train("1", [0.5, 0.25])
+    run.finish("0", run.now)
     text = run.draw()
-    assert "inf" not in text, text
-    assert re.search(r"│ 0 +│ running +│ gpu\d +│ +2/3 │ +nan │ +nan │", text), text
+    assert re.search(r"│ 0 +│ completed +│ +│ +2/3 │ +-?inf │ +- │", text), text
     best = "0.5" if mode == "max" else "0.25"
-    assert re.search(rf"│ 1 │ 1 +│ +{best} │ running", text), text  # the leaderboard
-    assert re.search(r"│ 2 │ 0 +│ +nan │ running", text), text
+    assert re.search(rf"│ 1 │ 1 +│ +{best} │ running", text), text
+    assert not re.search(r"│ 2 │ 0 ", text), text  # an ended trial without a best is no leader either
+    run.train("1", [math.nan])  # a finite best stays
+    text = run.draw()
+    assert re.search(rf"│ 1 +│ running +│ gpu\d +│ +3/3 │ +nan │ +{best} │", text), text
 
 
 def test_a_trial_that_never_reported_shows_a_dash() -> None:

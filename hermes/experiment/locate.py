@@ -102,13 +102,17 @@ def _parsed(source: bytes, filename: str) -> ast.Module:
 
 def set_under_main_guard(script: Path) -> set[str]:
     """The names a script's ``if __name__ == "__main__":`` assigns (its imports left out): a trial's process imports
-    the script without running that block, so what it sets there is not there. Empty where the file cannot be read."""
+    the script without running that block, so what it sets there is not there. A name the top level imports is left
+    out too: a trial's process imports it as well, and the block that rebinds it (``for trial in result.trials:``)
+    reuses the name, it does not hand the trials a value. Empty where the file cannot be read."""
     try:
         tree = _parsed(script.read_bytes(), str(script))
     except (SyntaxError, ValueError, OSError):
         return set()
     guarded = _top_level_names(tree.body)[2]
-    return _top_level_names([node for node in guarded if not isinstance(node, (ast.Import, ast.ImportFrom))])[0]
+    imported = _top_level_names([node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))])[0]
+    set_there = _top_level_names([node for node in guarded if not isinstance(node, (ast.Import, ast.ImportFrom))])[0]
+    return set_there - imported
 
 
 def _folder_trials_lack(spec: importlib.machinery.ModuleSpec, name: str, workdir: Path) -> Path | None:

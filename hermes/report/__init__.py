@@ -6,6 +6,7 @@ Times are the experiment's clock (seconds since it started), as stamped on its e
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -207,6 +208,7 @@ def format_number(value: float | None) -> str:
 TRACEBACK = "Traceback (most recent call last):"
 FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+), in ')  # of a traceback (not of faulthandler's)
 CRASHES = re.compile(r"\(its runs crashed (\d+) times; trial\.max_failures is \d+\)")  # the core's note
+HERMES_PACKAGE = Path(__file__).resolve().parent.parent  # its frames in a trial's traceback are not the user's
 
 
 def every_trial_failed(trials: Sequence[TrialRecord]) -> str | None:
@@ -250,15 +252,25 @@ def summarise_error(error: str, width: int = 160) -> str:
 
 def _raised(lines: Sequence[str]) -> tuple[str, str] | None:
     """The exception of the last Python traceback in ``lines`` and where it was raised, ``<file name>:<line>`` of its
-    innermost frame; None where there is none."""
-    frames = [(index, frame) for index, line in enumerate(lines) if (frame := FRAME.match(line))]
+    innermost frame outside Hermes's own package (the user's ``trial.report`` call, not the line of Hermes that
+    refused it), or of its innermost where every frame is Hermes's; None where there is none."""
+    start = max((index for index, line in enumerate(lines) if line.rstrip().endswith(TRACEBACK)), default=0)
+    frames = [(index, frame) for index, line in enumerate(lines[start:], start) if (frame := FRAME.match(line))]
     if not frames:
         return None
-    index, frame = frames[-1]
+    index, innermost = frames[-1]
     exception = next((line for line in lines[index + 1:] if line.strip() and not line[0].isspace()), None)
     if exception is None:
         return None
+    frame = next((frame for _, frame in reversed(frames) if not _of_hermes(frame["file"])), innermost)
     return exception.strip(), f"{Path(frame['file']).name}:{frame['line']}"
+
+
+@functools.lru_cache(maxsize=256)
+def _of_hermes(file: str) -> bool:
+    """Whether a traceback's file is one of Hermes's own modules (as this process has them); the trials of a report
+    share their files, each resolved once."""
+    return Path(os.path.realpath(file)).is_relative_to(HERMES_PACKAGE)
 
 
 def format_duration(seconds: float) -> str:
