@@ -15,6 +15,7 @@ import yaml
 
 from hermes.core.decisions import Suspend
 from hermes.core.states import TrialState
+from hermes.local.launchers.process import NUMBER
 from tests.test_local_executor import alive
 from tests.test_run import hermes, load_view, run_ok, spec_of, trial_dir, write_spec
 
@@ -338,7 +339,7 @@ def test_a_group_that_reads_part_of_a_number_fails_the_trial_naming_a_pattern_th
     assert result.returncode == 1, result.stderr
     view, _ = load_view(tmp_path / "runs")
     errors = {trial.params["how"]: (trial.state, trial.error) for trial in view.trials}
-    whole = r"[-+]?[\d.]+(?:[eE][-+]?\d+)?"
+    whole = NUMBER
     exponent = ("trial.metrics_regex's group 'loss' read '9.999999999999977' in the line 'epoch 2 accuracy 0.75 "
                 f"loss 9.999999999999977e-11', where the number goes on: read it whole, with (?P<loss>{whole})")
     digits = ("trial.metrics_regex's group 'accuracy' read '0.95' in the line 'epoch 2 accuracy 0.9512 loss 0.125', "

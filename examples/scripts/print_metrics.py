@@ -4,8 +4,8 @@
     epoch 1 loss 0.9048 accuracy 0.0952
 
 Hermes reads the metrics with a pattern such as
-``epoch (?P<step>\\d+) .* accuracy (?P<value>[-+]?[\\d.]+(?:[eE][-+]?\\d+)?)`` (a number's sign and exponent
-too: ``[\\d.]+`` alone reads ``1e-05`` as 1) and suspends it with SIGSTOP.
+``epoch (?P<step>\\d+) .* accuracy (?P<value>[-+]?(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:[eE][-+]?\\d+)?|(?i:nan|inf(?:inity)?)\\b))``
+(a number's sign and exponent, nan and inf too: ``[\\d.]+`` alone reads ``1e-05`` as 1) and suspends it with SIGSTOP.
 """
 
 from __future__ import annotations

@@ -38,9 +38,13 @@ from hermes.trial import protocol
 
 MAX_LINE = 1 << 20  # bytes of a line kept: of a longer one (a progress bar drawn without \r or \n), the last ones
 _SEGMENT = re.compile(rb"[^\r\n]*[\r\n]")  # a segment of output with the byte that ends it
-NUMBER = r"[-+]?[\d.]+(?:[eE][-+]?\d+)?"  # a group's pattern that reads a whole number as Python prints it: 1e-05
+# a group's pattern that reads a whole number as Python prints it: 1e-05, nan, -inf; not a sentence's last point (0.25.)
+NUMBER = r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?)\b)"
 GROUPED_NUMBER = r"[-+]?[\d,.]*\d(?:[eE][-+]?\d+)?"  # ...and one with thousands separators: 1,000.00
 _GOES_ON = re.compile(r"[eE][-+]?\d|\.?\d")  # what, right after a number, makes it part of a longer one
+# right before a group, what makes its number part of a longer one: digits, a point, an exponent's start (5 of 1e-5)
+_BEGUN = re.compile(r"[\d.](?:[eE][-+]?)?\Z")
+_SIGN = re.compile(r"(?<![\w.])[-+]\Z")  # ...or a sign, which starts a number (not the - of a range: 3-5)
 _REST = re.compile(r"\d*(?:\.\d*)?(?:[eE][-+]?\d+)?")  # the rest of a number that goes on
 _INTEGER = re.compile(r"[-+]?\d{1,3}(?:,\d{3})*")  # a whole number that thousands separators may go on
 # its thousands that go on: groups of three digits, then not another field of a comma-separated line (3,150,0.5)
@@ -179,13 +183,7 @@ class ProcessLauncher(Launcher):
             self._ended(run, output)
             return False
         if output.log is not None:
-            try:
-                output.log.write(chunk)
-                output.log.flush()
-            except OSError as error:  # a full disk: say whose log, where it said "a file"
-                if error.errno in NO_SPACE_ERRNOS:
-                    raise NoSpaceError(f"trial {run.trial.trial_id}: {output.log.name}: {error.strerror}") from None
-                raise
+            _log(run, output, chunk)
         for line in _lines(output, chunk, self.line_limit):
             self._line(run, output, line)
         return True
@@ -383,16 +381,22 @@ class ScriptLauncher(ProcessLauncher):
         name = "value" if "value" in groups else host.metric_of(trial) or ""
         if name not in groups:
             return None  # the objective's group is optional in the pattern and did not match: not a report
-        cut = next(((group, printed) for group, found in groups.items()
-                    for printed in [_printed(found, text, match.end(group))] if printed is not None), None)
-        if cut is not None:  # [\d.]+ reads 1e-05 as 1: the number it read is not the one printed
-            group, printed = cut
-            whole = GROUPED_NUMBER if "," in printed else NUMBER
-            host.fail(run, f"trial.metrics_regex's group {group!r} read {groups[group]!r} {_in(text)}, where the "
-                           f"number goes on: read it whole, with (?P<{group}>{whole})")
-            return None
+        for group, found in groups.items():  # [\d.]+ reads 1e-05 as 1, \D* eats the - of -190: not what it printed
+            begun = _begun(found, text, match.start(group))
+            printed = begun or _printed(found, text, match.end(group))
+            if printed is not None:
+                whole = GROUPED_NUMBER if _GROUPED.fullmatch(printed) else NUMBER
+                where = ("begins before it (a .* or \\D* before the group took its start: make it lazy, .*?)"
+                         if begun else "goes on")
+                host.fail(run, f"trial.metrics_regex's group {group!r} read {found!r} {_in(text)}, where the number "
+                               f"{where}: read it whole, with (?P<{group}>{whole})")
+                return None
         if name not in metrics:
-            run.misread = run.misread or f"its group {name!r} read {groups[name]!r}, not a number, {_in(text)}"
+            why = f"its group {name!r} read {groups[name]!r}, not a number, {_in(text)}"
+            if run.misread is None:  # said while it runs too: a program that goes on so never reports
+                _log(run, run.outputs[-1], f"hermes: trial {trial.trial_id}: a line that matched trial.metrics_regex "
+                                           f"is no report: {why}\n".encode())
+            run.misread = run.misread or why
             return None
         step = _whole(groups["step"]) if "step" in groups else None
         if "step" in groups and step is None:
@@ -460,6 +464,17 @@ def _lines(output: Output, chunk: bytes, limit: int | None) -> list[bytes]:
     return lines
 
 
+def _log(run: Run, output: Output, data: bytes) -> None:
+    """Add to the log of one of the run's pipes."""
+    try:
+        output.log.write(data)
+        output.log.flush()
+    except OSError as error:  # a full disk: say whose log, where it said "a file"
+        if error.errno in NO_SPACE_ERRNOS:
+            raise NoSpaceError(f"trial {run.trial.trial_id}: {output.log.name}: {error.strerror}") from None
+        raise
+
+
 def _kept(segment: bytes | bytearray, limit: int | None) -> bytes:
     """What is read of a segment: its last ``limit`` bytes, or all of it."""
     return bytes(segment if limit is None else segment[-limit:])
@@ -493,6 +508,26 @@ def _printed(found: str, text: str, at: int) -> str | None:
     if not _GOES_ON.match(text, at):
         return None
     printed = found + _REST.match(text, at).group()
+    return None if _number(printed) == number else printed
+
+
+def _begun(found: str, text: str, at: int) -> str | None:
+    """The number the program printed, up to where a group read its end, ``found``, from ``at`` in ``text``: digits,
+    a point or an exponent's start, or a sign, go before it (``.*(?P<x>[\\d.]+)`` reads 5 of 0.25, ``\\D*`` eats the
+    - of -190). None where ``found`` is a number that begins there, or what goes before leaves its value as it is (the
+    + of +5)."""
+    number = _number(found)
+    if number is None:
+        return None
+    begun = _BEGUN.search(text, max(0, at - 3), at)
+    if begun is None and found[0] not in "+-":
+        begun = _SIGN.search(text, max(0, at - 1), at)
+    if begun is None:
+        return None
+    start = begun.start()
+    while start > 0 and (text[start - 1].isdigit() or text[start - 1] in ".,"):
+        start -= 1
+    printed = text[start:at] + found
     return None if _number(printed) == number else printed
 
 
