@@ -93,6 +93,17 @@ class StringVerdict(RoundRobinPolicy):
         return "stop"
 
 
+class PricedMigration(RoundRobinPolicy):
+    """Prices a migration with the answer it is made with."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__(period=1.0)
+        self.answer = answer
+
+    def migration_penalty(self, trial: Trial, now: float) -> Any:
+        return self.answer
+
+
 class NoVerdict(RoundRobinPolicy):
     """Forgets to return its verdict."""
 
@@ -335,6 +346,16 @@ def test_a_verdict_that_is_no_verdict_is_refused_naming_the_policy(policy: type[
         scheduler.handle(TrialReported(1.0, "a", 1, 0.5))
     with pytest.raises(AssertionError, match=rf"policy {HERE}:{policy.__name__}: observe\(\) returned"):
         policy_contract.test_priority_and_observe_answer_what_the_core_takes(f"{HERE}:{policy.__name__}")
+
+
+@pytest.mark.parametrize("answer", ["cheap", -1.0, math.nan, None])
+def test_a_migration_penalty_that_is_no_price_is_refused_naming_the_policy(answer: Any) -> None:
+    """The node scheduler weighs a migration's penalty against priorities whenever a GPU frees and the best waiting
+    trial left another: anything but a number >= 0 fails as the policy's error, not as a TypeError of the core."""
+    with pytest.raises(PluginError, match=rf"^policy {HERE}:PricedMigration: migration_penalty\(\) returned "
+                                          r".* for trial t\d; it must return a number >= 0"):
+        simulate(trace([0.1, 0.2, 0.3, 0.4, 0.5]), PricedMigration(answer), gpus=2, seed=0)
+    assert simulate(trace([0.1, 0.2, 0.3, 0.4, 0.5]), PricedMigration(0.5), gpus=2, seed=0).time_to_best_s
 
 
 def test_a_nan_priority_is_refused_whatever_the_arrival_order() -> None:

@@ -118,6 +118,23 @@ class Benched(RoundRobinPolicy):
         return None if trial.trial_id in self.benched else super().priority(trial, now)
 
 
+class Ranked(RoundRobinPolicy):
+    """Fixed priorities, and a fixed price in priority for resuming on another GPU than the one a trial left."""
+
+    name = "ranked"
+
+    def __init__(self, priorities: dict[str, float], penalty: float) -> None:
+        super().__init__(PERIOD)
+        self.priorities = priorities
+        self.penalty = penalty
+
+    def priority(self, trial: Trial, now: float) -> float:
+        return self.priorities[trial.trial_id]
+
+    def migration_penalty(self, trial: Trial, now: float) -> float:
+        return self.penalty
+
+
 # ---------------------------------------------------------------------------------------- fifo
 def test_fifo_runs_in_arrival_order_one_per_gpu() -> None:
     core = fifo()
@@ -244,6 +261,28 @@ def test_rr_claimed_challenger_is_not_used_twice_and_resume_elsewhere_is_migrate
     assert core.suspended(25, "b", 2) == [Resume("a", "g1", migrated=True)]
     assert core.trial("a").migrations == 1
     assert core.report(30, "a", 2) == []
+
+
+@pytest.mark.parametrize("penalty", [0.0, 0.4, 1.0])
+def test_a_free_gpu_goes_to_its_own_trial_within_the_price_of_a_migration(penalty: float) -> None:
+    """x (priority 2) left g1, y (1.5) left g0; g0 frees. x migrates there unless the policy prices a migration at
+    more than the 0.5 between them: then y resumes where its state is, and x waits for its own GPU."""
+    core = Core(Ranked({"y": 1.5, "x": 2.0, "p": 10.0, "q": 9.0}, penalty))
+    core.node(0, "n0", "g0", "g1")
+    assert core.submit(0, "y") == [Start("y", "g0")]
+    assert core.submit(0, "x") == [Start("x", "g1")]
+    core.submit(1, "p")
+    core.submit(1, "q")
+    assert core.report(12, "y", 1) == [Suspend("y")]
+    assert core.suspended(12, "y", 1) == [Start("p", "g0")]
+    assert core.report(12, "x", 1) == [Suspend("x")]
+    assert core.suspended(12, "x", 1) == [Start("q", "g1")]
+    if penalty > 0.5:
+        assert core.exited(20, "p") == [Resume("y", "g0", migrated=False)]
+        assert core.exited(21, "q") == [Resume("x", "g1", migrated=False)]
+    else:
+        assert core.exited(20, "p") == [Resume("x", "g0", migrated=True)]
+        assert core.exited(21, "q") == [Resume("y", "g1", migrated=True)]
 
 
 def test_rr_ties_between_running_and_waiting_trial_go_to_the_earlier_arrival() -> None:

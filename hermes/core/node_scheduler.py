@@ -2,6 +2,8 @@
 
 At every step boundary or period it picks, for each GPU of its node, which of the node's trials
 runs, by the policy's priority, and preempts a trial whose turn is over when a better one waits.
+A GPU that frees goes to a trial whose state it holds where the policy's migration penalty allows:
+a resume on another GPU spills the state to disk and back.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from hermes.core.cluster import Node
 from hermes.core.decisions import Decision, Resume, Start, Suspend
 from hermes.core.states import PENDING, RUNNING, SUSPENDING
 from hermes.core.trial import Trial
-from hermes.core.policy import PluginError, SchedulingPolicy, checked_priority, plugin_raised
+from hermes.core.policy import PluginError, SchedulingPolicy, checked_migration_penalty, checked_priority, plugin_raised
 
 
 class NodeScheduler:
@@ -31,22 +33,30 @@ class NodeScheduler:
         self._sorted_for: int | None = None  # the order_version the sort is valid for
 
     def ranked_waiting(
-        self, now: float, limit: int, free: list[str] | None = None, exclude: Collection[str] = ()
+        self,
+        now: float,
+        limit: int,
+        free: list[str] | None = None,
+        exclude: Collection[str] = (),
+        home: str | None = None,
     ) -> list[tuple[float, Trial]]:
         """The ``limit`` best runnable waiting trials with their priorities, best first.
 
         Ties go to the earlier arrival. With ``free``, only trials that may run on one of those
-        GPUs; without it, only trials that may leave their GPU (movable, or never started).
+        GPUs; without it, only trials that may leave their GPU (movable, or never started). With
+        ``home``, only trials that never ran or left that GPU.
         """
         policy = self.policy
         if policy.order_version is not None:
-            return self._from_sorted(now, limit, free, exclude)
+            return self._from_sorted(now, limit, free, exclude, home)
         if limit == 1:  # the common case: one pass, no list
             best_priority, best = 0.0, None
             for trial in self.node.members.values():
                 if not trial.waiting or (exclude and trial.trial_id in exclude):
                     continue
                 if not (trial.movable or trial.last_gpu is None or (free is not None and trial.last_gpu in free)):
+                    continue
+                if home is not None and trial.last_gpu is not None and trial.last_gpu != home:
                     continue
                 priority = checked_priority(policy, trial, now)
                 if priority is not None and (
@@ -60,13 +70,15 @@ class NodeScheduler:
                 continue
             if not (trial.movable or trial.last_gpu is None or (free is not None and trial.last_gpu in free)):
                 continue
+            if home is not None and trial.last_gpu is not None and trial.last_gpu != home:
+                continue
             priority = checked_priority(policy, trial, now)
             if priority is not None:
                 ranked.append((-priority, trial.seq, trial))
         return [(-key, trial) for key, _, trial in heapq.nsmallest(limit, ranked, key=_rank_key)]
 
     def _from_sorted(
-        self, now: float, limit: int, free: list[str] | None, exclude: Collection[str]
+        self, now: float, limit: int, free: list[str] | None, exclude: Collection[str], home: str | None
     ) -> list[tuple[float, Trial]]:
         """``ranked_waiting`` from the cached order: trials that stopped waiting are skipped lazily."""
         policy = self.policy
@@ -91,6 +103,8 @@ class NodeScheduler:
             if not trial.waiting or trial.trial_id not in members or trial.trial_id in exclude:
                 continue
             if not (trial.movable or trial.last_gpu is None or (free is not None and trial.last_gpu in free)):
+                continue
+            if home is not None and trial.last_gpu is not None and trial.last_gpu != home:
                 continue
             priority = checked_priority(policy, trial, now)
             if priority is None:
@@ -124,11 +138,15 @@ class NodeScheduler:
         try:
             while free:
                 placed = False
-                for _, trial in self.ranked_waiting(now, len(free), free):
+                for priority, trial in self.ranked_waiting(now, len(free), free):
+                    if not trial.waiting:
+                        continue  # a GPU's own trial placed in this pass ahead of its rank
                     if trial.last_gpu in free:
                         gpu = trial.last_gpu
                     elif trial.movable or trial.last_gpu is None:
                         gpu = free[0]
+                        if trial.last_gpu is not None:
+                            trial = self._own_trial(gpu, priority, trial, now)
                     else:
                         continue  # its own GPU went to a better trial in this pass; look again for the rest
                     free.remove(gpu)
@@ -143,6 +161,18 @@ class NodeScheduler:
             carry(error, decisions)
             raise
         return decisions
+
+    def _own_trial(self, gpu: str, priority: float, trial: Trial, now: float) -> Trial:
+        """The trial to put on free ``gpu`` instead of ``trial`` (best, of ``priority``, but it left another GPU): the
+        best that left this one or never ran, where its priority is within the migration's price
+        (``SchedulingPolicy.migration_penalty``) of ``trial``'s. A migration spills the state to disk."""
+        penalty = checked_migration_penalty(self.policy, trial, now)
+        if not penalty:
+            return trial
+        own = self.ranked_waiting(now, 1, [gpu], home=gpu)
+        if own and own[0][0] >= priority - penalty:
+            return own[0][1]
+        return trial
 
     def release(self, trial: Trial) -> None:
         """``trial`` left its GPU: its claim, if any, is settled."""

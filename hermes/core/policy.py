@@ -47,6 +47,7 @@ class ExecutionProfile:
     """
 
     switch_cost: float  # typical seconds of GPU time one suspend plus resume costs
+    migration_cost: float = 0.0  # what a resume on another GPU than the one the trial left adds to that
 
 
 class SchedulingPolicy(ABC):
@@ -90,6 +91,11 @@ class SchedulingPolicy(ABC):
         """Adapt to the engine's costs before the first event; settings the user gave explicitly win.
 
         The default ignores the profile; a policy that weighs switches against their cost uses it."""
+
+    def migration_penalty(self, trial: Trial, now: float) -> float:
+        """Priority that waiting ``trial`` gives up to resume on another GPU than the one it left: a GPU that frees
+        goes to a trial of its own within that of the best (0, the default: placement follows priority alone)."""
+        return 0.0
 
     def turn_over(self, trial: Trial, now: float) -> bool:
         """Whether a running trial has had its turn and may be preempted by a better one."""
@@ -189,6 +195,18 @@ def checked_priority(policy: SchedulingPolicy, trial: Trial, now: float) -> floa
     if isinstance(priority, Real) and not math.isnan(priority):  # numpy's floats, a bool, a Fraction
         return priority
     raise plugin_answered(policy, "priority", trial, priority, "a number (not NaN), or None for not now")
+
+
+def checked_migration_penalty(policy: SchedulingPolicy, trial: Trial, now: float) -> float:
+    """``policy.migration_penalty``, where the core asks it: what it raises, or an answer that is not a number of at
+    least 0 (NaN included), fails as the policy's ``PluginError``."""
+    try:
+        penalty = policy.migration_penalty(trial, now)
+    except Exception as error:
+        raise plugin_raised(policy, "migration_penalty", error, trial) from error
+    if isinstance(penalty, Real) and penalty >= 0:  # NaN is not >= 0
+        return float(penalty)
+    raise plugin_answered(policy, "migration_penalty", trial, penalty, "a number >= 0")
 
 
 def checked_should_stop(stopper: EarlyStopper, trial: Trial) -> bool:

@@ -209,8 +209,18 @@ The scheduling period and the switch price: learned, not set
     (``ExecutionProfile.switch_cost``, which each executor derives from how it runs trials; the
     simulator's from its cost model, hermes.sim.costs) and is then learned: two reports with a
     suspend and resume between them took the steps' time plus the switch, so the excess is what
-    that switch cost here, whatever the device, the state size or the path (a migration spills).
-    The price is the mean of the observed switches, the prior counting as one. A running trial's
+    that switch cost here, whatever the device or the state size. A resume on another GPU than the
+    one the trial left also spills the state to disk and reads it back (0.62 s at 100 MB with warm
+    workers, 6.4 s at 1 GB, against 0.018 s and 0.17 s on one GPU), so the two paths are priced
+    apart: each is the mean of its observed switches, the engine's figure counting as one
+    (``ExecutionProfile.migration_cost`` for a migration), and a turn costs the first plus the
+    second times the share of resumes that migrated so far. A suspended trial resumes on its own
+    GPU where priorities allow: a GPU that frees goes to the best trial that left it when that
+    trial is within ``migration_penalty`` of the best waiting one, a migration's price converted
+    at the ageing rate (a migration is worth as much as waiting as long as it costs). So ties, such
+    as the first sweep's before any link, stay put, and a trial clearly ahead still moves; with 1 GB
+    trials, where both were missing, hermes was 0.70-0.80x FIFO to the best (docs/policy.md,
+    "Migrations, priced and avoided"). A running trial's
     turn is over when it reached a new rung in this run (its priority changed), or after one of
     its own reports' worth of GPU time (its observed seconds per step times the report interval)
     and at least ``price / overhead_budget``: so the period follows the observed epoch lengths
@@ -305,7 +315,8 @@ NOISE_BINS = 4
 """Histogram bins per doubling of a squared scatter: the pooled noise variance is read to within 19%."""
 
 NOISE_RANGE = 400
-"""Scatters beyond 2**(+-NOISE_RANGE / NOISE_BINS) share the outermost bins (and an exact fit, the lowest)."""
+"""Scatters beyond 2**(+-NOISE_RANGE / NOISE_BINS) times the search's first share the outermost bins (and an exact fit,
+the lowest)."""
 
 CHI2_MEDIAN = 0.454936
 """Median of a chi-squared variable with one degree of freedom: a squared normal scatter's median over its variance."""
@@ -441,6 +452,7 @@ class HermesPolicy(SchedulingPolicy):
         self.ageing = ageing
         self._switch_cost_given = switch_cost is not None  # else the engine's profile sets it
         self.switch_cost = DEFAULT_SWITCH_COST if switch_cost is None else switch_cost
+        self.migration_cost = 0.0  # what a resume on another GPU adds to a switch, as the engine says (configure)
         self.overhead_budget = overhead_budget
         self.min_trials = int(min_trials)
         self.rung_factor = rung_factor
@@ -458,15 +470,20 @@ class HermesPolicy(SchedulingPolicy):
         self._step_clean: list[bool] = []  # row -> whether that estimate came from two reports of one run
         self._crossed_run: list[int] = []  # row -> the run (trial.starts) in which it last reached a rung
         self._starts_seen: list[int] = []  # row -> trial.starts at its last report
+        self._migrations_seen: list[int] = []  # row -> trial.migrations at its last report
         self._params: list[dict[str, Any]] = []  # row -> the trial's hyper-parameters
         self._first_seconds: list[float] = []  # row -> GPU seconds its first report took (0: none yet)
         self._durations_fitted_on = 0  # first reports the duration model was last fitted on
         self._owed_fit: tuple[int, int] | None = None  # (first reports, rows) of a fit not made yet
         self._age_rate = 0.0  # priority gained per second of waiting
         self._work = 0.0  # estimated GPU seconds to train every known trial to its budget
-        self._switch_seen = [0.0, 0]  # GPU seconds that observed switches cost, and how many
+        self._switch_seen = [0.0, 0]  # GPU seconds that observed switches on one GPU cost, and how many
+        self._migration_seen = [0.0, 0]  # the same of switches whose resume landed on another GPU
         self._noise_bins: dict[int, int] = {}  # NOISE_BINS * log2 of a report's squared scatter (scaled) -> count
-        self._switch_price = self.switch_cost  # what a switch costs, as of the last refresh (the prior until then)
+        self._noise_anchor: float | None = None  # the first positive scatter: bins count from it (see _measure_noise)
+        self._switch_price = self.switch_cost  # what a switch on one GPU costs, as of the last refresh (the prior till then)
+        self._migration_price = 0.0  # what a resume on another GPU adds to that, as of the last refresh
+        self._turn_price = self.switch_cost  # what ending a turn costs: a switch, and a migration as often as they come
         self._suspensions = 0  # switches so far, counting suspended trials' pending resumes
         self._cost_reference = 0.0  # GPU seconds of the mean known trial's whole budget, as of the last refresh
         self._behind = MedianStopper(min_trials=self.min_trials)  # who is clearly behind: never stopped
@@ -534,6 +551,7 @@ class HermesPolicy(SchedulingPolicy):
             self._step_clean.append(False)
             self._crossed_run.append(-1)
             self._starts_seen.append(0)
+            self._migrations_seen.append(0)
             self._params.append(dict(trial.params))
             self._first_seconds.append(0.0)
             self._durations.add(trial.params)
@@ -568,7 +586,9 @@ class HermesPolicy(SchedulingPolicy):
         that switch cost, whatever the engine, the device or the state size (see "Switch price").
         """
         resumed = trial.starts != self._starts_seen[row]
+        migrated = trial.migrations != self._migrations_seen[row]
         self._starts_seen[row] = trial.starts
+        self._migrations_seen[row] = trial.migrations
         if len(trial.steps) == 1:
             took = self._first_seconds[row] = trial.report_gpu_time[0]
             self._step_seconds[row] = max(took - self._switch_price, 0.1 * took) / max(trial.steps[0], 1)
@@ -579,7 +599,7 @@ class HermesPolicy(SchedulingPolicy):
             self._step_seconds[row] = took / steps
             self._step_clean[row] = True
         elif self._step_clean[row]:  # a step time free of start-up, so the excess is the switch's alone
-            seen = self._switch_seen
+            seen = self._migration_seen if migrated else self._switch_seen
             seen[0] += max(took - steps * self._step_seconds[row], 0.0)
             seen[1] += 1
 
@@ -589,8 +609,9 @@ class HermesPolicy(SchedulingPolicy):
         For reports ``y = curve + noise`` the residual's variance is the noise variance times
         ``1 + a**2 + (1 - a)**2`` (``a``: where the middle step lies between the other two), plus the curve's
         bend. The bend is large in the first epochs (LCBench: a scatter of 1-9 points of accuracy there,
-        0.01-0.04 after epoch 8), so the pooled level is the median, kept in a histogram of log-spaced bins;
-        it is the noise that ``_rung_value`` weighs a stretch's trend against."""
+        0.01-0.04 after epoch 8), so the pooled level is the median, kept in a histogram of log-spaced bins
+        counted from the search's first scatter (so that a metric's scale moves no bin edge, and with it no
+        decision); it is the noise that ``_rung_value`` weighs a stretch's trend against."""
         steps, scores = trial.steps, trial.scores
         if len(steps) < 3:
             return
@@ -603,10 +624,13 @@ class HermesPolicy(SchedulingPolicy):
         if not math.isfinite(residual):  # a score was not finite (0 < a < 1: infinities never cancel)
             return
         scaled = residual * residual / (1.0 + a * a + (1.0 - a) * (1.0 - a))
-        if scaled <= 0:
+        if self._noise_anchor is None and 0 < scaled < math.inf:
+            self._noise_anchor = scaled  # bins count from it, so that a metric's scale moves no bin edge
+        ratio = scaled / (self._noise_anchor or 1.0)
+        if ratio <= 0:
             key = -NOISE_RANGE
-        elif math.isfinite(scaled):
-            key = max(-NOISE_RANGE, min(NOISE_RANGE, math.floor(NOISE_BINS * math.log2(scaled))))
+        elif math.isfinite(ratio):
+            key = max(-NOISE_RANGE, min(NOISE_RANGE, math.floor(NOISE_BINS * math.log2(ratio))))
         else:
             key = NOISE_RANGE
         self._noise_bins[key] = self._noise_bins.get(key, 0) + 1
@@ -622,7 +646,7 @@ class HermesPolicy(SchedulingPolicy):
         for key in sorted(bins):
             seen += bins[key]
             if 2 * seen >= count:
-                return 2.0 ** ((key + 0.5) / NOISE_BINS) / CHI2_MEDIAN
+                return (self._noise_anchor or 1.0) * 2.0 ** ((key + 0.5) / NOISE_BINS) / CHI2_MEDIAN
         raise AssertionError("unreachable: the bins sum to count")
 
     # ------------------------------------------------------------------ the model
@@ -850,11 +874,13 @@ class HermesPolicy(SchedulingPolicy):
         step_seconds = self._step_seconds
         known = len(step_seconds) - step_seconds.count(0.0)  # rows with a step time (they are never negative)
         mean_step = sum(step_seconds) / known if known else 0.0
-        runs = holding = ended = not_suspended = 0
+        runs = holding = ended = not_suspended = resumes = migrations = 0
         gpu = work = 0.0
         for row, trial in self._live.items():
             starts, since = trial.starts, trial.running_since
             runs += starts
+            resumes += max(starts - 1, 0)
+            migrations += trial.migrations
             gpu += trial.gpu_time if since is None else trial.gpu_time + now - since
             work += trial.budget * (step_seconds[row] or mean_step)
             if trial.waiting:
@@ -873,6 +899,11 @@ class HermesPolicy(SchedulingPolicy):
         self._suspensions = runs - not_suspended
         total, count = self._switch_seen
         self._switch_price = (self.switch_cost + total) / (1 + count)  # the prior counts as one switch
+        total, count = self._migration_seen
+        migrated = (self.switch_cost + self.migration_cost + total) / (1 + count)
+        self._migration_price = max(migrated - self._switch_price, 0.0)
+        share = migrations / (1 + resumes)  # the prior, one resume on its own GPU (resumes go there where they can)
+        self._turn_price = self._switch_price + share * self._migration_price
         active = len(self._live) - ended
         if holding and runs and gpu > 0 and self.ageing > 0:
             cycle = active / holding * gpu / runs  # trials per GPU x mean run: a round-robin cycle
@@ -896,12 +927,15 @@ class HermesPolicy(SchedulingPolicy):
             return base + (now - waiting_since) * self._age_rate
         return base
 
+    def migration_penalty(self, trial: Trial, now: float) -> float:
+        return self._migration_price * self._age_rate  # a migration's GPU seconds, priced as a wait
+
     def turn_over(self, trial: Trial, now: float) -> bool:
         row = self._index.get(trial.trial_id)
         if trial.running_since is None or row is None:
             return False
         run = now - trial.running_since
-        cost = self._switch_price
+        cost = self._turn_price
         if run < cost:
             return False  # a switch would cost more than the run it ends
         remaining = (trial.budget - trial.step) * self._step_seconds[row]
@@ -920,10 +954,14 @@ class HermesPolicy(SchedulingPolicy):
 
     # ------------------------------------------------------------------ restart
     def configure(self, profile: ExecutionProfile) -> None:
+        self.migration_cost = profile.migration_cost
         if not self._switch_cost_given:
             self.switch_cost = profile.switch_cost
             if not self._switch_seen[1]:
                 self._switch_price = self.switch_cost
+        if not self._migration_seen[1]:
+            self._migration_price = self.migration_cost
+        self._turn_price = self._switch_price  # until resumes are seen (they go to their own GPU where they can)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -935,6 +973,7 @@ class HermesPolicy(SchedulingPolicy):
             "step_clean": list(self._step_clean),
             "crossed_run": list(self._crossed_run),
             "starts_seen": list(self._starts_seen),
+            "migrations_seen": list(self._migrations_seen),
             "params": [dict(params) for params in self._params],
             "first_seconds": list(self._first_seconds),
             "durations_fitted_on": self._durations_fitted_on,
@@ -943,7 +982,11 @@ class HermesPolicy(SchedulingPolicy):
             "suspensions": self._suspensions,
             "switch_seen": list(self._switch_seen),
             "switch_price": self._switch_price,
+            "migration_seen": list(self._migration_seen),
+            "migration_price": self._migration_price,
+            "turn_price": self._turn_price,
             "noise_bins": {str(key): count for key, count in self._noise_bins.items()},
+            "noise_anchor": self._noise_anchor,
             "cost_reference": self._cost_reference,
             # the last fit and the ranks made with it, so that a restart decides exactly as before
             "records_at_refit": self._records_at_refit,
@@ -972,6 +1015,7 @@ class HermesPolicy(SchedulingPolicy):
         self._step_clean = [bool(c) for c in state["step_clean"]]
         self._crossed_run = [int(r) for r in state["crossed_run"]]
         self._starts_seen = [int(s) for s in state["starts_seen"]]
+        self._migrations_seen = [int(m) for m in state.get("migrations_seen", [0] * len(self._starts_seen))]
         self._params = [dict(params) for params in state["params"]]
         self._first_seconds = [float(s) for s in state["first_seconds"]]
         self._age_rate = float(state["age_rate"])
@@ -980,8 +1024,13 @@ class HermesPolicy(SchedulingPolicy):
         self._suspensions = int(state["suspensions"])
         self._switch_seen = [float(state["switch_seen"][0]), int(state["switch_seen"][1])]
         self._switch_price = float(state["switch_price"])
+        seen = state.get("migration_seen", [0.0, 0])  # this and the two below: absent from states saved before
+        self._migration_seen = [float(seen[0]), int(seen[1])]
+        self._migration_price = float(state.get("migration_price", 0.0))
+        self._turn_price = float(state.get("turn_price", self._switch_price))
         bins = state.get("noise_bins", {})  # absent from states saved before it existed
         self._noise_bins = {int(key): int(count) for key, count in bins.items()}
+        self._noise_anchor = state.get("noise_anchor", 1.0 if bins else None)  # states saved before: bins from 1
         self._cost_reference = float(state.get("cost_reference", 0.0))  # absent from states saved before it existed
         self._live = {}
         self._rung_rows = [[int(row) for row in rows] for rows in state["rungs"]]

@@ -106,6 +106,10 @@ class SwitchCosts:
             cost += self.migration + state / self.network_mb_s
         return cost
 
+    def migration_cost(self, state_mb: float | None = None) -> float:
+        """What a resume on another GPU of the node adds to one on the GPU the trial left: the spill."""
+        return self.resume_cost(state_mb, other_gpu=True) - self.resume_cost(state_mb)
+
     def switch_cost(self, state_mb: float | None = None) -> float:
         """A time-sharing switch on one GPU: suspend and resume there (what a scheduler prices a turn at)."""
         return self.suspend_cost(state_mb) + self.resume_cost(state_mb)

@@ -94,7 +94,7 @@ class SimulatedExecutor(Executor[TraceTrial]):
         self.trials: dict[str, _SimTrial] = {}
         self.gpu_node = {gpu: node for node, gpus in layout.items() for gpu in gpus}
         self.costs = costs
-        self.profile = ExecutionProfile(switch_cost=costs.switch_cost())  # until a trial says its state size
+        self.profile = ExecutionProfile(costs.switch_cost(), costs.migration_cost())  # till a trial says its state size
         self.clock = 0.0
         self.accounts = Accounts()
         self.epochs: list[EpochRecord] | None = [] if record_epochs else None
@@ -110,7 +110,8 @@ class SimulatedExecutor(Executor[TraceTrial]):
         trial = _SimTrial(trial_id, work, work.state_mb if work.movable else 0.0)
         switch = self.costs.switch_cost(trial.moved_mb)
         if not self.trials or switch > self.profile.switch_cost:
-            self.profile = ExecutionProfile(switch_cost=switch)  # the dearest of its trials, as the local executor
+            # the dearest of its trials, as the local executor
+            self.profile = ExecutionProfile(switch, self.costs.migration_cost(trial.moved_mb))
         self.trials[trial_id] = trial
         if work.movable:
             trial.epoch = trial.checkpoint = reported_step
