@@ -10,9 +10,10 @@ trial on a slot only once the previous one has parked or ended.
 Commands come on stdin and messages go out on fd ``protocol.ENV_WORKER_CHANNEL``, one JSON object per
 line (hermes/trial/protocol.py). A trial's exception ends only that trial; a crash of the process
 (a segfault, the out-of-memory killer) ends the worker, and the executor replaces it. So does a trial whose
-function has not returned ``EXIT_GRACE`` seconds after its spill committed its checkpoint (its main thread waits on
-what its suspended loop thread was to give it, say): a thread cannot be ended, and the executor waits for that end
-to move the trial, so the worker exits, as a process of its own lingering so long is killed.
+function has not returned ``EXIT_GRACE`` seconds after its spill committed its checkpoint, or after it was told to
+stop (its main thread waits on what its suspended or stopped loop thread was to give it, say): a thread cannot be
+ended, and the executor waits for that end to move the trial or to end it, so the worker exits, as a process of its
+own lingering so long is killed.
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ from hermes.trial.session import (
     work_for,
 )
 
-LINGERED_EXIT_CODE = 3  # the worker's, when a trial's function did not return after its spill (said in its log)
+LINGERED_EXIT_CODE = 3  # the worker's, when a trial's function did not return after its spill or stop (its log says)
+# What a trial whose function does not return was told, and what becomes of it once its worker exits for it
+SPILL_COMMITTED = ("committing its suspension", "the trial goes on from that checkpoint")
+TOLD_TO_STOP = ("being told to stop", "the trial ends stopped")
 
 
 class _Outbox:
@@ -67,15 +71,15 @@ class _TrialChannel:
     """A trial's channel inside the worker: messages tagged with its id; words from the command loop."""
 
     def __init__(self, trial_id: str, outbox: _Outbox, on_park: Callable[[str], None],
-                 on_committed: Callable[[_TrialChannel], None]) -> None:
+                 on_last_word: Callable[[_TrialChannel, tuple[str, str]], None]) -> None:
         self.trial_id = trial_id
         self.words: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.suspended = False  # it said its checkpoint is committed: its run ends suspended, however it returns
         self.ended = False  # its run's end was said
-        self.exit_timer: threading.Timer | None = None  # from its commit: its function must return before it fires
+        self.exit_timer: threading.Timer | None = None  # at its commit or stop: fires unless it returns
         self._outbox = outbox
         self._on_park = on_park
-        self._on_committed = on_committed
+        self._on_last_word = on_last_word
 
     def send(self, message: dict[str, Any]) -> None:
         if message["type"] == protocol.PARKED:  # sent by one of the trial's threads, which now waits
@@ -83,10 +87,15 @@ class _TrialChannel:
         self._outbox.send({**message, "trial": self.trial_id})
         if message["type"] == protocol.SUSPENDED:
             self.suspended = True
-            self._on_committed(self)
+            self._on_last_word(self, SPILL_COMMITTED)
 
     def receive(self) -> str:
-        return self.words.get()
+        """The word the session waits for. A stop is timed from here, where the trial reads it (at its next report
+        if it computes), not from where it was queued."""
+        word = self.words.get()
+        if word == protocol.STOP:
+            self._on_last_word(self, TOLD_TO_STOP)
+        return word
 
 
 class _TrialStreams(io.TextIOBase):
@@ -246,20 +255,25 @@ class Worker:
             except OSError:
                 pass  # a full disk: what could not be written is lost, the trial is not
 
-    def _await_return(self, channel: _TrialChannel) -> None:
-        """Its spill committed its checkpoint: all its function has left to do is return, within ``EXIT_GRACE``."""
-        channel.exit_timer = threading.Timer(EXIT_GRACE, self._exit_for_lingering, (channel,))
+    def _await_return(self, channel: _TrialChannel, why: tuple[str, str]) -> None:
+        """Its spill committed its checkpoint, or it was told to stop: all its function has left to do is return,
+        within ``EXIT_GRACE``. Timed from the first such word: a function that catches its StopExit and reports
+        again is told to stop again."""
+        if channel.exit_timer is not None:
+            return
+        channel.exit_timer = threading.Timer(EXIT_GRACE, self._exit_for_lingering, (channel, why))
         channel.exit_timer.daemon = True
         channel.exit_timer.start()
 
-    def _exit_for_lingering(self, channel: _TrialChannel) -> None:
+    def _exit_for_lingering(self, channel: _TrialChannel, why: tuple[str, str]) -> None:
         """Its function did not return in time: exit, as the executor kills a trial's process that lingers. The
-        executor takes it as any death of a worker: the spilled trial goes on from its committed checkpoint, those
-        parked here from theirs, and one computing here fails. Said once, in the trial's stderr.log and in the
-        worker's log, whose tail the failed one's error carries."""
-        notice = (f"hermes: trial {channel.trial_id} did not return within {EXIT_GRACE:g}s of committing its "
-                  "suspension, and a thread cannot be ended: its warm worker exits; the trial goes on from that "
-                  "checkpoint, and the trials parked in the worker from theirs\n")
+        executor takes it as any death of a worker: the spilled trial goes on from its committed checkpoint, the
+        stopped one ends stopped, those parked here go on from theirs, and one computing here fails. Said once, in
+        the trial's stderr.log and in the worker's log, whose tail the failed one's error carries."""
+        told, fate = why
+        notice = (f"hermes: trial {channel.trial_id} did not return within {EXIT_GRACE:g}s of {told}, and a thread "
+                  f"cannot be ended: its warm worker exits; {fate}, and the trials parked in the worker go on from "
+                  "their checkpoints\n")
         with self._ending:
             if channel.ended:
                 return
