@@ -21,7 +21,8 @@ the GPUs do not divide evenly.
 
 - A GPU that becomes free (a trial suspends or ends) goes to the experiment most below its
   share: first one holding fewer GPUs than the whole part of its share, then the largest
-  deficit. Under time-sharing GPUs free up every period, so shares are met without preemption.
+  deficit, counting the GPUs on their way back to the pool as held by those they will go to.
+  Under time-sharing GPUs free up every period, so shares are met without preemption.
 - Rebalancing: when an experiment could run a trial on a freed GPU now and holds less than the
   whole part of its share, or is owed ``quantum`` GPU seconds, and no GPU is on its way, the pool
   reclaims a GPU from the experiment most above its share (when preempting for a deficit, one
@@ -228,14 +229,18 @@ class PoolScheduler:
     def _before_release(self, tenant: Tenant, event: TrialSuspended | TrialExited) -> list[Decision]:
         """A trial is about to release its GPU: if another experiment is owed it more, mark it
         reclaimed first, so that this experiment does not refill it; unless a trial that cannot
-        move stays tied to it (this one, suspending, or another one stopped there)."""
+        move stays tied to it (this one, suspending, or another one stopped there).
+
+        This GPU and those on their way back are handed out together: where this experiment gets
+        one of them, it keeps this one, and a GPU it is giving back (its trial suspending for a
+        preemption) goes to the experiment that preemption was for, not straight back to it."""
         trial_id, at = event.trial_id, event.at
         trial = tenant.scheduler.trials.get(trial_id)
         if trial is None or trial.state not in HOLDING_GPU or trial.gpu in tenant.scheduler.reclaimed:
             return []
         gpu = trial.gpu
-        best = self._ranking(at, gpu, leaving=tenant)
-        if not best or best[0] is tenant:
+        keeping = len(tenant.gpus) - len(tenant.scheduler.reclaimed) - 1
+        if self._handed_out(at, gpu, 1, leaving=tenant)[tenant] > keeping:
             return []
         parks = not trial.movable and isinstance(event, TrialSuspended) and not trial.stop_requested
         others = [member for member in tenant.scheduler.cluster.node_of(gpu).members.values() if member is not trial]
@@ -243,17 +248,28 @@ class PoolScheduler:
             return []
         return self._route(tenant, GpuReclaimed(at, gpu))
 
-    def _ranking(self, now: float, gpu: str, leaving: Tenant | None = None) -> list[Tenant]:
-        """Experiments that want ``gpu``, the most owed first: those below the whole part of their
-        share, then by deficit, then by arrival. ``leaving``: its trial is leaving ``gpu`` (it
-        counts as holding one GPU less, and wants it back)."""
-        ranked = []
-        for tenant in self.tenants.values():
-            held = len(tenant.gpus) - (tenant is leaving)
-            if tenant is leaving or (tenant.key not in self.failed and self._wants(tenant, gpu, now)):
-                ranked.append((held >= math.floor(tenant.share + 1e-9), -tenant.deficit, tenant.seq, tenant))
-        ranked.sort(key=lambda entry: entry[:3])
-        return [entry[3] for entry in ranked]
+    def _ranking(self, now: float, gpu: str) -> list[Tenant]:
+        """Experiments that want ``gpu``, the most owed first (``_rank``), once the GPUs on their way
+        back to the pool went to those they will go to."""
+        held = self._handed_out(now, gpu, 0)
+        return sorted(held, key=lambda tenant: _rank(tenant, held[tenant]))
+
+    def _handed_out(self, now: float, gpu: str, count: int, leaving: Tenant | None = None) -> dict[Tenant, int]:
+        """Each experiment that wants ``gpu`` -> the GPUs it will hold once ``count`` GPUs and those on their way
+        back to the pool (reclaimed, their trials leaving) went, one at a time, to the most owed. A GPU on its way
+        counts for the experiment it will go to, not the one it leaves: counted for neither, a GPU that freed first
+        went to the experiment a preemption was for, and the preempted GPU came back to the one it left, its trial
+        suspended for nothing. ``leaving``: its trial is leaving ``gpu`` (it holds one GPU less, and wants it
+        back)."""
+        wanting = [
+            tenant for tenant in self.tenants.values()
+            if tenant is leaving or (tenant.key not in self.failed and self._wants(tenant, gpu, now))
+        ]
+        held = {tenant: len(tenant.gpus) - len(tenant.scheduler.reclaimed) - (tenant is leaving) for tenant in wanting}
+        coming = sum(len(tenant.scheduler.reclaimed) for tenant in self.tenants.values())
+        for _ in range(count + coming if wanting else 0):
+            held[min(wanting, key=lambda tenant: _rank(tenant, held[tenant]))] += 1
+        return held
 
     def _wants(self, tenant: Tenant, gpu: str, now: float) -> bool:
         """Whether the experiment would run something on ``gpu`` now, or needs a GPU to conclude
@@ -495,6 +511,12 @@ def _tied_gpus(trials: Iterable[Trial]) -> set[str]:
             if gpu is not None:
                 tied.add(gpu)
     return tied
+
+
+def _rank(tenant: Tenant, held: int) -> tuple[bool, float, int]:
+    """Who is owed a GPU most, first: those holding fewer than the whole part of their share, then by deficit,
+    then by arrival."""
+    return held >= math.floor(tenant.share + 1e-9), -tenant.deficit, tenant.seq
 
 
 def _check_weight(weight: float) -> None:

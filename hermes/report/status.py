@@ -7,16 +7,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermes.core.decisions import Resume, Suspend
+from hermes.core.decisions import Decision, Resume, Start, Suspend
 from hermes.core.events import (
     Event,
     ExperimentCancelled,
     GpuAdded,
+    GpuReclaimed,
     GpuRemoved,
     NodeAdded,
     NodeRemoved,
     SubmissionsReopened,
     TrialExited,
+    TrialSuspended,
 )
 from hermes.core.states import TrialState
 from hermes.report import (
@@ -31,7 +33,7 @@ from hermes.report import (
     summarise_error,
 )
 from hermes.report.results import Standing, standings
-from hermes.store import ExperimentRecord, ExperimentStatus, ExperimentStore, Run, TrialRecord
+from hermes.store import DecisionRecord, ExperimentRecord, ExperimentStatus, ExperimentStore, Run, TrialRecord
 from hermes.store.lock import describe, holder
 
 
@@ -61,7 +63,8 @@ def experiment_status(store: ExperimentStore, experiment: ExperimentRecord, lock
     experiment has a runner, or lost it to ``kill -9`` or a crash of the machine."""
     view = ExperimentView.load(store, experiment, lock)
     events = store.events(experiment.experiment_id)
-    decisions = [record.decision for record in store.decisions(experiment.experiment_id)]
+    records = store.decisions(experiment.experiment_id)
+    decisions = [record.decision for record in records]
     counts = Counter(trial.state for trial in view.trials)
     live = is_live(experiment, lock)
     running = {run.gpu: run for run in view.runs if run.ended_at is None and live}
@@ -72,7 +75,7 @@ def experiment_status(store: ExperimentStore, experiment: ExperimentRecord, lock
         now=now,
         by_state={state: counts[state] for state in TrialState if counts[state]},
         best=_best(view),
-        gpus={gpu: running.get(gpu) for gpu in _present_gpus(events)},
+        gpus={gpu: running.get(gpu) for gpu in _present_gpus(events, records)},
         preemptions=sum(isinstance(decision, Suspend) for decision in decisions),
         migrations=sum(isinstance(decision, Resume) and decision.migrated for decision in decisions),
         reruns=_reruns(view, events),
@@ -146,20 +149,45 @@ def _trial_counts(counts: Counter[TrialState], live: bool) -> str:
     return ", ".join(f"{count} {name}" for name, count in shown.items() if count)
 
 
-def _present_gpus(events: Sequence[Event]) -> list[str]:
-    """The GPUs the cluster holds after the log, in order of arrival."""
+def _present_gpus(events: Sequence[Event], decisions: Sequence[DecisionRecord]) -> list[str]:
+    """The GPUs the cluster holds after the log, in order of arrival. A GPU a pool took back
+    (``GpuReclaimed``) leaves as it leaves the core: a free one at once, one a trial holds when
+    that trial suspends or exits; so another experiment's GPU is never listed as idle."""
+    decided: dict[int, list[Decision]] = {}
+    for record in decisions:
+        decided.setdefault(record.event_seq, []).append(record.decision)
     node_gpus: dict[str, list[str]] = {}
-    for event in events:
+    holding: dict[str, str] = {}  # trial -> the GPU it holds
+    reclaimed: set[str] = set()  # GPUs that leave when their trial releases them
+
+    def leave(*gone: str) -> None:
+        for gpus in node_gpus.values():
+            gpus[:] = [gpu for gpu in gpus if gpu not in gone]
+        reclaimed.difference_update(gone)
+        for trial_id in [trial_id for trial_id, gpu in holding.items() if gpu in gone]:
+            del holding[trial_id]  # its run died with the GPU
+
+    for seq, event in enumerate(events, 1):
         if isinstance(event, NodeAdded):
             node_gpus[event.node] = list(event.gpus)
         elif isinstance(event, GpuAdded):
             node_gpus.setdefault(event.node, []).append(event.gpu)
         elif isinstance(event, NodeRemoved):
-            node_gpus.pop(event.node, None)
+            leave(*node_gpus.pop(event.node, []))
         elif isinstance(event, GpuRemoved):
-            for gpus in node_gpus.values():
-                if event.gpu in gpus:
-                    gpus.remove(event.gpu)
+            leave(event.gpu)
+        elif isinstance(event, GpuReclaimed):
+            if event.gpu in holding.values():
+                reclaimed.add(event.gpu)
+            else:
+                leave(event.gpu)
+        elif isinstance(event, (TrialSuspended, TrialExited)):
+            released = holding.pop(event.trial_id, None)
+            if released is not None and released in reclaimed:
+                leave(released)
+        for decision in decided.get(seq, ()):
+            if isinstance(decision, (Start, Resume)):
+                holding[decision.trial_id] = decision.gpu
     return [gpu for gpus in node_gpus.values() for gpu in gpus]
 
 
