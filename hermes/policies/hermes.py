@@ -250,7 +250,7 @@ Where it stands (bench/policy_panel.py, docs/policy.md; warm-worker costs, 4 GPU
     ASHA on every one, and trains the final-best trial in every seed. Time to best is 4.5-22x
     sooner than FIFO in the mean where early ranks or the hyper-parameters carry the ranking
     (nasbench, lcbench 189908, 34539, 189866, 189873, the real workload) and on lcbench_168330,
-    whose final best overtakes after epoch 32, but 1.6-3.4x where the final best stays hidden
+    whose final best overtakes after epoch 32, but 1.5-3.6x where the final best stays hidden
     deep into its training (lcbench 146212, 167104; NAS-Bench-301), and slower than FIFO in some
     seed on most traces: a late riser waits at a low priority until ageing, its deeper rungs or
     its hyper-parameters lift it. In searches of 16 of their trials (``--trials 16``) it is
