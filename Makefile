@@ -15,7 +15,7 @@ demo: install
 	$(VENV)/bin/hermes run examples/digits/experiment.yaml
 
 test: install
-	$(PY) -m pytest -q -n 2 --dist loadfile -m 'not alone'  # a file on one worker: its module fixtures once
+	$(PY) -m pytest -q -n 2 --dist loadfile -m 'not alone' --durations=15  # a file on one worker: its module fixtures once
 	$(PY) -m pytest -q -m alone  # timing-sensitive tests, with nothing beside them
 
 bench: install
