@@ -19,7 +19,10 @@ a new session on the same store continues every experiment: each log is replayed
 core, the trials the dead pool ran fall back to their checkpoints, and the GPUs are shared anew.
 
 Statuses: queued (submitted) -> running -> finished, cancelled or failed (``error`` says why: a
-spec this machine cannot run, a policy that raised, say). A policy or stopper that raises, or answers
+spec this machine cannot run, a policy that raised, say). One whose spec, as ``read_spec`` reads it, names a
+workdir or trial module that is missing (``SpecFilesMissing``: the server's, a shared mount not up yet, say) waits,
+queued or interrupted, its ``error`` saying so, and is taken up at the first look at the store that finds it back;
+an experiment ended without being taken up has its old runs ended first. A policy or stopper that raises, or answers
 what the core cannot use, fails its own experiment as under ``hermes run`` (recorded failed at once,
 with its ``PluginError``): its trials are stopped, and the others go on with its GPUs.
 Relative paths in a stored spec start at ``directory``; trials keep their files where ``hermes
@@ -43,14 +46,17 @@ from hermes.core.decisions import Decision
 from hermes.core.events import Event, ExperimentCancelled, NodeRemoved, TrialSubmitted
 from hermes.core.policy import PluginError
 from hermes.core.pool import PoolScheduler, qualify
-from hermes.errors import HermesError
+from hermes.core.scheduler import Scheduler
+from hermes.errors import HermesError, SpecError
 from hermes.execution.contract import Executor
 from hermes.experiment import ExperimentSpec, parse_spec
+from hermes.experiment.locate import installed_files, workdir_files
 from hermes.experiment.spec import ResourcesSpec
 from hermes.local.executor import LocalExecutor
 from hermes.local.engine import slots_for, tick_period
 from hermes.local.launch import TrialLaunch
 from hermes.policies import make_policy
+from hermes.recovery import replay
 from hermes.session import ExperimentSession
 from hermes.store.base import ExperimentRecord, ExperimentStatus, ExperimentStore, WriterLost
 from hermes.store.lock import RunnerLock, describe
@@ -131,7 +137,8 @@ class PoolSession:
     ``quantum``: GPU seconds an experiment may be owed before the pool preempts for it.
     ``read_spec``: how a stored spec is read when the pool takes its experiment up (default: with
     relative paths from ``directory``); its SpecError fails the experiment (the server checks there
-    that the spec still names only files in its owner's area).
+    that the spec still names only files in its owner's area), its SpecFilesMissing leaves it waiting (the
+    server's, ``parse_present``: a workdir or module that is not there now may be back in a moment).
     """
 
     def __init__(
@@ -178,6 +185,8 @@ class PoolSession:
         self._draining = False  # ``_drain`` runs: the calls it makes leave draining to it
         self._unsettled: dict[str, _Member] = {}  # experiments told events since their last commit (``_settle``)
         self._ended: list[str] = []  # experiments that ended since decisions were last carried out (``_apply``)
+        self._waiting: dict[int, str] = {}  # experiments whose files are missing (``_wait``), by id: why
+        self._started = 0.0  # the pool's clock when it started: the old pool's runs had ended by then
 
     @staticmethod
     def submit(store: ExperimentStore, spec: ExperimentSpec, *, owner: str = "", weight: float = 1.0) -> int:
@@ -224,9 +233,11 @@ class PoolSession:
             self._lock.release()
 
     def _run(self) -> None:
+        # Every timeline goes on from there, none overlaps: the old pool's runs ended by then, before the new one's
+        # nodes came (those of an experiment that cannot be taken up too, ``_end_old_runs``).
+        started = self._started = self.store.latest_event_at()
         opened = [member for member in map(self._open, self._pool_records(_OPEN)) if member is not None]
-        started = self.store.latest_event_at()  # every timeline goes on from there, none overlaps: the old pool's
-        executor = self.executor = self._executor(started)  # runs ended by then, before the new one's nodes came
+        executor = self.executor = self._executor(started)
         ticker = threading.Thread(target=self._tick, name="hermes-pool-poll", daemon=True)
         ticker.start()
         try:
@@ -286,9 +297,10 @@ class PoolSession:
         return parse_spec(record.spec, source=f"experiment {record.name}", base_dir=self.directory)
 
     def _open(self, record: ExperimentRecord) -> _Member | None:
-        """Build the experiment's session and replay its log; None if it cannot run (marked failed). Any error
-        fails this experiment alone, with its reason: one experiment's files (links that loop, say) stopped the
-        pool, and every start from the store met the same record again."""
+        """Build the experiment's session and replay its log; None if it cannot run (marked failed) or waits for
+        its files (``_wait``). Any other error fails this experiment alone, with its reason: one experiment's files
+        (links that loop, say) stopped the pool, and every start from the store met the same record again."""
+        waited = self._waiting.pop(record.experiment_id, None)
         if record.cancel_requested and record.status is ExperimentStatus.QUEUED:
             self.store.set_status(record.experiment_id, ExperimentStatus.CANCELLED)
             return None
@@ -308,6 +320,9 @@ class PoolSession:
             session = ExperimentSession(spec, store=self.store, experiment_id=record.experiment_id,
                                         host_runs=lambda: not self._run_over.is_set())
             session.replay()
+        except SpecFilesMissing as error:
+            self._wait(record, str(error), waited)
+            return None
         except HermesError as error:
             log.warning("experiment %s cannot run: %s", record.full_name, error)
             reason = str(error)
@@ -318,10 +333,58 @@ class PoolSession:
         else:
             return _Member(record, session, StoreRecorder(self.store, record.experiment_id, session.scheduler),
                            f"e{record.experiment_id}")
-        # It may have run under a pool that died: this pool writes its end now, or would stop on its claim.
-        self.store.claim_writer(record.experiment_id, describe(self._lock.who))
-        self.store.set_status(record.experiment_id, ExperimentStatus.FAILED, error=reason)
+        self._end_unopened(record, ExperimentStatus.FAILED, reason)
         return None
+
+    def _wait(self, record: ExperimentRecord, missing: str, waited: str | None) -> None:
+        """A file its spec names is missing (``SpecFilesMissing``): the experiment waits, queued or interrupted,
+        its old runs ended, the reason in its ``error``, and the next look at the store tries again. Failed, it
+        could never continue from its checkpoints, though the file was back a moment later (a shared mount not up
+        yet when the server started). A cancel needs no files: it ends it."""
+        if record.cancel_requested:
+            self._end_unopened(record, ExperimentStatus.CANCELLED, None)
+            return
+        self._waiting[record.experiment_id] = missing
+        if missing == waited:  # said at an earlier look
+            return
+        log.warning("experiment %s waits for its files: %s", record.full_name, missing)
+        status = ExperimentStatus.QUEUED if record.status is ExperimentStatus.QUEUED else ExperimentStatus.INTERRUPTED
+        self.store.claim_writer(record.experiment_id, describe(self._lock.who))
+        self._end_old_runs(record, None)
+        self.store.set_status(record.experiment_id, status, error=f"waiting for its files: {missing}; it continues "
+                              f"once they are back (the pool looks every {self.poll:g} s)")
+
+    def _end_unopened(self, record: ExperimentRecord, status: ExperimentStatus, reason: str | None) -> None:
+        """Record the experiment ``status`` without taking it up: it may have run under a pool that died, so this
+        pool writes its end now (or would stop on its claim), its old runs ended and its trials stopped first."""
+        self.store.claim_writer(record.experiment_id, describe(self._lock.who))
+        self._end_old_runs(record, reason or "cancelled on request")
+        self.store.set_status(record.experiment_id, status, error=reason)
+
+    def _end_old_runs(self, record: ExperimentRecord, stop: str | None) -> None:
+        """Write the removal of the old pool's nodes into the log of an experiment this pool does not take up, as
+        ``_attach`` does for one it takes up, and with ``stop`` a cancel that stops its trials: its runs stayed open,
+        and the GPU timeline showed its owner holding those GPUs for ever, beside every later run on them. The log is
+        replayed into a core of its own, deciding nothing (``hermes.recovery``); one that does not replay is left as
+        it is."""
+        at = self.executor.now() if self.executor is not None else self._started
+        try:
+            spec = parse_spec(record.spec, source=f"experiment {record.name}")
+            scheduler = Scheduler(make_policy("fifo"), max_failures=spec.trial.max_failures)
+            replay(self.store, record.experiment_id, scheduler, lambda *_: None)
+            if not scheduler.trials:
+                return  # it never ran
+            recorder = StoreRecorder(self.store, record.experiment_id, scheduler)
+            for node in list(scheduler.cluster.nodes):
+                removed = NodeRemoved(at, node)
+                scheduler.replay(removed, ())
+                recorder(removed, [])
+            if stop is not None and not scheduler.finished:
+                cancel = ExperimentCancelled(at, stop)
+                recorder(cancel, scheduler.handle(cancel))
+            recorder.flush()
+        except Exception:  # as under ``_open``: one experiment's record never stops the pool
+            log.exception("experiment %s: its old runs could not be ended", record.full_name)
 
     def _attach(self, member: _Member, now: float) -> None:
         """Resubmit its trials to the pool's executor, drop the old pool's nodes (at ``now``: for those the pool
@@ -362,7 +425,7 @@ class PoolSession:
         for record in self._pool_records(_OPEN):
             member = known.get(record.experiment_id)
             if member is None:
-                if record.status is ExperimentStatus.QUEUED:
+                if record.status is ExperimentStatus.QUEUED or record.experiment_id in self._waiting:
                     opened = self._open(record)
                     if opened is not None:
                         self._attach(opened, self.executor.now())
@@ -539,6 +602,40 @@ def _read_differently(record: ExperimentRecord, spec: ExperimentSpec) -> str:
     return (f"experiment {record.name}: its stored spec reads differently now (in {named}): an older Hermes recorded "
             "it, which read the same text differently (YAML 1.1: 1e1 as text, 010 as 8), or it was stored by other "
             "means than PoolSession.submit; it cannot continue: submit it again under a new name (--name NEW)")
+
+
+class SpecFilesMissing(SpecError):
+    """A file the spec names is not there now: its trial's workdir, or the module of its function. A pool takes
+    that for a moment's absence (a shared mount not up yet, a ``git checkout`` under way): the experiment waits."""
+
+
+def parse_present(data: dict[str, Any], *, source: str, base_dir: Path) -> ExperimentSpec:
+    """``parse_spec`` against this machine from ``base_dir``; SpecFilesMissing where it fails for a missing file
+    alone, its message that of the SpecError."""
+    try:
+        return parse_spec(data, source=source, base_dir=base_dir)
+    except SpecError as error:
+        if not _files_missing(data, source, base_dir):
+            raise
+        raise SpecFilesMissing(str(error), error.problems) from None
+
+
+def _files_missing(data: dict[str, Any], source: str, base_dir: Path) -> bool:
+    """Whether the spec's document is sound and its workdir, or its function's module, is nowhere: not a loop of
+    links or a folder that may not be searched, which stay as they are until someone mends them."""
+    try:
+        spec = parse_spec(data, source=source)
+    except SpecError:
+        return False
+    try:
+        workdir = base_dir / Path(spec.trial.workdir).expanduser()
+        workdir.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except (OSError, RuntimeError):  # RuntimeError: ~user of no user here
+        return False
+    function = spec.trial.function
+    return function is not None and not workdir_files(function, workdir) and not installed_files(function)
 
 
 def stored_form(spec: ExperimentSpec) -> dict[str, Any]:

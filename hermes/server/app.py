@@ -36,7 +36,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from hermes.errors import HermesError, SpecError
 from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.spec import ResourcesSpec
-from hermes.pool import PoolSession, stored_form
+from hermes.pool import PoolSession, parse_present, stored_form
 from hermes.server.area import (
     document_problems,
     place_problem,
@@ -134,11 +134,13 @@ class Hermes:
         base = (area / folder).resolve()
         _refuse(document_problems(data))
         _refuse(spec_problems(parse_spec(data, source="spec"), area, self.config.root, base))
-        return parse_spec(data, source="spec", base_dir=base)
+        return parse_present(data, source="spec", base_dir=base)
 
     def read_spec(self, experiment: ExperimentRecord) -> ExperimentSpec:
         """A stored spec as the pool runs it: checked again when the pool takes it up (it may have
-        waited, queued, while links in the area changed; or been stored before a check was added)."""
+        waited, queued, while links in the area changed; or been stored before a check was added). A path out of
+        the area fails it; a workdir or module that is missing, once it is confined, leaves it waiting
+        (SpecFilesMissing): a shared mount not up yet when the server starts, say."""
         if experiment.owner is None:
             raise SpecError(f"experiment {experiment.name} was not submitted to the server")
         return self.parse(experiment.spec, experiment.owner)
