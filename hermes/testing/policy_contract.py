@@ -56,6 +56,7 @@ from hermes.core.policy import (
     EarlyStopper,
     PluginError,
     SchedulingPolicy,
+    checked_migration_penalty,
     checked_priority,
     checked_should_stop,
     plugin_call,
@@ -184,13 +185,15 @@ def _count_events(name: str, *, stopper: str | None = None) -> tuple[list[str], 
 
 # ---------------------------------------------------------------------------------------- policies
 def test_priority_and_observe_answer_what_the_core_takes(policy_name: str) -> None:
-    """Asked of every unfinished trial at every event, ``priority`` answers a number that is not NaN, or None; the
-    run's reports get ``Verdict``s from ``observe``. The core would fail the experiment on any other answer."""
+    """Asked of every unfinished trial at every event, ``priority`` answers a number that is not NaN, or None, and
+    ``migration_penalty`` one of at least 0; the run's reports get ``Verdict``s from ``observe``. The core would fail
+    the experiment on any other answer."""
 
     def ask_everything(scheduler: Scheduler, event: Event, decisions: list[Decision]) -> None:
         for trial in scheduler.trials.values():
             if not trial.state.is_terminal:
                 checked_priority(scheduler.policy, trial, event.at)
+                checked_migration_penalty(scheduler.policy, trial, event.at)
 
     run(policy_name, ask_everything)
 
@@ -209,10 +212,12 @@ def test_priority_does_not_change_state(policy_name: str) -> None:
             if not trial.state.is_terminal:
                 scheduler.policy.priority(trial, event.at)
                 scheduler.policy.priority(trial, event.at + 1000.0)
-        assert _state(scheduler.policy) == before, f"priority changed the state at {event.at}: {type(event).__name__}"
+                scheduler.policy.migration_penalty(trial, event.at)
+        assert _state(scheduler.policy) == before, (f"priority or migration_penalty changed the state at {event.at}: "
+                                                    f"{type(event).__name__}")
 
     assert_same_decisions(run(policy_name, ask_everything), run(policy_name),
-                          "priority asked of every trial at every event changed a later decision")
+                          "priority and migration_penalty asked of every trial at every event changed a later decision")
 
 
 def test_a_time_invariant_order_equals_a_full_scan(policy_name: str) -> None:
