@@ -17,9 +17,10 @@ process lingers after committing its suspension is no step's. Until its first re
 against the longest any of its runs took to a first report (from its start, or from the report before it),
 start-ups against start-ups, so a restore slower than the steps is not taken for a hang.
 
-A trial that committed its suspension only has to exit: it is overdue ``EXIT_GRACE`` seconds later (a thread
-that is no daemon keeps its process alive). Killed then, or past a limit once it reported its budget's last step
-(a stuck teardown, a slow final save), it lost nothing: the executor counts it suspended, or completed.
+A trial that committed its suspension, or was told to stop, only has to exit: it is overdue ``EXIT_GRACE`` seconds
+later (a thread that is no daemon keeps its process alive, a main thread waits on a loop thread that its StopExit
+ended). Killed then, or past a limit once it reported its budget's last step (a stuck teardown, a slow final save),
+it lost nothing: the executor counts it suspended, stopped, or completed.
 
 The executor asks ``deadline`` how long its loop may sleep, and ``overdue`` which trials to kill.
 Running time is counted by this runner: a rerun after a crash counts anew. On Ray, each node's
@@ -32,7 +33,10 @@ from dataclasses import dataclass, field
 
 from hermes.errors import HermesError
 
-EXIT_GRACE = 30.0  # seconds a trial that committed its suspension has to exit
+EXIT_GRACE = 30.0  # seconds a trial that committed its suspension, or was told to stop, has to exit
+# what a trial that must exit was told, as the reason for killing it says
+SUSPENSION_COMMITTED = "committing its suspension"
+TOLD_TO_STOP = "being told to stop"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +65,8 @@ class _Watch:
     slowest_step: float = 0.0  # running seconds between two reports
     slowest_start: float = 0.0  # ...to a run's first report, from its start or the report before: start-up included
     limits: TrialLimits | None = None  # the trial's own; None: the watchdog's
-    committed_at: float | None = None  # it committed its suspension in this run then: it must exit in EXIT_GRACE
+    exiting_since: float | None = None  # it committed its suspension or was told to stop then: exits in EXIT_GRACE
+    told: str = SUSPENSION_COMMITTED  # which of the two
 
     def running(self, now: float) -> float:
         """Its running seconds in all by ``now``."""
@@ -80,7 +85,7 @@ class Watchdog:
         watch = self._watches.setdefault(trial_id, _Watch(ran=ran, limits=limits))
         if watch.since is None:
             watch.since = watch.heard_at = now
-            watch.reported_in_run, watch.committed_at = False, None
+            watch.reported_in_run, watch.exiting_since = False, None
             self._watched[trial_id] = watch
 
     def reported(self, trial_id: str, now: float) -> None:
@@ -95,18 +100,19 @@ class Watchdog:
             watch.slowest_start = max(watch.slowest_start, step if step is not None else ran - watch.ran)
         watch.heard_at, watch.ran_at_report, watch.reported_in_run = now, ran, True
 
-    def exiting(self, trial_id: str, now: float) -> None:
-        """It committed its suspension: all it has left to do is exit, within ``EXIT_GRACE`` seconds."""
+    def exiting(self, trial_id: str, now: float, told: str = SUSPENSION_COMMITTED) -> None:
+        """It committed its suspension, or was told to stop (``told``): all it has left to do is exit, within
+        ``EXIT_GRACE`` seconds of the first such word (one that caught its StopExit and reports again is told again)."""
         watch = self._watched.get(trial_id)
-        if watch is not None and watch.committed_at is None:
-            watch.committed_at = now
+        if watch is not None and watch.exiting_since is None:
+            watch.exiting_since, watch.told = now, told
 
     def stopped(self, trial_id: str, now: float, *, ended: bool = False) -> None:
         """It gave up its slot (suspended, lost, or killed by the watchdog), or ``ended``: not watched."""
         watch = self._watched.pop(trial_id, None)
         if watch is not None:
-            if watch.committed_at is not None and watch.ran_at_report is not None:  # lingering is no step's time
-                watch.ran_at_report += now - watch.committed_at
+            if watch.exiting_since is not None and watch.ran_at_report is not None:  # lingering is no step's time
+                watch.ran_at_report += now - watch.exiting_since
             watch.ran = watch.running(now)
             watch.since = None
         if ended:
@@ -152,7 +158,6 @@ class Watchdog:
             found.append((watch.heard_at + silence,
                           f"hung: no report for {silence:.3g}s, while {why} "
                           f"(trial.stall: factor {limits.stall_factor:g}, min {limits.stall_min:g}s)"))
-        if watch.committed_at is not None:
-            found.append((watch.committed_at + EXIT_GRACE,
-                          f"it did not exit within {EXIT_GRACE:g}s of committing its suspension"))
+        if watch.exiting_since is not None:
+            found.append((watch.exiting_since + EXIT_GRACE, f"it did not exit within {EXIT_GRACE:g}s of {watch.told}"))
         return found

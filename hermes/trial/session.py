@@ -154,6 +154,7 @@ class Session:
         self.parked_cwd: str | None = None  # and its working directory
         self.suspended = False  # its suspension is committed and said: this run is over, for each of its threads
         self._channel = channel
+        _quiet_ends_of_threads()
         if latest is not None and reported_step is not None and self.start_step > reported_step:
             self._report_again(latest[0])
 
@@ -630,6 +631,27 @@ def follow_threads() -> None:
 
     threading.Thread.start = start_for_its_trial  # type: ignore[method-assign]
     ThreadPoolExecutor.submit = submit_for_its_trial  # type: ignore[method-assign]
+
+
+def _quiet_ends_of_threads() -> None:
+    """A thread that ``report`` ended (a trial's loop in a thread of its own, suspended, stopped, or past its budget)
+    ends quietly, as the main thread does: Python's ``threading.excepthook`` is silent for exactly ``SystemExit``, and
+    wrote these, its subclasses, with a traceback into the trial's stderr.log. Anything else goes to the hook that was
+    there. Installed by the process's first session, in a process of its own as in a warm worker."""
+    global _threads_end_quietly
+    if _threads_end_quietly:
+        return
+    _threads_end_quietly = True
+    previous = threading.excepthook
+
+    def quiet_for_trial_ends(args: threading.ExceptHookArgs) -> None:
+        if not issubclass(args.exc_type, (SuspendExit, StopExit, BudgetExit)):
+            previous(args)
+
+    threading.excepthook = quiet_for_trial_ends
+
+
+_threads_end_quietly = False  # _quiet_ends_of_threads has installed its hook
 
 
 def _working_for(trial_id: str | None, function: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,6 +9,7 @@ its children too, and a pidfd, so its exit is seen at once.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -24,6 +25,7 @@ from hermes.errors import HOST_LIMIT_ERRNOS, NO_SPACE_ERRNOS, HermesError, NoSpa
 from hermes.local.launchers.base import CHANNEL, EXIT, Launcher
 from hermes.local.resources import Slot
 from hermes.local.handshake import Handshake
+from hermes.local.watchdog import TOLD_TO_STOP
 from hermes.local.runs import LocalTrial, Output, Run
 from hermes.local.system import (
     exit_reason,
@@ -137,6 +139,8 @@ class ProcessLauncher(Launcher):
         # else: it is answered "stop" at its report, and ends cleanly
 
     def answer(self, run: Run, word: str) -> None:
+        if word == protocol.STOP:  # all it has left is to exit (its main thread may wait on a loop its StopExit ended)
+            self.host.watchdog.exiting(run.trial.trial_id, self.host.now(), TOLD_TO_STOP)
         try:
             os.write(run.answers, f"{word}\n".encode())
         except BlockingIOError:
@@ -233,6 +237,8 @@ class ProcessLauncher(Launcher):
             trial.timing.suspended = now
             host.emit(TrialSuspended(now, trial.trial_id, run.suspended_step))
         elif run.handshake.stop_requested:
+            if run.error is not None:  # killed (it lingered after its stop, say): no failure, but its log says why
+                _note(trial, f"hermes: trial {trial.trial_id} was killed ({run.error}); it ends stopped\n")
             host.emit(TrialExited(now, trial.trial_id, False, "stopped"))
         elif run.error is not None:
             host.emit(TrialExited(now, trial.trial_id, False, run.error))
@@ -473,6 +479,12 @@ def _log(run: Run, output: Output, data: bytes) -> None:
         if error.errno in NO_SPACE_ERRNOS:
             raise NoSpaceError(f"trial {run.trial.trial_id}: {output.log.name}: {error.strerror}") from None
         raise
+
+
+def _note(trial: LocalTrial, text: str) -> None:
+    """Add a word of Hermes's to the trial's stderr.log, where its run has ended; on a full disk it is lost."""
+    with contextlib.suppress(OSError), open(trial.directory / "stderr.log", "a", encoding="utf-8") as log:
+        log.write(text)
 
 
 def _kept(segment: bytes | bytearray, limit: int | None) -> bytes:
