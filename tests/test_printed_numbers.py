@@ -59,6 +59,20 @@ def test_a_greedy_pattern_before_the_number_fails_the_trial_and_the_lazy_one_it_
         (base, e, base + 10.0 * e) for base in (-200, 50) for e in (1, 2, 3)]
 
 
+LEADERS = ("for e in range(1, 4):  # a report's fields joined by points: leader dots, a step after a word's point\n"
+           "    print(f'epoch.{e} Accuracy.....{0.5 + e / 10:.3f}', flush=True)\n")
+
+
+def test_points_before_the_group_that_are_not_the_number_s_are_no_cut(tmp_path: Path) -> None:
+    """A point after a letter or after another point ends a word or leads to the number: the first form of the
+    check failed ``Accuracy\\.+(?P<accuracy>...)`` on ``Accuracy.....0.600`` and ``epoch\\.(?P<step>...)`` on
+    ``epoch.12``, suggesting the pattern the user had written."""
+    run_ok(program_spec(tmp_path, "leaders", LEADERS, rf"epoch\.(?P<step>\d+) Accuracy\.+(?P<accuracy>{NUMBER})", 3,
+                        space={"base": [0]}))
+    view, _ = load_view(tmp_path / "runs")
+    assert [(record.step, record.values["accuracy"]) for record in view.metrics] == [(1, 0.6), (2, 0.7), (3, 0.8)]
+
+
 PRINTS = ("for epoch, (loss, accuracy) in enumerate([  # Python's floats: small, negative, diverged, in sentences\n"
           "        ('0.5', '0.25.'), ('1.', '.5'), ('1e-3', '0.75.'), ('nan', '-inf'), ('-Infinity', 'NaN'),\n"
           "        ('inf', 'nan.')], 1):\n"

@@ -285,6 +285,25 @@ def test_a_free_gpu_goes_to_its_own_trial_within_the_price_of_a_migration(penalt
         assert core.exited(21, "q") == [Resume("y", "g1", migrated=True)]
 
 
+@pytest.mark.parametrize("penalty", [0.1, 0.5])
+def test_a_trial_on_its_own_gpu_is_preempted_only_for_whom_the_gpu_then_goes_to(penalty: float) -> None:
+    """t (1.0) holds g0; c (1.2) left g1, where u (5.0) runs. Priced at 0.5, a migration of c is worth less than the
+    0.2 between them, and fill gives g0 back to t: t was suspended for c and resumed at once, at every turn."""
+    core = Core(Ranked({"t": 1.0, "c": 1.2, "u": 5.0}, penalty))
+    core.node(0, "n0", "g0", "g1")
+    assert core.submit(0, "t") == [Start("t", "g0")]
+    assert core.submit(0, "c") == [Start("c", "g1")]
+    core.submit(1, "u")
+    assert core.report(12, "c", 1) == [Suspend("c")]
+    assert core.suspended(12, "c", 1) == [Start("u", "g1")]
+    if penalty > 0.2:
+        assert core.report(12.5, "t", 1) == []  # its turn is over, but its GPU would come back to it
+        assert core.report(24, "t", 2) == [] and core.trial("t").starts == 1
+    else:
+        assert core.report(12.5, "t", 1) == [Suspend("t")]
+        assert core.suspended(13, "t", 1) == [Resume("c", "g0", migrated=True)]
+
+
 def test_rr_ties_between_running_and_waiting_trial_go_to_the_earlier_arrival() -> None:
     # rr ranks a running trial as idle since now; b has been idle since 20.
     core = rr()

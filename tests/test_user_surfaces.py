@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import hermes
+from hermes.experiment.locate import set_under_main_guard
 from tests.test_run import environment
 
 IMPORTED_NAME_REUSED_UNDER_GUARD = """
@@ -42,6 +43,28 @@ def test_a_name_the_script_imports_and_its_main_block_reuses_is_not_warned_of(tm
                             capture_output=True, text=True, timeout=120)
     assert output.stdout.splitlines()[-1] == "0 completed", output
     assert "warning" not in output.stderr, output.stderr
+
+
+IMPORTED_NAME_ASSIGNED_UNDER_GUARD = """
+from settings import lr
+
+
+def train(config):
+    return lr
+
+
+if __name__ == "__main__":
+    lr = 0.5  # the trials see settings.lr: this is what the warning is for
+"""
+
+
+def test_a_name_the_script_imports_and_its_main_block_assigns_is_still_warned_of(tmp_path: Path) -> None:
+    """Leaving out every name the top level imports lost the warning where the guard assigns one: the trials read the
+    imported value, not the one the script sets for them."""
+    (tmp_path / "tune.py").write_text(IMPORTED_NAME_ASSIGNED_UNDER_GUARD)
+    assert set_under_main_guard(tmp_path / "tune.py") == {"lr"}
+    (tmp_path / "loop.py").write_text(IMPORTED_NAME_REUSED_UNDER_GUARD)
+    assert set_under_main_guard(tmp_path / "loop.py") == {"result"}
 
 
 BAD_METRIC = """from hermes import trial

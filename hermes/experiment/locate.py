@@ -102,9 +102,10 @@ def _parsed(source: bytes, filename: str) -> ast.Module:
 
 def set_under_main_guard(script: Path) -> set[str]:
     """The names a script's ``if __name__ == "__main__":`` assigns (its imports left out): a trial's process imports
-    the script without running that block, so what it sets there is not there. A name the top level imports is left
-    out too: a trial's process imports it as well, and the block that rebinds it (``for trial in result.trials:``)
-    reuses the name, it does not hand the trials a value. Empty where the file cannot be read."""
+    the script without running that block, so what it sets there is not there. A name the top level imports and the
+    block only reuses as a loop's or a ``with``'s target (``for trial in result.trials:``) is left out too: it hands
+    the trials no value. One the block assigns (``lr = 0.5`` over an imported ``lr``) is not: the trials see the
+    imported one. Empty where the file cannot be read."""
     try:
         tree = _parsed(script.read_bytes(), str(script))
     except (SyntaxError, ValueError, OSError):
@@ -112,7 +113,19 @@ def set_under_main_guard(script: Path) -> set[str]:
     guarded = _top_level_names(tree.body)[2]
     imported = _top_level_names([node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))])[0]
     set_there = _top_level_names([node for node in guarded if not isinstance(node, (ast.Import, ast.ImportFrom))])[0]
-    return set_there - imported
+    return set_there - (imported - _assigned(guarded))
+
+
+def _assigned(statements: list[ast.stmt]) -> set[str]:
+    """The names that assignments among ``statements`` (and the blocks inside them) bind: ``x = ...``, ``x: T = ...``,
+    ``x += ...``, not a loop's or a ``with``'s target."""
+    names: set[str] = set()
+    for statement in statements:
+        for node in ast.walk(statement):
+            targets = (node.targets if isinstance(node, ast.Assign)
+                       else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+            names.update(name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name))
+    return names
 
 
 def _folder_trials_lack(spec: importlib.machinery.ModuleSpec, name: str, workdir: Path) -> Path | None:

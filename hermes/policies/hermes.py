@@ -314,9 +314,9 @@ WINDOW = 64
 NOISE_BINS = 4
 """Histogram bins per doubling of a squared scatter: the pooled noise variance is read to within 19%."""
 
-NOISE_RANGE = 400
-"""Scatters beyond 2**(+-NOISE_RANGE / NOISE_BINS) times the search's first share the outermost bins (and an exact fit,
-the lowest)."""
+NOISE_RANGE = 10_000
+"""The bins of an exact fit (-NOISE_RANGE) and of an infinite scatter (+NOISE_RANGE): beyond every finite scatter's,
+whose key is at most NOISE_BINS times the 2,100 doublings a float spans from the search's first."""
 
 CHI2_MEDIAN = 0.454936
 """Median of a chi-squared variable with one degree of freedom: a squared normal scatter's median over its variance."""
@@ -624,13 +624,14 @@ class HermesPolicy(SchedulingPolicy):
         if not math.isfinite(residual):  # a score was not finite (0 < a < 1: infinities never cancel)
             return
         scaled = residual * residual / (1.0 + a * a + (1.0 - a) * (1.0 - a))
-        if self._noise_anchor is None and 0 < scaled < math.inf:
-            self._noise_anchor = scaled  # bins count from it, so that a metric's scale moves no bin edge
-        ratio = scaled / (self._noise_anchor or 1.0)
-        if ratio <= 0:
+        if scaled <= 0:
             key = -NOISE_RANGE
-        elif math.isfinite(ratio):
-            key = max(-NOISE_RANGE, min(NOISE_RANGE, math.floor(NOISE_BINS * math.log2(ratio))))
+        elif math.isfinite(scaled):
+            if self._noise_anchor is None:
+                self._noise_anchor = scaled  # bins count from it, so that a metric's scale moves no bin edge
+            # Unbounded: an odd first scatter (a diverged trial's, one at float precision) crowds no others into an
+            # end bin, where bins of a bounded range would have held them
+            key = math.floor(NOISE_BINS * (math.log2(scaled) - math.log2(self._noise_anchor)))
         else:
             key = NOISE_RANGE
         self._noise_bins[key] = self._noise_bins.get(key, 0) + 1
@@ -646,7 +647,10 @@ class HermesPolicy(SchedulingPolicy):
         for key in sorted(bins):
             seen += bins[key]
             if 2 * seen >= count:
-                return (self._noise_anchor or 1.0) * 2.0 ** ((key + 0.5) / NOISE_BINS) / CHI2_MEDIAN
+                if abs(key) == NOISE_RANGE:
+                    return 0.0 if key < 0 else math.inf
+                doublings = math.log2(self._noise_anchor or 1.0) + (key + 0.5) / NOISE_BINS
+                return math.inf if doublings > 1023 else 2.0**doublings / CHI2_MEDIAN
         raise AssertionError("unreachable: the bins sum to count")
 
     # ------------------------------------------------------------------ the model

@@ -44,8 +44,9 @@ _SEGMENT = re.compile(rb"[^\r\n]*[\r\n]")  # a segment of output with the byte t
 NUMBER = r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?)\b)"
 GROUPED_NUMBER = r"[-+]?[\d,.]*\d(?:[eE][-+]?\d+)?"  # ...and one with thousands separators: 1,000.00
 _GOES_ON = re.compile(r"[eE][-+]?\d|\.?\d")  # what, right after a number, makes it part of a longer one
-# right before a group, what makes its number part of a longer one: digits, a point, an exponent's start (5 of 1e-5)
-_BEGUN = re.compile(r"[\d.](?:[eE][-+]?)?\Z")
+# right before a group, what makes its number part of a longer one: digits, a point, an exponent's start (5 of 1e-5);
+# not a point after a letter or another point, which ends a word or leads to the number (epoch.12, Accuracy.....0.6)
+_BEGUN = re.compile(r"(?:\d\.?(?:[eE][-+]?)?|(?<![\w.])\.)\Z")
 _SIGN = re.compile(r"(?<![\w.])[-+]\Z")  # ...or a sign, which starts a number (not the - of a range: 3-5)
 _REST = re.compile(r"\d*(?:\.\d*)?(?:[eE][-+]?\d+)?")  # the rest of a number that goes on
 _INTEGER = re.compile(r"[-+]?\d{1,3}(?:,\d{3})*")  # a whole number that thousands separators may go on
