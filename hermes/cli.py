@@ -11,6 +11,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 import time
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -36,6 +37,9 @@ STORAGE_LIMITS = {
     errno.EROFS: ("read-only file system", "make it writable again (remount it read-write)"),
 }
 UNKNOWN_STORAGE_LIMIT = ("no space left, or a storage limit", "free some space, or lift the limit")
+# `hermes results --format`: here, not in hermes.report.results, whose import to build the parser took most of a
+# second (the store's modules), in which a `hermes run` could not take SIGTERM yet (``_terminations_as_ctrl_c``)
+RESULT_FORMATS = ("table", "csv", "json")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,24 +89,37 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    with _terminations_as_ctrl_c() as terminations:
+        try:
+            return _run_taking(args, terminations)
+        except KeyboardInterrupt:  # outside its set-up and its run: as it showed the results, say
+            return 128 + (terminations.received or signal.SIGINT)
+
+
+def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
+    """`hermes run`, with SIGTERM and SIGHUP taken as Ctrl-C (``terminations``)."""
     from contextlib import closing, nullcontext
 
-    from rich.console import Console
-
-    from hermes.experiment import load_spec
-    from hermes.live import LiveView
-    from hermes.report import ExperimentView, every_trial_failed, printable
-    from hermes.report.results import format_results, standings
-    from hermes.session import ExperimentSession, Terminated, interrupts_between_batches
-    from hermes.store import StoreUnavailable
-
-    spec = load_spec(args.spec, args.name)
     again = f"hermes run {shlex.quote(args.spec)}" + (f" --name {shlex.quote(args.name)}" if args.name is not None else "")
     try:
+        from rich.console import Console
+
+        from hermes.experiment import load_spec
+        from hermes.live import LiveView
+        from hermes.report import ExperimentView, every_trial_failed, printable
+        from hermes.report.results import format_results, standings
+        from hermes.session import (
+            ExperimentSession,
+            Terminated,
+            interrupts_between_batches,
+        )
+        from hermes.store import StoreUnavailable
+
+        spec = load_spec(args.spec, args.name)
         session = ExperimentSession(spec)
-    except KeyboardInterrupt:  # while its engine started (a Ray of its own): nothing ran yet
+    except KeyboardInterrupt:  # nothing ran yet; an experiment its store made is recorded interrupted
         print("interrupted before the experiment started", file=sys.stderr)
-        return 130
+        return 128 + (terminations.received or signal.SIGINT)
     except NoSpaceError as error:  # not even its runner lock could be written
         what, fix = _storage_limit(error)
         print(f"hermes: error: {what}: {error}\n{fix}, then run `{again}`", file=sys.stderr)
@@ -120,7 +137,7 @@ def _run(args: argparse.Namespace) -> int:
         session.listeners += [view, _progress_printer(  # above the view: what its table cannot say
             session, lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True), only_errors=True)]
     try:
-        with interrupts_between_batches(session), view:
+        with interrupts_between_batches(session, hangups=terminations.hangups), view:
             outcome = session.run()
     except KeyboardInterrupt as interrupt:
         ended = _ended_status(session)
@@ -171,6 +188,47 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclasses.dataclass
+class _Terminations:
+    """The signals ``_terminations_as_ctrl_c`` takes: SIGTERM, and SIGHUP where ``hangups``; the first that came."""
+
+    hangups: bool
+    received: int | None = None
+
+
+@contextmanager
+def _terminations_as_ctrl_c() -> Iterator[_Terminations]:
+    """SIGTERM, and SIGHUP (its terminal or SSH session closed) where it would end the process (under nohup it is
+    ignored, and stays so), raise KeyboardInterrupt where they come, as Ctrl-C does: so `hermes run` takes them from
+    its start, its imports included, until its engine loop takes them between batches (``interrupts_between_batches``),
+    and after. Left to their default, they ended the process as it set up, in the middle of the store's first write
+    (a hot journal beside a store with no tables), and said and recorded nothing: an exception rolls that write back,
+    and an experiment already made is recorded interrupted, as for Ctrl-C. A second one ends the process."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield _Terminations(hangups=False)
+        return
+    terminations = _Terminations(hangups=signal.getsignal(signal.SIGHUP) is signal.SIG_DFL)
+    terminals = [fd for fd in (1, 2) if os.isatty(fd)]  # known now: a hung-up terminal answers no question
+
+    def interrupt(signum: int, _frame: Any) -> None:
+        terminations.received = terminations.received or signum
+        signal.signal(signum, signal.SIG_DFL)
+        if signum == signal.SIGHUP:  # what is said of it goes nowhere, not to an error (EIO) from the closed terminal
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            for fd in terminals:
+                os.dup2(devnull, fd)
+            os.close(devnull)
+        raise KeyboardInterrupt
+
+    handled = [signal.SIGTERM] + [signal.SIGHUP] * terminations.hangups
+    previous = {signum: signal.signal(signum, interrupt) for signum in handled}
+    try:
+        yield terminations
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def _ended_status(session: ExperimentSession) -> ExperimentStatus | None:
     """The experiment's status where the store has it ended (``is_final``); None where it does not, or cannot say."""
     try:
@@ -203,10 +261,14 @@ def _storage_limit(error: NoSpaceError) -> tuple[str, str]:
 
 def _again(trial: Trial) -> str:
     """Where a crashed trial's next run starts: a program that keeps its state in its process (not movable) starts
-    over and catches up the steps it reported; another resumes from its checkpoint."""
-    if not trial.movable and trial.step:
+    over and catches up the steps it reported; another resumes from the last checkpoint it saved, and catches up to
+    the step the core knows. That step is not said to be where it resumes: a trial parked in its warm worker's
+    memory counts as checkpointed there, and one that saved none retrains from its beginning."""
+    if not trial.step:
+        return "it runs again from its beginning"
+    if not trial.movable:
         return f"it starts again from its beginning, catching up to step {trial.step}"
-    return f"it runs again from step {trial.step}" if trial.step else "it runs again from its beginning"
+    return f"it runs again from its last saved checkpoint (or its beginning), catching up to step {trial.step}"
 
 
 def _progress_printer(session: ExperimentSession, say: Callable[[str], None] | None = None,
@@ -508,8 +570,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _add_results(commands: argparse._SubParsersAction) -> None:
-    from hermes.report.results import FORMATS
-
     results = commands.add_parser(
         "results",
         help="rank an experiment's trials by the best metric each reported",
@@ -517,7 +577,7 @@ def _add_results(commands: argparse._SubParsersAction) -> None:
     )
     _add_storage_arguments(results)
     results.add_argument("--top", type=_positive_int, default=10, metavar="N", help="how many trials (default 10)")
-    results.add_argument("--format", choices=FORMATS, default="table", help="csv and json are for programs")
+    results.add_argument("--format", choices=RESULT_FORMATS, default="table", help="csv and json are for programs")
     results.set_defaults(handler=_results)
 
 

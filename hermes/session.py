@@ -202,8 +202,11 @@ class ExperimentSession:
         # A rerun may extend the budget, or change the policy: the new one continues from the log's
         # decisions (``hermes.recovery``) and decides from there. Its storage.dir may name the same folder otherwise
         # (./runs/ for runs) or one it was moved to: the store found there holds this experiment by definition. Its
-        # trial.workdir may not: a module found in another folder may be other code.
+        # trial.workdir may name the same folder otherwise (./ for ., its absolute path), not another: a module found
+        # in another folder may be other code.
         may_change: tuple[str, ...] = (*(f"search.{field}" for field in BUDGET_FIELDS), "policy", "storage.dir")
+        if found is not None and spec.same_workdir(found.spec):
+            may_change += ("trial.workdir",)
         if found is not None and not self.store.events_after(found.experiment_id, 0, limit=1):
             # Nothing of it ever ran (its engine could not start: a Ray node that could not write storage.uri, say),
             # so nothing ties it to its spec: the corrected one replaces it, under the same name.
@@ -212,9 +215,10 @@ class ExperimentSession:
         self.store.claim_writer(self.experiment_id, describe(self._lock.who))
 
     def _record_interrupted_set_up(self) -> None:
-        """Ctrl-C while the session was set up, once the store had its experiment (a new one is made running): it is
-        recorded interrupted, not left for `hermes status` to call its runner killed. Found by name: the interrupt
-        may have come before the store said its id. This runner holds the storage dir, so none other runs it."""
+        """Ctrl-C (or SIGTERM or SIGHUP, which `hermes run` takes alike) while the session was set up, once the store
+        had its experiment (a new one is made running): it is recorded interrupted, not left for `hermes status` to
+        call its runner killed. Found by name: the interrupt may have come before the store said its id. This runner
+        holds the storage dir, so none other runs it."""
         store: ExperimentStore | None = getattr(self, "store", None)
         if store is None:
             return
@@ -696,13 +700,14 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextmanager
-def interrupts_between_batches(session: ExperimentSession) -> Iterator[None]:
+def interrupts_between_batches(session: ExperimentSession, hangups: bool | None = None) -> Iterator[None]:
     """While the block runs, Ctrl-C raises KeyboardInterrupt, and SIGTERM and SIGHUP (its terminal or SSH session
     closed) Terminated, between two batches of the session's engine loop (``ExperimentSession.interrupt``): raised
     inside one, in the middle of a store transaction, the exception left SQLite's write lock held and the
     interrupted status waited 60 s to be written. A second Ctrl-C raises at once, wherever the run is, except while
     it releases its trials' processes and its storage dir at its end (once that is done; a third raises at once
-    there too); a second SIGTERM or SIGHUP ends the process."""
+    there too); a second SIGTERM or SIGHUP ends the process. ``hangups``: whether SIGHUP is taken; by default, where
+    it would end the process (`hermes run`, whose own handler has it from its start, says)."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
@@ -726,7 +731,7 @@ def interrupts_between_batches(session: ExperimentSession) -> Iterator[None]:
     # Ctrl-C only where Python raises on it (a background job started by a shell ignores SIGINT); a hangup only
     # where it would end the process (under nohup it is ignored, and stays so)
     handled = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-    handled += [signal.SIGHUP] * (signal.getsignal(signal.SIGHUP) is signal.SIG_DFL)
+    handled += [signal.SIGHUP] * (signal.getsignal(signal.SIGHUP) is signal.SIG_DFL if hangups is None else hangups)
     previous = {signum: signal.signal(signum, interrupt) for signum in handled}
     try:
         yield

@@ -20,7 +20,8 @@ Search space semantics (see ``hermes.search``):
 - The budget (``trials``, ``max_time``, ``max_gpu_hours``) ends the proposals, whichever comes first.
 
 Relative paths (``trial.workdir``, ``storage.dir``) are relative to the spec file's folder; the
-spec keeps them as written so that a moved project still matches its stored spec.
+spec keeps them as written so that a moved project still matches its stored spec, and a rerun compares
+``trial.workdir`` by the folder it names (``ExperimentSpec.same_workdir``).
 """
 
 from __future__ import annotations
@@ -876,6 +877,17 @@ class ExperimentSpec(_Section):
     def workdir(self) -> Path:
         """Where a trial runs: ``trial.workdir`` resolved against the spec file's folder (``~`` is your home)."""
         return _place(self._base_dir, self.trial.workdir)
+
+    def same_workdir(self, stored: dict[str, Any]) -> bool:
+        """Whether a stored spec (``model_dump``'s) names, by its ``trial.workdir`` read from this spec's folder, the
+        folder this spec's trials run in: another spelling of that folder ('.', './', its absolute path) runs the
+        same code, so a rerun that respells it continues the experiment; another folder may hold other code."""
+        trial = stored.get("trial")
+        written = trial.get("workdir") if isinstance(trial, dict) else None
+        try:
+            return isinstance(written, str) and _place(self._base_dir, written) == self.workdir
+        except (RuntimeError, OSError):  # ~user of no user here, a loop of links: not known to be the same
+            return False
 
     @property
     def plugins_from(self) -> Path | None:

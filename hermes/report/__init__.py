@@ -10,6 +10,7 @@ import functools
 import math
 import os
 import re
+import sysconfig
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,8 +208,13 @@ def format_number(value: float | None) -> str:
 
 TRACEBACK = "Traceback (most recent call last):"
 FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+), in ')  # of a traceback (not of faulthandler's)
+# faulthandler's dump of a fatal error (a segfault): the thread that crashed, innermost frame first
+CRASHED_THREAD = re.compile(r"(Current thread 0x[0-9a-f]+|Stack) \(most recent call first\):")
+DUMPED_FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+) in ')
 CRASHES = re.compile(r"\(its runs crashed (\d+) times; trial\.max_failures is \d+\)")  # the core's note
 HERMES_PACKAGE = Path(__file__).resolve().parent.parent  # its frames in a trial's traceback are not the user's
+PYTHON_LIBRARY = Path(os.path.realpath(sysconfig.get_path("stdlib")))
+INSTALLED = {Path(os.path.realpath(sysconfig.get_path(kind))) for kind in ("purelib", "platlib")}  # may be in it
 
 
 def every_trial_failed(trials: Sequence[TrialRecord]) -> str | None:
@@ -220,10 +226,11 @@ def every_trial_failed(trials: Sequence[TrialRecord]) -> str | None:
 
 
 def summarise_error(error: str, width: int = 160) -> str:
-    """A trial's error on one line: its reason and the exception of its traceback with where it was raised, or else
-    the last line of what it said (a program that logs to stderr, or a trial told it retrains, says much before
-    it), unless the first line already says it; a traceback's header says nothing, so it is left out, and the
-    core's note of repeated crashes becomes a short count."""
+    """A trial's error on one line: its reason and the exception of its traceback with where it was raised, or its
+    reason and where the thread that crashed was (a segfault's faulthandler dump), or else the last line of what it
+    said (a program that logs to stderr, or a trial told it retrains, says much before it), unless the first line
+    already says it; a traceback's header says nothing, so it is left out, and the core's note of repeated crashes
+    becomes a short count."""
     lines = [line.strip() for line in error.splitlines() if line.strip()]
     crashes = CRASHES.fullmatch(lines[-1]) if lines else None
     if crashes is not None:
@@ -232,8 +239,10 @@ def summarise_error(error: str, width: int = 160) -> str:
         return ""
     first, last = lines[0].removesuffix(TRACEBACK).rstrip(": "), lines[-1]
     reason = first.partition(": ")[0]
-    raised = _raised(error.splitlines())
-    if raised is not None:
+    raised, crashed_at = _raised(error.splitlines()), _crashed_at(error.splitlines())
+    if crashed_at is not None:
+        text = f"{reason}, at {crashed_at}"
+    elif raised is not None:
         exception, where = raised
         kind, _, said = exception.partition(": ")
         if reason.endswith(kind.rpartition(".")[2]):  # "uncaught ValueError": a warm worker's words for it
@@ -264,6 +273,39 @@ def _raised(lines: Sequence[str]) -> tuple[str, str] | None:
         return None
     frame = next((frame for _, frame in reversed(frames) if not _of_hermes(frame["file"])), innermost)
     return exception.strip(), f"{Path(frame['file']).name}:{frame['line']}"
+
+
+def _crashed_at(lines: Sequence[str]) -> str | None:
+    """Where the thread that crashed was, in the last faulthandler dump in ``lines`` (a warm worker's segfault dumps
+    every thread, its main one last; the crash is in the trial's): ``<file name>:<line>`` of its innermost frame
+    that is neither Hermes's nor Python's own library's (a segfault in ``ctypes.string_at`` is its caller's doing),
+    or of its innermost. None where there is none after the last Python traceback, which then says more (a
+    dump of a child process's, say, that the trial went on after)."""
+    after = max((index for index, line in enumerate(lines) if line.rstrip().endswith(TRACEBACK)), default=-1)
+    start = max((index for index, line in enumerate(lines[after + 1:], after + 1)
+                 if CRASHED_THREAD.fullmatch(line.strip())), default=None)
+    if start is None:
+        return None
+    frames: list[re.Match[str]] = []
+    for line in lines[start + 1:]:
+        if (frame := DUMPED_FRAME.match(line)) is None:
+            break
+        frames.append(frame)
+    if not frames:
+        return None
+    frame = next((frame for frame in frames if not _of_hermes(frame["file"]) and not _of_python(frame["file"])),
+                 frames[0])
+    return f"{Path(frame['file']).name}:{frame['line']}"
+
+
+@functools.lru_cache(maxsize=256)
+def _of_python(file: str) -> bool:
+    """Whether a dumped frame's file is of Python's standard library (or frozen in it: ``<frozen runpy>``), as this
+    process has it, not of a package installed there."""
+    if file.startswith("<"):
+        return True
+    path = Path(os.path.realpath(file))
+    return path.is_relative_to(PYTHON_LIBRARY) and not any(path.is_relative_to(folder) for folder in INSTALLED)
 
 
 @functools.lru_cache(maxsize=256)

@@ -32,7 +32,6 @@ from hermes.report import (
 from hermes.report.files import TrialFiles, trial_files
 from hermes.store.lock import LOCK_FILE
 
-FORMATS = ("table", "csv", "json")
 ERROR_WIDTH = 60  # characters of a trial's error in the table; csv and json carry all of it
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import sqlite3
 import threading
 import time
@@ -186,6 +187,7 @@ _EXPERIMENT_ROWS = _select_experiments()
 
 _MISSING = object()
 
+SQLITE_MAX_PATHNAME = 512  # SQLite's longest path, in bytes (as ``hermes.experiment.spec`` checks a runner's store)
 POOL_LOCK_SUFFIX = ".pool.lock"  # beside a SQLite file: ``hermes.db.pool.lock``, held by the store's pool
 POOL_LOCK_KEY = int.from_bytes(b"hermpool")  # PostgreSQL's advisory lock that the store's pool holds
 SCHEMA_LOCK_KEY = int.from_bytes(b"hermschm")  # and the one held while a store's tables are made or brought up
@@ -218,6 +220,7 @@ class SqlStore(ExperimentStore):
         shown = parsed.set(database=_storable(parsed.database)) if parsed.database else parsed
         self.url = shown.render_as_string(hide_password=True)
         options: dict[str, Any] = {"pool_pre_ping": True}  # a server's connections outlive a PostgreSQL restart
+        new_file = None  # a SQLite file not made yet
         if parsed.get_backend_name() == "sqlite":
             if parsed.database in (None, "", ":memory:"):
                 # One shared connection, or each thread would see its own empty database.
@@ -225,6 +228,7 @@ class SqlStore(ExperimentStore):
             else:
                 Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
                 options = {"connect_args": {"timeout": 60.0}}
+                new_file = None if Path(parsed.database).exists() else Path(parsed.database)
         self._engine = sa.create_engine(parsed, **options)
         if parsed.get_backend_name() == "sqlite":
             _configure_sqlite(self._engine)
@@ -234,11 +238,41 @@ class SqlStore(ExperimentStore):
         self._pool_claim: RunnerLock | sa.Connection | None = None  # ``claim_pool``'s lock file, or its session
         self._left_out: set[tuple[int, str]] = set()  # damaged experiments ``experiments`` warned of
         try:
+            if new_file is not None:
+                self._make_whole(parsed, new_file)
             with self._writing() as connection:  # one writer at a time creates the tables, or brings them up to date
                 _ensure_layout(connection, self.location)
         except StoreError:
             self._engine.dispose()
             raise
+
+    def _make_whole(self, parsed: sa.URL, path: Path) -> None:
+        """Make a new SQLite store, its tables and WAL mode in place, in a file of its own beside ``path``, and only
+        then link it there: made in place, it held no tables at first, and a rollback journal while it switched to
+        WAL, so that a runner killed then left a store that readers (`hermes status`) refused for a false reason (a
+        copy without its -wal, a read-only file). One that another process placed there meanwhile is kept. Where the
+        folder takes no second name for a file (no hard links: some network and FUSE file systems), or where that
+        file's journal would pass SQLite's longest path, the store is made in place, as before."""
+        made = path.with_name(f".{path.name}.{secrets.token_hex(4)}")  # hidden: no experiment's name
+        if len(os.fsencode(f"{made.absolute()}-journal")) > SQLITE_MAX_PATHNAME:
+            return
+        engine = sa.create_engine(parsed.set(database=str(made)), connect_args={"timeout": 60.0})
+        _configure_sqlite(engine)
+        try:
+            with self._failures_as_store_errors(), engine.connect() as connection:
+                connection.execution_options(hermes_write=True)
+                with connection.begin():
+                    _ensure_layout(connection, self.location)
+            engine.dispose()  # its last connection closes: SQLite moves the -wal into the file, and removes it
+            os.link(made, path)
+            made.unlink()
+            _sync_folder(path.parent)
+        except OSError:  # FileExistsError: another process made it first; any other: no hard links here
+            pass
+        finally:
+            engine.dispose()
+            for leftover in ("", "-wal", "-shm", "-journal"):
+                Path(f"{made}{leftover}").unlink(missing_ok=True)
 
     @classmethod
     def open_read_only(cls, path: str | Path) -> SqlStore:
@@ -299,7 +333,7 @@ class SqlStore(ExperimentStore):
                 raise DamagedRecord(f"{error}; experiment {name!r} cannot go on from it, and was left as it was: "
                                     "correct that value, or restore the store from a backup", error.record) from None
             differences = differing_fields(stored.spec, json.loads(spec_json))
-            allowed = tuple(may_change)
+            allowed = (*may_change, *_FREE)
             # Only what may not change is named: listing an allowed change too would ask to undo it.
             refused = [d for d in differences if not (d in allowed or d.startswith(tuple(f"{a}." for a in allowed)))]
             if refused:
@@ -880,6 +914,15 @@ def _pool_name(who: dict[str, Any]) -> str:
     return f"hermes pool: pid {who.get('pid')} on {who.get('host')}".encode()[:63].decode(errors="ignore")
 
 
+def _sync_folder(folder: Path) -> None:
+    """Flush the folder's entries to its disk: a file linked into it is there after a power cut too."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 def connect_read_only(path: Path) -> sqlite3.Connection:
     """A read-only connection to the SQLite file at ``path`` (``mode=ro``). SQLite reads a WAL store only where it
     finds its ``-shm`` file beside it or can make one, which a reader that cannot write the folder (another user's
@@ -1225,6 +1268,8 @@ def _dumps(data: Any) -> str:
     except (TypeError, ValueError) as error:
         raise StoreError(f"cannot store {data!r} as JSON: {error}") from None
 
+
+_FREE = ("description",)  # what a rerun may always change in a spec: it changes no result
 
 # Mappings whose order is part of what they say: the random searcher draws the parameters in space order, so
 # the same parameters in another order propose other configurations than the log holds.
