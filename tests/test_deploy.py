@@ -104,5 +104,5 @@ def test_the_head_serves_hermes_and_its_image_has_the_extras_for_it() -> None:
     head = pod_specs()["head"]["containers"][0]
     assert {"containerPort": 8600, "name": "hermes"} in head["ports"]  # KubeRay's head Service carries it
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    installed = re.findall(r'pip install [^"]*"hermes-hpo\[([^\]]+)\]"', MANIFEST.read_text())
+    installed = re.findall(r'pip install [^"]*"(?:hermes-hpo|/opt/hermes)\[([^\]]+)\]"', MANIFEST.read_text())
     assert installed and all({"ray", "server"} <= set(names.split(",")) <= set(extras) for names in installed)

@@ -42,6 +42,16 @@ State = dict[str, Any]  # {"step": n, "files": {relative path: bytes}, "links": 
 # newest checkpoint (its links as links: ``hermes.ray.storage.checkpoint_contents``)
 
 
+def _ray_cpus() -> int:
+    """The Ray CPU resource of this agent's node: the cores its trials may use. In a container it is the CPU limit
+    (KubeRay's --num-cpus) while the affinity shows every core of the host (30 against 128), so GPU slots sized by the
+    affinity alone would run several times more threads than the pod's CPU quota allows."""
+    import ray
+
+    node_id = ray.get_runtime_context().get_node_id()
+    return next((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["NodeID"] == node_id), 0)
+
+
 class NodeAgent:
     """Runs one node's trials for a ``RayExecutor``; see the module docstring. Made with
     ``num_cpus=0``, the node's GPUs and a hard node affinity (``hermes.ray.executor``)."""
@@ -64,6 +74,9 @@ class NodeAgent:
 
         if cpu_slots is None:
             slots = local_slots(node, gpus=[str(int(index)) for index in ray.get_gpu_ids()])
+            cpus = _ray_cpus()
+            if cpus > 0:  # no CPU resource (num-cpus 0) says nothing of the cores: the affinity's share stands
+                slots = [dataclasses.replace(s, threads=max(1, min(s.threads, cpus // len(slots)))) for s in slots]
         else:
             slots = local_slots(node, cpu_slots=cpu_slots, threads_per_slot=threads_per_slot)
         self.node = node

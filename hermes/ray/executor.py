@@ -7,7 +7,9 @@ buffered per agent and sent in one call when the driver next waits. The driver w
 an agent has it; ``wake`` makes those calls return. Its clock stamps every event as it arrives.
 
 Membership comes from Ray's node table, read every ``poll`` seconds: a new alive node with GPUs
-(any alive node, with ``cpu_slots``) gets an agent, whose first events are its ``NodeAdded``; a dead node, or a dead agent (its pending
+(any alive node with Ray CPUs, with ``cpu_slots``) gets an agent, whose first events are its ``NodeAdded``; while no
+alive node has a GPU, the trials' GPUs are asked of Ray's autoscaler (``request_resources``), which sees no other demand
+of Hermes's; a dead node, or a dead agent (its pending
 call fails with ``ActorDiedError``), becomes ``NodeRemoved``, and its trials fall back to their
 last durable checkpoint. ``ActorUnavailableError`` is transient: the call is sent again (the agent
 ignores a call it has, by its sequence number).
@@ -81,7 +83,7 @@ class RayExecutor(Executor[TrialLaunch]):
     ``directory``: each agent keeps its trials under ``<directory>/nodes/<node>/`` on its own node.
     ``storage_uri``: the durable checkpoints (``hermes.ray.storage``). ``agent_timeout``: how long
     the first ``next_events`` waits for the agents of the nodes there are at the start.
-    ``cpu_slots``: every node runs that many CPU slots of ``threads_per_slot`` cores, and no GPU
+    ``cpu_slots``: every node with Ray CPUs runs that many CPU slots of ``threads_per_slot`` cores, and no GPU
     (``resources.gpus: none``, as on one machine); None: the GPUs of the nodes that have some.
     """
 
@@ -112,7 +114,8 @@ class RayExecutor(Executor[TrialLaunch]):
         self.poll = poll
         self.cpu_slots = cpu_slots
         self.threads_per_slot = threads_per_slot
-        self._told_no_gpu = False  # whether the user was told that no node has a GPU
+        self._told_no_gpu = False  # whether the user was told that no node has a GPU (with cpu_slots: a Ray CPU)
+        self._requested_gpus = 0  # GPUs asked of Ray's autoscaler and not withdrawn
         self.profile = ExecutionProfile(switch_cost=WARM_SWITCH_COST)
         self._clock = monotonic_clock(clock_offset)
         self.period: float | None = None
@@ -244,6 +247,7 @@ class RayExecutor(Executor[TrialLaunch]):
                 ray.kill(agent.handle, no_restart=True)
             self._agents.clear()
             self._events.clear()
+            self._request_gpus(0)
 
     def remove_gpu(self, gpu: str) -> None:
         """Take ``gpu`` out of service at once; its agent reports ``GpuRemoved``."""
@@ -458,6 +462,17 @@ class RayExecutor(Executor[TrialLaunch]):
             del self._where[trial_id]
         self._events.append(NodeRemoved(self.now(), agent.node))
 
+    def _request_gpus(self, count: int) -> None:
+        """Ask Ray's autoscaler for ``count`` GPUs, one per trial submitted (0: withdraw the request). Trials wait in
+        Hermes's queue, not as Ray work, so an autoscaler (KubeRay's) sees no demand of theirs and never adds a GPU
+        node by itself; where no autoscaler runs, the request is only a record in the GCS."""
+        if count == self._requested_gpus:
+            return
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=[{"GPU": 1}] * count)  # replaces the last request; [] withdraws it
+        self._requested_gpus = count
+
     def _check_head(self) -> None:
         """ClusterLost when the head's GCS takes no connection: ``ray.nodes()`` would wait a minute for it, deaf to
         signals, and then Ray would end this process without a word."""
@@ -481,22 +496,32 @@ class RayExecutor(Executor[TrialLaunch]):
 
         self._next_poll = self.now() + self.poll
         self._check_head()
-        alive = {}
+        alive, cpus = {}, {}
         for node in ray.nodes():
             if node["Alive"]:
                 alive[node["NodeID"]] = int(node["Resources"].get("GPU", 0))
+                cpus[node["NodeID"]] = node["Resources"].get("CPU", 0)
         for agent in list(self._agents.values()):
             if agent.node_id not in alive:
                 self._lose(agent)
         known = {agent.node_id for agent in self._agents.values()} | self._retired
         remote = ray.remote(NodeAgent)
         on_gpus = self.cpu_slots is None
-        if on_gpus and not self._agents and not any(alive.values()) and not self._told_no_gpu:
+        waiting = len(self._work) if on_gpus and not any(alive.values()) else 0
+        self._request_gpus(waiting)
+        if waiting and not self._told_no_gpu:
             self._told_no_gpu = True
-            log.warning("waiting for a Ray node with GPUs: none of the %d alive nodes has one (to run on their CPUs "
-                        "instead, set resources.gpus: none and resources.cpu_slots)", len(alive))
+            log.warning("waiting for a Ray node with GPUs: the cluster has none yet (%d alive node(s), none with a "
+                        "GPU); Hermes asked Ray's autoscaler for %d GPU(s), and the trials start when a GPU node "
+                        "joins (where no autoscaler runs, add a node with GPUs; to run on the nodes' CPUs instead, "
+                        "set resources.gpus: none and resources.cpu_slots)", len(alive), waiting)
+        if not on_gpus and self._work and not any(cpus.values()) and not self._told_no_gpu:
+            self._told_no_gpu = True
+            log.warning("waiting for a Ray node with CPUs: none of the %d alive node(s) has a Ray CPU (a node started "
+                        "with num-cpus 0, as a head kept for the driver, runs no trial)", len(alive))
         for node_id, gpus in alive.items():
-            if (on_gpus and gpus < 1) or node_id in known:
+            # With CPU slots, a node with no Ray CPU (a head started with num-cpus 0) is kept free of Ray work.
+            if (gpus < 1 if on_gpus else cpus[node_id] <= 0) or node_id in known:
                 continue
             name = node_name(node_id)
             handle = remote.options(
