@@ -81,10 +81,20 @@ def test_a_run_of_the_spec_a_pool_runs_is_refused_naming_the_pool_which_frees_th
     neither from the other, and both wrote its trials' folders (the run resumed from the pool's checkpoints, and
     deleted them under it). The folder is the pool's while it runs the experiment, and free once it has ended."""
     spec = one_slot_spec("shared", 2, 6, 0.1)
+    spec["search"]["space"]["hold_save"] = {"type": "choice", "values": [1]}  # the pool holds on until let go
     path = write_spec(tmp_path, spec)
     store, experiment_id = submit(tmp_path, spec)
+
+    def let_go() -> bool:
+        """Let every trial that holds its first checkpoint go on; whether the pool has finished."""
+        for saving in tmp_path.glob("runs/**/saving-1"):
+            (saving.parent / "go-1").touch()
+        return store.experiment(experiment_id).status is ExperimentStatus.FINISHED
+
     with pool_process(tmp_path) as pool:
-        wait_for(lambda: count_reports(tmp_path / "hermes.db") >= 1, TIMEOUT, "the pool's first report")
+        # The pool runs the experiment until the refusal is checked: under load, its 1.2 s of training had ended
+        # before `hermes run` started, which then found the folder free and ran the experiment again
+        wait_for(lambda: any(tmp_path.glob("runs/**/saving-1")), TIMEOUT, "the pool's first checkpoint")
         refused = hermes("run", str(path), "--no-live", cwd=tmp_path, timeout=TIMEOUT)
         assert refused.returncode == 2, refused.stderr
         assert refused.stderr.startswith(
@@ -92,8 +102,7 @@ def test_a_run_of_the_spec_a_pool_runs_is_refused_naming_the_pool_which_frees_th
             f"pid {pool.pid} on "), refused.stderr
         assert "-m hermes.pool --store" in refused.stderr, refused.stderr
         assert not (tmp_path / "runs" / "hermes.db").exists()  # refused before it made an experiment of its own
-        wait_for(lambda: store.experiment(experiment_id).status is ExperimentStatus.FINISHED, TIMEOUT,
-                 "the pool to finish the experiment")
+        wait_for(let_go, TIMEOUT, "the pool to finish the experiment")
         assert pool.poll() is None
         assert holder(tmp_path / "runs" / "shared" / LOCK_FILE) is None  # the pool goes on, the folder is free
     assert [trial.state.value for trial in store.trials(experiment_id)] == ["completed"] * 2
