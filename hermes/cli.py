@@ -124,18 +124,24 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
         what, fix = _storage_limit(error)
         print(f"hermes: error: {what}: {error}\n{fix}, then run `{again}`", file=sys.stderr)
         return 2
-    console = Console()
-    # A terminal that redraws: not a file or a pipe (FORCE_COLOR made Rich call them terminals, and filled logs with
-    # frames), nor TERM=dumb (Emacs' shell, where Rich draws nothing until the end)
-    if args.no_live or not (sys.stdout.isatty() and console.is_interactive):
-        session.listeners.append(_progress_printer(session))
-        view = nullcontext()
-    else:
-        clock = lambda: session.executor.now() if session.executor else 0.0  # noqa: E731
-        view = LiveView(spec.name, spec.metric.name, spec.metric.mode, session.scheduler, clock, console,
-                        budget=session.budget, in_flight=session.searcher.max_pending)
-        session.listeners += [view, _progress_printer(  # above the view: what its table cannot say
-            session, lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True), only_errors=True)]
+    try:
+        console = Console()
+        # A terminal that redraws: not a file or a pipe (FORCE_COLOR made Rich call them terminals, and filled logs
+        # with frames), nor TERM=dumb (Emacs' shell, where Rich draws nothing until the end)
+        if args.no_live or not (sys.stdout.isatty() and console.is_interactive):
+            session.listeners.append(_progress_printer(session))
+            view = nullcontext()
+        else:
+            clock = lambda: session.executor.now() if session.executor else 0.0  # noqa: E731
+            view = LiveView(spec.name, spec.metric.name, spec.metric.mode, session.scheduler, clock, console,
+                            budget=session.budget, in_flight=session.searcher.max_pending)
+            session.listeners += [view, _progress_printer(  # above the view: what its table cannot say
+                session, lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
+                only_errors=True)]
+    except KeyboardInterrupt:  # between its set-up and its run: nothing ran, and it is said as after its run
+        session.abandon()
+        print(f"interrupted: run `{again}` again to continue", file=sys.stderr)
+        return 128 + (terminations.received or signal.SIGINT)
     try:
         with interrupts_between_batches(session, hangups=terminations.hangups), view:
             outcome = session.run()

@@ -58,7 +58,7 @@ from hermes.local.launch import TrialLaunch
 from hermes.policies import make_policy
 from hermes.recovery import replay
 from hermes.session import ExperimentSession
-from hermes.store.base import ExperimentRecord, ExperimentStatus, ExperimentStore, WriterLost
+from hermes.store.base import WAITING_FOR_FILES, ExperimentRecord, ExperimentStatus, ExperimentStore, WriterLost
 from hermes.store.lock import RunnerLock, describe
 from hermes.store.recorder import StoreRecorder
 from hermes.store.sql import differing_fields
@@ -351,7 +351,7 @@ class PoolSession:
         status = ExperimentStatus.QUEUED if record.status is ExperimentStatus.QUEUED else ExperimentStatus.INTERRUPTED
         self.store.claim_writer(record.experiment_id, describe(self._lock.who))
         self._end_old_runs(record, None)
-        self.store.set_status(record.experiment_id, status, error=f"waiting for its files: {missing}; it continues "
+        self.store.set_status(record.experiment_id, status, error=f"{WAITING_FOR_FILES}: {missing}; it continues "
                               f"once they are back (the pool looks every {self.poll:g} s)")
 
     def _end_unopened(self, record: ExperimentRecord, status: ExperimentStatus, reason: str | None) -> None:

@@ -229,6 +229,15 @@ class ExperimentSession:
         except StoreError:  # another writer took it over: left as it is
             pass
 
+    def abandon(self, *, interrupted: bool = True) -> None:
+        """Give the experiment up before ``run`` ran anything (Ctrl-C while its caller prepared, an engine that cannot
+        start): one shown running is recorded ``interrupted``, and its engine and locks are let go."""
+        if interrupted:
+            self._record_end(ExperimentStatus.INTERRUPTED, only_if=ExperimentStatus.RUNNING)
+        self.engine.close()
+        self._folder_lock.release()
+        self._lock.release()
+
     # ------------------------------------------------------------------ the run
     def run(self) -> Outcome:
         replayed = False
@@ -240,11 +249,7 @@ class ExperimentSession:
             # Nothing ran. A log that does not replay leaves the experiment as it was; an engine that cannot start (a
             # Ray node's agent that failed) or Ctrl-C leaves no runner: one shown running is interrupted (a rerun that
             # gets past it continues it; one that never ran takes a corrected spec, ``_open_store``).
-            if replayed or isinstance(error, KeyboardInterrupt):
-                self._record_end(ExperimentStatus.INTERRUPTED, only_if=ExperimentStatus.RUNNING)
-            self.engine.close()
-            self._folder_lock.release()
-            self._lock.release()
+            self.abandon(interrupted=replayed or isinstance(error, KeyboardInterrupt))
             raise
         self._lock.note_clock(executor.now())  # reports count a running experiment's time from it
         try:

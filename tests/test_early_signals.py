@@ -67,6 +67,15 @@ elif when == "experiment made":
         return experiment_id
 
     SqlStore.create_or_open_experiment = making
+elif when == "view":  # the experiment made, its run not begun: the progress view is being built
+    import rich.console
+
+    class Signalling(rich.console.Console):
+        def __init__(self, *args, **kwargs):
+            send()
+            super().__init__(*args, **kwargs)
+
+    rich.console.Console = Signalling
 from hermes.cli import main
 
 sys.exit(main(["run", spec, "--no-live"]))
@@ -112,6 +121,16 @@ def test_a_signal_in_the_stores_first_write_rolls_it_back_and_is_taken_like_ctrl
     assert stderr.splitlines()[-1] == "interrupted before the experiment started", stderr
     left = {path.name for path in (tmp_path / "runs").iterdir()}
     assert left <= {"hermes.db", "hermes.lock", "early"}, left  # no journal, no -wal, no store half made aside
+
+
+def test_a_signal_between_the_set_up_and_the_run_records_the_experiment_interrupted(tmp_path: Path) -> None:
+    """Once the session was made and before its run began (the progress view being built) a SIGTERM ended the run with
+    143 and no word, the experiment left running (its runner shown killed) and its locks held."""
+    returncode, stderr = ended(signalled_run(tmp_path, "SIGTERM", "view"))
+    assert returncode == 128 + signal.SIGTERM, stderr
+    assert stderr.splitlines()[-1].startswith("interrupted: run `hermes run "), stderr
+    status = hermes("status", "runs", cwd=tmp_path)
+    assert status.stdout.splitlines()[0] == "experiment  early (id 1): interrupted", status.stdout
 
 
 def test_a_hangup_right_after_the_experiment_is_made_records_it_interrupted(tmp_path: Path) -> None:
@@ -194,3 +213,7 @@ def test_a_faulthandler_dump_is_summarised_at_the_crashed_threads_own_frame() ->
     assert summarise_error(alone) == "exit code -11 (SIGSEGV), at native.py:3"
     later = dump + 'Traceback (most recent call last):\n  File "/home/me/train.py", line 40, in train\nOSError: gone\n'
     assert summarise_error(later) == "its worker died, exit code -11 (SIGSEGV) ... OSError: gone, at train.py:40"
+    # a dump the program asked for (faulthandler.dump_traceback()) is no crash: its own last words are the error
+    asked = ('exit code 1: loading\nStack (most recent call first):\n  File "/home/me/main.py", line 1 in <module>\n'
+             'error: dataset /data/x missing\n')
+    assert summarise_error(asked) == "exit code 1 ... error: dataset /data/x missing"

@@ -9,6 +9,7 @@ import math
 import shutil
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Self
 
@@ -20,7 +21,9 @@ from test_server import TESTS
 from test_store_reads import serving
 
 from hermes.experiment.spec import ResourcesSpec
+from hermes.report.status import format_experiments
 from hermes.server.app import ServerConfig, create_app
+from hermes.store.sql import SqlStore
 
 STEPS = 12
 HELD = 3  # the step whose checkpoint each trial is saving when the first server stops
@@ -116,6 +119,8 @@ def test_an_interrupted_experiment_waits_for_its_missing_files_and_continues_onc
     with Started(root) as server:
         _waiting(server, path, "trial.workdir: ")
         assert "does not exist" in server.get(path)["error"]
+        with closing(SqlStore.open_read_only(root / "hermes.db")) as store:  # `hermes list` says why it waits
+            assert " interrupted (waiting for its files) " in format_experiments(store), format_experiments(store)
         module = away / f"{MODULE}.py"
         module.rename(tmp_path / module.name)
         away.rename(folder)

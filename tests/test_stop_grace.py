@@ -1,7 +1,8 @@
 """A trial told to stop whose function does not return (its loop thread ended with its StopExit, the main thread waits
-for ever on what it was to give it) is killed ``EXIT_GRACE`` seconds after it was told, in a process of its own as in a
-warm worker (tests/test_spill_hang.py), and ends stopped; and a thread that ``report`` ends (StopExit, SuspendExit)
-ends quietly, as the main thread does, with no traceback in the trial's stderr.log. Real runs, a real store."""
+for ever on what it was to give it) is killed ``EXIT_GRACE`` seconds after that loop ended, in a process of its own as
+in a warm worker (tests/test_spill_hang.py), and ends stopped, while a stopped trial's own slow final save is not cut;
+and a thread that ``report`` ends (StopExit, SuspendExit) ends quietly, as the main thread does, with no traceback in
+the trial's stderr.log. Real runs, a real store."""
 
 from __future__ import annotations
 
@@ -110,3 +111,49 @@ def test_a_loop_thread_that_report_ends_leaves_no_traceback(tmp_path: Path, warm
                 assert (end.succeeded, end.error) == (False, "stopped"), end
     log = (tmp_path / "run" / "trials" / "t" / "stderr.log").read_text()
     assert "Traceback" not in log and "Exit" not in log, log
+
+
+# Stopped at a report, it saves for longer than the grace in its own (main) thread: work a user's code asked for
+SAVES_SLOWLY_WHEN_STOPPED = """
+    import sys
+    import time
+
+    from hermes import trial
+
+    sys.modules["__main__"].EXIT_GRACE = {grace}  # in a warm worker (hermes.local.worker) that imports this
+
+
+    def train(config):
+        try:
+            for step in range(1, trial.budget() + 1):
+                trial.report(step, score=config["quality"] * step)
+        except trial.StopExit:
+            time.sleep({slow})  # a final save or evaluation
+            (trial.trial_dir() / "final.txt").write_text("saved")
+            raise
+"""
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("warm", [False, True], ids=["own-process", "warm-worker"])
+def test_a_stopped_trial_whose_own_code_saves_slowly_is_not_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warm: bool
+) -> None:
+    """The grace after a stop is for a main thread that waits for ever on a loop thread its StopExit ended. Armed by
+    every stop, it killed a stopped trial's final save in its own thread 30 s later, and the save was lost."""
+    monkeypatch.setattr(watchdog, "EXIT_GRACE", GRACE)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "slow.py").write_text(textwrap.dedent(SAVES_SLOWLY_WHEN_STOPPED.format(grace=GRACE, slow=4 * GRACE)))
+    median = {"name": "median", "params": {"grace_steps": 0, "min_trials": 1, "confidence": 0.5}}
+    spec = spec_of(
+        "stopped-saves",
+        trial={"function": "slow:train", "workdir": str(tmp_path), "warm_workers": warm},
+        search={"sampler": "list", "configs": [{"quality": 1.0}, {"quality": 0.0}]},
+        budget={"steps": 3},
+        policy={"name": "fifo", "stopper": median},
+        resources={"gpus": "none", "cpu_slots": 1},
+    )
+    result = hermes.run(spec)
+    [stopped] = [trial for trial in result.trials if trial.state == TrialState.STOPPED.value]
+    assert (stopped.directory / "final.txt").read_text() == "saved"
+    assert "did not" not in (stopped.directory / "stderr.log").read_text()

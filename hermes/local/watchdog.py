@@ -17,9 +17,9 @@ process lingers after committing its suspension is no step's. Until its first re
 against the longest any of its runs took to a first report (from its start, or from the report before it),
 start-ups against start-ups, so a restore slower than the steps is not taken for a hang.
 
-A trial that committed its suspension, or was told to stop, only has to exit: it is overdue ``EXIT_GRACE`` seconds
-later (a thread that is no daemon keeps its process alive, a main thread waits on a loop thread that its StopExit
-ended). Killed then, or past a limit once it reported its budget's last step (a stuck teardown, a slow final save),
+A trial that committed its suspension, or a thread of which ended with its StopExit (``protocol.LOOP_STOPPED``), only
+has to exit: it is overdue ``EXIT_GRACE`` seconds later (a thread that is no daemon keeps its process alive, a main
+thread waits on that stopped loop). A stop alone arms nothing: a stopped trial's final save takes what it takes. Killed then, or past a limit once it reported its budget's last step (a stuck teardown, a slow final save),
 it lost nothing: the executor counts it suspended, stopped, or completed.
 
 The executor asks ``deadline`` how long its loop may sleep, and ``overdue`` which trials to kill.

@@ -10,8 +10,9 @@ trial on a slot only once the previous one has parked or ended.
 Commands come on stdin and messages go out on fd ``protocol.ENV_WORKER_CHANNEL``, one JSON object per
 line (hermes/trial/protocol.py). A trial's exception ends only that trial; a crash of the process
 (a segfault, the out-of-memory killer) ends the worker, and the executor replaces it. So does a trial whose
-function has not returned ``EXIT_GRACE`` seconds after its spill committed its checkpoint, or after it was told to
-stop (its main thread waits on what its suspended or stopped loop thread was to give it, say): a thread cannot be
+function has not returned ``EXIT_GRACE`` seconds after its spill committed its checkpoint, or after a thread it started
+ended with its StopExit (its main thread waits on what that suspended or stopped loop was to give it, say), though not
+after a stop alone (its final save or evaluation takes what it takes): a thread cannot be
 ended, and the executor waits for that end to move the trial or to end it, so the worker exits, as a process of its
 own lingering so long is killed.
 """
@@ -82,6 +83,9 @@ class _TrialChannel:
         self._on_last_word = on_last_word
 
     def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == protocol.LOOP_STOPPED:  # a loop thread it started ended with its StopExit
+            self._on_last_word(self, TOLD_TO_STOP)
+            return
         if message["type"] == protocol.PARKED:  # sent by one of the trial's threads, which now waits
             self._on_park(self.trial_id)
         self._outbox.send({**message, "trial": self.trial_id})
@@ -90,12 +94,7 @@ class _TrialChannel:
             self._on_last_word(self, SPILL_COMMITTED)
 
     def receive(self) -> str:
-        """The word the session waits for. A stop is timed from here, where the trial reads it (at its next report
-        if it computes), not from where it was queued."""
-        word = self.words.get()
-        if word == protocol.STOP:
-            self._on_last_word(self, TOLD_TO_STOP)
-        return word
+        return self.words.get()
 
 
 class _TrialStreams(io.TextIOBase):
@@ -256,9 +255,8 @@ class Worker:
                 pass  # a full disk: what could not be written is lost, the trial is not
 
     def _await_return(self, channel: _TrialChannel, why: tuple[str, str]) -> None:
-        """Its spill committed its checkpoint, or it was told to stop: all its function has left to do is return,
-        within ``EXIT_GRACE``. Timed from the first such word: a function that catches its StopExit and reports
-        again is told to stop again."""
+        """Its spill committed its checkpoint, or a loop thread it started ended with its StopExit: all its function
+        has left to do is return, within ``EXIT_GRACE``. Timed from the first such word."""
         if channel.exit_timer is not None:
             return
         channel.exit_timer = threading.Timer(EXIT_GRACE, self._exit_for_lingering, (channel, why))

@@ -49,7 +49,8 @@ def _ray_cpus() -> int:
     import ray
 
     node_id = ray.get_runtime_context().get_node_id()
-    return next((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["NodeID"] == node_id), 0)
+    cpus = next((n["Resources"].get("CPU", 0) for n in ray.nodes() if n["NodeID"] == node_id), 0)
+    return max(1, int(cpus)) if cpus > 0 else 0  # a fraction of a CPU is one thread
 
 
 class NodeAgent:

@@ -211,6 +211,7 @@ FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+), in ')  # of a t
 # faulthandler's dump of a fatal error (a segfault): the thread that crashed, innermost frame first
 CRASHED_THREAD = re.compile(r"(Current thread 0x[0-9a-f]+|Stack) \(most recent call first\):")
 DUMPED_FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+) in ')
+FATAL_ERROR = "Fatal Python error:"  # what faulthandler writes before a crash's dump, not before one a program asked
 CRASHES = re.compile(r"\(its runs crashed (\d+) times; trial\.max_failures is \d+\)")  # the core's note
 HERMES_PACKAGE = Path(__file__).resolve().parent.parent  # its frames in a trial's traceback are not the user's
 PYTHON_LIBRARY = Path(os.path.realpath(sysconfig.get_path("stdlib")))
@@ -279,11 +280,16 @@ def _crashed_at(lines: Sequence[str]) -> str | None:
     """Where the thread that crashed was, in the last faulthandler dump in ``lines`` (a warm worker's segfault dumps
     every thread, its main one last; the crash is in the trial's): ``<file name>:<line>`` of its innermost frame
     that is neither Hermes's nor Python's own library's (a segfault in ``ctypes.string_at`` is its caller's doing),
-    or of its innermost. None where there is none after the last Python traceback, which then says more (a
-    dump of a child process's, say, that the trial went on after)."""
+    or of its innermost. None where there is no crash's dump (after a ``Fatal Python error:`` line) after the last
+    Python traceback, which then says more (a dump of a child process's, say, that the trial went on after), and
+    none for a dump that was no crash (``faulthandler.dump_traceback()``, a trial's own ``faulthandler.register``)."""
     after = max((index for index, line in enumerate(lines) if line.rstrip().endswith(TRACEBACK)), default=-1)
-    start = max((index for index, line in enumerate(lines[after + 1:], after + 1)
-                 if CRASHED_THREAD.fullmatch(line.strip())), default=None)
+    fatal = max((index for index, line in enumerate(lines[after + 1:], after + 1)
+                 if FATAL_ERROR in line), default=None)
+    if fatal is None:
+        return None
+    start = next((index for index, line in enumerate(lines[fatal + 1:], fatal + 1)
+                  if CRASHED_THREAD.fullmatch(line.strip())), None)
     if start is None:
         return None
     frames: list[re.Match[str]] = []

@@ -34,6 +34,7 @@ from hermes.report import (
 )
 from hermes.report.results import Standing, standings
 from hermes.store import DecisionRecord, ExperimentRecord, ExperimentStatus, ExperimentStore, Run, TrialRecord
+from hermes.store.base import WAITING_FOR_FILES
 from hermes.store.lock import describe, holder
 
 
@@ -122,7 +123,10 @@ def _best(view: ExperimentView) -> Standing | None:
 
 
 def _state(experiment: ExperimentRecord, lock: Path | None, brief: bool = False) -> str:
-    """Its stored status, and for a running one who runs it (``brief``: its pid only, for a line of a list)."""
+    """Its stored status, and for a running one who runs it (``brief``: its pid only, for a line of a list); a pool's
+    that waits for its files says so (``hermes.pool``), which a queued or interrupted status alone did not."""
+    if experiment.error and experiment.error.startswith(WAITING_FOR_FILES):
+        return f"{experiment.status.value} ({WAITING_FOR_FILES})"
     if experiment.status is not ExperimentStatus.RUNNING or lock is None:
         return experiment.status.value
     if experiment.owner is not None:  # a pool's

@@ -59,6 +59,10 @@ class StoreUnavailable(StoreError):
     fault: its run stops, recorded as interrupted where the store lets it, and running it again continues it."""
 
 
+# How the error of a pool's experiment that waits for the files its spec names begins (``hermes.pool``)
+WAITING_FOR_FILES = "waiting for its files"
+
+
 class ExperimentStatus(str, Enum):
     QUEUED = "queued"  # submitted to a pool (``submit_experiment``), not yet taken up
     RUNNING = "running"  # created, or reopened by a runner

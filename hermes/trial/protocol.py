@@ -38,6 +38,7 @@ REPORT = "report"  # {"type", "step", "metrics", "checkpointed"}; the trial then
 SUSPENDED = "suspended"  # {"type", "step"}: the checkpoint of ``step`` is committed; the trial ends next
 PARKED = "parked"  # {"type", "step"}: suspended with its state in memory (warm workers); waits for a command
 ENDED = "ended"  # {"type", "outcome", "error"}: a warm worker's trial returned or raised; error: why it failed
+LOOP_STOPPED = "loop_stopped"  # {"type"}: a thread the trial started ended with its StopExit: the rest must exit soon
 
 # Executor -> trial answers to a report, and commands to a parked trial.
 CONTINUE, SUSPEND, STOP = "continue", "suspend", "stop"

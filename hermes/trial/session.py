@@ -647,11 +647,26 @@ def _quiet_ends_of_threads() -> None:
     def quiet_for_trial_ends(args: threading.ExceptHookArgs) -> None:
         if not issubclass(args.exc_type, (SuspendExit, StopExit, BudgetExit)):
             previous(args)
+        elif issubclass(args.exc_type, StopExit):
+            _say_loop_stopped()
 
     threading.excepthook = quiet_for_trial_ends
 
 
 _threads_end_quietly = False  # _quiet_ends_of_threads has installed its hook
+
+
+def _say_loop_stopped() -> None:
+    """A thread the trial started ended with its StopExit (called in that thread): say so, and the executor gives the
+    rest of the trial ``EXIT_GRACE`` to return, since its main thread may wait for ever on what that loop was to give
+    it. Only then: a stopped trial's own final save or evaluation, in its main thread, takes what it takes."""
+    trial_id = trial_of_thread()
+    session = _running.get(trial_id) if trial_id is not None else _computing or _current
+    if session is not None:
+        try:
+            session._channel.send({"type": protocol.LOOP_STOPPED})
+        except (HermesError, OSError):
+            pass  # no executor to tell: its end is on its way
 
 
 def _working_for(trial_id: str | None, function: Callable[..., Any]) -> Callable[..., Any]:

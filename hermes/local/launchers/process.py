@@ -140,8 +140,6 @@ class ProcessLauncher(Launcher):
         # else: it is answered "stop" at its report, and ends cleanly
 
     def answer(self, run: Run, word: str) -> None:
-        if word == protocol.STOP:  # all it has left is to exit (its main thread may wait on a loop its StopExit ended)
-            self.host.watchdog.exiting(run.trial.trial_id, self.host.now(), TOLD_TO_STOP)
         try:
             os.write(run.answers, f"{word}\n".encode())
         except BlockingIOError:
@@ -217,6 +215,8 @@ class ProcessLauncher(Launcher):
         elif message["type"] == protocol.SUSPENDED:
             run.suspended_step = int(message["step"])
             self.host.watchdog.exiting(run.trial.trial_id, self.host.now())
+        elif message["type"] == protocol.LOOP_STOPPED:  # its main thread may wait for ever on that loop: it must exit
+            self.host.watchdog.exiting(run.trial.trial_id, self.host.now(), TOLD_TO_STOP)
         else:
             raise ValueError(f"unknown message type {message['type']!r}")
 
