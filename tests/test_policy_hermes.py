@@ -588,7 +588,7 @@ def test_migrations_are_priced_apart_and_learned_as_a_turn_ends_on_a_free_gpu() 
 def test_trials_of_large_state_are_not_slower_to_the_best_than_fifo(gpus: int) -> None:
     """Six trials of 1 GB, epochs of 1-3 s: a migration (6.4 s) costs more than most runs. Priced at a switch on one
     GPU (0.17 s), the sweep's resumes and the turns after it migrated, and hermes was 0.84x FIFO to the best at 2 GPUs
-    and 0.73x at 4 over these 20 arrival orders (1.01x and 0.97x now)."""
+    and 0.73x at 4 over these 20 arrival orders (1.01x and 1.01x now)."""
     trials = tuple(
         TraceTrial(f"t{i}", tuple(1 - (1 - rate) ** epoch for epoch in range(1, 11)), (seconds,) * 10, False, {},
                    state_mb=1000.0)

@@ -17,28 +17,11 @@ from hermes.core.events import Event, TrialExited, TrialReported, TrialSuspended
 from hermes.core.states import TrialState
 from hermes.local import LocalExecutor, TrialLaunch, local_slots, watchdog
 from tests.test_run import spec_of
+from tests.test_spill_hang import WAITS_FOR_ITS_LOOP  # its loop in a thread, whose end the main thread waits for
 from tests.test_warm_trial_edges import LIMITS, THREADED, park
 
 GRACE = 0.5  # the runner's EXIT_GRACE here, where the product's is 30 s
 
-# Its loop in a thread, whose end the main thread waits for: a stopped loop never gets there
-WAITS_FOR_ITS_LOOP = """
-    import threading
-
-    from hermes import trial
-
-
-    def train(config):
-        trained = threading.Event()
-
-        def loop():
-            for step in range(1, trial.budget() + 1):
-                trial.report(step, score=config["quality"] * step)
-            trained.set()
-
-        threading.Thread(target=loop).start()
-        trained.wait()
-"""
 
 
 @pytest.mark.timeout(30)

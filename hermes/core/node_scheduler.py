@@ -194,15 +194,6 @@ class NodeScheduler:
             return []
         challenger_priority, challenger = best[0]
         mine = checked_priority(policy, trial, now)
-        if challenger.last_gpu not in (None, trial.gpu) and (penalty := checked_migration_penalty(policy, challenger,
-                                                                                                  now)):
-            # The GPU goes to whom fill will give it: a trial that left it, where one is within the migration's
-            # price; this one is such a trial. Preempting for the challenger and giving the GPU back was a switch lost.
-            own = self.ranked_waiting(now, 1, [trial.gpu], self.claims.values(), home=trial.gpu)
-            if own and own[0][0] >= challenger_priority - penalty:
-                challenger_priority, challenger = own[0]
-            elif mine is not None and mine >= challenger_priority - penalty:
-                return []
         if mine is not None and (mine, -trial.seq) > (challenger_priority, -challenger.seq):
             return []
         self.claims[trial.trial_id] = challenger.trial_id
