@@ -461,15 +461,22 @@ def _refuse_what_has_no_effect(args: argparse.Namespace) -> None:
 
 def _loadable(load: Callable[[str], type], name: str, option: str, **params: Any) -> None:
     """Load and build it once, with the arguments the simulator gives it, so that a class that cannot be
-    built (abstract, or wanting other arguments) is refused now, as `hermes run` refuses it, not in a traceback.
+    built (abstract, wanting other arguments, or failing in its constructor) is refused now, as `hermes run` refuses
+    it, not in a traceback.
     A class of one's own is looked for in the current folder first (``Setting.plugins_from``)."""
     from hermes.plugins import importable_from
 
-    try:
-        with importable_from(Path.cwd()):
-            load(name)(**params)
-    except (TypeError, ValueError) as error:
-        raise HermesError(f"{option}: {error}") from None
+    with importable_from(Path.cwd()):
+        try:
+            cls = load(name)
+        except ValueError as error:  # it cannot be loaded, and says why
+            raise HermesError(f"{option}: {error}") from None
+        try:
+            cls(**params)
+        except (TypeError, ValueError) as error:  # abstract, or a wrong argument
+            raise HermesError(f"{option}: {error}") from None
+        except Exception as error:  # noqa: BLE001 - the constructor's own failure (a file it reads is missing)
+            raise HermesError(f"{option}: {cls.__name__}.__init__() raised {type(error).__name__}: {error}") from None
 
 
 def _nan_as_null(figures: dict[str, Any]) -> dict[str, Any]:

@@ -147,3 +147,20 @@ def test_trials_a_policy_never_ran_are_counted(tmp_path: Path, capsys: pytest.Ca
     out = capsys.readouterr().out
     assert f"{__name__}:NeverA: 1 trial(s) per seed stopped before the first report" in out
     assert "fifo:" not in out
+
+
+def test_a_trial_that_diverged_in_its_first_epoch_is_not_counted_as_stopped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """FIFO ran b, which diverged in its first epoch and failed (a real run says "failed before its first
+    report"); the simulation counted it as stopped before its first report, as if FIFO had never run it, and
+    --compare said so of every policy."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("trial,epoch,metric,seconds\na,1,0.5,10\na,2,0.6,10\nb,1,,4\nc,1,0.7,5\n")
+    simulate = ["simulate", "--trace", str(trace), "--mode", "max", "--gpus", "1"]
+    assert main([*simulate, "--policy", "fifo", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stopped_before_first_report"] == []
+    assert main([*simulate, "--policy", f"{__name__}:NeverA", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stopped_before_first_report"] == ["a"]
+    assert main([*simulate, "--compare", "fifo,rr", "--seeds", "2"]) == 0
+    assert "stopped before the first report" not in capsys.readouterr().out

@@ -675,20 +675,26 @@ class PolicySpec(_Section):
             policy = policies.policy_class(self.name)
         except ValueError as error:
             raise _PathError("name", str(error)) from None
-        try:
-            construct(policy, self.settings)
-        except (TypeError, ValueError) as error:
-            raise _PathError("params", f"policy {self.name}: {error}") from None
+        _build_once(policy, self.settings, "params", f"policy {self.name}")
         if self.stopper is not None:
             try:
                 stopper = policies.stopper_class(self.stopper.name)
             except ValueError as error:
                 raise _PathError("stopper.name", str(error)) from None
-            try:
-                construct(stopper, self.stopper.params)
-            except (TypeError, ValueError) as error:
-                raise _PathError("stopper.params", f"stopper {self.stopper.name}: {error}") from None
+            _build_once(stopper, self.stopper.params, "stopper.params", f"stopper {self.stopper.name}")
         return self
+
+
+def _build_once(cls: type, params: dict[str, Any], field: str, what: str) -> None:
+    """Build a plug-in as the run will, so that it fails here as a spec error naming ``field``: a wrong parameter
+    (TypeError, ValueError) says so, and whatever else its constructor raises (a file it reads is missing) is said
+    as its ``__init__``'s, as a failing ``configure()`` is said as that method's."""
+    try:
+        construct(cls, params)
+    except (TypeError, ValueError) as error:
+        raise _PathError(field, f"{what}: {error}") from None
+    except Exception as error:  # noqa: BLE001 - a plug-in's constructor may raise anything
+        raise _PathError(field, f"{what}: {cls.__name__}.__init__() raised {type(error).__name__}: {error}") from None
 
 
 class ResourcesSpec(_Section):

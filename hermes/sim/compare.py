@@ -50,7 +50,7 @@ class Summary:
     overhead_fraction: float
     preemptions: float
     migrations: float
-    stopped_before_first_report: float  # trials per seed that the policy never let report
+    stopped_before_first_report: float  # trials per seed stopped before their first report
     per_seed: dict[str, dict[int, float | None]] = field(default_factory=dict, repr=False, compare=False)
 
     def figures(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from hermes.core.decisions import Decision
 from hermes.core.events import Event, GpuAdded, GpuRemoved, NodeAdded, NodeRemoved, SubmissionsClosed
 from hermes.core.policy import EarlyStopper, SchedulingPolicy, plugin_call
 from hermes.core.scheduler import Objective, Scheduler
+from hermes.core.states import STOPPED
 from hermes.execution.engine import Engine
 from hermes.sim.costs import SwitchCosts
 from hermes.sim.executor import EpochRecord, SimulatedExecutor
@@ -57,8 +58,9 @@ class SimulationResult:
     policy: str
     gpus: int
     trials: int
-    # Trials that ended without a report (a policy never ran them; a real run says "stopped before its first
-    # report"): the feedback figures are over the others. Kept out of figures(), as the logs are, so that
+    # Trials stopped without a report, which a real run says were "stopped before its first report" (a trial a
+    # policy never ran, say); not one that diverged in its first epoch, which ran and failed. The feedback figures
+    # are over the trials that reported. Kept out of figures(), as the logs are, so that
     # bench/decision_hashes.py's digests of them stay comparable with older versions'.
     stopped_before_first_report: tuple[str, ...]
     time_to_best_s: float | None  # when a trial with the trace's best final metric first completed its budget
@@ -130,7 +132,8 @@ def simulate(
         policy=policy.name,
         gpus=gpus,
         trials=len(arrivals),
-        stopped_before_first_report=tuple(t.trial_id for t in scheduler.trials.values() if t.first_report_at is None),
+        stopped_before_first_report=tuple(t.trial_id for t in scheduler.trials.values()
+                                          if t.state is STOPPED and t.first_report_at is None),
         time_to_best_s=min(on_best, default=None),
         time_to_target_s=min(on_target, default=None),
         mean_first_feedback_s=statistics.fmean(first) if first else math.nan,
