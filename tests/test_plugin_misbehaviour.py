@@ -223,6 +223,41 @@ class StateDictRaises(EarlyStopper):
         raise RuntimeError("boom in state_dict")
 
 
+class SaysNoToTurnOver(RoundRobinPolicy):
+    """Means "never preempt", but "no" is true: the core preempted at every report."""
+
+    def turn_over(self, trial: Trial, now: float) -> Any:
+        return "no"
+
+
+class ForgetsTurnOverReturn(RoundRobinPolicy):
+    """Computes whether the turn is over and forgets to return it: the core never preempted."""
+
+    def turn_over(self, trial: Trial, now: float) -> Any:
+        super().turn_over(trial, now)  # and no return
+
+
+class NumpyTurnOver(RoundRobinPolicy):
+    """Answers numpy's bool (a comparison of numpy floats), which is an answer as Python's is."""
+
+    def turn_over(self, trial: Trial, now: float) -> Any:
+        return np.bool_(super().turn_over(trial, now))
+
+
+class UndecidedBeforeTheFirstReport(RoundRobinPolicy):
+    """Answers None for a trial that has not reported yet: the core asks at reports, so it never sees that answer."""
+
+    def turn_over(self, trial: Trial, now: float) -> Any:
+        return super().turn_over(trial, now) if trial.step else None
+
+
+class NeverNow(RoundRobinPolicy):
+    """Says not now (None) to every trial: nothing ever runs."""
+
+    def priority(self, trial: Trial, now: float) -> float | None:
+        return None
+
+
 class MyHermes(HermesPolicy):
     """Hermes with a tweak (none yet): it sets no name of its own."""
 
@@ -582,3 +617,37 @@ def test_a_pool_experiment_whose_policy_fails_after_starting_a_trial_ends_with_e
     third = [type(record.decision).__name__ for record in store.decisions(doomed) if record.decision.trial_id == "2"]
     assert third == ["Start", "Stop"]
     store.close()
+
+
+def test_a_turn_over_that_is_no_bool_is_refused_naming_the_policy() -> None:
+    """The node scheduler took turn_over's answer by its truth: "no" preempted the trial at every report, a forgotten
+    return never. Both fail as the policy's error; numpy's bools are answers as Python's; and the contract suite asks
+    turn_over itself, of every running trial, so it finds an answer the run it makes never asks for."""
+    rates = [0.1, 0.2, 0.3, 0.4]
+    for policy, answer in ((SaysNoToTurnOver, r"'no' \(str\)"), (ForgetsTurnOverReturn, r"None \(NoneType\)")):
+        with pytest.raises(PluginError, match=rf"^policy {HERE}:{policy.__name__}: turn_over\(\) returned {answer} "
+                                              r"for trial t\d; it must return True or False$"):
+            simulate(trace(rates), policy(period=5.0), gpus=1)
+    plain = simulate(trace(rates), RoundRobinPolicy(period=5.0), gpus=1, record=True)
+    numpy = simulate(trace(rates), NumpyTurnOver(period=5.0), gpus=1, record=True)
+    assert plain.preemptions and numpy.decisions == plain.decisions
+    with pytest.raises(AssertionError, match=rf"^policy {HERE}:UndecidedBeforeTheFirstReport: turn_over\(\) returned "
+                                             r"None \(NoneType\)"):
+        policy_contract.test_priority_and_observe_answer_what_the_core_takes(f"{HERE}:UndecidedBeforeTheFirstReport")
+
+
+def test_trials_a_policy_never_lets_run_are_stopped_saying_whose_doing_it_is(tmp_path: Path) -> None:
+    """A policy that said not now (None) to every trial had them all stopped once nothing ran and no trial could come:
+    the run said finished, every trial stopped before its first report, and nothing said why. Each such trial's error
+    names the policy now: printed by `hermes run`, stored, and listed by `hermes status`."""
+    reason = f"policy {HERE}:NeverNow answered priority() None (not now) with nothing running and no trial to come"
+    result = hermes("run", str(write_spec(tmp_path, "never", f"{HERE}:NeverNow", [0.5, 0.25])), "--no-live",
+                    cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count(f"stopped before its first report ({reason}") == 2, result.stdout
+    experiment, trials, _ = stored(tmp_path)
+    assert experiment.status is ExperimentStatus.FINISHED
+    assert [trial.state for trial in trials] == [TrialState.STOPPED] * 2
+    assert all((trial.error or "").startswith(reason) for trial in trials), [trial.error for trial in trials]
+    status = hermes("status", "runs", cwd=tmp_path)
+    assert reason in status.stdout, status.stdout

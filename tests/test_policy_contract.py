@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import random
 import re
 
@@ -43,6 +44,27 @@ class Forgetful(SchedulingPolicy):
     def observe(self, trial: Trial, now: float) -> Verdict:
         self.seen[trial.trial_id] = -len(self.seen) - trial.step
         return Verdict.CONTINUE
+
+
+class BrokenPromise(SchedulingPolicy):
+    """Promises a time-invariant order (``order_version``), yet odd trials climb as time passes."""
+
+    order_version = 0
+
+    def priority(self, trial: Trial, now: float) -> float:
+        return (trial.seq % 2) * now - 100 * trial.step
+
+
+def test_a_broken_order_promise_is_told_with_both_orders() -> None:
+    """The suite failed such a policy with a bare "at 22.323177: TrialReported": it says now what ``order_version``
+    promises, and the order the core cached beside the full scan's."""
+    ids = r"\[('\d+'(, )?)+\]"
+    with pytest.raises(AssertionError, match=rf"^TrialReported at [\d.]+, node n\d: order_version 0 promises that the "
+                                             r"relative order of waiting trials changes only when the policy bumps it, "
+                                             rf".*\n  core's order: {ids}\n  full scan:    {ids}$") as caught:
+        test_a_time_invariant_order_equals_a_full_scan(f"{__name__}:BrokenPromise")
+    cached, scanned = (ast.literal_eval(order) for order in re.findall(r": +(\[.*\])$", str(caught.value), re.M))
+    assert sorted(cached) == sorted(scanned) and cached != scanned  # the same trials, in another order
 
 
 def test_a_broken_policy_is_told_which_decision_differed_first() -> None:

@@ -16,7 +16,13 @@ from hermes.core.cluster import Node
 from hermes.core.decisions import Decision, Resume, Start, Suspend
 from hermes.core.states import PENDING, RUNNING, SUSPENDING
 from hermes.core.trial import Trial
-from hermes.core.policy import PluginError, SchedulingPolicy, checked_migration_penalty, checked_priority, plugin_raised
+from hermes.core.policy import (
+    PluginError,
+    SchedulingPolicy,
+    checked_migration_penalty,
+    checked_priority,
+    checked_turn_over,
+)
 
 
 class NodeScheduler:
@@ -183,11 +189,7 @@ class NodeScheduler:
         policy = self.policy
         if not policy.time_sharing or trial.state is not RUNNING or trial.stop_requested:
             return []
-        try:
-            turn_over = policy.turn_over(trial, now)
-        except Exception as error:
-            raise plugin_raised(policy, "turn_over", error, trial) from error
-        if not turn_over:
+        if not checked_turn_over(policy, trial, now):
             return []
         best = self.ranked_waiting(now, 1, [trial.gpu], self.claims.values())
         if not best:

@@ -218,10 +218,35 @@ def checked_should_stop(stopper: EarlyStopper, trial: Trial) -> bool:
         raise plugin_raised(stopper, "should_stop", error, trial) from error
     if answer is False or answer is True:
         return answer
-    numpy = sys.modules.get("numpy")  # imported already wherever a numpy bool can come from: the core imports none
-    if numpy is not None and type(answer) is numpy.bool_:
+    if _is_numpy_bool(answer):
         return bool(answer)
     raise plugin_answered(stopper, "should_stop", trial, answer, "True or False")
+
+
+def checked_turn_over(policy: SchedulingPolicy, trial: Trial, now: float) -> bool:
+    """``policy.turn_over``, where the node scheduler asks it: True or False (numpy's bools too); what it raises, or any
+    other answer ("no" would preempt at every turn, a forgotten return never), fails as the policy's ``PluginError``."""
+    try:
+        answer = policy.turn_over(trial, now)
+    except Exception as error:
+        raise plugin_raised(policy, "turn_over", error, trial) from error
+    if answer is False or answer is True:
+        return answer
+    if _is_numpy_bool(answer):
+        return bool(answer)
+    raise plugin_answered(policy, "turn_over", trial, answer, "True or False")
+
+
+def held_back(policy: SchedulingPolicy) -> str:
+    """Why the core stopped a trial that ``policy`` said not now to (priority None) when nothing ran and no trial could
+    come: no event was left to ask it again. The trial's error, so that the run's outcome names the policy."""
+    return (f"{_described(policy)} answered priority() None (not now) with nothing running and no trial to come: no "
+            "event was left to ask it again")
+
+
+def _is_numpy_bool(answer: object) -> bool:
+    numpy = sys.modules.get("numpy")  # imported already wherever a numpy bool can come from: the core imports none
+    return numpy is not None and type(answer) is numpy.bool_
 
 
 def _described(plugin: SchedulingPolicy | EarlyStopper) -> str:

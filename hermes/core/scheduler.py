@@ -46,6 +46,7 @@ from hermes.core.policy import (
     Verdict,
     checked_priority,
     checked_should_stop,
+    held_back,
     plugin_answered,
     plugin_call,
     plugin_raised,
@@ -666,7 +667,8 @@ class Scheduler:
         return [Stop(trial.trial_id)]
 
     def _finish(self) -> list[Decision]:
-        """Submissions are closed and no GPU is busy: whatever still waits is not runnable, so stop it."""
+        """Submissions are closed and no GPU is busy: whatever still waits is not runnable, so stop it. No event is left
+        to ask the policy again: a trial it said not now to says so in its error (``held_back``)."""
         if self._unfinished and not self.cluster.gpu_count:
             return []  # wait for GPUs to come back
         decisions: list[Decision] = []
@@ -679,8 +681,11 @@ class Scheduler:
             raise
         if decisions:
             return decisions
-        for trial in self.trials.values():
-            if not trial.state.is_terminal:
-                decisions += self._stop(trial)
+        unfinished = [trial for trial in self.trials.values() if not trial.state.is_terminal]
+        held = {trial.trial_id for trial in unfinished if checked_priority(self.policy, trial, self._last_time) is None}
+        for trial in unfinished:  # the policy asked first, so that its failure loses no Stop
+            if trial.trial_id in held:
+                trial.error = held_back(self.policy)  # the run prints and stores it: whose doing the stop is
+            decisions += self._stop(trial)
         self.finished = True
         return decisions

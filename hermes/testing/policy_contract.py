@@ -23,8 +23,9 @@ through the real core. A policy is made as ``make_policy(name, period=30.0)`` an
 
 For a policy:
 
-- ``priority`` is a number (not NaN) or None, for every unfinished trial at every event, and ``observe``
-  returns a ``Verdict``: the core refuses anything else as the policy's ``PluginError``;
+- ``priority`` is a number (not NaN) or None, for every unfinished trial at every event, ``turn_over`` True or False
+  for every running trial of a time-sharing policy, and ``observe`` returns a ``Verdict``: the core refuses anything
+  else as the policy's ``PluginError``;
 - the same events give the same decisions;
 - ``priority`` answers without changing the policy's state, or any later decision;
 - a policy that promises a time-invariant order (``order_version``) gets from the core's cached
@@ -59,10 +60,12 @@ from hermes.core.policy import (
     checked_migration_penalty,
     checked_priority,
     checked_should_stop,
+    checked_turn_over,
     plugin_call,
     plugin_state,
 )
 from hermes.core.scheduler import Objective, Scheduler
+from hermes.core.states import RUNNING
 from hermes.execution.engine import Engine
 from hermes.policies import make_policy, make_stopper
 from hermes.sim.executor import SimulatedExecutor
@@ -186,14 +189,18 @@ def _count_events(name: str, *, stopper: str | None = None) -> tuple[list[str], 
 # ---------------------------------------------------------------------------------------- policies
 def test_priority_and_observe_answer_what_the_core_takes(policy_name: str) -> None:
     """Asked of every unfinished trial at every event, ``priority`` answers a number that is not NaN, or None, and
-    ``migration_penalty`` one of at least 0; the run's reports get ``Verdict``s from ``observe``. The core would fail
-    the experiment on any other answer."""
+    ``migration_penalty`` one of at least 0; asked of every running trial, ``turn_over`` (of a time-sharing policy:
+    the core asks no other) answers True or False; the run's reports get ``Verdict``s from ``observe``. The core
+    would fail the experiment on any other answer."""
 
     def ask_everything(scheduler: Scheduler, event: Event, decisions: list[Decision]) -> None:
+        policy = scheduler.policy
         for trial in scheduler.trials.values():
             if not trial.state.is_terminal:
-                checked_priority(scheduler.policy, trial, event.at)
-                checked_migration_penalty(scheduler.policy, trial, event.at)
+                checked_priority(policy, trial, event.at)
+                checked_migration_penalty(policy, trial, event.at)
+            if policy.time_sharing and trial.state is RUNNING and not trial.stop_requested:
+                checked_turn_over(policy, trial, event.at)
 
     run(policy_name, ask_everything)
 
@@ -240,7 +247,19 @@ def test_a_time_invariant_order_equals_a_full_scan(policy_name: str) -> None:
                     and (priority := policy.priority(trial, event.at)) is not None
                 ),
             )
-            assert cached == [trial_id for _, _, trial_id in scan], f"at {event.at}: {type(event).__name__}"
+            scanned = [trial_id for _, _, trial_id in scan]
+            if cached != scanned:
+                version = policy.order_version
+                ranked = (
+                    f"order_version {version!r} promises that the relative order of waiting trials changes only when "
+                    "the policy bumps it, but the order the core cached (sorted when it last moved)"
+                    if version is not None
+                    else "the core's own scan (order_version None), asked at the same time,"
+                )
+                raise AssertionError(
+                    f"{type(event).__name__} at {event.at:.6f}, node {node_scheduler.node.name}: {ranked} differs "
+                    f"from a full scan by priority now\n  core's order: {cached}\n  full scan:    {scanned}"
+                )
             compared += bool(cached)
 
     run(policy_name, compare)
