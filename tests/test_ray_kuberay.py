@@ -21,8 +21,8 @@ import pytest
 
 pytest.importorskip("ray")
 
-from hermes.core.decisions import Start
-from hermes.core.events import Event, NodeAdded, TrialReported
+from hermes.core.decisions import Start, Stop
+from hermes.core.events import Event, NodeAdded, TrialExited, TrialReported
 from hermes.local.launch import TrialLaunch
 from hermes.ray.executor import RayExecutor, node_name
 from hermes.testing.ray_cluster import RayCluster, RayNode
@@ -51,13 +51,19 @@ def requested_bundles() -> list[dict] | None:
     return None if request is None else json.loads(request)
 
 
-def events_until(executor: RayExecutor, done: Callable[[list[Event]], bool], timeout: float = 30.0) -> list[Event]:
-    """The executor's events until ``done`` holds of them (the executor's period makes it answer while none come)."""
+def events_until(
+    executor: RayExecutor, done: Callable[[list[Event]], bool], timeout: float = 30.0, *, answer: bool = False
+) -> list[Event]:
+    """The executor's events until ``done`` holds of them (the executor's period makes it answer while none come);
+    ``answer``: each answered as the engine does once the core has decided (a report: "continue")."""
     events: list[Event] = []
     deadline = time.monotonic() + timeout
     while not done(events):
         assert time.monotonic() < deadline, events
-        events += executor.next_events()
+        new = executor.next_events()
+        for event in new if answer else ():
+            executor.settled(event)
+        events += new
     return events
 
 
@@ -142,3 +148,35 @@ def test_gpu_slots_use_the_nodes_ray_cpus_not_every_core_of_the_host(cluster: Ra
     finally:
         executor.close()
     assert reports[0].metrics["threads"] == 1.0, reports
+
+
+def test_the_gpus_asked_for_are_those_of_trials_that_may_still_run(cluster: RayCluster, tmp_path: Path) -> None:
+    """The GPU node goes (the autoscaler removed it, a spot node was reclaimed) while trial c runs there, after a
+    completed and b was stopped: Hermes asked for a GPU per trial it was ever given, 3 for the one trial left to run.
+    Last in this module: its GPU node dies."""
+    alive = cluster.alive()
+    gpu_node = next((node for node in cluster.nodes if node.num_gpus > 0 and alive.get(node.node_id)), None)
+    if gpu_node is None:
+        gpu_node = cluster.add_node(num_gpus=1)
+        cluster.wait_alive(gpu_node)
+    executor = RayExecutor(tmp_path / "run", storage_uri=str(tmp_path / "ckpt"), metric="score", period=0.2)
+    try:
+        executor.submit("a", trial(0.1))
+        executor.submit("b", trial(0.2))
+        executor.submit("c", TrialLaunch(1000, function="tests.trials.curve:train", config={"sleep": 0.05},
+                                         cwd=str(ROOT)))
+        [added] = [e for e in events_until(executor, lambda events: any(isinstance(e, NodeAdded) for e in events))
+                   if isinstance(e, NodeAdded)]
+        executor.apply(Start("a", added.gpus[0]), executor.now())
+        [exited] = [e for e in events_until(executor, lambda events: any(isinstance(e, TrialExited) for e in events),
+                                            answer=True) if isinstance(e, TrialExited)]
+        assert exited.succeeded, exited
+        executor.apply(Stop("b"), executor.now())  # waiting: the core counts it stopped at once
+        executor.apply(Start("c", added.gpus[0]), executor.now())
+        events_until(executor, lambda events: any(isinstance(e, TrialReported) for e in events), answer=True)
+        cluster.kill_node(gpu_node)
+        events_until(executor, lambda _: bool(requested_bundles()), answer=True)
+        assert requested_bundles() == [{"GPU": 1}]  # for c alone
+    finally:
+        executor.close()
+    assert requested_bundles() == []

@@ -102,7 +102,7 @@ def test_a_trial_stopped_at_a_report_whose_function_never_returns_ends_stopped_w
         assert [(e.succeeded, e.error, e.crashed) for e in stopped if isinstance(e, TrialExited)] == [
             (False, "stopped", False)]  # not failed: the core does not run it again
         resumed_from_its_checkpoint(executor, "b", "local/cpu0")
-    assert notices(tmp_path, "a", "being told to stop") == (1, 1)
+    assert notices(tmp_path, "a", "its loop thread being stopped") == (1, 1)
 
 
 @pytest.mark.timeout(30)
@@ -123,7 +123,7 @@ def test_a_trial_stopped_while_parked_whose_function_never_returns_ends_its_work
         # none of a: the core counts it stopped already
         assert [(e.trial_id, e.succeeded) for e in events if isinstance(e, TrialExited)] == [("b", True)]
         deadline = time.monotonic() + GRACE + 10
-        while notices(tmp_path, "a", "being told to stop") != (1, 1):
+        while notices(tmp_path, "a", "its loop thread being stopped") != (1, 1):
             assert time.monotonic() < deadline, "the stopped trial's worker did not exit"
             time.sleep(0.05)
 

@@ -1023,11 +1023,11 @@ _BOOL, _INT, _FLOAT, _MERGE, _TIMESTAMP, _VALUE = (
 
 class _SpecLoader(yaml.SafeLoader):
     """PyYAML's safe loader without the YAML 1.1 readings that surprise: a key given twice is refused (1.1 keeps
-    the last silently), and plain scalars are read as YAML 1.2 reads them: 010 as 10 (1.1: octal 8), 1:30 as the
-    text it is (1.1: 90, base 60), 1e-4 as a float (1.1: text), only true and false (also True, TRUE, False,
-    FALSE) as booleans (1.1: also yes, no, on, off, y, n: the country code NO was false), and dates and = as text
-    (1.1: a date, and an error). Decimal rather than a refusal: a spec's numbers are counts and sizes, whose
-    leading zero nobody means as octal."""
+    the last silently), and plain scalars are read as YAML 1.2 reads them: 010 as 10 (1.1: octal 8), 0o10 as 8
+    (1.1: text), 1:30 as the text it is (1.1: 90, base 60), 1e-4 as a float (1.1: text), only true and false (also
+    True, TRUE, False, FALSE) as booleans (1.1: also yes, no, on, off, y, n: the country code NO was false), and
+    dates and = as text (1.1: a date, and an error). Numbers that YAML 1.1 reads and 1.2 does not stay numbers:
+    0b11, 1_000, 1_0.5, -0x1F (1.2: text); a spec stored from them reads the same on a rerun."""
 
     # PyYAML's resolvers, less its bool, int and float patterns (ours are added below the class), its dates and =
     yaml_implicit_resolvers: ClassVar[dict[Any, list[Any]]] = {
@@ -1052,16 +1052,21 @@ class _SpecLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
-        """An int's leading zeros are a decimal's; 0x (hex) and 0b (binary) as in YAML 1.1."""
-        value = str(self.construct_scalar(node)).replace("_", "")
-        if value.lstrip("+-")[:2] in ("0x", "0b"):
-            return int(super().construct_yaml_int(node))
-        return int(value)
+        """An int of ``_INT_FORM``: its leading zeros a decimal's; 0o octal (YAML 1.2), 0x hex, 0b binary; underscores
+        skipped. ``!!int`` on other text is refused as a YAML error, which names its line."""
+        value = str(self.construct_scalar(node))
+        if not _INT_FORM.match(value):
+            raise yaml.constructor.ConstructorError(problem=f"line {node.start_mark.line + 1}: {value!r} is no int")
+        digits = value.replace("_", "").lstrip("+-")
+        base = {"0b": 2, "0o": 8, "0x": 16}.get(digits[:2], 10)
+        number = int(digits[2:] if base != 10 else digits, base)
+        return -number if value.startswith("-") else number
 
 
+# YAML 1.2's decimal, 0o and 0x ints, and YAML 1.1's 0b, signed 0x and underscores (1_000), each with a digit
+_INT_FORM = re.compile(r"[-+]?(?:0b_*[01][01_]*|0o_*[0-7][0-7_]*|0x_*[0-9a-fA-F][0-9a-fA-F_]*|[0-9][0-9_]*)$")
 _SpecLoader.add_constructor(_INT, _SpecLoader.construct_yaml_int)
-_SpecLoader.add_implicit_resolver(_INT, re.compile(r"[-+]?(?:0b[0-1_]+|0x[0-9a-fA-F_]+|[0-9][0-9_]*)$"),
-                                  list("-+0123456789"))
+_SpecLoader.add_implicit_resolver(_INT, _INT_FORM, list("-+0123456789"))
 _SpecLoader.add_implicit_resolver(_BOOL, re.compile(r"(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 # A sign may lead each form (-.5 was text while .5 was a number), and an exponent needs neither a dot nor a sign
 # (1e-4 and 1.5e3 were text). A whole number without one is an int (resolved first).

@@ -19,7 +19,8 @@ start-ups against start-ups, so a restore slower than the steps is not taken for
 
 A trial that committed its suspension, or a thread of which ended with its StopExit (``protocol.LOOP_STOPPED``), only
 has to exit: it is overdue ``EXIT_GRACE`` seconds later (a thread that is no daemon keeps its process alive, a main
-thread waits on that stopped loop). A stop alone arms nothing: a stopped trial's final save takes what it takes. Killed then, or past a limit once it reported its budget's last step (a stuck teardown, a slow final save),
+thread waits on that stopped loop). A stop alone arms nothing: a stopped trial's final save takes what it takes.
+Killed then, or past a limit once it reported its budget's last step (a stuck teardown, a slow final save),
 it lost nothing: the executor counts it suspended, stopped, or completed.
 
 The executor asks ``deadline`` how long its loop may sleep, and ``overdue`` which trials to kill.
@@ -33,10 +34,10 @@ from dataclasses import dataclass, field
 
 from hermes.errors import HermesError
 
-EXIT_GRACE = 30.0  # seconds a trial that committed its suspension, or was told to stop, has to exit
-# what a trial that must exit was told, as the reason for killing it says
+EXIT_GRACE = 30.0  # seconds a trial that committed its suspension, or whose loop thread was stopped, has to exit
+# what left a trial only to exit, as the reason for killing it says
 SUSPENSION_COMMITTED = "committing its suspension"
-TOLD_TO_STOP = "being told to stop"
+TOLD_TO_STOP = "its loop thread being stopped"  # protocol.LOOP_STOPPED
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ class _Watch:
     slowest_step: float = 0.0  # running seconds between two reports
     slowest_start: float = 0.0  # ...to a run's first report, from its start or the report before: start-up included
     limits: TrialLimits | None = None  # the trial's own; None: the watchdog's
-    exiting_since: float | None = None  # it committed its suspension or was told to stop then: exits in EXIT_GRACE
+    exiting_since: float | None = None  # it committed its suspension or its loop thread stopped: exits in EXIT_GRACE
     told: str = SUSPENSION_COMMITTED  # which of the two
 
     def running(self, now: float) -> float:
@@ -101,8 +102,8 @@ class Watchdog:
         watch.heard_at, watch.ran_at_report, watch.reported_in_run = now, ran, True
 
     def exiting(self, trial_id: str, now: float, told: str = SUSPENSION_COMMITTED) -> None:
-        """It committed its suspension, or was told to stop (``told``): all it has left to do is exit, within
-        ``EXIT_GRACE`` seconds of the first such word (one that caught its StopExit and reports again is told again)."""
+        """It committed its suspension, or a thread of it ended with its StopExit (``told``): all it has left to do is
+        exit, within ``EXIT_GRACE`` seconds of the first such word (a stop alone arms nothing)."""
         watch = self._watched.get(trial_id)
         if watch is not None and watch.exiting_since is None:
             watch.exiting_since, watch.told = now, told

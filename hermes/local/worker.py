@@ -48,10 +48,10 @@ from hermes.trial.session import (
     work_for,
 )
 
-LINGERED_EXIT_CODE = 3  # the worker's, when a trial's function did not return after its spill or stop (its log says)
-# What a trial whose function does not return was told, and what becomes of it once its worker exits for it
+LINGERED_EXIT_CODE = 3  # the worker's, when a trial's function did not return after its spill or loop's stop (its log)
+# What left a trial only to return, whose function does not, and what becomes of it once its worker exits for it
 SPILL_COMMITTED = ("committing its suspension", "the trial goes on from that checkpoint")
-TOLD_TO_STOP = ("being told to stop", "the trial ends stopped")
+TOLD_TO_STOP = ("its loop thread being stopped", "the trial ends stopped")  # protocol.LOOP_STOPPED
 
 
 class _Outbox:
@@ -77,7 +77,7 @@ class _TrialChannel:
         self.words: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.suspended = False  # it said its checkpoint is committed: its run ends suspended, however it returns
         self.ended = False  # its run's end was said
-        self.exit_timer: threading.Timer | None = None  # at its commit or stop: fires unless it returns
+        self.exit_timer: threading.Timer | None = None  # at its commit or loop's stop: fires unless it returns
         self._outbox = outbox
         self._on_park = on_park
         self._on_last_word = on_last_word

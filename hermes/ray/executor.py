@@ -125,6 +125,7 @@ class RayExecutor(Executor[TrialLaunch]):
         self._retired: set[str] = set()  # node ids whose agent was lost: never another
         self._gpus: dict[str, str] = {}  # GPU -> node name
         self._work: dict[str, TrialLaunch] = {}
+        self._ended: set[str] = set()  # trials the core runs no more: told to Stop, or exited not to run again
         self._progress: dict[str, TrialProgress] = {}
         self._where: dict[str, str] = {}  # trial -> node of the agent that holds it
         self._gpu_of: dict[str, str] = {}  # trial -> GPU of its latest run
@@ -192,6 +193,8 @@ class RayExecutor(Executor[TrialLaunch]):
             self._where[trial_id] = target.node
             self._gpu_of[trial_id] = decision.gpu
         elif isinstance(decision, (Suspend, Stop)):
+            if isinstance(decision, Stop):
+                self._ended.add(trial_id)  # a Stop is final, whether the trial runs or waits
             agent = self._agents.get(self._where.get(trial_id, ""))
             if agent is not None and trial_id in agent.trials:
                 agent.buffer.append(("apply", decision))
@@ -269,6 +272,7 @@ class RayExecutor(Executor[TrialLaunch]):
         for trial_id in [trial_id for trial_id, work in self._work.items() if work.worker_group == group]:
             for kept in (self._work, self._progress, self._where, self._gpu_of, self._ran, self._running_since):
                 kept.pop(trial_id, None)
+            self._ended.discard(trial_id)
             for agent in self._agents.values():
                 agent.trials.discard(trial_id)
 
@@ -425,6 +429,8 @@ class RayExecutor(Executor[TrialLaunch]):
             self._run_ended(event.trial_id)
         elif isinstance(event, TrialExited):
             self._run_ended(event.trial_id)
+            if not event.crashed or self._progress[event.trial_id].last_step >= self._work[event.trial_id].budget:
+                self._ended.add(event.trial_id)  # the core runs it no more: a crash after its last step completes it
             if event.crashed:
                 self._lost_run(event.trial_id)  # the core may run it again from its checkpoint
             if event.error and not event.succeeded and event.error != "stopped":  # which node, when one is bad
@@ -463,7 +469,7 @@ class RayExecutor(Executor[TrialLaunch]):
         self._events.append(NodeRemoved(self.now(), agent.node))
 
     def _request_gpus(self, count: int) -> None:
-        """Ask Ray's autoscaler for ``count`` GPUs, one per trial submitted (0: withdraw the request). Trials wait in
+        """Ask Ray's autoscaler for ``count`` GPUs, one per trial not ended (0: withdraw the request). Trials wait in
         Hermes's queue, not as Ray work, so an autoscaler (KubeRay's) sees no demand of theirs and never adds a GPU
         node by itself; where no autoscaler runs, the request is only a record in the GCS."""
         if count == self._requested_gpus:
@@ -507,7 +513,8 @@ class RayExecutor(Executor[TrialLaunch]):
         known = {agent.node_id for agent in self._agents.values()} | self._retired
         remote = ray.remote(NodeAgent)
         on_gpus = self.cpu_slots is None
-        waiting = len(self._work) if on_gpus and not any(alive.values()) else 0
+        # With no GPU node alive no trial holds a GPU: every one the core may still run waits for one.
+        waiting = len(self._work.keys() - self._ended) if on_gpus and not any(alive.values()) else 0
         self._request_gpus(waiting)
         if waiting and not self._told_no_gpu:
             self._told_no_gpu = True

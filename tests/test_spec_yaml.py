@@ -1,0 +1,54 @@
+"""The spec file's integers: YAML 1.2's forms as YAML 1.2 reads them (0o10 is 8, not the text '0o10'), YAML 1.1's
+extra forms (0b11, 1_000, 0x_1F, 1_0.5) still numbers as docs/search.md says, and a form with no digit text, never a
+traceback."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hermes.errors import SpecError
+from hermes.experiment import load_spec
+from hermes.experiment.spec import read_spec
+
+SPEC = """
+    name: y
+    trial: {command: "echo {a}", workdir: .}
+    search:
+      sampler: random
+      trials: 0o20
+      space:
+        a: {type: choice, values: [0o10, 0x1F, 0x, 0o]}
+    metric: {name: loss, mode: min}
+    budget: {steps: 1}
+    resources: {gpus: none, cpu_slots: 1}
+    storage: {dir: ./runs}
+"""
+
+
+def test_integers_read_as_the_docs_say(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text("a: 0o10\nb: -0o10\nc: 0o8\nd: 0b11\ne: 1_000\nf: 0x_1F\ng: 1_0.5\nh: -0x1F\ni: 010\n"
+                    "j: 0x_\nk: 0b_\nl: 0o_\nm: !!int 1_000\n")
+    assert read_spec(path) == {"a": 8, "b": -8, "c": "0o8", "d": 3, "e": 1000, "f": 31, "g": 10.5, "h": -31, "i": 10,
+                               "j": "0x_", "k": "0b_", "l": "0o_", "m": 1000}
+
+
+def test_a_spec_file_with_yaml_1_2_octal(tmp_path: Path) -> None:
+    """search.trials: 0o20 was the text '0o20' (refused), and a choice's 0o10 reached the trial as '0o10'."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(textwrap.dedent(SPEC))
+    spec = load_spec(path)
+    assert spec.search.trials == 16
+    assert spec.search.space["a"].values == [8, 31, "0x", "0o"]
+
+
+def test_an_int_tag_on_text_is_a_spec_error(tmp_path: Path) -> None:
+    """``!!int abc`` raised Python's ValueError, not a SpecError naming the file and the line."""
+    path = tmp_path / "spec.yaml"
+    path.write_text("a: 1\nb: !!int abc\n")
+    with pytest.raises(SpecError) as raised:
+        read_spec(path)
+    assert str(raised.value) == f"{path}: not valid YAML: line 2: 'abc' is no int"
