@@ -52,3 +52,14 @@ def test_an_int_tag_on_text_is_a_spec_error(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as raised:
         read_spec(path)
     assert str(raised.value) == f"{path}: not valid YAML: line 2: 'abc' is no int"
+
+
+def test_a_float_tag_on_text_is_a_spec_error(tmp_path: Path) -> None:
+    """``!!float abc`` raised Python's ValueError; a float tag on a number still reads it."""
+    path = tmp_path / "spec.yaml"
+    path.write_text("a: !!float 1_0.5\nb: !!float abc\n")
+    with pytest.raises(SpecError) as raised:
+        read_spec(path)
+    assert str(raised.value) == f"{path}: not valid YAML: line 2: 'abc' is no float"
+    path.write_text("a: !!float 1_0.5\nb: !!float .inf\n")
+    assert read_spec(path) == {"a": 10.5, "b": float("inf")}

@@ -1062,10 +1062,21 @@ class _SpecLoader(yaml.SafeLoader):
         number = int(digits[2:] if base != 10 else digits, base)
         return -number if value.startswith("-") else number
 
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        """PyYAML's float, but ``!!float`` on text that is none is refused as a YAML error naming its line (it was a
+        bare ValueError)."""
+        try:
+            return super().construct_yaml_float(node)
+        except ValueError:
+            value = self.construct_scalar(node)
+            raise yaml.constructor.ConstructorError(
+                problem=f"line {node.start_mark.line + 1}: {value!r} is no float") from None
+
 
 # YAML 1.2's decimal, 0o and 0x ints, and YAML 1.1's 0b, signed 0x and underscores (1_000), each with a digit
 _INT_FORM = re.compile(r"[-+]?(?:0b_*[01][01_]*|0o_*[0-7][0-7_]*|0x_*[0-9a-fA-F][0-9a-fA-F_]*|[0-9][0-9_]*)$")
 _SpecLoader.add_constructor(_INT, _SpecLoader.construct_yaml_int)
+_SpecLoader.add_constructor(_FLOAT, _SpecLoader.construct_yaml_float)
 _SpecLoader.add_implicit_resolver(_INT, _INT_FORM, list("-+0123456789"))
 _SpecLoader.add_implicit_resolver(_BOOL, re.compile(r"(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 # A sign may lead each form (-.5 was text while .5 was a number), and an exponent needs neither a dot nor a sign
