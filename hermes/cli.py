@@ -40,6 +40,7 @@ UNKNOWN_STORAGE_LIMIT = ("no space left, or a storage limit", "free some space, 
 # `hermes results --format`: here, not in hermes.report.results, whose import to build the parser took most of a
 # second (the store's modules), in which a `hermes run` could not take SIGTERM yet (``_terminations_as_ctrl_c``)
 RESULT_FORMATS = ("table", "csv", "json")
+TABLE_TOP = 10  # trials `hermes results` shows in its table unless --top says; csv and json give every one
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,21 +103,23 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
 
     again = f"hermes run {shlex.quote(args.spec)}" + (f" --name {shlex.quote(args.name)}" if args.name is not None else "")
     try:
-        from rich.console import Console
+        with _interrupts_unwrapped(terminations):
+            with _ctrl_c_noted(terminations):  # where pydantic builds the spec's model classes, and checks it
+                from rich.console import Console
 
-        from hermes.experiment import load_spec
-        from hermes.live import LiveView
-        from hermes.report import ExperimentView, every_trial_failed, printable
-        from hermes.report.results import format_results, standings
-        from hermes.session import (
-            ExperimentSession,
-            Terminated,
-            interrupts_between_batches,
-        )
-        from hermes.store import StoreUnavailable
+                from hermes.experiment import load_spec
+                from hermes.live import LiveView
+                from hermes.report import ExperimentView, every_trial_failed, printable
+                from hermes.report.results import format_results, standings
+                from hermes.session import (
+                    ExperimentSession,
+                    Terminated,
+                    interrupts_between_batches,
+                )
+                from hermes.store import StoreUnavailable
 
-        spec = load_spec(args.spec, args.name)
-        session = ExperimentSession(spec)
+                spec = load_spec(args.spec, args.name)
+            session = ExperimentSession(spec)  # Ray's start holds Ctrl-C back under Python's own handler alone
     except KeyboardInterrupt:  # nothing ran yet; an experiment its store made is recorded interrupted
         print("interrupted before the experiment started", file=sys.stderr)
         return 128 + (terminations.received or signal.SIGINT)
@@ -125,6 +128,8 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
         print(f"hermes: error: {what}: {error}\n{fix}, then run `{again}`", file=sys.stderr)
         return 2
     try:
+        if terminations.received:  # a library of the set-up took the interrupt for an error, and let that go
+            raise KeyboardInterrupt
         console = Console()
         # A terminal that redraws: not a file or a pipe (FORCE_COLOR made Rich call them terminals, and filled logs
         # with frames), nor TERM=dumb (Emacs' shell, where Rich draws nothing until the end)
@@ -138,14 +143,19 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
             session.listeners += [view, _progress_printer(  # above the view: what its table cannot say
                 session, lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
                 only_errors=True)]
+        ran_anything = _ran_anything(session)
     except KeyboardInterrupt:  # between its set-up and its run: nothing ran, and it is said as after its run
         session.abandon()
         print(f"interrupted: run `{again}` again to continue", file=sys.stderr)
         return 128 + (terminations.received or signal.SIGINT)
+    started = False  # session.run() was called, which records how the run ended
     try:
         with interrupts_between_batches(session, hangups=terminations.hangups), view:
+            started = True
             outcome = session.run()
     except KeyboardInterrupt as interrupt:
+        if not started:  # as the run's signal handlers or the live view started: nothing ran, nor recorded it
+            session.abandon()
         ended = _ended_status(session)
         if ended is None:
             print(f"interrupted: run `{again}` again to continue", file=sys.stderr)
@@ -153,8 +163,10 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
             results = f"hermes results {shlex.quote(str(session.storage))} --experiment {shlex.quote(spec.name)}"
             print(f"interrupted as it ended: {spec.name} is {ended.value}; `{results}` shows its trials",
                   file=sys.stderr)
-        # the signal itself: Ray's wait makes a plain KeyboardInterrupt of a Terminated
-        signum = session.interrupted_by or (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
+        # the signal itself: Ray's wait makes a plain KeyboardInterrupt of a Terminated, and ``terminations`` took
+        # one that came as the run's handlers were put in place or taken out
+        signum = session.interrupted_by or terminations.received or (
+            signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
         return 128 + signum
     except NoSpaceError as error:
         what, fix = _storage_limit(error)
@@ -184,19 +196,23 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
     print(f"{spec.name}: {outcome.status.value}{' (continued)' if outcome.resumed else ''}{why}; "
           f"store {session.storage / 'hermes.db'}")
     print(format_results(report, standings(report)[: args.top], "table"))
-    if session.failure is not None:
-        print(f"hermes: error: {printable(session.failure)}", file=sys.stderr)
-        return 1
-    failed = every_trial_failed(report.trials)
-    if failed is not None:  # a script or a spec that cannot work: say so where CI looks, the exit code
-        print(f"hermes: error: {printable(failed)}", file=sys.stderr)
-        return 1
-    return 0
+    error = session.failure or every_trial_failed(report.trials)
+    if error is None:
+        return 0
+    # a spec, a script or a searcher that cannot work: said where CI looks, the exit code
+    print(f"hermes: error: {printable(error)}", file=sys.stderr)
+    if not ran_anything():  # the error of its last run, not of the code as it is now
+        rename = f"hermes run {shlex.quote(args.spec)} --name {shlex.quote(f'{spec.name}-2')}"
+        print(f"{spec.name} had already ended, so nothing ran: this error is its earlier run's, and an ended "
+              f"experiment's failed trials are not run again; to run changed code, run it as a new experiment "
+              f"(`{rename}`), or raise search.trials to add trials to this one", file=sys.stderr)
+    return 1
 
 
 @dataclasses.dataclass
 class _Terminations:
-    """The signals ``_terminations_as_ctrl_c`` takes: SIGTERM, and SIGHUP where ``hangups``; the first that came."""
+    """The signals ``_terminations_as_ctrl_c`` takes: SIGTERM, and SIGHUP where ``hangups``; the first that came (or
+    Ctrl-C, while the run reads its spec: ``_ctrl_c_noted``)."""
 
     hangups: bool
     received: int | None = None
@@ -233,6 +249,47 @@ def _terminations_as_ctrl_c() -> Iterator[_Terminations]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextmanager
+def _interrupts_unwrapped(terminations: _Terminations) -> Iterator[None]:
+    """An exception raised after an interrupt (``terminations``) raised as KeyboardInterrupt: a library it interrupted
+    may make an error of its own of it (pydantic, building a model class as a module is imported, raises SchemaError,
+    which chains nothing), which was a traceback and exit code 1 where the run was interrupted."""
+    try:
+        yield
+    except Exception as error:
+        if terminations.received is None:
+            raise
+        raise KeyboardInterrupt from error
+
+
+@contextmanager
+def _ctrl_c_noted(terminations: _Terminations) -> Iterator[None]:
+    """Ctrl-C noted in ``terminations`` as it raises KeyboardInterrupt, where Python's own handler has it: so that
+    ``_interrupts_unwrapped`` knows it came, whatever a library made of it."""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+
+    def interrupt(signum: int, _frame: Any) -> None:
+        terminations.received = terminations.received or signum
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _ran_anything(session: ExperimentSession) -> Callable[[], bool]:
+    """Whether the session's engine loop has handled an event: a rerun of an experiment that had ended runs none."""
+    handled = threading.Event()
+    session.listeners.append(lambda _event, _decisions: handled.set())
+    return handled.is_set
 
 
 def _ended_status(session: ExperimentSession) -> ExperimentStatus | None:
@@ -589,7 +646,8 @@ def _add_results(commands: argparse._SubParsersAction) -> None:
         description="The leaderboard of a stored experiment: trials ranked by their best reported metric.",
     )
     _add_storage_arguments(results)
-    results.add_argument("--top", type=_positive_int, default=10, metavar="N", help="how many trials (default 10)")
+    results.add_argument("--top", type=_positive_int, metavar="N",
+                         help=f"how many trials (default: {TABLE_TOP} in the table, every trial in csv and json)")
     results.add_argument("--format", choices=RESULT_FORMATS, default="table", help="csv and json are for programs")
     results.set_defaults(handler=_results)
 
@@ -601,7 +659,8 @@ def _results(args: argparse.Namespace) -> int:
     with _reading(args) as store:
         view = ExperimentView.load(store, pick_experiment(store, args.experiment), _runner_lock(args))
         experiment_dir = None if args.server else Path(args.dir).resolve() / view.experiment.name
-        text = format_results(view, standings(view)[: args.top], args.format, experiment_dir)
+        top = args.top or (TABLE_TOP if args.format == "table" else None)  # an export that dropped trials misled
+        text = format_results(view, standings(view)[:top], args.format, experiment_dir)
     print(text)
     return 0
 
