@@ -534,9 +534,13 @@ class ExperimentSession:
         return ExperimentCancelled(now, reason)
 
     def _reopens(self, now: float) -> bool:
-        """Whether this rerun's larger budget allows what the log's experiment had stopped asking for. The log's
-        trials count, not the searcher's asks: one out of step with the log was asked no more once it differed."""
-        return self._closed and self._budget_changed and not self._budget_spent(now) and self.budget.may_ask(
+        """Whether this rerun's larger budget allows what the log's experiment had stopped asking for, or running
+        again the trials its end stopped (``Scheduler.to_run_again``: those a spent time budget stopped, some before
+        they ever ran). The log's trials count, not the searcher's asks: one out of step with the log was asked no
+        more once it differed."""
+        if not self._closed or not self._budget_changed or self._budget_spent(now):
+            return False
+        return bool(self.scheduler.to_run_again) or self.budget.may_ask(
             len(self.scheduler.trials), self._elapsed(now), self._gpu_seconds(now)
         )
 
@@ -621,7 +625,9 @@ class ExperimentSession:
                 config = self.searcher.ask()
                 if config is None or config.params != dict(event.params):
                     self.out_of_step = _out_of_step(event, config)
-        elif isinstance(event, TrialReported) and self.out_of_step is None:
+        elif isinstance(event, TrialReported) and self.out_of_step is None and event.trial_id not in self._told:
+            # a trial run again after a reopening (``_reopens``) was told ended as it stopped: a searcher takes
+            # no report after a trial's end
             self.searcher.on_report(int(event.trial_id), event.step, event.value)
         elif isinstance(event, SubmissionsClosed):
             self._closed = True

@@ -118,6 +118,7 @@ class Scheduler:
         self._replaying = False  # in ``replay``: the log's decisions, not the policy's, say who runs where
         self.reclaimed: set[str] = set()  # GPUs a shared pool takes back once their trials release them
         self._avoiding: dict[str, str] = {}  # trial -> the node its last run crashed on, until it reports elsewhere
+        self._stopped_by_cancel: list[str] = []  # the trials the last cancellation stopped (``to_run_again``)
         plugin_call(policy, "attach", self.trials)
 
     @property
@@ -412,19 +413,39 @@ class Scheduler:
         return []
 
     def _on_reopened(self, event: SubmissionsReopened) -> list[Decision]:
+        """A larger budget undoes the last cancellation: the trials it stopped run again, those that never ran
+        too, which a spent time budget had stopped before they started."""
         self._close_submissions(False)
         self.finished = False
-        return []
+        for trial in self.to_run_again:
+            if trial.state is STOPPED:  # ended: a runner reopens once the old run's nodes are lost, which ends all
+                trial.run_again()
+                trial.node = None  # it left its node as it ended
+                self.unplaced[trial.trial_id] = trial
+                self._unfinished += 1
+        self._stopped_by_cancel = []
+        self.unplaced = dict(sorted(self.unplaced.items(), key=lambda item: item[1].seq))
+        self._queue_for = None  # as in ``_unplace_if_empty``
+        return self._place_and_fill(event.at, set())
 
     def _on_cancelled(self, event: ExperimentCancelled) -> list[Decision]:
         self._close_submissions(True)
+        stopping = [trial for trial in self.trials.values() if not trial.state.is_terminal and not trial.stop_requested]
+        self._stopped_by_cancel = [trial.trial_id for trial in stopping]  # the log's Stops, handled or replayed
         decisions: list[Decision] = []
         if self._replaying:
             return decisions
-        for trial in list(self.trials.values()):
-            if not trial.state.is_terminal and not trial.stop_requested:
-                decisions += self._stop(trial)
+        for trial in stopping:
+            decisions += self._stop(trial)
         return decisions
+
+    @property
+    def to_run_again(self) -> list[Trial]:
+        """The trials that the last cancellation stopped, which a reopening runs again, but those that completed
+        their budget as they stopped. One still stopping when a runner continues the experiment ends stopped as the
+        old run's nodes are lost, before the reopening."""
+        trials = (self.trials[trial_id] for trial_id in self._stopped_by_cancel)
+        return [trial for trial in trials if trial.state is not COMPLETED]
 
     def _close_submissions(self, closed: bool) -> None:
         self.submissions_open = not closed

@@ -38,6 +38,8 @@ FAILED = TrialState.FAILED
 TERMINAL_STATES = frozenset({COMPLETED, STOPPED, FAILED})
 HOLDING_GPU = frozenset({RUNNING, SUSPENDING})
 
+# The moves of one run's life. A rerun with a larger budget runs again the trials the experiment's end stopped, out of
+# STOPPED (``Trial.run_again``).
 LEGAL_TRANSITIONS: dict[TrialState, frozenset[TrialState]] = {
     PENDING: frozenset({RUNNING, STOPPED}),
     RUNNING: frozenset({SUSPENDING, SUSPENDED, *TERMINAL_STATES}),

@@ -49,6 +49,18 @@ class Trial:
         self.state = state
         self.waiting = state is PENDING or state is SUSPENDED
 
+    def run_again(self) -> None:
+        """Wait to run again after the end of its experiment stopped it (a rerun with a larger budget reopened it):
+        the one way out of a terminal state, outside the table of moves (``hermes.core.states``), which is one run's.
+        One that never started waits as it did; one that ran goes on from its checkpoint, as after the loss of its
+        GPU, and one that is not movable starts again wherever it is given room: its process is gone."""
+        self.state = PENDING if self.started_at is None else SUSPENDED
+        self.waiting = True
+        self.stop_requested = False
+        self.step = self.catch_up_step
+        if not self.movable:
+            self.last_gpu = None
+
     @property
     def catch_up_step(self) -> int:
         """The step up to which a restarted run's reports are known already (an executor answers them and

@@ -19,6 +19,7 @@ from hermes.core.events import (
     GpuRemoved,
     NodeAdded,
     NodeRemoved,
+    SubmissionsReopened,
     TrialExited,
     TrialReported,
     TrialSubmitted,
@@ -384,6 +385,8 @@ class RunTimeline:
             changed |= self._close_gpus(self._node_gpus.pop(event.node, set()), event.at)
         elif isinstance(event, GpuRemoved):
             changed |= self._close_gpus({event.gpu}, event.at)
+        elif isinstance(event, SubmissionsReopened):  # a larger budget runs again the trials its end stopped
+            self._stopping.clear()
         for record in decisions:
             decision = record.decision
             if isinstance(decision, (Start, Resume)):
