@@ -651,3 +651,17 @@ def test_trials_a_policy_never_lets_run_are_stopped_saying_whose_doing_it_is(tmp
     assert all((trial.error or "").startswith(reason) for trial in trials), [trial.error for trial in trials]
     status = hermes("status", "runs", cwd=tmp_path)
     assert reason in status.stdout, status.stdout
+
+
+def test_trials_asha_did_not_promote_end_stopped_with_no_error(tmp_path: Path) -> None:
+    """asha's trials not promoted wait with priority None until the end, which stops them: its way of pausing, not a
+    policy holding trials back before they ever ran, so no error blames it (each was said to be its doing)."""
+    rates = [0.05 * index for index in range(1, 10)]
+    result = hermes("run", str(write_spec(tmp_path, "promoted", "asha", rates, steps=9, slots=1)), "--no-live",
+                    cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    experiment, trials, _ = stored(tmp_path)
+    assert experiment.status is ExperimentStatus.FINISHED
+    assert TrialState.STOPPED in {trial.state for trial in trials}  # some were not promoted
+    assert [trial.error for trial in trials] == [None] * len(rates)
+    assert "answered priority()" not in result.stdout, result.stdout

@@ -689,7 +689,8 @@ class Scheduler:
 
     def _finish(self) -> list[Decision]:
         """Submissions are closed and no GPU is busy: whatever still waits is not runnable, so stop it. No event is left
-        to ask the policy again: a trial it said not now to says so in its error (``held_back``)."""
+        to ask the policy again: a trial it said not now to before it ever ran says so in its error (``held_back``);
+        one that ran was paused by it, as asha's trials not promoted are, and ends stopped as such."""
         if self._unfinished and not self.cluster.gpu_count:
             return []  # wait for GPUs to come back
         decisions: list[Decision] = []
@@ -703,7 +704,8 @@ class Scheduler:
         if decisions:
             return decisions
         unfinished = [trial for trial in self.trials.values() if not trial.state.is_terminal]
-        held = {trial.trial_id for trial in unfinished if checked_priority(self.policy, trial, self._last_time) is None}
+        held = {trial.trial_id for trial in unfinished
+                if trial.started_at is None and checked_priority(self.policy, trial, self._last_time) is None}
         for trial in unfinished:  # the policy asked first, so that its failure loses no Stop
             if trial.trial_id in held:
                 trial.error = held_back(self.policy)  # the run prints and stores it: whose doing the stop is
