@@ -209,6 +209,7 @@ class IntRange(_Section):
 class Choice(_Section):
     type: Literal["choice"]
     values: list[Any]
+    _typed_values: frozenset[tuple[type, Any]] = PrivateAttr()  # for contains: each value with its type
 
     @field_validator("values")
     @classmethod
@@ -216,18 +217,24 @@ class Choice(_Section):
         if not values:
             raise ValueError("must list at least one value")
         values = [_plain(value) for value in values]  # as given: "1e3" is text (1e3 unquoted in YAML, the float)
+        first: dict[Any, Any] = {}  # each value by equality, as first listed (a dict: a long list is checked fast)
         for index, value in enumerate(values):
             if not _scalar(value):
                 raise _PathError(str(index), f"must be a string, a finite number or a boolean, got {value!r}")
-            if value in values[:index]:  # Optuna finds a choice by equality: 1, 1.0 and True would be one
-                earlier = values[values.index(value)]
+            if value in first:  # Optuna finds a choice by equality: 1, 1.0 and True would be one
+                earlier = first[value]
                 twice = f"{value!r} is listed twice" if _same(value, earlier) else f"{value!r} equals {earlier!r}"
                 raise _PathError(str(index), f"{twice}; a choice's values must differ")
+            first[value] = value
         return values
 
+    def model_post_init(self, context: Any) -> None:
+        self._typed_values = frozenset(map(_typed_key, self.values))
+
     def contains(self, value: Any) -> bool:
-        """Whether ``value`` is one of the values, as written: true is not 1, and 2.0 is not 2."""
-        return any(_same(value, listed) for listed in self.values)
+        """Whether ``value`` is one of the values, as written: true is not 1, and 2.0 is not 2. By a set, since a
+        config list checks each config's values (the pool checks a stored list of thousands again)."""
+        return isinstance(value, Hashable) and _typed_key(value) in self._typed_values
 
 
 class Grid(Choice):
@@ -252,6 +259,11 @@ class Constant(Choice):
 
 def _same(value: Any, other: Any) -> bool:
     return type(value) is type(other) and value == other
+
+
+def _typed_key(value: Any) -> tuple[type, Any]:
+    """``value`` with its type, so that keys are equal where ``_same`` holds: 1, 1.0 and True stay apart."""
+    return type(value), value
 
 
 def _scalar(value: Any) -> bool:

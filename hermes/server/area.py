@@ -4,7 +4,8 @@ What a spec names: the trial's workdir; the storage dir (checkpoints, logs); the
 and module file its trial function is imported from, where the workdir holds them; and the paths
 of a command line: its program when given with a folder (``./train.sh``), and every other argument,
 alone or after ``--option=``, read as a path from the workdir, filled with each string value its
-placeholders can take. Paths are resolved (links followed, ``..`` applied), so a link in the area
+placeholders can take (a line that can be filled in more than MAX_FILLINGS ways, all its arguments together, is
+refused). Paths are resolved (links followed, ``..`` applied), so a link in the area
 that points outside is refused like the outside path itself. A program named without a folder
 (``python``) is the server's, found on its PATH, as a function's module may be an installed package.
 A refusal names the field and the path as the spec wrote it, never where a link leads: the target of a
@@ -31,7 +32,7 @@ from hermes.experiment.locate import installed_files, workdir_files
 from hermes.experiment.spec import Choice
 
 Problem = tuple[str, str]  # (dotted field path, what is wrong), as SpecError.problems
-MAX_FILLINGS = 10_000  # ways to fill one argument of a command line that are checked; more is refused
+MAX_FILLINGS = 10_000  # texts a command line's arguments can become, all together, that are checked; more is refused
 
 
 def document_problems(data: dict[str, Any]) -> list[Problem]:
@@ -93,7 +94,7 @@ def _value_problems(data: dict[str, Any]) -> list[Problem]:
                 key = str(key)
                 if (problem := text_problem(key)) is not None:
                     key = key.encode("utf-8", "backslashreplace").decode().replace("\0", "\\x00")
-                    problems.append((f"{path}.{key}" if path else key, f"its name {problem[5:]}"))
+                    problems.append((f"{path}.{key}" if path else key, f"its name {problem}"))
                     continue
                 named.append((f"{path}.{key}" if path else key, item))
             unread.extend(reversed(named))
@@ -159,13 +160,22 @@ def spec_problems(spec: ExperimentSpec, area: Path, root: Path, folder: Path | N
             problems.append(("trial.function", "its module is found on the server's Python path inside the "
                                                f"server's root {root}; put it in your area and name it from there"))
     if spec.trial.command is not None:
-        for index, word in enumerate(parse_template(spec.trial.command).words):
-            fillings = _fillings(word, spec)
-            if fillings is None:
-                problems.append(("trial.command", f"argument {index} can be filled in more than {MAX_FILLINGS} "
-                                                  "ways, too many to check that none names a file outside your area"))
-                continue
-            named = ((text, path) for text in fillings for path in _paths(text, index, workdir))
+        words = parse_template(spec.trial.command).words
+        # bounded over the whole line, not per argument: a placeholder repeated in many arguments multiplied the checks
+        counts = [_filling_count(word, spec) for word in words]
+        if sum(counts) > MAX_FILLINGS:
+            most = max(range(len(words)), key=counts.__getitem__)
+            if counts[most] > MAX_FILLINGS:
+                ways = f"more than {MAX_FILLINGS} ways (argument {most} alone)"
+            else:
+                widest = f" (argument {most} in {counts[most]})" if counts[most] > 1 else ""
+                ways = f"{sum(counts)} ways in all{widest}"
+            problems.append(("trial.command", f"its {len(words)} arguments can be filled in {ways}, too many to check "
+                                              f"that none names a file outside your area: the server checks "
+                                              f"{MAX_FILLINGS} at most"))
+            return problems
+        for index, word in enumerate(words):
+            named = ((text, path) for text in _fillings(word, spec) for path in _paths(text, index, workdir))
             for text, path in named:
                 if not confine("trial.command", path, f"argument {index} ({text!r})", program=index == 0):
                     break  # one per argument
@@ -197,8 +207,20 @@ def _look_at(path: Path) -> None:
         pass
 
 
-def _fillings(word: tuple[str | Placeholder, ...], spec: ExperimentSpec) -> list[str] | None:
-    """Every text ``word`` can become for the spec's search space; None when there are too many."""
+def _filling_count(word: tuple[str | Placeholder, ...], spec: ExperimentSpec) -> int:
+    """How many texts ``word`` can become (``_fillings``), counted up to one more than MAX_FILLINGS: a long product
+    would be a number too long to write."""
+    count = 1
+    for part in word:
+        parameter = None if isinstance(part, str) else spec.search.space[part.name]
+        count *= len(parameter.values) if isinstance(parameter, Choice) else 1
+        if count > MAX_FILLINGS:
+            return MAX_FILLINGS + 1
+    return count
+
+
+def _fillings(word: tuple[str | Placeholder, ...], spec: ExperimentSpec) -> list[str]:
+    """Every text ``word`` can become for the spec's search space."""
     choices: list[list[str]] = []
     for part in word:
         if isinstance(part, str):
@@ -207,8 +229,6 @@ def _fillings(word: tuple[str | Placeholder, ...], spec: ExperimentSpec) -> list
         parameter = spec.search.space[part.name]
         # a number holds no path separator: one stands for all
         choices.append([str(v) for v in parameter.values] if isinstance(parameter, Choice) else [str(parameter.low)])
-        if math.prod(map(len, choices)) > MAX_FILLINGS:
-            return None
     return ["".join(parts) for parts in itertools.product(*choices)]
 
 
