@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from hermes.server.client import Client
     from hermes.session import ExperimentSession, Listener
     from hermes.sim.trace import Trace
-    from hermes.store import ExperimentStatus
+    from hermes.store import ExperimentRecord, ExperimentStatus
 
 GPUS_PER_NODE = 8  # default node size when --nodes is not given, like a DGX-class server
 # What stopped a run for its storage (hermes.errors.STORAGE_LIMIT_ERRNOS), and what lifts it
@@ -658,11 +658,25 @@ def _results(args: argparse.Namespace) -> int:
 
     with _reading(args) as store:
         view = ExperimentView.load(store, pick_experiment(store, args.experiment), _runner_lock(args))
-        experiment_dir = None if args.server else Path(args.dir).resolve() / view.experiment.name
         top = args.top or (TABLE_TOP if args.format == "table" else None)  # an export that dropped trials misled
-        text = format_results(view, standings(view)[:top], args.format, experiment_dir)
+        text = format_results(view, standings(view)[:top], args.format, _experiment_dir(args, view.experiment),
+                              _runner_lock(args))
     print(text)
     return 0
+
+
+def _experiment_dir(args: argparse.Namespace, experiment: ExperimentRecord) -> Path | None:
+    """Where the experiment's trials keep their files on this machine (``<storage.dir>/<name>``); None through a
+    server. `hermes run` keeps them beside the store it writes, in the storage dir read; a pool's experiment in its
+    spec's storage.dir, wherever that is (a server stores it resolved). A relative one is relative to the pool's
+    folder, which the store does not say: the storage dir read stands in, where they are not found."""
+    if args.server:
+        return None
+    storage = experiment.spec.get("storage") if experiment.owner is not None else None
+    written = storage.get("dir") if isinstance(storage, dict) else None
+    if isinstance(written, str) and Path(written).is_absolute():
+        return Path(written) / experiment.name
+    return Path(args.dir).resolve() / experiment.name
 
 
 def _add_plot(commands: argparse._SubParsersAction) -> None:
@@ -726,7 +740,7 @@ def _stored_trace(args: argparse.Namespace) -> Trace:
 
     with _reading(args) as store:
         view = ExperimentView.load(store, pick_experiment(store, args.experiment))
-        recorded = experiment_trace(view, None if args.server else Path(args.dir).resolve() / view.experiment.name)
+        recorded = experiment_trace(view, _experiment_dir(args, view.experiment))
     if not recorded.trace.trials:
         raise HermesError(f"experiment {recorded.trace.path!r} has no finished trial to replay yet"
                           + (f" ({recorded.left_out} stopped early or not finished)" if recorded.left_out else ""))

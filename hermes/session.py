@@ -139,6 +139,7 @@ class ExperimentSession:
         self._closed = False  # SubmissionsClosed is in the log
         self._cancelled = False  # ExperimentCancelled is in the log
         self._told: set[str] = set()  # trials whose end the searcher has been told
+        self._revived: set[str] = set()  # of those, the ones a reopening runs again, until they end again
         self.out_of_step: str | None = None  # why the searcher does not propose what the log holds (``replay``)
         self._asks_due = True  # an event since the last asks may let the searcher propose more
         self._deadline: float | None = None  # when the time or GPU budget may be spent next, on the engine's clock
@@ -489,7 +490,7 @@ class ExperimentSession:
         searcher, budget = self.searcher, self.budget
         elapsed = self._elapsed(now)  # both stand still while it asks; the GPU time sums every trial's: once
         used = self._gpu_seconds(now) if budget.gpu_seconds is not None else 0.0
-        while searcher.wants_more or (not events and self._stalled()):
+        while self._wants_more() or (not events and self._stalled()):
             if len(events) == SUBMISSIONS_AT_ONCE:
                 self._asks_due = True
                 break
@@ -505,6 +506,14 @@ class ExperimentSession:
             trial_id = f"{config.index:0{self._width}d}"
             events.append(self.executor.submit(trial_id, self.engine.work(config.params), at=now))
         return events
+
+    def _wants_more(self) -> bool:
+        """The searcher's ``wants_more``, with the trials a reopening runs again counted in flight: it was told they
+        ended as the spent budget stopped them, so its ``max_pending`` left them out, and it asked as many new ones
+        at once, which waited."""
+        searcher = self.searcher
+        limit = searcher.max_pending
+        return searcher.wants_more and (limit is None or searcher.pending + len(self._revived) < limit)
 
     def _more_in_flight(self) -> None:
         """GPUs joined (a Ray node, a pool's grant): a searcher kept to a few trials per slot gets as many more in
@@ -633,6 +642,8 @@ class ExperimentSession:
             self._closed = True
         elif isinstance(event, SubmissionsReopened):
             self._closed = self._cancelled = False
+            trials = self.scheduler.trials
+            self._revived = {trial_id for trial_id in self._told if not trials[trial_id].state.is_terminal}
         elif isinstance(event, ExperimentCancelled):
             self._closed = self._cancelled = True
         if isinstance(event, (NodeAdded, NodeRemoved, GpuAdded, GpuRemoved)):
@@ -641,6 +652,8 @@ class ExperimentSession:
             touched = {decision.trial_id for decision in decisions}
             touched.update([event.trial_id] if hasattr(event, "trial_id") else [])
         for trial in (self.scheduler.trials[trial_id] for trial_id in sorted(touched)):
+            if trial.state.is_terminal:
+                self._revived.discard(trial.trial_id)
             if trial.state.is_terminal and trial.trial_id not in self._told:
                 self._told.add(trial.trial_id)
                 best = trial.best_score  # a failed trial's partial best is no result (Optuna: FAIL)

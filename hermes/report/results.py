@@ -30,7 +30,6 @@ from hermes.report import (
     summarise_error,
 )
 from hermes.report.files import TrialFiles, trial_files
-from hermes.store.lock import LOCK_FILE
 
 ERROR_WIDTH = 60  # characters of a trial's error in the table; csv and json carry all of it
 
@@ -96,7 +95,8 @@ def standings(view: ExperimentView) -> list[Standing]:
 
 
 def format_results(
-    view: ExperimentView, top: list[Standing], output: str, experiment_dir: Path | None = None
+    view: ExperimentView, top: list[Standing], output: str, experiment_dir: Path | None = None,
+    lock: Path | None = None,
 ) -> str:
     """``top`` as an aligned table for people, or as CSV or JSON (non-finite values empty, or null) for programs.
 
@@ -105,13 +105,14 @@ def format_results(
     give the best trial's path and checkpoint: where to load the winner's model from.
 
     A trial is in the state ``hermes status`` counts it in: where no runner runs the experiment (``is_live``,
-    with the runner lock of the storage dir that holds ``experiment_dir``), one that the log left on a GPU
-    is ``interrupted``."""
+    with ``lock``, the runner lock of the storage dir read), one that the log left on a GPU is ``interrupted``.
+    The lock is apart from ``experiment_dir``: a pool's experiment keeps its files in its own storage.dir, and the
+    pool's lock lies beside the store."""
     names = list(dict.fromkeys(name for standing in top for name in standing.params))
     metric = view.target.name
     saved = {trial.trial_id: trial.checkpoint_step for trial in view.trials}
     files = {s.trial_id: _files(experiment_dir, s, saved[s.trial_id]) for s in top}
-    live = is_live(view.experiment, experiment_dir.parent / LOCK_FILE if experiment_dir is not None else None)
+    live = is_live(view.experiment, lock)
     states = {s.trial_id: shown_state(s.state, live) for s in top}
     if output == "json":
         return json.dumps([_as_json(s) | {"state": states[s.trial_id]} | files[s.trial_id] for s in top], indent=2,
