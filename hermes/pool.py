@@ -59,7 +59,7 @@ from hermes.policies import make_policy
 from hermes.recovery import replay
 from hermes.session import ExperimentSession
 from hermes.store.base import WAITING_FOR_FILES, ExperimentRecord, ExperimentStatus, ExperimentStore, WriterLost
-from hermes.store.lock import RunnerLock, describe
+from hermes.store.lock import PoolLock, describe
 from hermes.store.recorder import StoreRecorder
 from hermes.store.sql import differing_fields
 
@@ -136,7 +136,8 @@ class PoolSession:
     between looks at the store for submissions, cancellations and weights.
     ``quantum``: GPU seconds an experiment may be owed before the pool preempts for it.
     ``read_spec``: how a stored spec is read when the pool takes its experiment up (default: with
-    relative paths from ``directory``); its SpecError fails the experiment (the server checks there
+    relative paths from ``directory``; the server's places those of a root that moved, and the pool checks that
+    the rest reads as stored); its SpecError fails the experiment (the server checks there
     that the spec still names only files in its owner's area), its SpecFilesMissing leaves it waiting (the
     server's, ``parse_present``: a workdir or module that is not there now may be back in a moment).
     """
@@ -181,7 +182,7 @@ class PoolSession:
         self._run_over = threading.Event()  # ``run`` has returned: its trials have ended, its sessions run no more
         self._last_sync = -float("inf")
         self._shares: list[Share] = []  # replaced whole at each sync, so any thread may read it
-        self._lock = RunnerLock(self.directory / "pool", "pool")
+        self._lock = PoolLock(self.directory / "pool")
         self._draining = False  # ``_drain`` runs: the calls it makes leave draining to it
         self._unsettled: dict[str, _Member] = {}  # experiments told events since their last commit (``_settle``)
         self._ended: list[str] = []  # experiments that ended since decisions were last carried out (``_apply``)
@@ -216,7 +217,7 @@ class PoolSession:
             return
         self._lock.acquire()
         try:
-            self.store.claim_pool(self._lock.who | {"experiment": ""})
+            self.store.claim_pool(self._lock.who)
         except BaseException:
             self._lock.release()
             raise
@@ -308,7 +309,7 @@ class PoolSession:
             spec = self.read_spec(record)
             if spec.name != record.name:
                 raise HermesError(f"experiment {record.name}: its spec is named {spec.name!r}")
-            if record.spec not in (stored_form(spec), spec.model_dump(mode="json")):  # the latter: before limits
+            if _paths_aside(record.spec) not in _read_forms(spec):
                 raise HermesError(_read_differently(record, spec))
             if spec.engine != "local":
                 raise HermesError(f"experiment {record.name}: engine: {spec.engine!r}; the pool decides where its "
@@ -596,12 +597,28 @@ class PoolSession:
 def _read_differently(record: ExperimentRecord, spec: ExperimentSpec) -> str:
     """Why a stored spec that reads differently now cannot run, naming where: an older Hermes read YAML 1.1, where
     ``1e1`` is text and ``010`` is 8, so the same file gave another spec than this Hermes runs."""
-    fields = min((differing_fields(record.spec, form) for form in (stored_form(spec), spec.model_dump(mode="json"))),
-                 key=len)
+    fields = min((differing_fields(_paths_aside(record.spec), form) for form in _read_forms(spec)), key=len)
     named = ", ".join(fields[:3]) + (f" and {len(fields) - 3} more" if len(fields) > 3 else "")
     return (f"experiment {record.name}: its stored spec reads differently now (in {named}): an older Hermes recorded "
             "it, which read the same text differently (YAML 1.1: 1e1 as text, 010 as 8), or it was stored by other "
             "means than PoolSession.submit; it cannot continue: submit it again under a new name (--name NEW)")
+
+
+def _read_forms(spec: ExperimentSpec) -> list[dict[str, Any]]:
+    """The forms a stored spec that reads as ``spec`` may have (``stored_form``; ``model_dump``, before the limits
+    were stored), its paths aside (``_paths_aside``)."""
+    return [_paths_aside(stored_form(spec)), _paths_aside(spec.model_dump(mode="json"))]
+
+
+def _paths_aside(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored spec less its workdir and storage dir, which ``read_spec`` places and checks where they lead: the
+    server's reads those of a spec stored before its root moved in the owner's area now (``hermes.server.app``)."""
+    aside = dict(data)
+    for section, field in (("trial", "workdir"), ("storage", "dir")):
+        part = aside.get(section)
+        if isinstance(part, dict):
+            aside[section] = {key: value for key, value in part.items() if key != field}
+    return aside
 
 
 class SpecFilesMissing(SpecError):

@@ -1049,7 +1049,7 @@ def test_server_command_adds_users_binds_locally_keeps_tokens_out_of_logs_and_re
 
         # A second server started by mistake is refused before its pool takes over anything: this root's
         # pool is held by the first (on any port), and the port is taken (for any root).
-        for second_root, second_port, refusal in ((root, _free_port(), f"{root / 'pool'} is in use by another runner"),
+        for second_root, second_port, refusal in ((root, _free_port(), f"{root / 'pool'} is in use by another pool"),
                                                   (tmp_path / "srv2", port, f"cannot listen on 127.0.0.1:{port}: ")):
             second = subprocess.run([sys.executable, "-m", "hermes.cli", "server", "--root", str(second_root),
                                      "--port", str(second_port)], capture_output=True, text=True, env=env, timeout=60)

@@ -143,7 +143,7 @@ class Hermes:
         (SpecFilesMissing): a shared mount not up yet when the server starts, say."""
         if experiment.owner is None:
             raise SpecError(f"experiment {experiment.name} was not submitted to the server")
-        return self.parse(experiment.spec, experiment.owner)
+        return self.parse(self._placed(experiment.spec, experiment.owner), experiment.owner)
 
     def experiment_dir(self, experiment: ExperimentRecord) -> Path | None:
         """Where the experiment's trials keep their files (``<storage.dir>/<name>``), read from the
@@ -153,9 +153,30 @@ class Hermes:
         if experiment.owner is None:
             return (self.config.root / experiment.name).resolve()
         area = self.config.area(experiment.owner).resolve()  # a link to a shared mount, say
-        storage = experiment.spec.get("storage", {}).get("dir", "runs")
+        storage = self._placed(experiment.spec, experiment.owner).get("storage", {}).get("dir", "runs")
         directory = area / str(storage) / experiment.name
         return directory.resolve() if place_problem(directory, area) is None else None
+
+    def _placed(self, spec: dict[str, Any], owner: str) -> dict[str, Any]:
+        """``owner``'s stored spec with its workdir and storage dir where they are now (``_moved_here``)."""
+        placed = dict(spec)
+        for section, field in (("trial", "workdir"), ("storage", "dir")):
+            part = placed.get(section)
+            if isinstance(part, dict) and isinstance(part.get(field), str):
+                placed[section] = {**part, field: self._moved_here(part[field], owner)}
+        return placed
+
+    def _moved_here(self, path: str, owner: str) -> str:
+        """A path of ``owner``'s stored spec, read under this root. The store keeps them absolute (``stored``), under
+        the root of the server that took the spec: one outside this root that lies in ``users/<owner>/`` (the last
+        such pair of its folders) was stored before the root moved here, and lies in the area here at the same
+        place; any other stays as stored (relative: from the area; a link's target outside the root)."""
+        stored = Path(path)
+        if not stored.is_absolute() or stored.is_relative_to(self.config.root.resolve()):
+            return path
+        parts = stored.parts
+        area = [index for index in range(len(parts) - 1) if parts[index:index + 2] == ("users", owner)]
+        return str(self.config.area(owner).joinpath(*parts[area[-1] + 2:])) if area else path
 
     def stored(self, spec: ExperimentSpec) -> dict[str, Any]:
         """The spec as the store keeps it: its paths resolved in its owner's area, so that the pool reads it alike."""

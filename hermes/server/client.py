@@ -122,26 +122,25 @@ class RemoteStore(ExperimentStore):
         return self.record(found, found["spec"])
 
     def trials(self, experiment_id: int) -> list[TrialRecord]:
-        found = self.client.request("GET", f"/experiments/{experiment_id}/trials")["trials"]
-        return [
-            TrialRecord(
-                trial_id=t["trial"], params=t["params"], state=TrialState(t["state"]), budget=t["budget"],
-                submitted_at=t["submitted_at"] or 0.0, step=t["step"], checkpoint_step=t.get("checkpoint_step", 0),
-                gpu=t["gpu"], error=t["error"], started_at=t["started_at"], ended_at=t["ended_at"],
-            )
-            for t in found
-        ]
+        """Every page: the server sends at most ``PAGE_MAX`` trials at once (the first 10,000 were all that
+        ``hermes status --server`` saw). A trial that changed while the pages were read comes again: its last record
+        is kept."""
+        found: dict[str, TrialRecord] = {}
+        version = 0
+        while True:
+            page = self.client.request("GET", f"/experiments/{experiment_id}/trials", since=version, limit=PAGE)
+            for t in page["trials"]:
+                found[t["trial"]] = TrialRecord(
+                    trial_id=t["trial"], params=t["params"], state=TrialState(t["state"]), budget=t["budget"],
+                    submitted_at=t["submitted_at"] or 0.0, step=t["step"], checkpoint_step=t.get("checkpoint_step", 0),
+                    gpu=t["gpu"], error=t["error"], started_at=t["started_at"], ended_at=t["ended_at"],
+                )
+            if not page["more"]:
+                return list(found.values())
+            version = page["version"]
 
     def metrics(self, experiment_id: int, trial_id: str | None = None) -> list[MetricRecord]:
-        records: list[MetricRecord] = []
-        cursor = 0
-        while True:
-            page = self.client.request("GET", f"/experiments/{experiment_id}/metrics", after=cursor, limit=PAGE,
-                                       trial=trial_id)
-            records += [_metric(m) for m in page["metrics"]]
-            if page["cursor"] == cursor:
-                return records
-            cursor = page["cursor"]
+        return [report for _cursor, report in self.metrics_after(experiment_id, 0, trial_id=trial_id)]
 
     def events(self, experiment_id: int) -> list[Event]:
         return [event for _seq, event in self.events_after(experiment_id, 0)]
@@ -178,9 +177,17 @@ class RemoteStore(ExperimentStore):
     def metrics_after(
         self, experiment_id: int, after: int, limit: int | None = None, trial_id: str | None = None,
     ) -> list[tuple[int, MetricRecord]]:
-        page = self.client.request("GET", f"/experiments/{experiment_id}/metrics", after=after, limit=limit or PAGE,
-                                   trial=trial_id)
-        return [(m["cursor"], _metric(m)) for m in page["metrics"]]
+        """A page at a time until ``limit``; without one, until the last report (one page was all it gave)."""
+        found: list[tuple[int, MetricRecord]] = []
+        while limit is None or len(found) < limit:
+            wanted = PAGE if limit is None else min(PAGE, limit - len(found))
+            page = self.client.request("GET", f"/experiments/{experiment_id}/metrics", after=after, limit=wanted,
+                                       trial=trial_id)
+            found += [(m["cursor"], _metric(m)) for m in page["metrics"]]
+            if page["cursor"] == after:
+                break
+            after = page["cursor"]
+        return found
 
     def close(self) -> None:
         pass

@@ -112,6 +112,15 @@ class RunnerLock:
         self.release()
 
 
+class PoolLock(RunnerLock):
+    """A pool's hold on its folder (``<directory>/pool``): one pool per folder. Refused, it names the folder's
+    option, not storage.dir: a pool has none, and runs no one experiment."""
+
+    def _in_use(self, who: dict[str, Any] | None) -> str:
+        return (f"{self.path.parent} is in use by another pool, {describe(who)}; one pool per folder: stop it, or "
+                "give this one another folder (`hermes server --root`, `python -m hermes.pool --dir`)")
+
+
 class ExperimentLock(RunnerLock):
     """One session per experiment folder, ``hermes run``'s or a pool's, from ``acquire`` until ``release``.
 
