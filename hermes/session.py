@@ -138,6 +138,7 @@ class ExperimentSession:
         self.interrupted_by: int | None = None  # the signal that interrupted the run (``interrupts_between_batches``)
         self._closed = False  # SubmissionsClosed is in the log
         self._cancelled = False  # ExperimentCancelled is in the log
+        self._ended_by_budget = False  # the log's last ExperimentCancelled was its budget's, and nothing reopened it
         self._told: set[str] = set()  # trials whose end the searcher has been told
         self._revived: set[str] = set()  # of those, the ones a reopening runs again, until they end again
         self.out_of_step: str | None = None  # why the searcher does not propose what the log holds (``replay``)
@@ -546,8 +547,11 @@ class ExperimentSession:
         """Whether this rerun's larger budget allows what the log's experiment had stopped asking for, or running
         again the trials its end stopped (``Scheduler.to_run_again``: those a spent time budget stopped, some before
         they ever ran). The log's trials count, not the searcher's asks: one out of step with the log was asked no
-        more once it differed."""
-        if not self._closed or not self._budget_changed or self._budget_spent(now):
+        more once it differed. An experiment its budget ended continues once its budget is not spent, the stored spec
+        aside: a rerun that failed before it ran (a plug-in that raised, Ctrl-C as its engine started) has stored the
+        larger budget already. Otherwise the budget must have changed: a cancelled experiment is not run again by a
+        plain rerun."""
+        if not self._closed or self._budget_spent(now) or not (self._budget_changed or self._ended_by_budget):
             return False
         return bool(self.scheduler.to_run_again) or self.budget.may_ask(
             len(self.scheduler.trials), self._elapsed(now), self._gpu_seconds(now)
@@ -641,11 +645,12 @@ class ExperimentSession:
         elif isinstance(event, SubmissionsClosed):
             self._closed = True
         elif isinstance(event, SubmissionsReopened):
-            self._closed = self._cancelled = False
+            self._closed = self._cancelled = self._ended_by_budget = False
             trials = self.scheduler.trials
             self._revived = {trial_id for trial_id in self._told if not trials[trial_id].state.is_terminal}
         elif isinstance(event, ExperimentCancelled):
             self._closed = self._cancelled = True
+            self._ended_by_budget = event.reason == BUDGET_SPENT
         if isinstance(event, (NodeAdded, NodeRemoved, GpuAdded, GpuRemoved)):
             touched = set(self.scheduler.trials)  # a lost trial told to stop ends without a decision
         else:

@@ -17,7 +17,7 @@ from hermes.report import open_store, pick_experiment
 from hermes.report.status import experiment_status
 from hermes.session import BUDGET_SPENT
 from hermes.store import ExperimentStatus
-from tests.test_run import load_view, run_ok, write_spec
+from tests.test_run import hermes, load_view, run_ok, write_spec
 
 TRIAL = '''
 import time
@@ -110,3 +110,26 @@ def test_a_rerun_with_more_gpu_hours_evaluates_the_grid_points_never_run(tmp_pat
     space = {"x": {"type": "grid", "values": [0.1, 0.2, 0.3]}}
     spec, path = run_stopped_by_budget(tmp_path, {"sampler": "grid", "space": space, "max_gpu_hours": 1.5 / 3600})
     extend(tmp_path, spec, path, "max_gpu_hours", 0.01)
+
+
+BUGGY = """
+from hermes.policies.fifo import FifoPolicy
+
+
+class Buggy(FifoPolicy):
+    def observe(self, trial, now):
+        raise RuntimeError("bug in my policy")
+"""
+
+
+def test_a_larger_budget_whose_first_rerun_failed_still_runs_them(tmp_path: Path) -> None:
+    """The rerun with the larger budget fails as its log replays (a policy of one's own that raises): the store took
+    the budget as it opened the experiment, so the next rerun, policy fixed, found it unchanged and ran nothing."""
+    space = {"x": {"type": "uniform", "low": 0.0, "high": 1.0}}
+    spec, path = run_stopped_by_budget(tmp_path, {"sampler": "random", "trials": 3, "space": space, "max_time": 1.5})
+    (tmp_path / "buggy.py").write_text(BUGGY)
+    spec["search"]["max_time"] = 60
+    write_spec(tmp_path, {**spec, "policy": {"name": "buggy:Buggy"}})
+    failed = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert failed.returncode == 2 and "observe() raised RuntimeError: bug in my policy" in failed.stderr, failed
+    extend(tmp_path, spec, path, "max_time", 60)
