@@ -669,14 +669,17 @@ def _experiment_dir(args: argparse.Namespace, experiment: ExperimentRecord) -> P
     """Where the experiment's trials keep their files on this machine (``<storage.dir>/<name>``); None through a
     server. `hermes run` keeps them beside the store it writes, in the storage dir read; a pool's experiment in its
     spec's storage.dir, wherever that is (a server stores it resolved). A relative one is relative to the pool's
-    folder, which the store does not say: the storage dir read stands in, where they are not found."""
+    folder, which the store does not say: the storage dir read stands in for it (never `hermes run`'s place there,
+    which may hold another experiment of the name: its checkpoints are not this one's)."""
     if args.server:
         return None
-    storage = experiment.spec.get("storage") if experiment.owner is not None else None
-    written = storage.get("dir") if isinstance(storage, dict) else None
-    if isinstance(written, str) and Path(written).is_absolute():
-        return Path(written) / experiment.name
-    return Path(args.dir).resolve() / experiment.name
+    if experiment.owner is None:
+        return Path(args.dir).resolve() / experiment.name
+    storage = experiment.spec.get("storage")
+    written = storage.get("dir", "runs") if isinstance(storage, dict) else "runs"
+    if not isinstance(written, str):
+        return None
+    return Path(args.dir).resolve() / written / experiment.name  # an absolute one stays as it is
 
 
 def _add_plot(commands: argparse._SubParsersAction) -> None:

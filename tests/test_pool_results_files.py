@@ -63,8 +63,10 @@ def test_a_pools_results_and_trace_find_the_trials_files_in_the_experiments_stor
                                                    cwd=tmp_path))))
     assert len(trace) == 2 * STEPS and all(float(line["state_mb"]) > 0 for line in trace), trace
 
-    # its files lie in tmp_path/pool/runs/relative: not looked for in the store's folder, never a wrong path
+    # its files lie in tmp_path/pool/runs/relative: not looked for in the store's folder, never a wrong path, not
+    # even that of a `hermes run` experiment of the name beside the store (another experiment's checkpoints)
     assert (tmp_path / "pool" / "runs" / "relative" / "trials" / "0").is_dir()
+    (root / "relative" / "trials" / "0" / "checkpoints" / "step-1").mkdir(parents=True)
     [row] = csv.DictReader(io.StringIO(hermes("results", str(root), "--experiment", "ann/relative", "--format", "csv",
                                               cwd=tmp_path)))
     assert row["directory"] == row["checkpoint"] == "", row
