@@ -49,6 +49,7 @@ from hermes.core.pool import PoolScheduler, qualify
 from hermes.core.scheduler import Scheduler
 from hermes.errors import HermesError, SpecError
 from hermes.execution.contract import Executor
+from hermes.execution.engine import ended_trials, runs_no_more
 from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.locate import installed_files, workdir_files
 from hermes.experiment.spec import ResourcesSpec
@@ -186,6 +187,7 @@ class PoolSession:
         self._draining = False  # ``_drain`` runs: the calls it makes leave draining to it
         self._unsettled: dict[str, _Member] = {}  # experiments told events since their last commit (``_settle``)
         self._ended: list[str] = []  # experiments that ended since decisions were last carried out (``_apply``)
+        self._trials_ended: list[str] = []  # trials the core runs no more, to tell the executor in ``_apply``
         self._waiting: dict[int, str] = {}  # experiments whose files are missing (``_wait``), by id: why
         self._started = 0.0  # the pool's clock when it started: the old pool's runs had ended by then
 
@@ -401,6 +403,9 @@ class PoolSession:
         if not scheduler.finished:
             # the dead pool's runs died with it: its nodes go all at once, deciding nothing (as under ``hermes run``)
             session.lose_old_nodes(tuple(NodeRemoved(now, node) for node in scheduler.cluster.nodes), member.recorder)
+        for trial in scheduler.trials.values():  # it submitted those that ended before too (``Engine.run``)
+            if runs_no_more(trial):
+                self.executor.trial_ended(qualify(member.key, trial.trial_id))
         if scheduler.finished:  # ended before, or its last trials were ending when the pool stopped: a cancel's stops
             self._finished(member)
             self._apply([], now)  # nothing to carry out: the executor forgets its trials now
@@ -482,6 +487,8 @@ class PoolSession:
             if not member.lost:
                 member.recorder(routed.event, routed.decisions)
             member.session.after(routed.event, routed.decisions)
+            ended = ended_trials(member.session.scheduler, routed.event, routed.decisions)
+            self._trials_ended += [qualify(routed.experiment, trial_id) for trial_id in ended]
         for key, error in failed.items():  # its stops after what its core decided before it failed: each is answered
             decisions += self._fail(self.members[key], error)
         if self._draining:  # the drain settles once it has told its batch: a commit per batch, not per submission
@@ -567,11 +574,15 @@ class PoolSession:
         return self._call(lambda: self.scheduler.tell(member.key, cancel))
 
     def _apply(self, decisions: list[Decision], at: float) -> None:
-        """Carry ``decisions`` out; then the executor forgets the experiments that ended, their workers and their
-        trials, once nothing more is carried out for them (a Stop of the call that ended one, say). It kept every
-        trial of every experiment a server's pool ran: a KB each, for the pool's life."""
+        """Carry ``decisions`` out, then tell the executor which trials the calls that made them ended
+        (``Executor.trial_ended``, after every decision, as ``Engine`` does); then the executor forgets the experiments
+        that ended, their workers and their trials, once nothing more is carried out for them (a Stop of the call that
+        ended one, say). It kept every trial of every experiment a server's pool ran: a KB each, for the pool's life."""
         for decision in decisions:
             self.executor.apply(decision, at)
+        trials_ended, self._trials_ended = self._trials_ended, []
+        for trial_id in trials_ended:
+            self.executor.trial_ended(trial_id)
         ended, self._ended = self._ended, []
         for key in ended:
             self.executor.end_worker_group(key)

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,11 +22,18 @@ import pytest
 
 pytest.importorskip("ray")
 
-from hermes.core.decisions import Start, Stop
-from hermes.core.events import Event, NodeAdded, TrialExited, TrialReported
+from hermes.core.decisions import Decision, Start
+from hermes.core.events import Event, NodeAdded, TrialReported
+from hermes.core.states import TrialState
+from hermes.experiment import parse_spec
 from hermes.local.launch import TrialLaunch
+from hermes.pool import PoolSession, stored_form
 from hermes.ray.executor import RayExecutor, node_name
+from hermes.session import ExperimentSession
+from hermes.store import ExperimentStatus, SqlStore
 from hermes.testing.ray_cluster import RayCluster, RayNode
+from tests.test_pool import running, submit
+from tests.test_run import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,33 +158,100 @@ def test_gpu_slots_use_the_nodes_ray_cpus_not_every_core_of_the_host(cluster: Ra
     assert reports[0].metrics["threads"] == 1.0, reports
 
 
-def test_the_gpus_asked_for_are_those_of_trials_that_may_still_run(cluster: RayCluster, tmp_path: Path) -> None:
-    """The GPU node goes (the autoscaler removed it, a spot node was reclaimed) while trial c runs there, after a
-    completed and b was stopped: Hermes asked for a GPU per trial it was ever given, 3 for the one trial left to run.
-    Last in this module: its GPU node dies."""
+def alive_gpu_node(cluster: RayCluster) -> RayNode:
+    """The cluster's GPU node, added if none is alive (an earlier test killed it, or ran alone)."""
     alive = cluster.alive()
     gpu_node = next((node for node in cluster.nodes if node.num_gpus > 0 and alive.get(node.node_id)), None)
     if gpu_node is None:
         gpu_node = cluster.add_node(num_gpus=1)
         cluster.wait_alive(gpu_node)
-    executor = RayExecutor(tmp_path / "run", storage_uri=str(tmp_path / "ckpt"), metric="score", period=0.2)
+    return gpu_node
+
+
+def three_ends_spec(cluster: RayCluster, name: str) -> dict:
+    """Trials run one after another on the one GPU: 0 completes, 1 crashes short of its budget and fails (no run
+    again), 2 reports its step 1 (checkpointed) and trains on for an hour."""
+    configs = [{"rate": 0.5, "sleep": 0.01, "crash": crash, "crash_step": 2, "hang_after": hang_after}
+               for crash, hang_after in (("none", -1), ("raise", -1), ("none", 1))]
+    return {
+        "name": name,
+        "trial": {"function": "trials.curve:train", "workdir": str(ROOT / "tests"), "max_failures": 0},
+        "search": {"sampler": "list", "configs": configs},
+        "metric": {"name": "score", "mode": "max"},
+        "budget": {"steps": 4},
+        "policy": {"name": "fifo"},
+        "engine": "ray",
+        "ray": {"address": cluster.address},
+        "storage": {"dir": "runs", "checkpoint_every": 1},
+    }
+
+
+def run_in_thread(session: ExperimentSession) -> threading.Thread:
+    runner = threading.Thread(target=session.run, daemon=True)
+    runner.start()
+    return runner
+
+
+def test_the_gpus_asked_for_are_those_of_trials_that_may_still_run(cluster: RayCluster, tmp_path: Path) -> None:
+    """Trial 0 completed and trial 1 failed, short of its budget, when the GPU node goes (the autoscaler removed it, a
+    spot node was reclaimed) while trial 2 runs there: Hermes asked for a GPU for trial 1 too. Cancelled, and rerun
+    with a larger budget, which runs trial 2 again: the rerun is given every trial of the log, and asked for a GPU
+    for each, finished or not (a rerun of a 200-trial search with 190 done asked for 200). Its GPU node dies."""
+    gpu_node = alive_gpu_node(cluster)
+    spec = three_ends_spec(cluster, "asks")
+    reported = threading.Event()
+
+    def on_trial_2_report(event: Event, _decisions: list[Decision]) -> None:
+        if isinstance(event, TrialReported) and event.trial_id == "2":
+            reported.set()
+
+    first = ExperimentSession(parse_spec(spec, base_dir=tmp_path), listeners=[on_trial_2_report])
+    runner = run_in_thread(first)
     try:
-        executor.submit("a", trial(0.1))
-        executor.submit("b", trial(0.2))
-        executor.submit("c", TrialLaunch(1000, function="tests.trials.curve:train", config={"sleep": 0.05},
-                                         cwd=str(ROOT)))
-        [added] = [e for e in events_until(executor, lambda events: any(isinstance(e, NodeAdded) for e in events))
-                   if isinstance(e, NodeAdded)]
-        executor.apply(Start("a", added.gpus[0]), executor.now())
-        [exited] = [e for e in events_until(executor, lambda events: any(isinstance(e, TrialExited) for e in events),
-                                            answer=True) if isinstance(e, TrialExited)]
-        assert exited.succeeded, exited
-        executor.apply(Stop("b"), executor.now())  # waiting: the core counts it stopped at once
-        executor.apply(Start("c", added.gpus[0]), executor.now())
-        events_until(executor, lambda events: any(isinstance(e, TrialReported) for e in events), answer=True)
+        assert reported.wait(60)
+        trials = first.scheduler.trials
+        assert (trials["0"].state, trials["1"].state) == (TrialState.COMPLETED, TrialState.FAILED)
         cluster.kill_node(gpu_node)
-        events_until(executor, lambda _: bool(requested_bundles()), answer=True)
-        assert requested_bundles() == [{"GPU": 1}]  # for c alone
+        wait_for(requested_bundles, 30, "a request of GPUs")
+        assert requested_bundles() == [{"GPU": 1}]  # for trial 2 alone
     finally:
-        executor.close()
+        first.cancel("enough")
+        runner.join(60)
+    assert first.store.experiment(first.experiment_id).status is ExperimentStatus.CANCELLED
     assert requested_bundles() == []
+
+    spec["search"]["max_time"] = 3600
+    rerun = ExperimentSession(parse_spec(spec, base_dir=tmp_path))
+    runner = run_in_thread(rerun)
+    try:
+        wait_for(requested_bundles, 30, "a request of GPUs")
+        assert requested_bundles() == [{"GPU": 1}]  # for trial 2 alone, which the larger budget runs again
+    finally:
+        rerun.cancel("enough")
+        runner.join(60)
+    assert len(rerun.scheduler.trials) == 3  # the log's: none new
+    assert requested_bundles() == []
+    first.store.close()
+    rerun.store.close()
+
+
+def test_a_pool_asks_for_the_gpus_of_trials_that_may_still_run(cluster: RayCluster, tmp_path: Path) -> None:
+    """The same in the server's pool, whose loop is its own: as the GPU node goes, and in a pool started again
+    (after a crash, a restart), which is given every trial of the experiments it continues. Its GPU node dies."""
+    gpu_node = alive_gpu_node(cluster)
+    spec = three_ends_spec(cluster, "pooled")
+    del spec["engine"], spec["ray"]  # the pool's
+    store = SqlStore(f"sqlite:///{tmp_path}/pool.db")
+    experiment = submit(store, stored_form(parse_spec(spec, base_dir=tmp_path)))
+    with running(PoolSession(store, tmp_path, engine="ray", ray_address=cluster.address, poll=0.1)):
+        wait_for(lambda: store.metrics(experiment, "2"), 60, "a report of trial 2")
+        assert [trial.state for trial in store.trials(experiment)][:2] == [TrialState.COMPLETED, TrialState.FAILED]
+        cluster.kill_node(gpu_node)
+        wait_for(requested_bundles, 30, "a request of GPUs")
+        assert requested_bundles() == [{"GPU": 1}]  # for trial 2 alone
+    assert requested_bundles() == []
+    with running(PoolSession(store, tmp_path, engine="ray", ray_address=cluster.address, poll=0.1)):
+        wait_for(requested_bundles, 30, "a request of GPUs")
+        assert requested_bundles() == [{"GPU": 1}]
+    assert store.experiment(experiment).status is ExperimentStatus.INTERRUPTED
+    store.close()

@@ -93,6 +93,12 @@ class Executor(ABC, Generic[Work]):
     def settled(self, event: Event) -> None:
         """Every decision about ``event`` has been applied: a trial waiting on this report may go on."""
 
+    def trial_ended(self, trial_id: str) -> None:
+        """The core will not run ``trial_id`` again, unless a later Start or Resume says so: it ended, or was told to
+        Stop. Told once the decisions of the event that ended it were applied (perhaps more than once), and as a run
+        begins for each trial of the log that ended before (a rerun submits them all), after a larger budget revived
+        those it runs again. For an executor that asks for resources by the trials still to run (Ray's autoscaler)."""
+
     @abstractmethod
     def next_events(self) -> list[Event]:
         """Wait for the next events, in the order they happened; see the module docstring for ``[]``."""

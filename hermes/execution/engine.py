@@ -15,6 +15,7 @@ from typing import Protocol
 from hermes.core.decisions import Decision
 from hermes.core.events import Event
 from hermes.core.scheduler import Scheduler
+from hermes.core.trial import Trial
 from hermes.errors import HermesError
 from hermes.execution.contract import Executor
 
@@ -65,6 +66,8 @@ class Engine:
         # it at once when asked: before the executor acts on any of it.
         self._flushes = [flush for flush in (getattr(listener, "flush", None) for listener in self.listeners) if flush]
         self.waits_for_posts = waits_for_posts
+        # Only an executor that takes ``trial_ended`` is told: the simulator's loop pays nothing for it.
+        self._tells_ended = type(executor).trial_ended is not Executor.trial_ended
         self._inbox: deque[Event] = deque()
         self._posted = threading.Condition()
         self._interrupt: BaseException | None = None  # what ``run`` raises at its next point between batches
@@ -94,8 +97,13 @@ class Engine:
         """Feed events to the core until the experiment is finished.
 
         ``first`` are handled before anything else, even by a finished core (a restarted runner's
-        NodeRemoved for the nodes of the run that died, a reopening of submissions)."""
+        NodeRemoved for the nodes of the run that died, a reopening of submissions). Then the executor
+        is told of the trials that ended before (``Executor.trial_ended``): a rerun submits every trial
+        of the log, and a reopening in ``first`` has revived those it runs again."""
         self._handle(list(first), everything=True)
+        for trial in self.scheduler.trials.values() if self._tells_ended else ():
+            if runs_no_more(trial):
+                self.executor.trial_ended(trial.trial_id)
         while not self.scheduler.finished:
             self._handle(self._next_batch())
 
@@ -118,6 +126,8 @@ class Engine:
         for event, decisions in handled:
             for decision in decisions:
                 self.executor.apply(decision, event.at)
+            for trial_id in ended_trials(self.scheduler, event, decisions) if self._tells_ended else ():
+                self.executor.trial_ended(trial_id)
             self.executor.settled(event)
 
     def _take_posts(self) -> list[Event]:
@@ -151,3 +161,18 @@ class Engine:
                 if not self.waits_for_posts:
                     raise HermesError("the executor has nothing left to report but the experiment is unfinished")
                 self._posted.wait_for(lambda: self._inbox)
+
+
+def runs_no_more(trial: Trial) -> bool:
+    """Whether the core will not run ``trial`` again (``Executor.trial_ended``): it ended, or was told to stop."""
+    return trial.state.is_terminal or trial.stop_requested
+
+
+def ended_trials(scheduler: Scheduler, event: Event, decisions: list[Decision]) -> list[str]:
+    """The trials that ``event`` and its ``decisions`` name and the core will not run again. No trial ends
+    unnamed: one told to stop and then lost with its node was named by its Stop."""
+    named = [decision.trial_id for decision in decisions]
+    trial_id = getattr(event, "trial_id", None)
+    if trial_id is not None:
+        named.append(trial_id)
+    return [trial_id for trial_id in dict.fromkeys(named) if runs_no_more(scheduler.trials[trial_id])]

@@ -125,7 +125,7 @@ class RayExecutor(Executor[TrialLaunch]):
         self._retired: set[str] = set()  # node ids whose agent was lost: never another
         self._gpus: dict[str, str] = {}  # GPU -> node name
         self._work: dict[str, TrialLaunch] = {}
-        self._ended: set[str] = set()  # trials the core runs no more: told to Stop, or exited not to run again
+        self._ended: set[str] = set()  # trials the core runs no more (``trial_ended``), until started again
         self._progress: dict[str, TrialProgress] = {}
         self._where: dict[str, str] = {}  # trial -> node of the agent that holds it
         self._gpu_of: dict[str, str] = {}  # trial -> GPU of its latest run
@@ -181,6 +181,7 @@ class RayExecutor(Executor[TrialLaunch]):
         if trial_id not in self._work:
             raise HermesError(f"unknown trial {trial_id}: submit it to the executor first")
         if isinstance(decision, (Start, Resume)):
+            self._ended.discard(trial_id)  # it runs again (``trial_ended``)
             target = self._agent_of_gpu(decision.gpu)
             self._running_since[trial_id] = at
             if isinstance(decision, Start):
@@ -193,8 +194,6 @@ class RayExecutor(Executor[TrialLaunch]):
             self._where[trial_id] = target.node
             self._gpu_of[trial_id] = decision.gpu
         elif isinstance(decision, (Suspend, Stop)):
-            if isinstance(decision, Stop):
-                self._ended.add(trial_id)  # a Stop is final, whether the trial runs or waits
             agent = self._agents.get(self._where.get(trial_id, ""))
             if agent is not None and trial_id in agent.trials:
                 agent.buffer.append(("apply", decision))
@@ -204,6 +203,10 @@ class RayExecutor(Executor[TrialLaunch]):
             agent = self._agents.get(self._where.get(event.trial_id, ""))
             if agent is not None:
                 agent.buffer.append(("settle", event.trial_id, event.step))
+
+    def trial_ended(self, trial_id: str) -> None:
+        if trial_id in self._work:  # not one forgotten already (``end_worker_group``)
+            self._ended.add(trial_id)
 
     def next_events(self) -> list[Event]:
         self._flush()
@@ -429,8 +432,6 @@ class RayExecutor(Executor[TrialLaunch]):
             self._run_ended(event.trial_id)
         elif isinstance(event, TrialExited):
             self._run_ended(event.trial_id)
-            if not event.crashed or self._progress[event.trial_id].last_step >= self._work[event.trial_id].budget:
-                self._ended.add(event.trial_id)  # the core runs it no more: a crash after its last step completes it
             if event.crashed:
                 self._lost_run(event.trial_id)  # the core may run it again from its checkpoint
             if event.error and not event.succeeded and event.error != "stopped":  # which node, when one is bad
@@ -469,9 +470,9 @@ class RayExecutor(Executor[TrialLaunch]):
         self._events.append(NodeRemoved(self.now(), agent.node))
 
     def _request_gpus(self, count: int) -> None:
-        """Ask Ray's autoscaler for ``count`` GPUs, one per trial not ended (0: withdraw the request). Trials wait in
-        Hermes's queue, not as Ray work, so an autoscaler (KubeRay's) sees no demand of theirs and never adds a GPU
-        node by itself; where no autoscaler runs, the request is only a record in the GCS."""
+        """Ask Ray's autoscaler for ``count`` GPUs, one per trial the core may still run (0: withdraw the request).
+        Trials wait in Hermes's queue, not as Ray work, so an autoscaler (KubeRay's) sees no demand of theirs and never
+        adds a GPU node by itself; where no autoscaler runs, the request is only a record in the GCS."""
         if count == self._requested_gpus:
             return
         from ray.autoscaler.sdk import request_resources
