@@ -21,6 +21,8 @@ from hermes.core.trial import Trial
 from hermes.errors import HermesError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from hermes.core.decisions import Decision
 
 
@@ -212,29 +214,26 @@ def checked_migration_penalty(policy: SchedulingPolicy, trial: Trial, now: float
 def checked_should_stop(stopper: EarlyStopper, trial: Trial) -> bool:
     """``stopper.should_stop``, where the core asks it: True or False (numpy's bools too); what it raises, or any
     other answer ("no" is true, a numpy array has no truth), fails as the stopper's ``PluginError``."""
-    try:
-        answer = stopper.should_stop(trial)
-    except Exception as error:
-        raise plugin_raised(stopper, "should_stop", error, trial) from error
-    if answer is False or answer is True:
-        return answer
-    if _is_numpy_bool(answer):
-        return bool(answer)
-    raise plugin_answered(stopper, "should_stop", trial, answer, "True or False")
+    return _checked_bool(stopper, "should_stop", trial, lambda: stopper.should_stop(trial))
 
 
 def checked_turn_over(policy: SchedulingPolicy, trial: Trial, now: float) -> bool:
     """``policy.turn_over``, where the node scheduler asks it: True or False (numpy's bools too); what it raises, or any
     other answer ("no" would preempt at every turn, a forgotten return never), fails as the policy's ``PluginError``."""
+    return _checked_bool(policy, "turn_over", trial, lambda: policy.turn_over(trial, now))
+
+
+def _checked_bool(plugin: SchedulingPolicy | EarlyStopper, method: str, trial: Trial, ask: Callable[[], object]) -> bool:
     try:
-        answer = policy.turn_over(trial, now)
+        answer = ask()
     except Exception as error:
-        raise plugin_raised(policy, "turn_over", error, trial) from error
+        raise plugin_raised(plugin, method, error, trial) from error
     if answer is False or answer is True:
         return answer
-    if _is_numpy_bool(answer):
+    numpy = sys.modules.get("numpy")  # imported already wherever a numpy bool can come from: the core imports none
+    if numpy is not None and type(answer) is numpy.bool_:
         return bool(answer)
-    raise plugin_answered(policy, "turn_over", trial, answer, "True or False")
+    raise plugin_answered(plugin, method, trial, answer, "True or False")
 
 
 def held_back(policy: SchedulingPolicy) -> str:
@@ -242,11 +241,6 @@ def held_back(policy: SchedulingPolicy) -> str:
     come: no event was left to ask it again. The trial's error, so that the run's outcome names the policy."""
     return (f"{_described(policy)} answered priority() None (not now) with nothing running and no trial to come: no "
             "event was left to ask it again")
-
-
-def _is_numpy_bool(answer: object) -> bool:
-    numpy = sys.modules.get("numpy")  # imported already wherever a numpy bool can come from: the core imports none
-    return numpy is not None and type(answer) is numpy.bool_
 
 
 def _described(plugin: SchedulingPolicy | EarlyStopper) -> str:
