@@ -143,7 +143,6 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
             session.listeners += [view, _progress_printer(  # above the view: what its table cannot say
                 session, lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
                 only_errors=True)]
-        ran_anything = _ran_anything(session)
     except KeyboardInterrupt:  # between its set-up and its run: nothing ran, and it is said as after its run
         session.abandon()
         print(f"interrupted: run `{again}` again to continue", file=sys.stderr)
@@ -201,7 +200,7 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
         return 0
     # a spec, a script or a searcher that cannot work: said where CI looks, the exit code
     print(f"hermes: error: {printable(error)}", file=sys.stderr)
-    if not ran_anything():  # the error of its last run, not of the code as it is now
+    if not outcome.ran:  # the error of its last run, not of the code as it is now
         rename = f"hermes run {shlex.quote(args.spec)} --name {shlex.quote(f'{spec.name}-2')}"
         print(f"{spec.name} had already ended, so nothing ran: this error is its earlier run's, and an ended "
               f"experiment's failed trials are not run again; to run changed code, run it as a new experiment "
@@ -283,13 +282,6 @@ def _ctrl_c_noted(terminations: _Terminations) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def _ran_anything(session: ExperimentSession) -> Callable[[], bool]:
-    """Whether the session's engine loop has handled an event: a rerun of an experiment that had ended runs none."""
-    handled = threading.Event()
-    session.listeners.append(lambda _event, _decisions: handled.set())
-    return handled.is_set
 
 
 def _ended_status(session: ExperimentSession) -> ExperimentStatus | None:

@@ -82,6 +82,7 @@ class Outcome:
     experiment_id: int
     resumed: bool  # continued an experiment found in the store
     status: ExperimentStatus
+    ran: bool = True  # False where it had ended before and nothing ran: an error is its earlier run's
 
 
 class ExperimentSession:
@@ -373,7 +374,7 @@ class ExperimentSession:
             status = stored.status
         self.failure = stored.error if status is ExperimentStatus.FAILED else None
         self.store.set_status(self.experiment_id, status)
-        return Outcome(self.experiment_id, True, status)
+        return Outcome(self.experiment_id, True, status, ran=False)
 
     def _check_store_file(self) -> None:
         """SQLite writes on into a store file deleted (or replaced) under it: the run would end "finished" with

@@ -14,7 +14,6 @@ import inspect
 import math
 import os
 import sys
-import threading
 import types
 from collections.abc import Mapping
 from contextlib import closing
@@ -181,8 +180,6 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
     else:
         checked = load_spec(spec, name)
     session = ExperimentSession(checked)
-    handled = threading.Event()  # the engine loop handled an event: a rerun of an experiment that had ended runs none
-    session.listeners.append(lambda _event, _decisions: handled.set())
     try:
         with interrupts_between_batches(session):
             outcome = session.run()
@@ -205,7 +202,7 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
             directory=files.directory, checkpoint=files.checkpoint,
         ))
     error = session.failure or every_trial_failed(view.trials)
-    if error is not None and not handled.is_set():  # the error of its last run, not of the code as it is now
+    if error is not None and not outcome.ran:  # the error of its last run, not of the code as it is now
         error += (f" ({checked.name} had already ended, so nothing ran: this error is its earlier run's, and an ended "
                   "experiment's failed trials are not run again; to run changed code, run it as a new experiment "
                   f"(hermes.run(..., name={f'{checked.name}-2'!r})), or raise search.trials to add trials to this one)")
