@@ -482,6 +482,7 @@ def _simulate(args: argparse.Namespace) -> int:
         figures[key] = value
         if key == "trials":  # and those the policy never ran, which a real run ends "before its first report"
             figures["stopped_before_first_report"] = list(result.stopped_before_first_report)
+            figures["stopped_before_first_report_why"] = list(result.stopped_before_first_report_why)
     if args.json:
         _print_json(_nan_as_null(figures))
     else:
@@ -489,6 +490,9 @@ def _simulate(args: argparse.Namespace) -> int:
             if key == "stopped_before_first_report":
                 shown = ", ".join(value[:UNREPORTED_SHOWN]) + (", ..." if len(value) > UNREPORTED_SHOWN else "")
                 print(f"{key:>27}: {len(value)}{f' ({shown})' if value else ''}")
+            elif key == "stopped_before_first_report_why":
+                for why in value:
+                    print(f"{'why':>27}: {why}")
             elif key != "best_curve":
                 print(f"{key:>27}: {value}")
     return 0

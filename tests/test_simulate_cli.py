@@ -140,9 +140,12 @@ def test_trials_a_policy_never_ran_are_counted(tmp_path: Path, capsys: pytest.Ca
     trace.write_text("trial,epoch,metric,seconds\na,1,0.5,10\na,2,0.99,10\nb,1,0.7,5\nc,1,0.6,20\nd,1,0.9,1\n")
     simulate = ["simulate", "--trace", str(trace), "--mode", "max", "--gpus", "1"]
     assert main([*simulate, "--policy", f"{__name__}:NeverA", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["stopped_before_first_report"] == ["a"]
+    figures = json.loads(capsys.readouterr().out)
+    why = f"policy {__name__}:NeverA answered priority() None (not now) with nothing running and no trial to come"
+    assert figures["stopped_before_first_report"] == ["a"]
+    assert [text.startswith(why) for text in figures["stopped_before_first_report_why"]] == [True]
     assert main([*simulate, "--policy", f"{__name__}:NeverA"]) == 0
-    assert "stopped_before_first_report: 1 (a)\n" in capsys.readouterr().out
+    assert f"stopped_before_first_report: 1 (a)\n                        why: {why}" in capsys.readouterr().out
     assert main([*simulate, "--compare", f"fifo,{__name__}:NeverA", "--seeds", "2"]) == 0
     out = capsys.readouterr().out
     assert f"{__name__}:NeverA: 1 trial(s) per seed stopped before the first report" in out
@@ -159,7 +162,8 @@ def test_a_trial_that_diverged_in_its_first_epoch_is_not_counted_as_stopped(
     trace.write_text("trial,epoch,metric,seconds\na,1,0.5,10\na,2,0.6,10\nb,1,,4\nc,1,0.7,5\n")
     simulate = ["simulate", "--trace", str(trace), "--mode", "max", "--gpus", "1"]
     assert main([*simulate, "--policy", "fifo", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["stopped_before_first_report"] == []
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["stopped_before_first_report"] == figures["stopped_before_first_report_why"] == []
     assert main([*simulate, "--policy", f"{__name__}:NeverA", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stopped_before_first_report"] == ["a"]
     assert main([*simulate, "--compare", "fifo,rr", "--seeds", "2"]) == 0

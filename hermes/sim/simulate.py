@@ -63,6 +63,8 @@ class SimulationResult:
     # are over the trials that reported. Kept out of figures(), as the logs are, so that
     # bench/decision_hashes.py's digests of them stay comparable with older versions'.
     stopped_before_first_report: tuple[str, ...]
+    # why, where the core said so: a policy that held them back (``held_back``); not asha's trials never promoted
+    stopped_before_first_report_why: tuple[str, ...]
     time_to_best_s: float | None  # when a trial with the trace's best final metric first completed its budget
     time_to_target_s: float | None  # when a trial first completed its budget within the tolerance of the best
     mean_first_feedback_s: float
@@ -80,7 +82,7 @@ class SimulationResult:
 
     def figures(self) -> dict[str, Any]:
         """The published figures, without the logs (nor the trials stopped before their first report)."""
-        left_out = ("decisions", "epochs", "stopped_before_first_report")
+        left_out = ("decisions", "epochs", "stopped_before_first_report", "stopped_before_first_report_why")
         return {k: v for k, v in asdict(self).items() if k not in left_out}
 
 
@@ -128,12 +130,13 @@ def simulate(
     best = best_finals[0].metrics[-1]
     on_target = [at for name, at in accounts.completed_at.items() if target.within(curves[name].metrics[-1], best)]
     on_best = [accounts.completed_at[t.name] for t in best_finals if t.name in accounts.completed_at]
+    unreported = [t for t in scheduler.trials.values() if t.state is STOPPED and t.first_report_at is None]
     return SimulationResult(
         policy=policy.name,
         gpus=gpus,
         trials=len(arrivals),
-        stopped_before_first_report=tuple(t.trial_id for t in scheduler.trials.values()
-                                          if t.state is STOPPED and t.first_report_at is None),
+        stopped_before_first_report=tuple(t.trial_id for t in unreported),
+        stopped_before_first_report_why=tuple(dict.fromkeys(t.error for t in unreported if t.error)),
         time_to_best_s=min(on_best, default=None),
         time_to_target_s=min(on_target, default=None),
         mean_first_feedback_s=statistics.fmean(first) if first else math.nan,
