@@ -63,3 +63,36 @@ def test_a_float_tag_on_text_is_a_spec_error(tmp_path: Path) -> None:
     assert str(raised.value) == f"{path}: not valid YAML: line 2: 'abc' is no float"
     path.write_text("a: !!float 1_0.5\nb: !!float .inf\n")
     assert read_spec(path) == {"a": 10.5, "b": float("inf")}
+
+
+@pytest.mark.parametrize("text", ["'1:30'", "1:30.5", "nan", "infinity", "-.nan", "' 1.5'", "''"])
+def test_a_float_tag_on_a_yaml_1_1_only_float_is_a_spec_error(tmp_path: Path, text: str) -> None:
+    """``!!float '1:30'`` read as 90.0 (YAML 1.1's base 60) while ``!!int '1:30'`` was refused, and ``!!float ''``
+    raised Python's IndexError: a float tag takes YAML 1.2's floats and decimal ints only."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(f"a: !!float 10\nb: !!float {text}\n")
+    with pytest.raises(SpecError) as raised:
+        read_spec(path)
+    value = text.strip("'")
+    assert str(raised.value) == f"{path}: not valid YAML: line 2: {value!r} is no float"
+
+
+def test_untagged_yaml_1_1_floats_read_as_the_docs_say(tmp_path: Path) -> None:
+    """Base 60 is text (YAML 1.1: 90.5); underscores between digits stay a number, as an older Hermes read them."""
+    path = tmp_path / "spec.yaml"
+    path.write_text("a: 1:30.5\nb: 1_000.5\nc: !!float 1_000\nd: !!float -.INF\ne: 1.\n")
+    assert read_spec(path) == {"a": "1:30.5", "b": 1000.5, "c": 1000.0, "d": float("-inf"), "e": 1.0}
+
+
+@pytest.mark.parametrize(("text", "kind"), [("yes", "bool"), ("off", "bool"), ("n", "bool"), ('"12\\n"', "int")])
+def test_a_bool_or_int_tag_takes_only_what_an_untagged_one_reads(tmp_path: Path, text: str, kind: str) -> None:
+    """``!!bool yes`` read True while an untagged yes is text (YAML 1.1's booleans), and ``!!int "12\\n"`` read 12
+    (a last newline passed the int form's $)."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(f"a: !!bool TRUE\nb: !!{kind} {text}\n")
+    with pytest.raises(SpecError) as raised:
+        read_spec(path)
+    value = "12\n" if kind == "int" else text
+    assert str(raised.value) == f"{path}: not valid YAML: line 2: {value!r} is no {kind}"
+    path.write_text("a: !!bool TRUE\nb: !!bool false\nc: !!int 0x1F\n")
+    assert read_spec(path) == {"a": True, "b": False, "c": 31}

@@ -1067,22 +1067,29 @@ class _SpecLoader(yaml.SafeLoader):
         """An int of ``_INT_FORM``: its leading zeros a decimal's; 0o octal (YAML 1.2), 0x hex, 0b binary; underscores
         skipped. ``!!int`` on other text is refused as a YAML error, which names its line."""
         value = str(self.construct_scalar(node))
-        if not _INT_FORM.match(value):
+        if not _INT_FORM.fullmatch(value):  # match's $ let a last newline pass ("12\n" was 12)
             raise yaml.constructor.ConstructorError(problem=f"line {node.start_mark.line + 1}: {value!r} is no int")
         digits = value.replace("_", "").lstrip("+-")
         base = {"0b": 2, "0o": 8, "0x": 16}.get(digits[:2], 10)
         number = int(digits[2:] if base != 10 else digits, base)
         return -number if value.startswith("-") else number
 
+    def construct_yaml_bool(self, node: yaml.ScalarNode) -> bool:
+        """A bool of ``_BOOL_FORM``; ``!!bool`` on other text is refused as a YAML error naming its line (PyYAML's
+        read yes, on, off and n as YAML 1.1 booleans, which untagged are text)."""
+        value = str(self.construct_scalar(node))
+        if not _BOOL_FORM.fullmatch(value):
+            raise yaml.constructor.ConstructorError(problem=f"line {node.start_mark.line + 1}: {value!r} is no bool")
+        return value.lower() == "true"
+
     def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
-        """PyYAML's float, but ``!!float`` on text that is none is refused as a YAML error naming its line (it was a
-        bare ValueError)."""
-        try:
-            return super().construct_yaml_float(node)
-        except ValueError:
-            value = self.construct_scalar(node)
-            raise yaml.constructor.ConstructorError(
-                problem=f"line {node.start_mark.line + 1}: {value!r} is no float") from None
+        """A float of ``_FLOAT_FORM``, or a decimal int (``!!float 10`` is 10.0); underscores skipped. ``!!float`` on
+        other text is refused as a YAML error naming its line: PyYAML's YAML 1.1 float read 1:30 as 90.0 (base 60),
+        nan and infinity as floats, and raised a bare ValueError or IndexError on abc or ''."""
+        value = str(self.construct_scalar(node))
+        if not (_FLOAT_FORM.fullmatch(value) or _DECIMAL_INT_FORM.fullmatch(value)):
+            raise yaml.constructor.ConstructorError(problem=f"line {node.start_mark.line + 1}: {value!r} is no float")
+        return super().construct_yaml_float(node)
 
 
 # YAML 1.2's decimal, 0o and 0x ints, and YAML 1.1's 0b, signed 0x and underscores (1_000), each with a digit
@@ -1090,13 +1097,16 @@ _INT_FORM = re.compile(r"[-+]?(?:0b_*[01][01_]*|0o_*[0-7][0-7_]*|0x_*[0-9a-fA-F]
 _SpecLoader.add_constructor(_INT, _SpecLoader.construct_yaml_int)
 _SpecLoader.add_constructor(_FLOAT, _SpecLoader.construct_yaml_float)
 _SpecLoader.add_implicit_resolver(_INT, _INT_FORM, list("-+0123456789"))
-_SpecLoader.add_implicit_resolver(_BOOL, re.compile(r"(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_BOOL_FORM = re.compile(r"(?:true|True|TRUE|false|False|FALSE)$")
+_SpecLoader.add_constructor(_BOOL, _SpecLoader.construct_yaml_bool)
+_SpecLoader.add_implicit_resolver(_BOOL, _BOOL_FORM, list("tTfF"))
 # A sign may lead each form (-.5 was text while .5 was a number), and an exponent needs neither a dot nor a sign
 # (1e-4 and 1.5e3 were text). A whole number without one is an int (resolved first).
 _EXPONENT_PART = r"[eE][-+]?[0-9]+"
-_SpecLoader.add_implicit_resolver(_FLOAT, re.compile(rf"""(?:[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*(?:{_EXPONENT_PART})?
-    |{_EXPONENT_PART})|\.[0-9][0-9_]*(?:{_EXPONENT_PART})?)|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.VERBOSE),
-                                  list("-+0123456789."))
+_FLOAT_FORM = re.compile(rf"""(?:[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*(?:{_EXPONENT_PART})?|{_EXPONENT_PART})
+    |\.[0-9][0-9_]*(?:{_EXPONENT_PART})?)|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.VERBOSE)
+_DECIMAL_INT_FORM = re.compile(r"[-+]?[0-9][0-9_]*")
+_SpecLoader.add_implicit_resolver(_FLOAT, _FLOAT_FORM, list("-+0123456789."))
 
 
 def parse_spec(data: dict[str, Any], source: str = "<spec>", base_dir: str | Path | None = None, *,
