@@ -47,3 +47,27 @@ def test_a_moved_root_runs_its_open_experiments_and_shows_the_logs_of_ended_ones
     trial = new / "users" / "alice" / "runs" / "open" / "trials" / "0"
     assert shown == (trial / "stdout.log").read_text()  # its files are in the moved area
     assert not old.exists()
+
+
+def test_an_area_linked_to_a_shared_mount_under_users_owner_runs_its_experiments_there(tmp_path: Path) -> None:
+    """The area a link to ``.../nfs/users/alice/hermes``: its stored paths, the link's target, hold ``users/alice``
+    outside the root that never moved. They were read in the area (``.../hermes/hermes``): the experiment stayed
+    queued for ever, waiting for its files."""
+    root, shared = tmp_path / "root", tmp_path / "nfs" / "users" / "alice" / "hermes"
+    shared.mkdir(parents=True)
+    (root / "users").mkdir(parents=True)
+    (root / "users" / "alice").symlink_to(shared)
+    give_code(root, "alice")  # into the shared mount, through the link
+    config = ServerConfig(root=root, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
+    with TestClient(create_app(config)) as client:
+        server = Server.__new__(Server)
+        server.client = client
+        server.tokens = {"alice": client.app.state.hermes.accounts.add_user("alice")}  # type: ignore[attr-defined]
+        spec = real_spec("linked", trials=1, steps=2, sleep=0.01, storage={"dir": "runs"})
+        made = client.post("/api/experiments", json={"spec": spec}, headers=server.as_("alice")).json()
+        assert made["spec"]["storage"]["dir"] == str(shared.resolve() / "runs")  # the link's target, as stored
+        finished = server.wait(made["id"], timeout=20)
+        assert (finished["status"], finished["error"], finished["by_state"]) == ("finished", None, {"completed": 1})
+        shown = server.get(f"/api/experiments/{made['id']}/trials/0/log")["text"]
+    assert shown == (shared / "runs" / "linked" / "trials" / "0" / "stdout.log").read_text()  # in the mount
+    assert not (shared / "hermes").exists()

@@ -168,11 +168,16 @@ class Hermes:
 
     def _moved_here(self, path: str, owner: str) -> str:
         """A path of ``owner``'s stored spec, read under this root. The store keeps them absolute (``stored``), under
-        the root of the server that took the spec: one outside this root that lies in ``users/<owner>/`` (the last
-        such pair of its folders) was stored before the root moved here, and lies in the area here at the same
-        place; any other stays as stored (relative: from the area; a link's target outside the root)."""
+        the root of the server that took the spec, or under the area's target where the area is a link to a shared
+        mount. One that exists no more, outside this root and the area's target, that lies in ``users/<owner>/``
+        (the last such pair of its folders) was stored before the root moved here, and lies in the area here at the
+        same place; any other stays as stored (relative: from the area). A link's target is never moved: its own
+        path may hold ``users/<owner>`` (``/nfs/users/alice/hermes``), and its experiments waited for ever for
+        files at a place in the area that held none."""
         stored = Path(path)
-        if not stored.is_absolute() or stored.is_relative_to(self.config.root.resolve()):
+        if not stored.is_absolute() or stored.is_relative_to(self.config.root.resolve()) or os.path.exists(stored):
+            return path
+        if stored.is_relative_to(self.config.area(owner).resolve()):  # an area linked out, its storage dir not made
             return path
         parts = stored.parts
         area = [index for index in range(len(parts) - 1) if parts[index:index + 2] == ("users", owner)]
