@@ -39,7 +39,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hermes.core.decisions import Decision
-from hermes.core.events import Event, TrialSubmitted
+from hermes.core.events import Event, SubmissionsReopened, TrialSubmitted
 from hermes.core.scheduler import Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
@@ -323,6 +323,11 @@ class LiveView:
         self._lock = threading.Lock()
         self._live: Live | None = None
         self._interrupted = False
+        self._forget()
+
+    def _forget(self) -> None:
+        """Start over: the next look reads every trial as it is. What is kept assumes that an ended trial stays
+        ended; a reopening (a rerun with a larger budget) runs again those its end stopped."""
         # Kept on the engine's thread, as events come: every trial the view knows (the core's first ones, in order)
         self._followed: dict[str, _Followed] = {}
         self._submitted: list[str] = []  # trials submitted since the last snapshot
@@ -358,7 +363,9 @@ class LiveView:
             self._live.__exit__(*exc_info)
 
     def __call__(self, event: Event, decisions: list[Decision]) -> None:
-        if type(event) is TrialSubmitted:
+        if type(event) is SubmissionsReopened:
+            self._forget()
+        elif type(event) is TrialSubmitted:
             self._submitted.append(event.trial_id)
         else:
             trial_id = getattr(event, "trial_id", None)

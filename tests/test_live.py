@@ -23,10 +23,12 @@ from rich.live_render import LiveRender
 from hermes.core.decisions import Decision
 from hermes.core.events import (
     Event,
+    ExperimentCancelled,
     NodeAdded,
     NodeRemoved,
     PeriodElapsed,
     SubmissionsClosed,
+    SubmissionsReopened,
     TrialExited,
     TrialReported,
     TrialSubmitted,
@@ -429,6 +431,36 @@ def test_trials_that_come_after_the_view_started_are_shown_with_or_without_an_ev
     assert "completed 1  running 2  pending 1" in header(text), header(text)
     assert re.search(r"│ 0 +│ completed +│ +│ +3/3 │", text) and "1 pending" in text, text
     assert text == run.draw()
+
+
+def test_trials_that_a_larger_budget_runs_again_are_shown_once_as_they_are_now() -> None:
+    """A rerun with a larger budget revives the trials its spent budget stopped: the view kept their "stopped" rows
+    too (each trial listed and ranked twice, "stopped 0" in the header, the ETA's sums counting them twice), and a
+    revived trial that no decision named (one still pending) stayed "stopped"."""
+    budget = Budget(trials=4)
+    run = Run()
+    view = run.follow(budget)
+    for trial_id in ("0", "1", "2"):
+        run.submit(trial_id, 3)
+    run.train("0", [0.5])
+    run.train("1", [0.7])
+    run(ExperimentCancelled(1.0, "max_time"))  # trial 2 never ran
+    run.finish("0", 1.1)
+    run.finish("1", 1.1)
+    assert "stopped 3" in header(drawn(view))
+    run(SubmissionsReopened(2.0))  # trials 0 and 1 start again from step 0, trial 2 waits
+    text = drawn(view)
+    assert "running 2  pending 1" in header(text) and "stopped" not in text, text
+    assert len(re.findall(r"│ [01] +│ running +│ gpu\d +│ +0/3 │", text)) == 2, text
+    assert text == run.draw(budget=budget)
+    for trial_id in ("0", "1"):
+        run.train(trial_id, [0.6, 0.8, 0.9], start=run.now)
+        run.finish(trial_id, run.now)
+    run.train("2", [0.4], start=run.now)
+    text = drawn(view)
+    assert "completed 2  running 1" in header(text), header(text)
+    assert len(re.findall(r"│ [012] +│ (?:completed|running) ", text)) == 3 and "stopped" not in text, text
+    assert text == run.draw(budget=budget)  # the ETA too: of three trials, not five
 
 
 def test_the_last_frame_of_an_interrupted_run_that_the_view_followed_shows_nothing_running() -> None:
