@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.live import Live
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.segment import Segment
 from rich.table import Table
@@ -607,14 +608,15 @@ class LiveView:
             counted = [f"{listed} not listed"] * bool(listed) + [f"{pending} pending"] * bool(pending)
             line = Text("trials: " + ", ".join(counted), style="dim")
             return line, len(console.render_lines(line, options, pad=False))
+        metric = escape(self.metric)  # titles and headers are Rich markup: a name's [brackets] are its own
         layouts = (
-            ("state", "GPU", f"last {self.metric}", f"best {self.metric}"),
-            ("state", f"last {self.metric}", f"best {self.metric}"),
+            ("state", "GPU", f"last {metric}", f"best {metric}"),
+            ("state", f"last {metric}", f"best {metric}"),
             ("state", "last", "best"),
             ("last", "best"),
         )
         for columns in layouts:
-            table = Table(title="trials" if columns[-1] == f"best {self.metric}" else f"trials ({self.metric})",
+            table = Table(title="trials" if columns[-1] == f"best {metric}" else f"trials ({metric})",
                           title_justify="left", caption=caption, caption_justify="left")
             _number_column(table, "trial", rows, lambda r: r.trial_id, justify="left")
             if "state" in columns:
@@ -630,7 +632,7 @@ class LiveView:
                 if "state" in columns:
                     cells.append(Text(row.state.value, style=_STATE_STYLE[row.state]))
                 if "GPU" in columns:
-                    cells.append(row.gpu)
+                    cells.append(Text(row.gpu))  # a cell's str is markup too
                 cells += [f"{row.step}/{row.budget}", format_number(row.last), format_number(row.best)]
                 table.add_row(*cells)
             widest = _widest(console, options, table)
@@ -646,15 +648,16 @@ class LiveView:
         return Text(f"best {self.metric}: {format_number(best.best)} (trial {best.trial_id})")
 
     def _leaderboard(self, console: Console, options: ConsoleOptions, ranked: Sequence[_Row]) -> Table:
-        for columns in (("best " + self.metric, "state"), ("best", "state"), ("best",)):
-            table = Table(title=f"leaderboard (best {self.metric}, {self.mode})", title_justify="left")
+        metric = escape(self.metric)
+        for columns in (("best " + metric, "state"), ("best", "state"), ("best",)):
+            table = Table(title=f"leaderboard (best {metric}, {self.mode})", title_justify="left")
             _number_column(table, "#", ranked, lambda r: str(ranked.index(r) + 1))
             _number_column(table, "trial", ranked, lambda r: r.trial_id, justify="left")
             _number_column(table, columns[0], ranked, lambda r: format_number(r.best))
             if "state" in columns:
                 table.add_column("state", no_wrap=True)
             for place, row in enumerate(ranked, start=1):
-                table.add_row(str(place), row.trial_id, format_number(row.best), *(
+                table.add_row(str(place), Text(row.trial_id), format_number(row.best), *(
                     [Text(row.state.value, style=_STATE_STYLE[row.state])] if "state" in columns else []))
             if _fits(options, table, _widest(console, options, table)):
                 break

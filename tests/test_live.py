@@ -528,3 +528,27 @@ def test_a_snapshot_and_a_frame_cost_what_changed_not_every_trial() -> None:
     (_, small_frame), (snapshot, frame) = costs
     assert snapshot < 32 * 1024, costs  # a row and a record of each trial: 680 KB
     assert frame - small_frame < 32 * 1024, costs  # every row sorted, twice: 100 KB more
+
+
+# ---------------------------------------------------------------------- 7. names that look like Rich markup
+@pytest.mark.parametrize("width", [120, 50])
+@pytest.mark.parametrize("metric", ["loss[/train]", "acc [val]"])
+def test_names_in_brackets_are_shown_as_they_are(metric: str, width: int) -> None:
+    """A metric named ``loss[/train]`` crashed `hermes run` in a terminal (rich.errors.MarkupError, before any trial
+    ran), and ``acc [val]`` showed as ``acc``: titles, headers and str cells are Rich markup. A GPU's name too."""
+    scheduler = Scheduler(FifoPolicy(), objective=Objective("min"))
+    scheduler.handle(NodeAdded(0.0, "node", ("gpu[b]0", "gpu[b]1")))
+    for trial_id in ("0", "1"):
+        scheduler.handle(TrialSubmitted(0.0, trial_id, 3))
+    scheduler.handle(TrialReported(1.0, "0", 1, 0.5))
+    console = Console(width=width, height=40, record=True, file=io.StringIO(), color_system=None)
+    view = LiveView("exp [x]", metric, "min", scheduler, lambda: 1.0, console)
+    view._take()
+    console.print(LiveRender(view))
+    text = console.export_text()
+    assert header(text).startswith("exp [x]  "), text
+    assert f"leaderboard (best {metric}, min)" in text, text
+    if width == 120:
+        assert f"last {metric}" in text and f"best {metric}" in text and "gpu[b]0" in text, text
+    else:  # the narrow layout names the metric in its title
+        assert f"trials ({metric})" in text, text

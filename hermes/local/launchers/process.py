@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import re
 import signal
@@ -306,6 +307,21 @@ class _Reading:
     metrics: dict[str, float]
 
 
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """A line as far as it is read: the report it shows, and how many values its objective showed in turn (each
+    segment of a line redrawn with \\r shows one)."""
+
+    reading: _Reading
+    values: int = 1
+
+    def redrawn(self, reading: _Reading) -> _Line:
+        """The line once its next segment that matches shows ``reading``."""
+        last, new = self.reading.objective, reading.objective
+        changed = new != last and not (math.isnan(new) and math.isnan(last))
+        return _Line(reading, self.values + changed)
+
+
 class ScriptLauncher(ProcessLauncher):
     """Unmodified programs: metrics from stdout, SIGSTOP and SIGCONT in place."""
 
@@ -313,7 +329,9 @@ class ScriptLauncher(ProcessLauncher):
 
     def __init__(self, host: Any) -> None:
         super().__init__(host)
-        self._shown: dict[Output, _Reading] = {}  # per pipe: the report a line redrawn with \r shows so far
+        self._shown: dict[Output, _Line] = {}  # per pipe: what a line redrawn with \r shows so far
+        # runs that reported a line redrawn over several values of its objective without a step group: how many
+        self._merged: dict[Run, int] = {}
 
     def suspend(self, run: Run) -> None:
         """SIGSTOP the process group, then report what it printed before stopping and that it is suspended."""
@@ -358,19 +376,33 @@ class ScriptLauncher(ProcessLauncher):
         if shown is not None and reading is None and redrawn:
             self._shown[output] = shown  # another segment of the same line, which says nothing: still shown
             return
-        if shown is not None and (reading is None or reading.step != shown.step):
-            self._report(run, shown)  # the line ended, or moved on to another step: what it showed is that step's
-        if reading is not None and redrawn:
-            self._shown[output] = reading
-        elif reading is not None:
-            self._report(run, reading)
+        if shown is not None and (reading is None or reading.step != shown.reading.step):
+            self._report_line(run, shown)  # the line ended, or moved on to another step: what it showed is that
+            shown = None                   # step's
+        if reading is None:
+            return
+        current = _Line(reading) if shown is None else shown.redrawn(reading)
+        if redrawn:
+            self._shown[output] = current
+        else:
+            self._report_line(run, current)
 
     def _ended(self, run: Run, output: Output) -> None:
         shown = self._shown.pop(output, None)
         if shown is not None:  # a line redrawn to the end, never ended by \n
-            self._report(run, shown)
+            self._report_line(run, shown)
 
     def _close(self, run: Run) -> None:
+        # said at its end, where the line is known to be its one report: a Keras line an epoch shows several too
+        values = self._merged.pop(run, None)
+        if values is not None and run.reports == 1 and _exited_before_budget(run):
+            trial = run.trial
+            metric = self.host.metric_of(trial) or "the objective"
+            _note(trial, f"hermes: trial {trial.trial_id}: its only report (of budget.steps {trial.launch.budget}) is "
+                         f"the last of {values} values of {metric} that a line redrawn with \\r showed in turn: "
+                         "without a step group in trial.metrics_regex, a line is one step. If the line shows one epoch "
+                         "after another (a tqdm bar over the epochs), print the epoch in it (set_postfix(epoch=epoch + "
+                         "1, ...)) and read it with a step group (epoch=(?P<step>\\d+))\n")
         for output in run.outputs:
             self._shown.pop(output, None)
         super()._close(run)
@@ -418,6 +450,13 @@ class ScriptLauncher(ProcessLauncher):
                            f"iterations, at most {protocol.MAX_STEP} (a timestamp is no step)")
             return None
         return _Reading(step, metrics[name], metrics)
+
+    def _report_line(self, run: Run, line: _Line) -> None:
+        """Record what a line showed last; without a step group, one that showed several values is said at the
+        run's end if it was the run's one report (a bar over all the epochs reads as one step)."""
+        if line.reading.step is None and line.values > 1:
+            self._merged[run] = line.values
+        self._report(run, line.reading)
 
     def _report(self, run: Run, reading: _Reading) -> None:
         """Record a segment's report: of its step, or without a step group of the next one."""
@@ -486,6 +525,13 @@ def _note(trial: LocalTrial, text: str) -> None:
     """Add a word of Hermes's to the trial's stderr.log, where its run has ended; on a full disk it is lost."""
     with contextlib.suppress(OSError), open(trial.directory / "stderr.log", "a", encoding="utf-8") as log:
         log.write(text)
+
+
+def _exited_before_budget(run: Run) -> bool:
+    """Whether the run's program exited by itself, as a success, before it reported budget.steps: not stopped, nor
+    failed, nor killed past its budget."""
+    return (run.process.returncode == 0 and not run.silent and not run.trained and run.error is None
+            and not run.handshake.stop_requested and run.trial.last_step < run.trial.launch.budget)
 
 
 def _kept(segment: bytes | bytearray, limit: int | None) -> bytes:
