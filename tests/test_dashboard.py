@@ -397,9 +397,10 @@ def test_the_page_says_what_went_wrong_and_keeps_trials_in_submission_order(
 ) -> None:
     """One server, the pages a user opens on it: a finished experiment whose trial diverged (its last value
     "nan"), with its first reports and colours in submission order, whose trial panel empties when the user goes
-    back, and whose weight field, refused, shows the API's reason and the stored weight again; a failed
+    back, and whose weight is shown but not offered for a change; a failed
     experiment, whose reason shows in the list and the header as text; an unknown experiment, another user's and
-    an unknown trial, each said once and not asked for again; a cancel refused as the experiment ended meanwhile."""
+    an unknown trial, each said once and not asked for again; a running experiment whose weight field, refused,
+    shows the API's reason and the stored weight again, and whose cancel is refused as it ended meanwhile."""
     import httpx
 
     url, token, admin_token = server
@@ -450,12 +451,9 @@ def test_the_page_says_what_went_wrong_and_keeps_trials_in_submission_order(
         expected = page.evaluate("(trials) => trials.map((t, i) => [t, trialColour(i)])", submitted)
         assert {trial: colour for trial, colour in bars} == dict(expected)
 
-        # its weight refused: the API's reason beside the control, the field back to the stored weight
-        page.fill("#weight", "0")
-        page.click("#view .controls button:has-text('Set weight')")
-        page.wait_for_function("() => document.querySelector('#control-error').textContent.startsWith('422 ')")
-        assert "greater than or equal to" in page.locator("#control-error").inner_text()
-        assert page.input_value("#weight") == "1"
+        # it ended: it keeps the weight it ran with, shown, not offered for a change (the API refuses one: 409)
+        assert page.locator("#weight").inner_text() == "weight 1"
+        assert page.locator("#view .controls button:has-text('Set weight')").count() == 0
 
         # a trial opened, then back to the experiment: the panel empties and that trial is asked for no more
         page.click('#leaderboard tr[data-trial="0"]')
@@ -483,9 +481,15 @@ def test_the_page_says_what_went_wrong_and_keeps_trials_in_submission_order(
             page.wait_for_timeout(2_500)
             assert [u for u in asked if asked_for in u] == [], hash_
 
-        # the running experiment's cancel, refused as it was cancelled meanwhile
+        # the running experiment's weight refused: the API's reason beside the control, the field back to the
+        # stored weight; then its cancel, refused as it was cancelled meanwhile
         page.goto(f"{url}/#/experiments/{running}")
         page.wait_for_selector("#cancel")
+        page.fill("#weight", "0")
+        page.click("#view .controls button:has-text('Set weight')")
+        page.wait_for_function("() => document.querySelector('#control-error').textContent.startsWith('422 ')")
+        assert "greater than or equal to" in page.locator("#control-error").inner_text()
+        assert page.input_value("#weight") == "1"
 
         def cancelled_meanwhile(dialog: Any) -> None:  # the page waits on the dialog: its header still offers Cancel
             httpx.post(f"{url}/api/experiments/{running}/cancel", headers=headers)

@@ -150,6 +150,7 @@ def test_another_users_experiment_is_not_found(server: Server) -> None:
     response = server.client.put(f"/api/experiments/{bobs}/weight", json={"weight": 5}, headers=server.as_("alice"))
     assert response.status_code == 404
     assert server.hermes.store.experiment(bobs).weight == 1.0
+    server.hermes.store.set_status(bobs, ExperimentStatus.RUNNING)  # one that ended keeps its weight (409)
     response = server.client.put(f"/api/experiments/{bobs}/weight", json={"weight": 5}, headers=server.as_("bob"))
     changed, read = response.json(), server.get(f"/api/experiments/{bobs}", "bob")
     assert changed["weight"] == 5.0 and changed["trials"] == 12  # the record a GET gives: its trials were null

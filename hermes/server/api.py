@@ -244,7 +244,9 @@ def cancel(experiment_id: int, hermes: HermesDep, user: UserDep) -> Experiment:
 
 @router.put("/experiments/{experiment_id}/weight", summary="change the experiment's share of the GPU pool")
 def set_weight(experiment_id: int, body: WeightRequest, hermes: HermesDep, user: UserDep) -> Experiment:
-    _experiment(hermes, user, experiment_id)
+    record = _experiment(hermes, user, experiment_id)
+    if record.status.is_final:  # it ran with the weight it has: a new one would misstate its share
+        raise HTTPException(status.HTTP_409_CONFLICT, f"experiment {experiment_id} is {record.status.value} already")
     hermes.store.set_weight(experiment_id, body.weight)
     return _current(hermes, experiment_id)
 

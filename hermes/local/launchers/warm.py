@@ -12,6 +12,7 @@ and silently catch up to the step the core knows.
 from __future__ import annotations
 
 import functools
+import glob
 import json
 import os
 import subprocess
@@ -68,7 +69,6 @@ class WarmLauncher(Launcher):
         self._workers: dict[tuple[str, str | None], Worker] = {}  # (slot name, group) -> its warm worker
         # (a retiring one is not here)
         self._retiring: list[Worker] = []
-        self._group_logs: dict[str, set[Path]] = {}  # group -> the logs its workers wrote, until it ends
 
     # ------------------------------------------------------------------ decisions
     def launch(self, trial: LocalTrial, slot: Slot) -> None:
@@ -152,13 +152,15 @@ class WarmLauncher(Launcher):
         """End the workers of ``group`` (a pool's experiment that ended): what they still hold goes unsaid. Then their
         logs go where empty (nearly always): a server's pool kept one per experiment and slot for its life. One with
         output stays: it may tell of a crash. Only once every worker of the group, ended here or before, has exited (one
-        still exiting, or a retiring one's successor, may write to a log it shares) and none starts again."""
+        still exiting, or a retiring one's successor, may write to a log it shares) and none starts again. Every log of
+        the group's name goes, not only those of workers started here: a server killed while the experiment ran left
+        those of slots it never uses again (a GPU taken out, say). The ``-`` keeps ``e1`` from taking ``e10``'s."""
         for worker in [*self._workers.values(), *self._retiring]:
             if worker.group == group:
                 for run in worker.runs.values():
                     run.silent = True
                 self._end(worker)
-        for log in self._group_logs.pop(group, set()):
+        for log in (self.host.directory / "workers").glob(f"{glob.escape(group)}-*.log"):
             try:
                 if log.stat().st_size == 0:
                     log.unlink()
@@ -176,8 +178,6 @@ class WarmLauncher(Launcher):
         name = slot.name.replace("/", "-") if group is None else f"{group}-{slot.name.replace('/', '-')}"
         log = host.directory / "workers" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        if group is not None:
-            self._group_logs.setdefault(group, set()).add(log)
         messages_read, messages_write = os.pipe()
         tag = new_run_tag()
         env = {

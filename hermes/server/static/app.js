@@ -308,7 +308,10 @@ function experimentView(root, id, selectedTrial) {
         el("span", {}, `owner ${e.owner ?? "-"} · ${e.metric} (${e.mode}) · ` + (e.damaged ? "trials not shown" :
            `${e.trials} trials: ${counts || "none yet"}` +
            ` · best ${fmt(e.best)}${e.best_trial ? " (trial " + e.best_trial + ")" : ""}`)),
-        el("label", {}, "weight ", weight), setWeight, e.status === "running" || e.status === "queued" ? cancel : "",
+        // an ended experiment keeps the weight it ran with (the API refuses a change: 409)
+        ...(["finished", "failed", "cancelled"].includes(e.status) ? [el("span", { id: "weight" }, `weight ${fmt(e.weight)}`)]
+          : [el("label", {}, "weight ", weight), setWeight]),
+        e.status === "running" || e.status === "queued" ? cancel : "",
         controlError));
   }
 
