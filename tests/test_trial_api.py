@@ -177,7 +177,7 @@ def test_a_resumed_trial_that_registered_a_checkpoint_but_starts_over_is_told_to
         trial.report(1, accuracy=0.5)
 
     resumed = Channel(tmp_path / "t1", monkeypatch)
-    trial.Checkpoint(model=model)  # registered, never restored
+    state = trial.Checkpoint(model=model)  # registered, not restored
     with pytest.raises(session_module.ResumeError) as raised:
         trial.report(1, accuracy=0.5)
     message = str(raised.value)
@@ -185,7 +185,8 @@ def test_a_resumed_trial_that_registered_a_checkpoint_but_starts_over_is_told_to
     assert "range(state.restore(), trial.budget())" in message
     assert isinstance(raised.value, HermesError) and resumed.received() == []
     resumed.answer(protocol.CONTINUE)
-    trial.report(2, accuracy=0.6)  # continuing from the checkpoint's step is what it should do
+    assert state.restore() == 1
+    trial.report(2, accuracy=0.6)  # restoring, then continuing from the checkpoint's step is what it should do
     assert resumed.received() == [{"type": "report", "step": 2, "metrics": {"accuracy": 0.6}, "checkpointed": False}]
 
 

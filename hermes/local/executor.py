@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections import deque
 from dataclasses import replace
 from pathlib import Path
@@ -41,6 +40,7 @@ from hermes.local.runs import LocalTrial, Run, SwitchTiming
 from hermes.local.system import meminfo
 from hermes.local.watchdog import TrialLimits, Watchdog
 from hermes.trial import protocol
+from hermes.trial.session import remove_checkpoints
 
 SWITCHES_KEPT = 100_000  # the latest suspensions' timings a runner keeps (about 20 MB); it may run for days
 
@@ -137,7 +137,7 @@ class LocalExecutor(Executor[TrialLaunch]):
         if isinstance(decision, Start):  # from scratch: forget any earlier attempt's checkpoints
             if trial.run is not None:
                 raise HermesError(f"trial {trial.trial_id} already runs on {trial.run.slot.name}")
-            shutil.rmtree(trial.directory / protocol.CHECKPOINTS_DIR, ignore_errors=True)
+            remove_checkpoints(trial.directory / protocol.CHECKPOINTS_DIR)
             trial.last_step = trial.checkpoint_step = 0
             self.watchdog.started(trial.trial_id, self.now(), trial.launch.limits, trial.launch.ran)
             self._launch(trial, self._free_slot(trial, decision.gpu))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -37,6 +36,7 @@ from hermes.local.launch import TrialLaunch
 from hermes.local.resources import local_slots
 from hermes.ray.storage import checked_store, checkpoint_contents, make_links
 from hermes.trial import protocol
+from hermes.trial.session import remove_checkpoints
 
 State = dict[str, Any]  # {"step": n, "files": {relative path: bytes}, "links": {relative path: target}}: a trial's
 # newest checkpoint (its links as links: ``hermes.ray.storage.checkpoint_contents``)
@@ -324,7 +324,7 @@ class NodeAgent:
         self._note_directory(trial_id, work)
         trial_dir = self._trial_dir(trial_id)
         checkpoints = trial_dir / protocol.CHECKPOINTS_DIR
-        shutil.rmtree(checkpoints, ignore_errors=True)
+        remove_checkpoints(checkpoints)  # Hermes's, not the trial's own files there (its best model, say)
         if state is None:
             step = self.storage.download(trial_id, trial_dir)
             if work.movable and reported_step > 0 and (step is None or step < reported_step):

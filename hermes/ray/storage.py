@@ -34,7 +34,7 @@ from typing import Any
 
 from hermes.errors import HermesError
 from hermes.trial import protocol
-from hermes.trial.session import _sync, _sync_tree
+from hermes.trial.session import _sync, _sync_tree, remove_checkpoints
 
 EXPERIMENT_MARK = ".hermes-experiment"  # in an experiment's folder of a storage URI: made by this Hermes, not before
 SHARED_MARK = ".hermes-run-"  # a driver's object for its nodes' agents to find (``mark_shared``)
@@ -200,9 +200,7 @@ class CheckpointStore:
         _sync(pointer)
         os.replace(pointer, root / protocol.LATEST_FILE)
         _sync(root)
-        for entry in root.iterdir():
-            if entry.is_dir() and entry != final:
-                shutil.rmtree(entry, ignore_errors=True)
+        remove_checkpoints(root, keep=final)
         return step
 
     def delete(self, trial_id: str) -> None:

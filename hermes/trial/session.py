@@ -9,6 +9,7 @@ import gc
 import json
 import operator
 import os
+import re
 import resource
 import shutil
 import stat
@@ -52,7 +53,8 @@ class BudgetExit(SystemExit):
 
 
 class ResumeError(HermesError):
-    """A resumed trial reported a step its checkpoint already holds: it did not continue from it."""
+    """A resumed trial did not continue from its checkpoint: it registered savers but restored none, or reported a
+    step its checkpoint already holds."""
 
 
 class Channel(Protocol):
@@ -305,6 +307,13 @@ class Session:
                     "(docs/trials.md)"
                 )
             self._start_over(step)
+        if self.last_step == self.start_step > 0 and self.savers and not self._restored:
+            raise ResumeError(
+                f"trial {self.trial_id} resumed from its checkpoint of step {self.start_step}, but none of its "
+                f"checkpoint parts ({', '.join(map(repr, self.savers))}) was restored: it would go on from a fresh "
+                "state. Call restore() before the first report: loop `for epoch in range(state.restore(), "
+                "trial.budget())` (docs/trials.md)"
+            )
         if not metrics:
             raise ValueError("report() needs at least one metric")
         if self.metric is None and len(metrics) > 1:
@@ -456,12 +465,32 @@ class Session:
         _sync_all([pointer, root])  # the pointer's content; the renamed checkpoint and the pointer's name
         os.replace(pointer, root / protocol.LATEST_FILE)
         _sync(root)
-        for entry in root.iterdir():
-            if entry.is_dir() and entry != final:
-                shutil.rmtree(entry, ignore_errors=True)
+        remove_checkpoints(root, keep=final)
 
     def _send(self, message: dict[str, Any]) -> None:
         self._channel.send(message)
+
+
+_OWN_FOLDER = re.compile(r"(\.tmp-)?step-\d+|\.tmp-download-\d+")  # what Hermes writes in a checkpoints/ folder
+
+
+def remove_checkpoints(root: Path, keep: Path | None = None) -> None:
+    """Delete the checkpoints in ``root`` (a trial's ``checkpoints/``) but ``keep``: Hermes's ``step-<n>`` folders and
+    the temporary ones they are written in (``.tmp-step-<n>``, ``.tmp-download-<n>``); with no ``keep`` (the trial runs
+    from scratch), its ``latest`` pointer too, and ``root`` where nothing else is left. Anything else there is the
+    trial's own (a folder of its best model, say, made by a trial that works in ``trial_dir()``): never deleted."""
+    try:
+        entries = list(root.iterdir())
+    except OSError:  # none yet, or unreadable: nothing this could delete
+        return
+    for entry in entries:
+        if entry != keep and _OWN_FOLDER.fullmatch(entry.name) and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+    if keep is None:
+        with contextlib.suppress(OSError):  # rmdir: the trial's own files are there
+            for name in (protocol.LATEST_FILE, f"{protocol.LATEST_FILE}.tmp"):
+                (root / name).unlink(missing_ok=True)
+            root.rmdir()
 
 
 FULL_BELOW = 1 << 20  # bytes left to users under which a file system counts as full
