@@ -19,13 +19,16 @@ reference, not a bound: successive halving that knows at every rung how many tri
 the winner. The last lines check hermes against the targets of issue 14 (warm costs, 4 GPUs), and
 say which no policy can meet.
 ``--trials N`` judges small searches instead: in each seed, N trials drawn from the trace (seeded
-by the seed), the oracle's figures over the same draws. ``--noise SHARE`` judges the policies on
-noisy metrics: every report but a trial's last scatters around its recorded curve by SHARE times
-the spread of the trace's final metrics (``noisy``). ``--epochs N`` judges other searches: every
-trial's budget cut at N epochs, so the final metric, the best trial and the target are those at
-epoch N (``cut``). ``--traces`` chooses among the shipped traces, or judges any search recorded in the
-trace format: ``--traces path/to/search.csv:max`` (``:min`` for a metric that falls as it improves).
-``--json PATH`` also writes every per-seed figure.
+by the seed), the oracle's figures over the same draws; a draw of failed trials only has its last one
+swapped for a finished trial, drawn by the same seed, so every search has a best to reach.
+``--noise SHARE`` judges the policies on noisy metrics: every report but a trial's last scatters
+around its recorded curve by SHARE times the spread of the trace's final metrics (``noisy``).
+``--epochs N`` judges other searches: every trial's budget cut at N epochs, so the final metric, the
+best trial and the target are those at epoch N (``cut``). ``--traces`` chooses among the shipped
+traces, or judges any search recorded in the trace format: ``--traces path/to/search.csv:max``
+(``:min`` for a metric that falls as it improves); the same file may be judged both ways
+(``a.csv:max,a.csv:min``), each a block of its own. ``--json PATH`` also writes every block and every
+per-seed figure, each with its trace, direction, cluster size and costs.
 """
 
 from __future__ import annotations
@@ -39,15 +42,19 @@ import random
 import statistics
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
-from hermes.sim.compare import Setting, run_one  # noqa: E402
-from hermes.sim.costs import SwitchCosts  # noqa: E402
-from hermes.sim.trace import Trace, TraceTrial, load_trace  # noqa: E402
+from hermes.errors import TraceError
+from hermes.policies import policy_class, stopper_class
+from hermes.sim.compare import Setting, run_one
+from hermes.sim.costs import PROFILES, SwitchCosts
+from hermes.sim.trace import Trace, TraceTrial, load_trace
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "data")
 TRACES = (  # every trace in data/ and the direction of its metric (data/README.md)
@@ -76,7 +83,12 @@ class Run:
     overhead: float
 
 
-_traces: dict[tuple[str, float, int | None], Trace] = {}  # per worker process: each trace is read once
+# A trace to judge: a shipped trace's name or a trace file's absolute path, and the direction of its metric.
+TraceKey = tuple[str, str]
+# A block of the panel: the trace, the cluster size and the cost profile.
+BlockKey = tuple[str, str, int, str]
+
+_traces: dict[tuple[str, str, float, int | None], Trace] = {}  # per process: each trace is read once
 
 
 def noisy(trace: Trace, share: float) -> Trace:
@@ -99,15 +111,15 @@ def cut(trace: Trace, epochs: int) -> Trace:
     """``trace`` with every trial's budget cut at ``epochs``: another search, whose final ranking is that at
     the cut. On LCBench the final best of 52 epochs is a late riser; at 12 or 26 other trials win."""
     return Trace(f"{trace.path}@{epochs}", trace.mode, tuple(
-        dataclasses.replace(t, metrics=t.metrics[:epochs], seconds=t.seconds[:epochs]) for t in trace.trials))
+        dataclasses.replace(t, metrics=t.metrics[:epochs], seconds=t.seconds[:epochs],
+                            diverged=t.diverged and t.epochs <= epochs)  # one that failed later finishes at the cut
+        for t in trace.trials))
 
 
-def chosen_traces(entries: str | None) -> list[tuple[str, str]]:
-    """The traces to judge and the direction of each one's metric: every shipped trace, or those named in
-    ``entries`` (comma-separated), each a shipped trace's name or ``PATH:max`` / ``PATH:min`` of any trace file,
-    so that a search that is not in data/ is judged alike."""
-    if not entries:
-        return list(TRACES)
+def chosen_traces(entries: str) -> list[TraceKey]:
+    """An argparse type: the traces named in ``entries`` (comma-separated), each a shipped trace's name or
+    ``PATH:max`` / ``PATH:min`` of any trace file, so that a search that is not in data/ is judged alike; one
+    named twice is judged once."""
     shipped, chosen = dict(TRACES), []
     for entry in entries.split(","):
         path, colon, mode = entry.rpartition(":")
@@ -116,9 +128,9 @@ def chosen_traces(entries: str | None) -> list[tuple[str, str]]:
         elif colon and mode in ("max", "min") and os.path.isfile(path):
             chosen.append((os.path.abspath(path), mode))
         else:
-            raise SystemExit(f"--traces: {entry!r} is no shipped trace ({', '.join(shipped)}) and no trace file given "
-                             "as PATH:max or PATH:min")
-    return chosen
+            raise argparse.ArgumentTypeError(f"{entry!r} is no shipped trace ({', '.join(shipped)}) and no trace "
+                                             "file given as PATH:max or PATH:min")
+    return list(dict.fromkeys(chosen))
 
 
 def trace_label(name: str) -> str:
@@ -126,18 +138,35 @@ def trace_label(name: str) -> str:
     return os.path.splitext(os.path.basename(name))[0]
 
 
+def trace_labels(traces: list[TraceKey]) -> dict[TraceKey, str]:
+    """Each trace's ``trace_label``, with its direction (``t1:min``) where another trace has the same label, and
+    its whole name or path too where that is still not enough: no two blocks of one panel look alike."""
+    short = {key: trace_label(key[0]) for key in traces}
+    directed = {key: f"{short[key]}:{key[1]}" for key in traces}
+    shared, shared_directed = Counter(short.values()), Counter(directed.values())
+    return {key: short[key] if shared[short[key]] == 1 else directed[key] if shared_directed[directed[key]] == 1
+            else f"{key[0]}:{key[1]}" for key in traces}
+
+
 def _trace(name: str, mode: str, trials: int | None = None, seed: int = 0, noise: float = 0.0,
            epochs: int | None = None) -> Trace:
     """The shipped trace ``name``, or the trace file at the absolute path ``name`` (``epochs``: ``cut``; ``noise``:
-    ``noisy``), or (``trials``) the search of that many of its trials that ``seed`` draws."""
-    if (name, noise, epochs) not in _traces:
+    ``noisy``), or (``trials``) the search of that many of its trials that ``seed`` draws, with at least one
+    finished trial. TraceError for a file that is no valid trace, or has no finished trial."""
+    key = (name, mode, noise, epochs)
+    if key not in _traces:
         loaded = load_trace(name if os.path.isabs(name) else os.path.join(DATA, f"{name}.csv"), mode)
+        loaded.best_finals()  # refuses a search with no finished trial, which has no best to reach
         loaded = cut(loaded, epochs) if epochs else loaded
-        _traces[name, noise, epochs] = noisy(loaded, noise) if noise else loaded
-    full = _traces[name, noise, epochs]
+        _traces[key] = noisy(loaded, noise) if noise else loaded
+    full = _traces[key]
     if trials is None or trials >= len(full.trials):
         return full
-    return Trace(full.path, mode, tuple(random.Random(seed).sample(full.trials, trials)))
+    draw = random.Random(seed)
+    chosen = draw.sample(full.trials, trials)
+    if all(t.diverged for t in chosen):  # no best to reach: a finished trial, drawn by the same seed, takes a place
+        chosen[-1] = draw.choice([t for t in full.trials if not t.diverged])
+    return Trace(full.path, mode, tuple(chosen))
 
 
 def _run(job: tuple[str, str, str, int, int, str, int | None, float, int | None]) -> Run:
@@ -281,15 +310,16 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 
 
 def targets(
-    panel: dict[str, list[dict[str, Any]]], limits: dict[str, dict[str, float]], gpus: int, profile: str
+    panel: dict[BlockKey, list[dict[str, Any]]], limits: dict[BlockKey, dict[str, float]], gpus: int, profile: str
 ) -> list[str]:
     """Issue 14's targets for hermes, per trace: the unmet ones, or "met"; a target no policy can
     meet (the clairvoyant oracle's speed-up is below it, see ``caps``) says so. Hermes with a stopper
     composed (``hermes+median``) must still train the final best in every seed."""
     out = []
+    labels = trace_labels(list(dict.fromkeys((name, mode) for name, mode, _, _ in panel)))
     for key, rows in panel.items():
-        name, key_gpus, key_profile = key.split("|")
-        if int(key_gpus) != gpus or key_profile != profile:
+        name, mode, key_gpus, key_profile = key
+        if key_gpus != gpus or key_profile != profile:
             continue
         by = {r["policy"]: r for r in rows}
         mine, asha = by.get("hermes"), by.get("asha")
@@ -315,41 +345,99 @@ def targets(
         for stopped in (r for policy, r in by.items() if policy.startswith("hermes+")):
             if stopped["best_trained"] < stopped["seeds"]:
                 misses.append(f"{stopped['policy']} best trained {stopped['best_trained']}/{stopped['seeds']}")
-        out.append(f"  {trace_label(name):<22} " + ("met" if not misses else "; ".join(misses)))
+        out.append(f"  {labels[name, mode]:<22} " + ("met" if not misses else "; ".join(misses)))
     return out
+
+
+def _number(convert: Callable[[str], Any], accepts: Callable[[Any], bool], wording: str) -> Callable[[str], Any]:
+    """An argparse type, as the hermes CLI's: ``convert`` the text, and refuse what it cannot read or ``accepts`` does
+    not, in words (``--seeds 0`` would judge nothing, ``--noise nan`` feed NaN metrics to the policies)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not accepts(value):
+            raise argparse.ArgumentTypeError(f"must be {wording}, got {text!r}")
+        return value
+
+    return parse
+
+
+_positive_int = _number(int, lambda value: value >= 1, "a positive whole number")
+_share = _number(float, lambda value: 0 <= value < math.inf, "a number >= 0")
+
+
+def _listed(parse: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    """An argparse type: a comma-separated list, each item read by ``parse``, each named once."""
+
+    def parse_all(text: str) -> list[Any]:
+        return list(dict.fromkeys(parse(item) for item in text.split(",")))
+
+    return parse_all
+
+
+def _profile(name: str) -> str:
+    if name not in PROFILES:
+        raise argparse.ArgumentTypeError(f"unknown switch-cost profile {name!r}; choose one of {', '.join(PROFILES)}")
+    return name
+
+
+def _policy(entry: str) -> str:
+    """A policy, or a policy and an early stopper composed (``hermes+median``), that loads: refused here, in one
+    line, rather than in every worker."""
+    policy, plus, stopper = entry.partition("+")
+    try:
+        policy_class(policy)
+        if plus:
+            stopper_class(stopper)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return entry
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="4 GPUs, 3 seeds, warm costs")
-    parser.add_argument("--seeds", type=int, help="seeds 0..K-1 (default 10; 3 with --quick)")
-    parser.add_argument("--gpus", help="comma-separated cluster sizes (default 4,16; 4 with --quick)")
-    parser.add_argument("--costs", help="comma-separated profiles (default warm,process; warm with --quick)")
-    parser.add_argument("--traces", help="comma-separated shipped trace names, or PATH:max|min of any trace file "
-                                         "(default: every shipped trace)")
-    parser.add_argument("--trials", type=int, help="small searches: N trials of each trace per seed (default: all)")
-    parser.add_argument("--noise", type=float, default=0.0,
+    parser.add_argument("--seeds", type=_positive_int, help="seeds 0..K-1 (default 10; 3 with --quick)")
+    parser.add_argument("--gpus", type=_listed(_positive_int),
+                        help="comma-separated cluster sizes (default 4,16; 4 with --quick)")
+    parser.add_argument("--costs", type=_listed(_profile),
+                        help="comma-separated profiles (default warm,process; warm with --quick)")
+    parser.add_argument("--traces", type=chosen_traces, default=list(TRACES),
+                        help="comma-separated shipped trace names, or PATH:max|min of any trace file "
+                             "(default: every shipped trace)")
+    parser.add_argument("--trials", type=_positive_int,
+                        help="small searches: N trials of each trace per seed (default: all)")
+    parser.add_argument("--noise", type=_share, default=0.0,
                         help="scatter every report but the last by this share of the final metrics' spread (default 0)")
-    parser.add_argument("--epochs", type=int, help="other searches: every trial's budget cut at N epochs")
-    parser.add_argument("--policies", default=",".join(POLICIES))
-    parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
+    parser.add_argument("--epochs", type=_positive_int, help="other searches: every trial's budget cut at N epochs")
+    parser.add_argument("--policies", type=_listed(_policy), default=list(POLICIES))
+    parser.add_argument("--workers", type=_positive_int, default=2, help="processes (default 2)")
     parser.add_argument("--json", help="also write the panel, with per-seed figures, to this file")
     args = parser.parse_args()
     seeds = args.seeds or (3 if args.quick else 10)
-    gpu_counts = [int(g) for g in (args.gpus or ("4" if args.quick else "4,16")).split(",")]
-    profiles = (args.costs or ("warm" if args.quick else "warm,process")).split(",")
-    traces = chosen_traces(args.traces)
-    policies = args.policies.split(",")
+    gpu_counts = args.gpus or ([4] if args.quick else [4, 16])
+    profiles = args.costs or (["warm"] if args.quick else ["warm", "process"])
+    traces: list[TraceKey] = args.traces
+    policies = args.policies
     if "fifo" not in policies:
         policies.insert(0, "fifo")
-    started = time.perf_counter()
     trials, epochs = args.trials, args.epochs
+    for name, mode in traces:  # read here, so that a bad file is one line naming it, not a worker's traceback
+        try:
+            _trace(name, mode, noise=args.noise, epochs=epochs)
+        except TraceError as error:
+            parser.exit(2, f"{parser.prog}: error: {error}\n")
+    labels = trace_labels(traces)
+    started = time.perf_counter()
     jobs = [(name, mode, policy, seed, gpus, profile, trials, args.noise, epochs)
             for name, mode in traces for profile in profiles for gpus in gpu_counts
             for policy in policies for seed in range(seeds)]  # the order in which the loop below reads them
     results: dict[tuple, Run] = {}
-    panel: dict[str, list[dict[str, Any]]] = {}
-    limits: dict[str, dict[str, float]] = {}  # the clairvoyant oracle's speed-ups, per panel block
+    panel: dict[BlockKey, list[dict[str, Any]]] = {}
+    limits: dict[BlockKey, dict[str, float]] = {}  # the clairvoyant oracle's speed-ups, per panel block
     with ProcessPoolExecutor(args.workers) as pool:
         runs = pool.map(_run, jobs, chunksize=max(1, seeds // 2))  # in job order: print each block when done
         for name, mode in traces:
@@ -362,13 +450,13 @@ def main() -> None:
                             run = results[job] = next(runs)
                             per[policy].append(run)
                     rows = [row(p, per[p], per["fifo"]) for p in policies]
-                    key = f"{name}|{gpus}|{profile}"
-                    cap = limits.setdefault(key, caps(name, mode, per["fifo"], gpus, trials, args.noise, epochs))
+                    key = (name, mode, gpus, profile)
+                    cap = limits[key] = caps(name, mode, per["fifo"], gpus, trials, args.noise, epochs)
                     panel[key] = rows
                     size = "" if trials is None else f", {trials} of its trials"
                     size += f", noise {args.noise}" if args.noise else ""
                     size += f", cut at {epochs} epochs" if epochs else ""
-                    print(f"\n== {trace_label(name)}{size}, {gpus} GPUs, {profile} costs, {seeds} seeds")
+                    print(f"\n== {labels[name, mode]}{size}, {gpus} GPUs, {profile} costs, {seeds} seeds")
                     print(format_rows(rows))
                     for label, prefix in (("oracle", ""), ("sweep first", "sweep_"), ("halving*", "halving_")):
                         print(f"{label:<14}{'':>6}{cap[prefix + 'best_mean_x']:>10.2f}{cap[prefix + 'best_worst_x']:>7.2f}"
@@ -378,9 +466,12 @@ def main() -> None:
         print("\n".join(targets(panel, limits, 4, "warm")))
     print(f"\n(wall time {time.perf_counter() - started:.0f} s)")
     if args.json:
-        per_seed = {"|".join(map(str, (job[0], *job[2:6]))): asdict(run) for job, run in results.items()}
+        block = ("trace", "mode", "gpus", "costs")
+        blocks = [{**dict(zip(block, key)), "rows": rows, "oracle": limits[key]} for key, rows in panel.items()]
+        per_seed = [{**dict(zip(("trace", "mode", "policy", "seed", "gpus", "costs"), job)), **asdict(run)}
+                    for job, run in results.items()]
         with open(args.json, "w", encoding="utf-8") as file:
-            json.dump({"panel": panel, "oracle": limits, "runs": per_seed}, file, indent=1)
+            json.dump({"panel": blocks, "runs": per_seed}, file, indent=1)
 
 
 if __name__ == "__main__":
