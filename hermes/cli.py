@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
@@ -192,9 +192,10 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
         experiment = store.experiment(outcome.experiment_id)
         report = ExperimentView.load(store, experiment)
     why = f": {session.ended_by}" if session.ended_by and session.failure is None else ""
-    print(f"{spec.name}: {outcome.status.value}{' (continued)' if outcome.resumed else ''}{why}; "
-          f"store {session.storage / 'hermes.db'}")
-    print(format_results(report, standings(report)[: args.top], "table"))
+    with _unwritable_output_dropped():
+        print(f"{spec.name}: {outcome.status.value}{' (continued)' if outcome.resumed else ''}{why}; "
+              f"store {session.storage / 'hermes.db'}")
+        print(format_results(report, standings(report)[: args.top], "table"), flush=True)
     error = session.failure or every_trial_failed(report.trials)
     if error is None:
         return 0
@@ -326,17 +327,57 @@ def _again(trial: Trial) -> str:
     return f"it runs again from its last saved checkpoint (or its beginning), catching up to step {trial.step}"
 
 
+@contextmanager
+def _unwritable_output_dropped() -> Iterator[None]:
+    """What the block prints, dropped where stdout cannot be written (a full disk under its file), and all that
+    follows: stdout goes to /dev/null, which takes the lines still buffered too, and that is said once on stderr. The
+    run goes on, its store has it all; the error of a line stopped the experiment ("no space left: a file"). A
+    reader gone (BrokenPipeError: `hermes run | head`) still stops it."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        with suppress(OSError):  # stderr may be on that disk too
+            print(f"hermes: warning: its output cannot be written ({error.strerror}): what it prints there is "
+                  "dropped from here on, and the experiment goes on", file=sys.stderr, flush=True)
+
+
+class _SaidAtFlush:
+    """A listener (``listen``) whose lines (``lines``, which it fills) are said at its ``flush``: the engine flushes
+    its listeners in their order once a batch went through them, the store's recorder first (its commit). Said at
+    once, a line came before the commit: a trial said completed that a kill -9 then left running in the store, and
+    its rerun said completed again."""
+
+    def __init__(self, listen: Listener, lines: list[str], say: Callable[[str], None]) -> None:
+        self._listen, self._lines, self._say = listen, lines, say
+
+    def __call__(self, event: Event, decisions: list[Decision]) -> None:
+        self._listen(event, decisions)
+
+    def flush(self) -> None:
+        lines = self._lines[:]
+        self._lines.clear()
+        for line in lines:
+            with _unwritable_output_dropped():
+                self._say(line)
+
+
 def _progress_printer(session: ExperimentSession, say: Callable[[str], None] | None = None,
-                      only_errors: bool = False) -> Listener:
+                      only_errors: bool = False) -> _SaidAtFlush:
     """Without a terminal: one line per trial that ends, for logs and CI. An error shows as its reason and its
     exception (``summarise_error``): a program that logs to stderr says much before it; its control characters
     escaped (``printable``), which a terminal would obey. With the live view (``only_errors``, said through ``say``,
-    above the view): the crashes and failures, which its table cannot say."""
-    say = say or (lambda line: print(line, flush=True))
+    above the view): the crashes and failures, which its table cannot say. Each line once the store has what it says
+    (``_SaidAtFlush``)."""
     from hermes.core.decisions import Stop
     from hermes.core.events import GpuAdded, GpuRemoved, NodeAdded, NodeRemoved, TrialExited
     from hermes.report import printable, summarise_error
 
+    lines: list[str] = []  # said at the flush
     present: set[str] = set()  # the nodes and GPUs of this run (a continued run's log names the last one's, gone)
 
     def ended(trial: Trial, at: float) -> None:
@@ -345,7 +386,7 @@ def _progress_printer(session: ExperimentSession, say: Callable[[str], None] | N
         if only_errors and not trial.error:
             return
         where = f"at step {trial.step}" if trial.step else "before its first report"  # a trial a budget ended unstarted
-        say(f"[{at:8.1f}s] trial {trial.trial_id} {trial.state.value} {where}{value}{error}")
+        lines.append(f"[{at:8.1f}s] trial {trial.trial_id} {trial.state.value} {where}{value}{error}")
 
     def show(event: Event, decisions: list[Decision]) -> None:
         if isinstance(event, NodeAdded):
@@ -356,14 +397,15 @@ def _progress_printer(session: ExperimentSession, say: Callable[[str], None] | N
             lost = event.node if isinstance(event, NodeRemoved) else event.gpu
             if lost in present:
                 present.discard(lost)
-                say(f"[{event.at:8.1f}s] {'node' if isinstance(event, NodeRemoved) else 'GPU'} {lost} lost: what "
-                    "ran there resumes elsewhere from its last checkpoint")
+                kind = "node" if isinstance(event, NodeRemoved) else "GPU"
+                lines.append(f"[{event.at:8.1f}s] {kind} {lost} lost: what ran there resumes elsewhere from its last "
+                             "checkpoint")
         elif isinstance(event, TrialExited):
             trial = session.scheduler.trials[event.trial_id]
             if not trial.state.is_terminal:  # it crashed, and runs again
                 reason = printable(summarise_error(event.error or "no reason given", width=120))
-                say(f"[{event.at:8.1f}s] trial {trial.trial_id} crashed ({reason}); crash {trial.crashes} of "
-                    f"trial.max_failures {session.scheduler.max_failures}, {_again(trial)}")
+                lines.append(f"[{event.at:8.1f}s] trial {trial.trial_id} crashed ({reason}); crash {trial.crashes} "
+                             f"of trial.max_failures {session.scheduler.max_failures}, {_again(trial)}")
             else:
                 ended(trial, event.at)
         for decision in decisions:  # a waiting or suspended trial stopped ends now: no exit of its own follows
@@ -372,7 +414,7 @@ def _progress_printer(session: ExperimentSession, say: Callable[[str], None] | N
                 if trial.state.is_terminal:
                     ended(trial, event.at)
 
-    return show
+    return _SaidAtFlush(show, lines, say or (lambda line: print(line, flush=True)))
 
 
 COMPARED_SEEDS = 10  # seeds --compare averages over unless --seeds says

@@ -91,7 +91,8 @@ class ExperimentSession:
     ``store``: where the experiment is kept (default: SQLite in the spec's storage directory).
     ``experiment_id``: the stored experiment a host (``hermes.pool``) runs, whose spec is ``spec``;
     None: the one called ``spec.name`` that a pool does not own, made if missing.
-    ``listeners`` see every event and its decisions after the store has them.
+    ``listeners`` see every event and its decisions as the store's recorder does, before its commit; one with a
+    ``flush`` method is flushed after that commit (``Engine``), where what it says of them is in the store.
     ``host_runs``: for a host's session, whether the host still runs (a pool's sessions outlive its stop until
     collected): while it does, no other session of this process takes the experiment's folder (``ExperimentLock``);
     without it, the session keeps its folder until it releases it.
@@ -196,6 +197,8 @@ class ExperimentSession:
             self.store.claim_writer(experiment_id, describe(self._lock.who))
             return
         found = next((e for e in self.store.experiments() if e.name == spec.name and not e.owner), None)
+        if found is None:
+            self._refuse_a_lost_store(spec, made_here=store is None)
         stored = found.spec if found is not None else None
         budget = {field: getattr(spec.search, field) for field in BUDGET_FIELDS}
         self._budget_changed = stored is not None and any(
@@ -216,6 +219,21 @@ class ExperimentSession:
             may_change = tuple({*found.spec, *document})
         self.experiment_id = self.store.create_or_open_experiment(spec.name, document, may_change=may_change)
         self.store.claim_writer(self.experiment_id, describe(self._lock.who))
+
+    def _refuse_a_lost_store(self, spec: ExperimentSpec, *, made_here: bool) -> None:
+        """The store holds no experiment of this name, yet its folder holds trials of an earlier run: the store was
+        lost (deleted, emptied, or copied without its ``-wal`` file, which holds a small experiment's whole log).
+        Made anew, the experiment started over in silence, and each trial's start deleted its checkpoints."""
+        trials = self.storage / spec.name / "trials"
+        if not trials.is_dir() or not any(path.is_dir() for path in trials.iterdir()):
+            return
+        if made_here:  # closed whole: no -wal of this empty store is left beside a store put back
+            self.store.close()
+        raise HermesError(
+            f"{self.storage / STORE_FILE} holds no experiment {spec.name}, but {trials} holds the trials of an earlier "
+            f"run of it: its store was lost (deleted, emptied, or copied without its {STORE_FILE}-wal file); put the "
+            f"store back with its -wal file to continue it, run it under another --name or storage.dir, or remove "
+            f"{self.storage / spec.name} to start it over")
 
     def _record_interrupted_set_up(self) -> None:
         """Ctrl-C (or SIGTERM or SIGHUP, which `hermes run` takes alike) while the session was set up, once the store
@@ -382,7 +400,7 @@ class ExperimentSession:
         path = self.storage / STORE_FILE
         if self._store_file is not None and _identity(path) != self._store_file:
             raise HermesError(f"{path} was deleted or replaced while the experiment ran: what the run recorded is "
-                              "lost with it; run it again to start over")
+                              f"lost with it; remove {self.storage / self.spec.name} and run it again to start over")
 
     def interrupt(self, exception: BaseException, at_once: bool = False) -> bool:
         """Have ``run`` raise ``exception`` between two of its engine loop's batches, so that no store
