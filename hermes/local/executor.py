@@ -37,7 +37,7 @@ from hermes.local.launchers import Launcher, ProcessLauncher, ScriptLauncher, Wa
 from hermes.local.loop import EventLoop, checked_period, monotonic_clock
 from hermes.local.resources import Slot, local_slots
 from hermes.local.runs import LocalTrial, Run, SwitchTiming
-from hermes.local.system import meminfo
+from hermes.local.system import file_problem, meminfo, write_anew
 from hermes.local.watchdog import TrialLimits, Watchdog
 from hermes.trial import protocol
 from hermes.trial.session import remove_checkpoints
@@ -327,18 +327,28 @@ class LocalExecutor(Executor[TrialLaunch]):
 
     def _launch(self, trial: LocalTrial, slot: Slot) -> None:
         """Run the trial on ``slot`` (free, or held for it). A trial whose folder cannot be made (a file or a link
-        loop where it goes) fails alone: the error stopped the executor, in a pool every user's experiments."""
+        loop where it goes), or whose config cannot be written (a FIFO or a folder where it goes), fails alone: the
+        error stopped the executor, and a FIFO's open waited for a reader, in a pool every user's experiments."""
         try:
             trial.directory.mkdir(parents=True, exist_ok=True)
-            (trial.directory / protocol.CONFIG_FILE).write_text(json.dumps(dict(trial.launch.config)))
         except OSError as error:
-            if error.errno in HOST_LIMIT_ERRNOS | STORAGE_LIMIT_ERRNOS:  # the host's, not the trial's
-                raise
-            self.release(trial, slot)
-            self.emit(TrialExited(self.now(), trial.trial_id, False, f"cannot make its folder: {error.strerror}"))
+            self._not_launched(trial, slot, error, f"cannot make its folder: {error.strerror}")
+            return
+        try:
+            write_anew(trial.directory / protocol.CONFIG_FILE, json.dumps(dict(trial.launch.config)).encode())
+        except OSError as error:
+            self._not_launched(trial, slot, error, f"cannot write its config: {file_problem(error)}")
             return
         self.occupy(slot, trial)
         self._launcher(trial).launch(trial, slot)
+
+    def _not_launched(self, trial: LocalTrial, slot: Slot, error: OSError, why: str) -> None:
+        """The trial's files could not be made: it fails alone, for ``why``; a full disk or a host limit is the
+        host's, not the trial's, and raised."""
+        if error.errno in HOST_LIMIT_ERRNOS | STORAGE_LIMIT_ERRNOS:
+            raise error
+        self.release(trial, slot)
+        self.emit(TrialExited(self.now(), trial.trial_id, False, why))
 
     def _free_slot(self, trial: LocalTrial, gpu: str) -> Slot:
         slot = self.slots.get(gpu)

@@ -98,9 +98,3 @@ class Run:
     def reporting(self) -> bool:
         """Whether an event from this run may still come."""
         return not self.paused and not self.silent and (not self.parked or self.spilling)
-
-
-def stderr_offset(directory: Path) -> int:
-    stderr = directory / "stderr.log"
-    return stderr.stat().st_size if stderr.exists() else 0
-

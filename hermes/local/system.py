@@ -4,11 +4,14 @@ environments pinned to a slot. Linux only (prctl, /proc, sched_setaffinity)."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
+import stat
 import time
 import uuid
 from pathlib import Path
+from typing import BinaryIO
 
 import hermes
 from hermes.errors import HermesError
@@ -106,9 +109,85 @@ def exit_reason(code: int) -> str:
     return f"exit code {code}" + (f" ({signal.Signals(-code).name})" if code < 0 else "")
 
 
+class NotRegularFile(OSError):
+    """Where Hermes keeps a file of a trial's (its config, its logs), something else is: a FIFO, whose open waits for
+    its other end (and the engine's thread with it: in a pool, every user's trials), a directory, a device."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(None, "not a regular file", str(path))
+
+    def __str__(self) -> str:
+        return file_problem(self)
+
+
+def file_problem(error: OSError) -> str:
+    """What a trial's error says of a file it could not have: the file, then why."""
+    return f"{error.filename}: {error.strerror}" if error.filename and error.strerror else error.strerror or str(error)
+
+
+def open_regular(path: Path, flags: int) -> int:
+    """A descriptor of the regular file at ``path`` (``os.open``'s ``flags``, a link followed), opened without
+    waiting: NotRegularFile where something else is there. Blocking once open, as a log passed to a program must be."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as error:
+        if error.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO (or a socket) no one reads, a directory
+            raise NotRegularFile(path) from None
+        if error.errno == errno.EAGAIN:  # another process's lease on it: no host limit, as EAGAIN is elsewhere
+            raise OSError(errno.EBUSY, "held by another process's lease", str(path)) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_anew(path: Path, data: bytes) -> None:
+    """Make ``path`` a regular file that holds ``data``: written beside it, then renamed over it, so that nothing
+    there is opened (a FIFO's open waits for a reader), a link there is replaced rather than written through, and a
+    crash leaves the old file or the new one whole. A FIFO, a directory or a device there is kept: NotRegularFile."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise NotRegularFile(path)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.unlink(missing_ok=True)  # one a crash left, or anything else there: made anew, never opened
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def open_logs(directory: Path) -> tuple[BinaryIO, BinaryIO]:
+    """The trial's ``stdout.log`` and ``stderr.log`` in ``directory``, to add to (made if missing), opened without
+    waiting: NotRegularFile where either is something else (``open_regular``)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    stdout = os.fdopen(open_regular(directory / "stdout.log", flags), "ab")
+    try:
+        return stdout, os.fdopen(open_regular(directory / "stderr.log", flags), "ab")
+    except BaseException:
+        stdout.close()
+        raise
+
+
 def tail(path: Path, offset: int) -> str:
-    """The end of a log from ``offset`` on, for an error message: its last lines, the first of them whole."""
-    with open(path, "rb") as log:
+    """The end of a log from ``offset`` on, for an error message: its last lines, the first of them whole. Empty
+    where it is no regular file (a FIFO: reading it would wait for a writer) or cannot be read."""
+    try:
+        log = os.fdopen(open_regular(path, os.O_RDONLY), "rb")
+    except OSError:
+        return ""
+    with log:
         start = max(offset, log.seek(0, os.SEEK_END) - _STDERR_TAIL)
         log.seek(start)
         text = log.read()

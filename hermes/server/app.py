@@ -62,6 +62,7 @@ MAX_BODY = 1 << 20  # bytes of a request body: a spec with a thousand listed con
 DIGESTS_KEPT = 200  # ended experiments whose digest stays in memory, the least recently read dropped (rebuilt if asked)
 OPEN = [status for status in ExperimentStatus if not status.is_final]  # an open experiment's digest is always kept
 POOL_RESTART_S = (1.0, 30.0)  # a pool stopped by an error starts again after the first, doubling up to the second
+POOL_STOP_S = 30.0  # seconds ``Hermes.close`` waits for the pool to stop before the server exits without it
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,12 +276,20 @@ class Hermes:
                 self.pool = self._new_pool()
 
     def close(self) -> None:
-        """Stop the pool (its trials stop; running experiments are continued by the next start)."""
+        """Stop the pool (its trials stop; running experiments are continued by the next start).
+
+        A pool that has not stopped within ``POOL_STOP_S`` (its thread stuck: in a write to a store that another
+        process holds locked, say) is left to the end of the process, and the log says so: the server ignored
+        SIGTERM for as long. The store is left as a ``kill -9`` leaves it, which the next start continues from: each
+        write is a transaction, the trials die with the process, and the pool's claim on the store ends with it."""
         with self._pool_lock:
             self._closing.set()
             self.pool.stop()
         if self._pool_thread.ident is not None:  # started (a server that runs no experiments has none)
-            self._pool_thread.join()
+            self._pool_thread.join(POOL_STOP_S)
+            if self._pool_thread.is_alive():
+                log.error("the pool did not stop within %g s: the server exits without it; the next start "
+                          "continues its experiments", POOL_STOP_S)
         self.accounts.close()
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes.core.events import TrialExited, TrialSuspended
-from hermes.errors import HOST_LIMIT_ERRNOS, NO_SPACE_ERRNOS, HermesError, NoSpaceError
+from hermes.errors import HOST_LIMIT_ERRNOS, NO_SPACE_ERRNOS, STORAGE_LIMIT_ERRNOS, HermesError, NoSpaceError
 from hermes.local.launchers.base import CHANNEL, EXIT, Launcher
 from hermes.local.resources import Slot
 from hermes.local.handshake import Handshake
@@ -30,7 +30,10 @@ from hermes.local.watchdog import TOLD_TO_STOP
 from hermes.local.runs import LocalTrial, Output, Run
 from hermes.local.system import (
     exit_reason,
+    file_problem,
     new_run_tag,
+    open_logs,
+    open_regular,
     prepare_child,
     signal_run,
     slot_environment,
@@ -73,8 +76,14 @@ class ProcessLauncher(Launcher):
         host = self.host
         tag = new_run_tag()
         env = self._environment(trial, slot, tag)
-        stdout_log = open(trial.directory / "stdout.log", "ab")
-        stderr_log = open(trial.directory / "stderr.log", "ab")
+        try:
+            stdout_log, stderr_log = open_logs(trial.directory)
+        except OSError as error:  # a FIFO or a folder where a log goes: the trial's, which fails alone
+            if error.errno in HOST_LIMIT_ERRNOS | STORAGE_LIMIT_ERRNOS:
+                raise
+            host.release(trial, slot)
+            host.emit(TrialExited(host.now(), trial.trial_id, False, f"cannot open its log: {file_problem(error)}"))
+            return
         offset = os.fstat(stderr_log.fileno()).st_size
         child_fds: tuple[int, ...] = ()
         parent_fds: tuple[int, ...] = ()
@@ -522,9 +531,12 @@ def _log(run: Run, output: Output, data: bytes) -> None:
 
 
 def _note(trial: LocalTrial, text: str) -> None:
-    """Add a word of Hermes's to the trial's stderr.log, where its run has ended; on a full disk it is lost."""
-    with contextlib.suppress(OSError), open(trial.directory / "stderr.log", "a", encoding="utf-8") as log:
-        log.write(text)
+    """Add a word of Hermes's to the trial's stderr.log, where its run has ended; on a full disk, or where the log is
+    no regular file (a FIFO), it is lost."""
+    with contextlib.suppress(OSError):
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        with os.fdopen(open_regular(trial.directory / "stderr.log", flags), "a", encoding="utf-8") as log:
+            log.write(text)
 
 
 def _exited_before_budget(run: Run) -> bool:

@@ -22,15 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from hermes.core.events import TrialExited, TrialSuspended
-from hermes.errors import HOST_LIMIT_ERRNOS, NoSpaceError
+from hermes.errors import HOST_LIMIT_ERRNOS, STORAGE_LIMIT_ERRNOS, NoSpaceError
 from hermes.local.handshake import Handshake
 from hermes.local.launchers.base import WORKER_CHANNEL, WORKER_EXIT, Launcher
 from hermes.local.resources import Slot
-from hermes.local.runs import LocalTrial, Run, stderr_offset
+from hermes.local.runs import LocalTrial, Run
 from hermes.local.system import (
     exit_reason,
+    file_problem,
     meminfo,
     new_run_tag,
+    open_logs,
     prepare_child,
     resident_bytes,
     signal_run,
@@ -74,6 +76,17 @@ class WarmLauncher(Launcher):
     def launch(self, trial: LocalTrial, slot: Slot) -> None:
         launch = trial.launch
         group = launch.worker_group
+        try:  # made here, so that one that is no regular file fails the trial: the worker's open of a FIFO waits
+            stdout_log, stderr_log = open_logs(trial.directory)
+        except OSError as error:
+            if error.errno in HOST_LIMIT_ERRNOS | STORAGE_LIMIT_ERRNOS:
+                raise
+            self.host.release(trial, slot)
+            self.host.emit(TrialExited(self.host.now(), trial.trial_id, False,
+                                       f"cannot open its log: {file_problem(error)}"))
+            return
+        with stdout_log, stderr_log:
+            offset = os.fstat(stderr_log.fileno()).st_size
         # Every slot's worker warms up while this one starts; a group's (a pool's experiment, which may
         # hold few of the slots) only where it runs, so it takes no memory, nor a CUDA context, elsewhere.
         for other in self.host.slots.values() if group is None else [slot]:
@@ -89,7 +102,7 @@ class WarmLauncher(Launcher):
                                                    f"cannot start its warm worker: {error}"))
                         return
         worker = self._workers[slot.name, group]
-        run = Run(trial, slot, Handshake(trial), stderr_offset=stderr_offset(trial.directory), worker=worker)
+        run = Run(trial, slot, Handshake(trial), stderr_offset=offset, worker=worker)
         trial.run = worker.runs[trial.trial_id] = run
         self._command(
             worker,
