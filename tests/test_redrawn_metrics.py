@@ -19,6 +19,7 @@ if sys.argv[1] == "bar":  # a tqdm bar over the epochs, its postfix set after ea
             sys.stdout.flush()
             time.sleep(0.01)
     sys.stdout.write("\n")
+    sys.stderr.write("\rsaving: 3/3")  # a bar on stderr, tqdm's stream, that leaves its line open
 else:  # Keras' fit(verbose=1): a line an epoch, redrawn with \r after every batch as its running value changes
     for epoch in range(1, 4):
         for batch in range(1, 4):
@@ -39,9 +40,11 @@ def test_a_bar_over_all_the_epochs_read_without_a_step_group_is_said_in_the_tria
     assert [(trial.state, trial.error) for trial in view.trials] == [(TrialState.COMPLETED, None)] * 2
     assert values_of(tmp_path / "runs") == {"0": [(1, 0.4)], "1": [(1, 0.13), (2, 0.23), (3, 0.33)]}
     trials = tmp_path / "runs" / "redrawn" / "trials"
-    bar = (trials / "0" / "stderr.log").read_text()
-    assert bar == ("hermes: trial 0: its only report (of budget.steps 4) is the last of 4 values of accuracy that a "
+    bar = (trials / "0" / "stderr.log").read_bytes().decode()  # its \r as written
+    assert bar == ("\rsaving: 3/3\n"  # the note on a line of its own: it was appended to the bar's
+                   "hermes: trial 0: its only report (of budget.steps 4) is the last of 4 values of accuracy that a "
                    "line redrawn with \\r showed in turn: without a step group in trial.metrics_regex, a line is one "
-                   "step. If the line shows one epoch after another (a tqdm bar over the epochs), print the epoch in "
-                   "it (set_postfix(epoch=epoch + 1, ...)) and read it with a step group (epoch=(?P<step>\\d+))\n"), bar
+                   "step (one epoch's batches: nothing is wrong). If the line shows one epoch after another (a tqdm "
+                   "bar over the epochs), print the epoch in it (set_postfix(epoch=epoch + 1, ...)) and read it with "
+                   "a step group (epoch=(?P<step>\\d+))\n"), bar
     assert (trials / "1" / "stderr.log").read_text() == ""

@@ -409,9 +409,10 @@ class ScriptLauncher(ProcessLauncher):
             metric = self.host.metric_of(trial) or "the objective"
             _note(trial, f"hermes: trial {trial.trial_id}: its only report (of budget.steps {trial.launch.budget}) is "
                          f"the last of {values} values of {metric} that a line redrawn with \\r showed in turn: "
-                         "without a step group in trial.metrics_regex, a line is one step. If the line shows one epoch "
-                         "after another (a tqdm bar over the epochs), print the epoch in it (set_postfix(epoch=epoch + "
-                         "1, ...)) and read it with a step group (epoch=(?P<step>\\d+))\n")
+                         "without a step group in trial.metrics_regex, a line is one step (one epoch's batches: "
+                         "nothing is wrong). If the line shows one epoch after another (a tqdm bar over the epochs), "
+                         "print the epoch in it (set_postfix(epoch=epoch + 1, ...)) and read it with a step group "
+                         "(epoch=(?P<step>\\d+))\n")
         for output in run.outputs:
             self._shown.pop(output, None)
         super()._close(run)
@@ -531,12 +532,13 @@ def _log(run: Run, output: Output, data: bytes) -> None:
 
 
 def _note(trial: LocalTrial, text: str) -> None:
-    """Add a word of Hermes's to the trial's stderr.log, where its run has ended; on a full disk, or where the log is
-    no regular file (a FIFO), it is lost."""
+    """Add a word of Hermes's to the trial's stderr.log, where its run has ended, on a line of its own (a progress bar
+    on stderr leaves its last line open); on a full disk, or where the log is no regular file (a FIFO), it is lost."""
     with contextlib.suppress(OSError):
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-        with os.fdopen(open_regular(trial.directory / "stderr.log", flags), "a", encoding="utf-8") as log:
-            log.write(text)
+        fd = open_regular(trial.directory / "stderr.log", os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        with os.fdopen(fd, "a", encoding="utf-8") as log:
+            size = os.fstat(fd).st_size
+            log.write(("\n" if size and os.pread(fd, 1, size - 1) != b"\n" else "") + text)
 
 
 def _exited_before_budget(run: Run) -> bool:
