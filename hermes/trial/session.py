@@ -158,6 +158,7 @@ class Session:
         self._channel = channel
         _quiet_ends_of_threads()
         if latest is not None and reported_step is not None and self.start_step > reported_step:
+            self._say_steps_missing(reported_step)
             self._report_again(latest[0])
 
     def _checkpoint(self, reported_step: int) -> tuple[Path, int] | None:
@@ -221,6 +222,31 @@ class Session:
 
     def _warn(self, text: str) -> None:
         print(f"hermes: trial {self.trial_id}: {text}", file=sys.stderr, flush=True)
+
+    def _say_steps_missing(self, reported_step: int) -> None:
+        """Say which steps the store lacks for good when the checkpoint is further ahead of it than a runner that died
+        between the two leaves: a store older than the checkpoints (a restored backup). Only the checkpoint's step is
+        reported again, so the steps in between stay holes in the learning curve, which nothing else would tell.
+        The store holds no step from ``first_missing`` on: that step's checkpoint, once recorded, would have moved
+        ``reported_step`` (the store's last checkpoint of the trial, or a later step) up to it. Without periodic
+        checkpoints (suspensions' alone) nothing bounds how far the store got, so nothing is said."""
+        if self.checkpoint_every < 1:
+            return
+        first_missing = (reported_step // self.checkpoint_every + 1) * self.checkpoint_every
+        if self.start_step <= first_missing:
+            return
+        last_missing = self.start_step - 1
+        missing = f"{_steps(first_missing, last_missing)} {'are' if last_missing > first_missing else 'is'}"
+        maybe = (f" ({_steps(reported_step + 1, first_missing - 1)} may be too)"
+                 if first_missing > reported_step + 1 else "")
+        recorded = f"its last checkpoint there is of step {reported_step}" if reported_step else (
+            "it has no checkpoint of it")
+        every = "at every step" if self.checkpoint_every == 1 else f"every {self.checkpoint_every} steps"
+        self._warn(f"its checkpoint is of step {self.start_step}, but the store holds none of its steps from "
+                   f"{first_missing} on ({recorded}, and one is taken {every}): {missing} missing from the store for "
+                   f"good{maybe}, a hole in its learning curve, as the trial goes on from its checkpoint and reports "
+                   f"step {self.start_step} alone again. The store is older than its checkpoints: was it restored "
+                   "from a backup?")
 
     def _report_again(self, checkpoint: Path) -> None:
         """The checkpoint is ahead of what the scheduler recorded (its runner died between the two):
@@ -712,9 +738,17 @@ def _working_for(trial_id: str | None, function: Callable[..., Any]) -> Callable
     return call
 
 
+def _steps(first: int, last: int) -> str:
+    """``first`` to ``last`` in words: "step 3", "steps 3 to 8"."""
+    return f"steps {first} to {last}" if last > first else f"step {first}"
+
+
 def _number(name: str, value: Any) -> float:
-    """A metric as the store keeps it: a float (a Python or numpy number, a one-element tensor)."""
+    """A metric as the store keeps it: a float (a Python or numpy number, a one-element tensor). Not a bool (Python's,
+    numpy's, a tensor of them): float() makes True 1.0, which would rank a yes-or-no as a score."""
     try:
+        if isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
+            raise TypeError
         return float(value)
     except (TypeError, ValueError):
         raise TypeError(f"metric {name!r} must be a number, got {type(value).__name__} {value!r:.80}") from None
