@@ -421,6 +421,28 @@ def test_a_damaged_checkpoint_is_named_set_aside_and_the_trial_retrains_from_scr
     assert (aside / "step-2").is_dir()
 
 
+def test_a_damaged_checkpoint_set_aside_leaves_the_trials_own_files_where_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its whole checkpoints/ folder was renamed checkpoints.damaged, its best model with it, and the trial's stderr
+    said to delete that folder once no longer needed."""
+    root = _suspended_once(tmp_path, monkeypatch)
+    (root / "best").mkdir()
+    (root / "best" / "model.txt").write_text("best so far")
+    _damage_empty(root)
+    resumed = Channel(tmp_path / "t1", monkeypatch, **{protocol.ENV_REPORTED_STEP: "2"})
+    aside = tmp_path / "t1" / "checkpoints.damaged"
+    assert sorted(path.name for path in aside.iterdir()) == [protocol.LATEST_FILE, "step-2"]
+    assert sorted(path.name for path in root.iterdir()) == ["best"]
+    assert (root / "best" / "model.txt").read_text() == "best so far"
+    assert trial.start_step() == 0
+    resumed.answer(protocol.SUSPEND)
+    with pytest.raises(trial.SuspendExit):
+        trial.report(1, accuracy=0.5)
+    assert protocol.latest_checkpoint(tmp_path / "t1") == (root / "step-1", 1)
+    assert (root / "best" / "model.txt").read_text() == "best so far"
+
+
 def test_a_checkpoint_whose_state_file_was_cut_short_is_set_aside_and_the_trial_retrains_from_scratch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:

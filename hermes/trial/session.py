@@ -202,17 +202,23 @@ class Session:
 
     def _set_aside(self, damage: protocol.DamagedCheckpoint) -> Path:
         """Move the trial's damaged checkpoints out of the way (a new checkpoint would delete them): to
-        ``checkpoints.damaged``, or ``checkpoints.damaged-2``... where that is taken."""
+        ``checkpoints.damaged``, or ``checkpoints.damaged-2``... where that is taken. Only Hermes's names move
+        (``remove_checkpoints``): the trial's own files there (its best model) stay where it looks for them."""
         root = self.directory / protocol.CHECKPOINTS_DIR
         for attempt in range(1, 1000):
             aside = root.with_name(f"{root.name}.damaged" + (f"-{attempt}" if attempt > 1 else ""))
             if aside.exists():
                 continue
             try:
-                root.rename(aside)
+                aside.mkdir()
+                for entry in root.iterdir():
+                    if _OWN_FOLDER.fullmatch(entry.name) or entry.name in _OWN_POINTERS:
+                        entry.rename(aside / entry.name)
             except OSError as error:
                 raise HermesError(f"{damage}, and it cannot be moved aside ({error.strerror or error}): delete {root} "
                                   "to retrain the trial from scratch, and run the experiment again") from None
+            with contextlib.suppress(OSError):  # where nothing of the trial's own is left
+                root.rmdir()
             return aside
         raise HermesError(f"{damage}: delete {root} to retrain the trial from scratch")
 
@@ -498,6 +504,7 @@ class Session:
 
 
 _OWN_FOLDER = re.compile(r"(\.tmp-)?step-\d+|\.tmp-download-\d+")  # what Hermes writes in a checkpoints/ folder
+_OWN_POINTERS = (protocol.LATEST_FILE, f"{protocol.LATEST_FILE}.tmp")  # and the pointer to its newest
 
 
 def remove_checkpoints(root: Path, keep: Path | None = None) -> None:
@@ -514,7 +521,7 @@ def remove_checkpoints(root: Path, keep: Path | None = None) -> None:
             shutil.rmtree(entry, ignore_errors=True)
     if keep is None:
         with contextlib.suppress(OSError):  # rmdir: the trial's own files are there
-            for name in (protocol.LATEST_FILE, f"{protocol.LATEST_FILE}.tmp"):
+            for name in _OWN_POINTERS:
                 (root / name).unlink(missing_ok=True)
             root.rmdir()
 
