@@ -53,7 +53,7 @@ def duplicates(database: Path) -> list[tuple[str, int, int]]:
 
 
 def test_a_second_runner_on_the_same_storage_dir_is_refused_naming_the_first(tmp_path: Path) -> None:
-    budget = 10
+    budget = 24  # 10 s of training at least: under load, 10 steps were done before the checks below killed it
     spec = spec_of("two-runners", search=search(8, 0, 0.1), budget={"steps": budget})
     path = write_spec(tmp_path, spec)
     storage = (tmp_path / "runs").resolve()
