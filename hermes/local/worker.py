@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from hermes.errors import STORAGE_LIMIT_ERRNOS
+from hermes.local.system import NotRegularFile, open_regular
 from hermes.local.watchdog import EXIT_GRACE
 from hermes.trial import protocol
 from hermes.trial.checkpoint import reseed_rng
@@ -115,9 +116,12 @@ class _TrialStreams(io.TextIOBase):
         self._lock = threading.RLock()
 
     def open_for(self, trial_id: str, directory: Path) -> None:
+        """Open the trial's log, before taking the lock that every print of the worker's threads takes."""
+        path = directory / self._name
+        file = _open_log(path)
         with self._lock:
-            self._paths[trial_id] = directory / self._name
-            self._files[trial_id] = _open_log(self._paths[trial_id])
+            self._paths[trial_id] = path
+            self._files[trial_id] = file
 
     def rest(self, trial_id: str) -> None:
         """Close the log of a trial that parks, reopened at its next line: a worker holds hundreds of parked
@@ -133,6 +137,9 @@ class _TrialStreams(io.TextIOBase):
             self.rest(trial_id)
 
     def _target(self) -> TextIO:
+        """Where the calling thread's text goes. A parked trial's log is reopened here, under the lock, so without
+        waiting (``_open_log``): where it became a FIFO meanwhile, the print raises NotRegularFile, and the trial
+        fails."""
         trial_id = trial_of_thread()
         if trial_id not in self._paths:  # a thread of the worker's, or of a trial that ended
             return self._fallback
@@ -217,8 +224,13 @@ class _TrialBytes(io.BufferedIOBase):
 
 def _open_log(path: Path) -> TextIO:
     """A trial's log, which takes any text as Python's stderr does: a lone surrogate (a file name that is not UTF-8,
-    from os.listdir) written escaped, where strict UTF-8 failed the traceback that says why the trial failed."""
-    return open(path, "a", buffering=1, errors="backslashreplace")
+    from os.listdir) written escaped, where strict UTF-8 failed the traceback that says why the trial failed.
+
+    Opened without waiting: NotRegularFile where a FIFO (or a folder, a device) is there, put after the executor's
+    check or while the trial was parked. The open of a FIFO waited for a reader, holding the worker's log lock: its
+    other trials' prints, parks and ends waited with it, and the trial held its slot for ever."""
+    fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    return open(fd, "a", buffering=1, errors="backslashreplace")
 
 
 class Worker:
@@ -310,6 +322,8 @@ class Worker:
             os.chdir(self.home)
             reseed_rng()
             _call(channel, command, directory)
+        except NotRegularFile as exception:  # its log, at its start or at a print after it parked: it fails alone
+            outcome, error = protocol.FAILED, f"cannot open its log: {exception}"
         except SuspendExit:
             outcome = protocol.SUSPENDED
         except StopExit:
