@@ -443,14 +443,17 @@ class ExperimentSession:
         """Rebuild the core and the searcher from the store's log; ``run`` does this first. Trials asked from
         here on are numbered as the log's are (a rerun with more trials went from 7 to 08). A searcher that does
         not propose what the log holds (``out_of_step``) is refused only where it would be asked again: a search
-        that had stopped asking, a finished one say, is shown as it ended, however its searcher changed since."""
+        that had stopped asking, a finished one say, is shown as it ended, however its searcher changed since; so is
+        one that raises as it replays (``_follow_replayed``)."""
         try:
-            recovered = replay(self.store, self.experiment_id, self.scheduler,
-                               lambda e, ds: self._follow(e, ds, replaying=True))
+            recovered = replay(self.store, self.experiment_id, self.scheduler, self._follow_replayed)
             if self.scheduler.trials:
                 self._width = len(next(iter(self.scheduler.trials)))
-            if self.out_of_step is not None and (not self._closed or self._reopens(recovered.now)):
+            asked_again = not self._closed or self._reopens(recovered.now)
+            if self.out_of_step is not None and asked_again:
                 raise HermesError(self.out_of_step)
+            if self.failure is not None and asked_again:
+                raise SamplerFailed(self.failure)
         except BaseException:
             self._folder_lock.release()  # it cannot run: a host fails it, and goes on without this session
             raise
@@ -647,17 +650,27 @@ class ExperimentSession:
         if ended or self._stalled() or (self.budget.seconds is not None or self.budget.gpu_seconds is not None):
             self._asks_due = True
 
+    def _follow_replayed(self, event: Event, decisions: list[Decision]) -> None:
+        """A searcher that raises as the log replays (a sampler that failed the experiment when it ran fails alike
+        again) is told nothing more, and the experiment ends failed: shown as it ended where it had, its stopping trials
+        left to stop where a crash cut that short. Refused only where it would be asked again (``replay``)."""
+        try:
+            self._follow(event, decisions, replaying=True)
+        except SamplerFailed as failure:
+            self.failure = str(failure)
+
     def _follow(self, event: Event, decisions: list[Decision], *, replaying: bool) -> None:
         """Keep the searcher in step with the log: one ask per submission, every report, one end per trial."""
         if self._origin is None:
             self._origin = event.at
-        # Once it differs from the log, the searcher is told nothing more: it is not asked again (``replay``).
+        # Once it differs from the log or failed, the searcher is told nothing more: it is not asked again (``replay``).
+        in_step = self.out_of_step is None and self.failure is None
         if isinstance(event, TrialSubmitted) and replaying:
-            if self.out_of_step is None:
+            if in_step:
                 config = self.searcher.ask()
                 if config is None or config.params != dict(event.params):
                     self.out_of_step = _out_of_step(event, config)
-        elif isinstance(event, TrialReported) and self.out_of_step is None and event.trial_id not in self._told:
+        elif isinstance(event, TrialReported) and in_step and event.trial_id not in self._told:
             # a trial run again after a reopening (``_reopens``) was told ended as it stopped: a searcher takes
             # no report after a trial's end
             self.searcher.on_report(int(event.trial_id), event.step, event.value)
@@ -682,7 +695,7 @@ class ExperimentSession:
                 self._told.add(trial.trial_id)
                 best = trial.best_score  # a failed trial's partial best is no result (Optuna: FAIL)
                 value = None if best is None or trial.state is FAILED else self.objective.value(best)
-                if self.out_of_step is None:
+                if in_step:
                     self.searcher.on_end(int(trial.trial_id), value, stopped=trial.state is STOPPED)
 
 
