@@ -203,9 +203,10 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
     print(f"hermes: error: {printable(error)}", file=sys.stderr)
     if not outcome.ran:  # the error of its last run, not of the code as it is now
         rename = f"hermes run {shlex.quote(args.spec)} --name {shlex.quote(f'{spec.name}-2')}"
+        more = "" if session.failure else ", or raise search.trials to add trials to this one"  # not past its failure
         print(f"{spec.name} had already ended, so nothing ran: this error is its earlier run's, and an ended "
               f"experiment's failed trials are not run again; to run changed code, run it as a new experiment "
-              f"(`{rename}`), or raise search.trials to add trials to this one", file=sys.stderr)
+              f"(`{rename}`){more}", file=sys.stderr)
     return 1
 
 

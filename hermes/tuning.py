@@ -203,9 +203,10 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
         ))
     error = session.failure or every_trial_failed(view.trials)
     if error is not None and not outcome.ran:  # the error of its last run, not of the code as it is now
+        more = "" if session.failure else ", or raise search.trials to add trials to this one"  # not past its failure
         error += (f" ({checked.name} had already ended, so nothing ran: this error is its earlier run's, and an ended "
                   "experiment's failed trials are not run again; to run changed code, run it as a new experiment "
-                  f"(hermes.run(..., name={f'{checked.name}-2'!r})), or raise search.trials to add trials to this one)")
+                  f"(hermes.run(..., name={f'{checked.name}-2'!r})){more})")
     if error is not None:  # where a script's user looks, as `hermes run` says it
         print(f"hermes: error: {error}", file=sys.stderr, flush=True)
     return ExperimentResult(checked.name, outcome.experiment_id, outcome.status.value, error,

@@ -58,11 +58,13 @@ def test_a_rerun_of_an_experiment_whose_sampler_failed_shows_it_failed(
     assert "completed" in again.stdout  # the table of its trials
     assert again.returncode == 1, again.stderr
     assert again.stderr.startswith(f"hermes: error: {error}\ngrid had already ended, so nothing ran: "), again.stderr
+    assert "raise search.trials" not in again.stderr  # more trials would ask the sampler past its failure: refused
 
     monkeypatch.chdir(tmp_path)
     result = hermes.run("exp.yaml")
     assert (result.status, result.resumed) == ("failed", True)
     assert result.error is not None and result.error.startswith(f"{error} (grid had already ended, so nothing ran")
+    assert "raise search.trials" not in result.error
 
     # More trials would ask the sampler again, which cannot follow the log: refused, and the experiment stays failed
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump(spec(trials=4)))
