@@ -868,3 +868,39 @@ def test_ray_settings_without_engine_ray_are_refused(section: dict[str, Any], fi
     assert raised.value.problems[0][1].startswith("is read only with engine: ray")
     assert raised.value.problems[0][1].endswith("; add engine: ray, or remove it")
     assert parse_spec(SPEC | section | {"engine": "ray"}).engine == "ray"
+
+
+@pytest.mark.parametrize("kind", ["choice", "grid"])
+@pytest.mark.parametrize("values", [{"adam", "sgd"}, frozenset({"adam", "sgd", "rmsprop", "lion"})])
+def test_a_set_of_values_is_refused_for_its_order_changes_with_each_process(kind: str, values: object) -> None:
+    """A set's order follows its strings' hashes: each run drew other configs, and a rerun found its stored spec
+    changed (``differs in search.space.opt.values``)."""
+    with pytest.raises(SpecError) as raised:
+        parse_spec(spec_with(put("search", "space", "opt", value={"type": kind, "values": values})))
+    assert raised.value.problems == [("search.space.opt.values", "a set has no order: give a list (sorted(...), say)")]
+    ordered = parse_spec(spec_with(put("search", "space", "opt", value={"type": kind, "values": sorted(values)})))
+    assert ordered.search.space["opt"].values == sorted(values)
+
+
+@pytest.mark.parametrize("infinite", [math.inf, "1e999"])
+@pytest.mark.parametrize("path", [("search", "max_time"), ("search", "max_gpu_hours"), ("policy", "period"),
+                                  ("trial", "timeout"), ("trial", "stall", "min"), ("trial", "stall", "after"),
+                                  ("ray", "poll")])
+def test_an_infinite_limit_is_refused_naming_the_field(path: tuple[str, ...], infinite: object) -> None:
+    """JSON has no infinity: a stored inf read back as null, so the stored spec no longer parsed (a pool re-reads it:
+    ``search.trials: required``) or meant another one (no period set)."""
+    data = copy.deepcopy(SPEC) | {"engine": "ray"}
+    section = data
+    for key in path[:-1]:
+        section = section.setdefault(key, {})
+    section[path[-1]] = infinite
+    with pytest.raises(SpecError) as raised:
+        parse_spec(data)
+    assert raised.value.problems == [(".".join(path), "Input should be a finite number")]
+
+
+def test_a_spec_limited_by_time_alone_reads_back_from_its_stored_form() -> None:
+    data = spec_with(drop("search", "trials"))
+    data["search"] |= {"max_time": "1e5h", "max_gpu_hours": 1e300}
+    spec = parse_spec(data)
+    assert parse_spec(spec.model_dump(mode="json")) == spec

@@ -93,7 +93,8 @@ def _path_text(value: Any) -> Any:
 
 PathText = Annotated[str, BeforeValidator(_path_text)]  # a path field: text, or a pathlib.Path from Python
 FiniteFloat = Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(allow_inf_nan=False)]
-StrictPositiveFloat = Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(gt=0)]
+# finite: JSON has no infinity, so a stored inf would read back as null (no limit set, or a required field missing)
+StrictPositiveFloat = Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(gt=0, allow_inf_nan=False)]
 StrictPositiveInt = Annotated[int, Strict(), Field(gt=0)]
 _CLASS_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")  # package.module.Class
 MAX_SLOTS = 1024  # CPU slots (or threads per slot) of one machine: far above its cores, well below a hang
@@ -210,6 +211,15 @@ class Choice(_Section):
     type: Literal["choice"]
     values: list[Any]
     _typed_values: frozenset[tuple[type, Any]] = PrivateAttr()  # for contains: each value with its type
+
+    @field_validator("values", mode="before")
+    @classmethod
+    def _ordered(cls, values: Any) -> Any:
+        """A set's order follows its strings' hashes, which change with every process: the trials' configs would too,
+        and a rerun would find its stored spec changed."""
+        if isinstance(values, (set, frozenset)):
+            raise ValueError("a set has no order: give a list (sorted(...), say)")
+        return values
 
     @field_validator("values")
     @classmethod
