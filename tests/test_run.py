@@ -1329,26 +1329,31 @@ def test_a_sampler_that_raises_ends_the_experiment_failed_with_its_reason(tmp_pa
     assert all(trial.state.is_terminal for trial in view.trials) and len(view.trials) == 4
     status = hermes("status", "runs", cwd=tmp_path)
     assert f"error       {reason}" in status.stdout and "0 of 2 busy" in status.stdout, status.stdout
-    again = hermes("run", str(tmp_path / "experiment.yaml"), "--no-live", cwd=tmp_path)  # replayed, it fails alike
-    assert again.returncode == 2 and f"hermes: error: {reason}" in again.stderr, again.stderr
+    again = hermes("run", str(tmp_path / "experiment.yaml"), "--no-live", cwd=tmp_path)  # replayed: said as it ended
+    assert again.returncode == 1 and f"hermes: error: {reason}" in again.stderr, again.stderr
+    assert "e2e-sampler-fails had already ended, so nothing ran" in again.stderr and "failed (continued)" in again.stdout
     view, _ = load_view(tmp_path / "runs")
     assert view.experiment.status is ExperimentStatus.FAILED and reason in (view.experiment.error or "")
 
 
 def test_a_failed_search_run_again_stays_failed(tmp_path: Path) -> None:
-    """A sampler that fails proposing its second trial (the spec check asks it for one): the search fails. Run
-    again, it was recorded finished, with exit 0, since nothing was left to run."""
-    (tmp_path / "second_ask_fails.py").write_text(
-        "import optuna\n\n\nclass SecondAskFails(optuna.samplers.RandomSampler):\n"
+    """A sampler that fails proposing a trial past those the spec check asks of it (``CHECK_ASKS``): the search
+    fails. Run again, it stays failed, said as its first run said it (exit 1), since nothing was left to run."""
+    from hermes.search.optuna_search import CHECK_ASKS
+
+    (tmp_path / "late_ask_fails.py").write_text(
+        "import optuna\n\n\nclass LateAskFails(optuna.samplers.RandomSampler):\n"
         "    def sample_independent(self, study, trial, name, distribution):\n"
-        "        if trial.number >= 1:\n"
+        f"        if trial.number >= {CHECK_ASKS}:\n"
         "            raise RuntimeError('boom')\n"
         "        return super().sample_independent(study, trial, name, distribution)\n"
     )
-    sampler = {"optuna": "second_ask_fails.SecondAskFails"}
-    spec = spec_of("e2e-second-ask", search={**search(2, 0, 0.05), "sampler": sampler})
+    sampler = {"optuna": "late_ask_fails.LateAskFails"}
+    spec = spec_of("e2e-second-ask", search={**search(CHECK_ASKS + 1, 0, 0.0), "sampler": sampler},
+                   budget={"steps": 2})
     path = write_spec(tmp_path, spec)
-    reason = "hermes: error: search.sampler second_ask_fails.SecondAskFails failed proposing trial 1: RuntimeError: boom"
+    reason = (f"hermes: error: search.sampler late_ask_fails.LateAskFails failed proposing trial {CHECK_ASKS}: "
+              "RuntimeError: boom")
     first = hermes("run", str(path), "--no-live", cwd=tmp_path)
     assert first.returncode == 1 and reason in first.stderr, first.stderr
     again = hermes("run", str(path), "--no-live", cwd=tmp_path)

@@ -16,6 +16,9 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import math
+import sys
+import types
+import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -41,6 +44,13 @@ _NEEDS = {
 # values asked for 14 PiB and failed the run with MemoryError. 2**26 values keep the peak to 1 GiB (log: true does
 # not help: it lays out every value too).
 GP_MAX_INT_VALUES = 2**26
+# The spec check asks a sampler this many times, telling each proposal a made-up result, so that the model-based
+# proposals after the startup trials (10 by default in TPE and GP) run too: many arguments are read only there.
+CHECK_ASKS = 12
+# Asked only once at the check, their arguments checked against the constructor's annotations instead: past its
+# startup, CmaEsSampler imports cmaes (1.7 s), GPSampler imports torch (3 s) and fits a GP (1 s an ask), and from
+# its second proposal QMCSampler imports scipy (2.6 s).
+_SLOW_TO_CHECK = ("CmaEsSampler", "GPSampler", "QMCSampler")
 
 
 class OptunaSearcher(BaseSearcher):
@@ -58,6 +68,7 @@ class OptunaSearcher(BaseSearcher):
         self._distributions = _distributions(optuna, search, sampler)
         self._fixed = {name: p.values[0] for name, p in search.space.items() if p.type == "constant"}
         self._sampler = search.sampler_name
+        self._has_args = bool(search.sampler_args)
         self._trials: dict[int, optuna.trial.Trial] = {}
         self._steps: dict[int, set[int]] = {}  # steps reported, per running trial
 
@@ -98,8 +109,10 @@ class OptunaSearcher(BaseSearcher):
         try:
             yield
         except Exception as error:
+            hint = ("search.sampler.args may hold a value of the wrong type" if isinstance(error, TypeError)
+                    and self._has_args else "a sampler of Hermes's own may suit: docs/search.md")
             raise SamplerFailed(f"search.sampler {self._sampler} failed {doing}: {type(error).__name__}: {error} "
-                                "(a sampler of Hermes's own may suit: docs/search.md)") from error
+                                f"({hint})") from error
 
 
 def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) -> optuna.samplers.BaseSampler:
@@ -127,6 +140,10 @@ def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) 
     needed = _NEEDS.get(class_path)
     if needed and importlib.util.find_spec(needed) is None:
         raise SamplerError(field, f"{class_path} needs the Python package {needed!r} (pip install {needed})")
+    if "seed" in args and (not isinstance(args["seed"], int) or isinstance(args["seed"], bool)):
+        raise SamplerError("sampler.args.seed", (
+            f"must be an int, got {args['seed']!r}: an unseeded sampler proposes anew when a rerun replays the store, "
+            "which then cannot continue the experiment; leave it out and Hermes seeds it from search.seed"))
     if "seed" in inspect.signature(cls).parameters and "seed" not in args:
         args = {**args, "seed": seed}
     try:
@@ -136,16 +153,77 @@ def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) 
 
 
 def ask_once(sampler: optuna.samplers.BaseSampler, search: SearchSpec, field: str) -> None:
-    """Ask ``sampler`` for one trial of a throwaway study with the spec's space, so that what fails only when
-    asked (an argument of the wrong type, ``n_startup_trials: "5"``) fails at the spec check, naming ``field``."""
+    """Check ``sampler`` on a throwaway study with the spec's space, so that what fails only when asked fails at the
+    spec check, naming ``field``: it is asked ``CHECK_ASKS`` times, each proposal told a made-up result (an argument
+    of the wrong type, ``n_startup_trials: "5"`` or ``n_ei_candidates: 1e2``, fails when asked, some only after the
+    startup trials), and its arguments are checked against the constructor's annotations. A sampler that takes no
+    ``seed`` gets none from ``search.seed``: a second one built alike must propose the same, or a rerun could not
+    replay the store."""
     import optuna
 
-    study, distributions = _quiet_study(optuna, sampler, "minimize"), _distributions(optuna, search, sampler)
+    slow = any(cls.__name__ in _SLOW_TO_CHECK and cls.__module__.startswith("optuna.") for cls in type(sampler).__mro__)
+    twin = None if "seed" in inspect.signature(type(sampler)).parameters else type(sampler)(**search.sampler_args)
+    studies = [_quiet_study(optuna, each, "minimize") for each in (sampler, twin) if each is not None]
+    distributions = _distributions(optuna, search, sampler)
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # warnings about made-up trials (CmaEs's fallbacks) are no news
     try:
-        study.ask(distributions)
+        for index in range(1 if slow else CHECK_ASKS):
+            proposals = [_ask(study, distributions, search.sampler_name, field, index) for study in studies]
+            if any(proposal.params != proposals[0].params for proposal in proposals):
+                raise SamplerError(field, (
+                    f"sampler {search.sampler_name} proposes differently each time it is built alike (it takes no "
+                    "seed, so Hermes cannot seed it from search.seed): a rerun could not continue its experiment; "
+                    "give the sampler a seed argument"))
+            try:
+                for study, proposal in zip(studies, proposals, strict=True):
+                    study.tell(proposal, math.sin(index))  # made-up results that neither rise nor fall throughout
+            except Exception:  # noqa: BLE001 (what fails when told fails the run, as documented: GridSampler's stop)
+                break
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    _check_annotations(type(sampler), search.sampler_args, search.sampler_name)
+
+
+def _ask(study: optuna.Study, distributions: dict[str, Any], sampler: str, field: str, index: int) -> optuna.Trial:
+    try:
+        return study.ask(distributions)
     except Exception as error:  # a sampler is anyone's code
-        raise SamplerError(field, f"sampler {search.sampler_name} failed a first proposal on the spec's space: "
+        which = "a first proposal" if index == 0 else f"proposal {index + 1} (after {index} made-up results)"
+        raise SamplerError(field, f"sampler {sampler} failed {which} on the spec's space: "
                                   f"{type(error).__name__}: {error}") from None
+
+
+def _check_annotations(cls: type, args: dict[str, Any], sampler: str) -> None:
+    """SamplerError naming the argument when it is not of its plain type (int, float, bool, str, None or a union of
+    them) in the constructor's annotations, as Optuna's samplers give them; other annotations are not checked."""
+    annotations = {name: p.annotation for name, p in inspect.signature(cls).parameters.items()}
+    for name, value in args.items():
+        kinds = _plain_kinds(annotations.get(name, inspect.Parameter.empty), cls)
+        if kinds and not any(_is_of(value, kind) for kind in kinds):
+            wanted = " or ".join("null" if kind is type(None) else kind.__name__ for kind in kinds)
+            raise SamplerError(f"sampler.args.{name}", (
+                f"sampler {sampler} takes {wanted}, got {value!r} ({type(value).__name__})"))
+
+
+def _plain_kinds(annotation: Any, cls: type) -> tuple[type, ...]:
+    """The types that ``annotation`` allows when it is made of plain ones only, else none."""
+    if isinstance(annotation, str):  # from __future__ import annotations, as in Optuna
+        try:
+            annotation = eval(annotation, vars(sys.modules[cls.__init__.__module__]))
+        except (NameError, AttributeError, SyntaxError):  # a name imported only for type checkers (Callable in Optuna)
+            return ()
+    union = isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
+    kinds = typing.get_args(annotation) if union else (annotation,)
+    return kinds if all(kind in (int, float, bool, str, type(None)) for kind in kinds) else ()
+
+
+def _is_of(value: Any, kind: type) -> bool:
+    if kind is float:  # an int is a float's value too, as in Optuna's own arithmetic
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
 
 
 def _is_missing(error: Exception, module: str) -> bool:
