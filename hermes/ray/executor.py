@@ -53,6 +53,8 @@ from hermes.ray.storage import CheckpointStore
 log = logging.getLogger("hermes.ray")
 PLACEMENT_NOTE_S = 5.0  # seconds a node's agent may wait for Ray to place it before the user is told
 HEAD_TIMEOUT = 5.0  # seconds a connection to the cluster's head may take before it counts as gone
+# How a local launcher's TrialExited begins where starting the trial's process raised (hermes.local.launchers)
+LAUNCH_FAILURE = "cannot start "
 
 
 def node_name(node_id: str) -> str:
@@ -137,6 +139,7 @@ class RayExecutor(Executor[TrialLaunch]):
         self._closed = False
         self._lost = False  # the cluster's head is gone
         self._next_poll = 0.0
+        self._started = False  # the agents of the nodes there were at the start are ready, or timed out
         try:
             self._poll_membership()
             started = time.monotonic()
@@ -149,6 +152,7 @@ class RayExecutor(Executor[TrialLaunch]):
         except BaseException:
             self.close()  # the agents that did start
             raise
+        self._started = True
 
     def _note_unplaced(self, agent_timeout: float) -> None:
         """Say which nodes' agents Ray has not started yet: other Ray work holds their GPUs (another experiment's
@@ -432,6 +436,10 @@ class RayExecutor(Executor[TrialLaunch]):
             self._run_ended(event.trial_id)
         elif isinstance(event, TrialExited):
             self._run_ended(event.trial_id)
+            if not event.succeeded and (event.error or "").startswith(LAUNCH_FAILURE):
+                # Its node's making (the trial's workdir not mounted there, say), which on one machine would be the
+                # spec's: it runs again on another node, as after any crash, instead of failing for good.
+                event = dataclasses.replace(event, crashed=True)
             if event.crashed:
                 self._lost_run(event.trial_id)  # the core may run it again from its checkpoint
             if event.error and not event.succeeded and event.error != "stopped":  # which node, when one is bad
@@ -446,7 +454,9 @@ class RayExecutor(Executor[TrialLaunch]):
 
     def _lose(self, agent: _Agent, error: Exception | None = None) -> None:
         """The agent or its node died (``error``: how the driver learnt it): its trials fall back to their
-        durable checkpoints. An agent that raised as it started cannot work on any node: a HermesError says why."""
+        durable checkpoints. An agent that raised as it started, on a node there at the start, cannot work on any
+        node: a HermesError says why; on a node that joined later (one without the storage's mount, say), it is only
+        that node's: it is left out, with a warning, and the run goes on on the others."""
         import ray
 
         self._check_head()  # an agent lost with the head: ray.kill would wait a minute for its GCS
@@ -457,8 +467,12 @@ class RayExecutor(Executor[TrialLaunch]):
             del self._calls[ref]
         if isinstance(error, ray.exceptions.RayActorError) and error.actor_init_failed:
             cause = next((line for line in reversed(str(error).splitlines()) if line.strip()), "no reason given")
-            raise HermesError(f"Hermes could not start on Ray node {agent.node}: "
-                              f"{cause.strip().removeprefix('hermes.errors.HermesError: ')}")
+            problem = (f"Hermes could not start on Ray node {agent.node}: "
+                       f"{cause.strip().removeprefix('hermes.errors.HermesError: ')}")
+            if not self._started:
+                raise HermesError(problem)
+            log.warning("%s; it runs no trial, the run goes on on the other nodes", problem)
+            return
         if not agent.ready:
             return
         for gpu in [gpu for gpu, node in self._gpus.items() if node == agent.node]:
