@@ -92,7 +92,7 @@ def check_sampler(search: SearchSpec) -> None:
     else:
         from hermes.search.optuna_search import ask_once
 
-        # Built and asked once: a wrong class or argument fails now, not at the first trial (where a failed
+        # Built and asked: a wrong class or argument fails now, not at the first trial (where a failed
         # experiment would also keep its name from the corrected spec). Many arguments are read only when asked.
         field = "sampler.args" if search.sampler_args else _sampler_field(search)
         ask_once(_optuna_sampler(search), search, field)

@@ -19,6 +19,7 @@ import math
 import sys
 import types
 import typing
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -168,18 +169,20 @@ def ask_once(sampler: optuna.samplers.BaseSampler, search: SearchSpec, field: st
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # warnings about made-up trials (CmaEs's fallbacks) are no news
     try:
-        for index in range(1 if slow else CHECK_ASKS):
-            proposals = [_ask(study, distributions, search.sampler_name, field, index) for study in studies]
-            if any(proposal.params != proposals[0].params for proposal in proposals):
-                raise SamplerError(field, (
-                    f"sampler {search.sampler_name} proposes differently each time it is built alike (it takes no "
-                    "seed, so Hermes cannot seed it from search.seed): a rerun could not continue its experiment; "
-                    "give the sampler a seed argument"))
-            try:
-                for study, proposal in zip(studies, proposals, strict=True):
-                    study.tell(proposal, math.sin(index))  # made-up results that neither rise nor fall throughout
-            except Exception:  # noqa: BLE001 (what fails when told fails the run, as documented: GridSampler's stop)
-                break
+        with warnings.catch_warnings():  # nor numpy's on them (TPE's log1p of 0 on a huge range)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for index in range(1 if slow else CHECK_ASKS):
+                proposals = [_ask(study, distributions, search.sampler_name, field, index) for study in studies]
+                if any(proposal.params != proposals[0].params for proposal in proposals):
+                    raise SamplerError(field, (
+                        f"sampler {search.sampler_name} proposes differently each time it is built alike (it takes no "
+                        "seed, so Hermes cannot seed it from search.seed): a rerun could not continue its experiment; "
+                        "give the sampler a seed argument"))
+                try:
+                    for study, proposal in zip(studies, proposals, strict=True):
+                        study.tell(proposal, math.sin(index))  # made-up results that neither rise nor fall throughout
+                except Exception:  # noqa: BLE001 (what fails when told fails the run, as documented: Grid's stop)
+                    break
     finally:
         optuna.logging.set_verbosity(verbosity)
     _check_annotations(type(sampler), search.sampler_args, search.sampler_name)
