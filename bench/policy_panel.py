@@ -50,6 +50,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
+from hermes.cli import number_type
 from hermes.errors import TraceError
 from hermes.policies import policy_class, stopper_class
 from hermes.sim.compare import Setting, run_one
@@ -349,24 +350,9 @@ def targets(
     return out
 
 
-def _number(convert: Callable[[str], Any], accepts: Callable[[Any], bool], wording: str) -> Callable[[str], Any]:
-    """An argparse type, as the hermes CLI's: ``convert`` the text, and refuse what it cannot read or ``accepts`` does
-    not, in words (``--seeds 0`` would judge nothing, ``--noise nan`` feed NaN metrics to the policies)."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = convert(text)
-        except ValueError:
-            value = None
-        if value is None or not accepts(value):
-            raise argparse.ArgumentTypeError(f"must be {wording}, got {text!r}")
-        return value
-
-    return parse
-
-
-_positive_int = _number(int, lambda value: value >= 1, "a positive whole number")
-_share = _number(float, lambda value: 0 <= value < math.inf, "a number >= 0")
+# --seeds 0 would judge nothing, --noise nan feed NaN metrics to the policies
+_positive_int = number_type(int, lambda value: value >= 1, "a positive whole number")
+_share = number_type(float, lambda value: 0 <= value < math.inf, "a number >= 0")
 
 
 def _listed(parse: Callable[[str], Any]) -> Callable[[str], list[Any]]:

@@ -973,8 +973,9 @@ def _naming_damage(directory: str) -> AbstractContextManager[None]:
     return naming_damage(Path(directory) / STORE_FILE)
 
 
-def _number(convert: Callable[[str], Any], accepts: Callable[[Any], bool], wording: str) -> Callable[[str], Any]:
-    """An argparse type: ``convert`` the text, and refuse what it cannot read or ``accepts`` does not, in words."""
+def number_type(convert: Callable[[str], Any], accepts: Callable[[Any], bool], wording: str) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text, and refuse what it cannot read or ``accepts`` does not, in words (the
+    benchmarks' options read numbers with it too)."""
 
     def parse(text: str) -> Any:
         try:
@@ -988,11 +989,11 @@ def _number(convert: Callable[[str], Any], accepts: Callable[[Any], bool], wordi
     return parse
 
 
-_positive_float = _number(float, lambda value: 0 < value < math.inf, "a positive number")
-_size = _number(float, lambda value: 0 <= value < math.inf, "a number >= 0")
-_positive_int = _number(int, lambda value: value >= 1, "a positive whole number")
-_non_negative_int = _number(int, lambda value: value >= 0, "a whole number >= 0")
-_port = _number(int, lambda value: 0 <= value <= 65535, "a port number, 0 to 65535")
+_positive_float = number_type(float, lambda value: 0 < value < math.inf, "a positive number")
+_size = number_type(float, lambda value: 0 <= value < math.inf, "a number >= 0")
+_positive_int = number_type(int, lambda value: value >= 1, "a positive whole number")
+_non_negative_int = number_type(int, lambda value: value >= 0, "a whole number >= 0")
+_port = number_type(int, lambda value: 0 <= value <= 65535, "a port number, 0 to 65535")
 
 
 if __name__ == "__main__":
