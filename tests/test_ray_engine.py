@@ -10,6 +10,9 @@ gets right. The test that kills a node runs last: the cluster is not the same af
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import http.server
 import json
 import logging
 import os
@@ -23,7 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -143,6 +146,46 @@ def test_an_address_where_nothing_listens_is_refused_at_once(tmp_path: Path) -> 
     assert result.returncode == 2, result.stderr
     assert "hermes: error: ray.address: cannot reach '127.0.0.1:1' (Connection refused)" in result.stderr
     assert time.monotonic() - started < 30
+
+
+@contextlib.contextmanager
+def http_server() -> Iterator[int]:
+    """A web server on a free port (as the dashboard's 8265 is)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def grpc_server() -> Iterator[int]:
+    """A gRPC server that is not Ray's (as a Ray Client's 10001 is)."""
+    import grpc
+
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield port
+    finally:
+        server.stop(None)
+
+
+@pytest.mark.parametrize(("server", "answer"), [(http_server, "not gRPC"), (grpc_server, "a gRPC server, but not Ray's")])
+def test_an_address_that_takes_connections_but_is_no_ray_head_is_refused_at_once(
+    server: Callable[[], contextlib.AbstractContextManager[int]], answer: str, tmp_path: Path
+) -> None:
+    """Ray retried the dashboard's port, or any other server's, for about 14 minutes, deaf to Ctrl-C."""
+    with server() as port:
+        address = f"127.0.0.1:{port}"
+        spec = spec_of("no-head", engine="ray", ray={"address": address}, resources={"gpus": "none", "cpu_slots": 1})
+        result = hermes("run", str(write_spec(tmp_path, spec)), "--no-live", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert (f"hermes: error: ray.address: {address!r} takes connections but is not a Ray cluster's head ({answer}); "
+            "give the head's GCS port") in result.stderr
 
 
 def test_an_address_whose_port_is_out_of_range_is_refused_at_once(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from hermes.experiment.spec import ExperimentSpec
 
 CONNECT_TIMEOUT_S = 10.0  # to reach a cluster's head: a live one answers in milliseconds, even across regions
+GCS_CLUSTER_ID_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"  # the first call every Ray driver makes
 
 
 def connect(address: str, setting: str) -> bool:
@@ -90,8 +91,9 @@ def _check_same_cluster(address: str, setting: str) -> None:
 
 
 def _check_reachable(address: str, setting: str) -> None:
-    """Refuse at once a HOST:PORT that takes no connection: Ray itself retries an unreachable head for about
-    14 minutes, deaf to Ctrl-C. Addresses Ray reads otherwise (``auto``, or no port) are left to it."""
+    """Refuse at once a HOST:PORT that takes no connection, or whose server is not a Ray head: Ray itself retries
+    either for about 14 minutes, deaf to Ctrl-C. Addresses Ray reads otherwise (``auto``, or no port) are left to
+    it."""
     target = _host_port(address)
     if target is None:
         return
@@ -101,6 +103,31 @@ def _check_reachable(address: str, setting: str) -> None:
         reason = f"no answer in {CONNECT_TIMEOUT_S:g} s" if isinstance(error, TimeoutError) else error.strerror or error
         raise HermesError(f"{setting}: cannot reach {address!r} ({reason}); is the cluster's head running there "
                           "(ray start --head), and is its port open to this machine?") from None
+    if "://" not in address and not os.environ.get("RAY_USE_TLS"):  # ray:// is Ray Client; TLS is Ray's to speak
+        _check_answers_as_head(address, target, setting)
+
+
+def _check_answers_as_head(address: str, target: tuple[str, int], setting: str) -> None:
+    """Ask the port for the cluster's id as Ray's GCS would be asked: a head answers in milliseconds (refusing a
+    request without its token still answers), while another server (the dashboard's 8265, a Ray Client's 10001,
+    anything else) does not speak that protocol. grpcio comes with Ray."""
+    import grpc
+
+    host, port = target
+    with grpc.insecure_channel(f"[{host}]:{port}" if ":" in host else f"{host}:{port}") as channel:
+        ask = channel.unary_unary(GCS_CLUSTER_ID_METHOD, request_serializer=lambda _: b"",  # an empty request
+                                  response_deserializer=lambda reply: reply)
+        try:
+            ask(None, timeout=CONNECT_TIMEOUT_S)
+            return
+        except grpc.RpcError as error:
+            code = error.code()
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNIMPLEMENTED):
+        answer = {grpc.StatusCode.DEADLINE_EXCEEDED: f"no answer in {CONNECT_TIMEOUT_S:g} s",
+                  grpc.StatusCode.UNIMPLEMENTED: "a gRPC server, but not Ray's"}.get(code, "not gRPC")
+        raise HermesError(f"{setting}: {address!r} takes connections but is not a Ray cluster's head ({answer}); "
+                          "give the head's GCS port (6379 unless ray start --head was given --port), not the "
+                          "dashboard's or Ray Client's")
 
 
 def _endpoints(host: str, port: int) -> set[tuple[str, int]]:
