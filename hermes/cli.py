@@ -478,6 +478,8 @@ def _simulate(args: argparse.Namespace) -> int:
         if args.mode is not None and args.mode != trace.mode:
             raise HermesError(f"--mode {args.mode}: the experiment's metric improves the other way ({trace.mode})")
     elif args.mode is None:
+        if not Path(args.trace).exists():  # the path's mistake first: naming --mode sent the user the wrong way
+            raise HermesError(f"{args.trace}: cannot open: no such file or storage dir")
         raise HermesError(f"--mode max or min: in which direction the metric of {args.trace} improves")
     else:
         trace = load_trace(args.trace, args.mode, state_mb=args.state_mb)
@@ -784,7 +786,8 @@ def _stored_trace(args: argparse.Namespace) -> Trace:
         view = ExperimentView.load(store, pick_experiment(store, args.experiment))
         recorded = experiment_trace(view, _experiment_dir(args, view.experiment))
     if not recorded.trace.trials:
-        raise HermesError(f"experiment {recorded.trace.path!r} has no finished trial to replay yet"
+        final = view.experiment.status.is_final  # it never will have one: no "yet"
+        raise HermesError(f"experiment {recorded.trace.path!r} has no finished trial to replay{'' if final else ' yet'}"
                           + (f" ({recorded.left_out} stopped early or not finished)" if recorded.left_out else ""))
     if recorded.left_out:
         print(f"{recorded.left_out} trials left out: stopped early or not finished, so their curves are unknown",

@@ -456,6 +456,21 @@ def test_control_characters_of_a_parameter_are_escaped_for_people_and_kept_for_p
     assert json.loads(format_results(view, ranked, "json"))[0]["params"] == params["0"]
 
 
+def test_the_csv_writes_parameters_as_the_json_does() -> None:
+    """A switch came out as Python's True, a list as its repr, where the JSON and a trace say true and [64, 32]."""
+    params = {"0": {"flag": True, "layers": [64, 32], "lr": 0.001, "width": 64, "opt": "adam"}, "1": {"flag": False}}
+    store = stored({"0": [0.1], "1": [0.2]}, params)
+    try:
+        view = ExperimentView.load(store, pick_experiment(store, "odd"))
+        rows = list(csv.DictReader(io.StringIO(format_results(view, standings(view), "csv"))))
+    finally:
+        store.close()
+    assert [row["param_flag"] for row in rows] == ["true", "false"]
+    assert (rows[0]["param_layers"], rows[0]["param_lr"], rows[0]["param_width"], rows[0]["param_opt"]) == (
+        "[64, 32]", "0.001", "64", "adam")
+    assert rows[1]["param_layers"] == ""  # a trial without the parameter
+
+
 # ---------------------------------------------------------------------- plots
 def test_plots_are_real_images(recorded: Recorded, store: SqlStore, tmp_path: Path) -> None:
     image = pytest.importorskip("matplotlib.image")
@@ -563,6 +578,9 @@ def test_cli_trace_and_simulate_a_stored_experiment(
     assert "experiment 'cut' has no finished trial to replay yet" in capsys.readouterr().err
     assert main(["simulate", "--trace", directory, "--experiment", "sweep", "--gpus", "3", "--mode", "min"]) == 2
     assert "improves the other way (max)" in capsys.readouterr().err
+    mistyped = tmp_path / "stor1"  # the path's mistake, not a demand for --mode that a path would not cure
+    assert main(["simulate", "--trace", str(mistyped), "--gpus", "2"]) == 2
+    assert capsys.readouterr().err.endswith(f"hermes: error: {mistyped}: cannot open: no such file or storage dir\n")
     assert main(["simulate", "--trace", str(written), "--gpus", "3"]) == 2
     assert "--mode max or min" in capsys.readouterr().err
     simulate = ["simulate", "--trace", str(written), "--mode", "max"]
@@ -583,6 +601,17 @@ def test_cli_trace_and_simulate_a_stored_experiment(
                          "is not a subclass of hermes.core.policy.EarlyStopper")):
         assert main([*simulate, *wrong]) == 2  # was a ValueError's traceback
         assert told in capsys.readouterr().err
+
+
+def test_a_final_experiment_without_a_finished_trial_has_none_to_replay_not_none_yet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A time budget that stopped every trial early: "no finished trial to replay yet" promised one to come."""
+    with closing(SqlStore(f"sqlite:///{tmp_path / STORE_FILE}")) as writer:
+        recording = record_simulation(writer, "timed", mode="max", seed=4, stop_after=30)
+        writer.set_status(recording.experiment_id, ExperimentStatus.FINISHED)
+    assert main(["trace", str(tmp_path)]) == 2
+    assert "hermes: error: experiment 'timed' has no finished trial to replay (" in capsys.readouterr().err
 
 
 def test_cli_errors_name_the_problem(recorded: Recorded, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

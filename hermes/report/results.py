@@ -127,7 +127,7 @@ def format_results(
         for s in top:
             writer.writerow(
                 [s.rank, s.trial_id, states[s.trial_id], _csv(s.best), _csv(s.best_step), _csv(_finite(s.final)),
-                 s.steps, s.budget, s.reports, round(s.gpu_seconds, 3), *(_csv(s.params.get(name)) for name in names),
+                 s.steps, s.budget, s.reports, round(s.gpu_seconds, 3), *(_csv_param(s.params[name]) if name in s.params else "" for name in names),
                  _csv(s.error), *(_csv(value) for value in files[s.trial_id].values())]
             )
         return buffer.getvalue().rstrip("\n")
@@ -183,6 +183,11 @@ def _finite(value: float | None) -> float | None:
 
 def _csv(value: object) -> str:
     return "" if value is None else str(value)
+
+
+def _csv_param(value: object) -> str:
+    """A hyper-parameter as JSON writes it (true, [1, 2]) unless it is text: as ``--format json`` and traces have it."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _param(value: object) -> str:
