@@ -15,6 +15,8 @@ import pytest
 from hermes.core.decisions import Resume
 from hermes.core.states import TrialState
 from hermes.local.launchers.process import MAX_LINE
+from hermes.experiment import load_spec
+from hermes.local.engine import trial_launch
 from hermes.local.watchdog import EXIT_GRACE, TrialLimits, Watchdog
 from hermes.store import ExperimentStatus
 from tests.test_run import hermes, load_view, run_ok, spec_of, write_spec
@@ -107,6 +109,20 @@ def test_a_step_spans_a_suspension_and_arms_the_stall_limit() -> None:
     assert watchdog.deadline() == pytest.approx(50.4 + 20 * 0.5)
     reason = "hung: no report for 10s, while its slowest step took 0.5s (trial.stall: factor 20, min 1s)"
     assert watchdog.overdue(60.5) == [("t", reason)]
+
+
+def test_the_default_limits_let_a_fast_trial_evaluate_for_minutes(tmp_path: Path) -> None:
+    """Steps of 0.2 s and an evaluation of 65 s: the spec's defaults killed it as hung after 60 s, a healthy trial
+    lost; a real hang is still caught, after 10 minutes."""
+    spec = load_spec(write_spec(tmp_path, spec_of("evaluates")))
+    watchdog = Watchdog(trial_launch(spec, {}, str(tmp_path)).limits)
+    watchdog.started("t", 0.0)
+    for moment in (1.0, 1.2, 1.4):
+        watchdog.reported("t", moment)
+    assert watchdog.deadline() == pytest.approx(1.4 + 600)  # a hang here is caught after 10 minutes
+    assert watchdog.overdue(1.4 + 65) == []
+    watchdog.reported("t", 1.4 + 65)  # its evaluation's report: now its slowest step
+    assert watchdog.deadline() == pytest.approx(66.4 + 20 * 65)
 
 
 def test_a_run_starting_again_is_measured_against_start_ups() -> None:

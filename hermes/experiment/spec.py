@@ -553,7 +553,7 @@ class StallSpec(_Section):
     whatever its steps (which also covers the time before its first report)."""
 
     factor: Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(ge=0, allow_inf_nan=False)] = 20.0  # 0: off
-    min: StrictPositiveFloat = 60.0
+    min: StrictPositiveFloat = 600.0  # an evaluation or a save between fast steps may take minutes
     after: StrictPositiveFloat | None = None
 
     @field_validator("min", "after", mode="before")

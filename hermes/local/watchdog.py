@@ -44,7 +44,7 @@ TOLD_TO_STOP = "its loop thread being stopped"  # protocol.LOOP_STOPPED
 class TrialLimits:
     timeout: float | None = None  # seconds of running time in all; None: no limit
     stall_factor: float = 20.0  # silent for this many times its slowest step; 0: off
-    stall_min: float = 60.0  # ...but never less than this many seconds of silence
+    stall_min: float = 600.0  # ...but never less than this many seconds of silence
     stall_after: float | None = None  # silent this many seconds, whatever its steps; None: off
 
     def __post_init__(self) -> None:
