@@ -13,7 +13,13 @@ import signal
 import sys
 import threading
 import time
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import (
+    AbstractContextManager,
+    contextmanager,
+    nullcontext,
+    redirect_stdout,
+    suppress,
+)
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
@@ -59,10 +65,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_submit(commands)
     _add_cancel(commands)
     args = parser.parse_args(argv)
+    # `run` drops an output it cannot write and goes on; the others have nothing but their output to give
+    output = nullcontext() if args.handler is _run else redirect_stdout(_OutputStream(sys.stdout))
     try:
-        _choose_server(args)
-        code = args.handler(args)
-        sys.stdout.flush()  # a reader that went away shows here at the latest, inside the try
+        with output:
+            _choose_server(args)
+            code = args.handler(args)
+            sys.stdout.flush()  # a reader that went away shows here at the latest, inside the try
         return code
     except HermesError as error:
         print(f"hermes: error: {error}", file=sys.stderr)
@@ -70,10 +79,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader closed the pipe (`hermes status | head`): stop quietly, as Python's docs
         # advise, with stdout sent to devnull so that the interpreter's last flush has nowhere to fail.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _stdout_to_devnull()
         return 1
+    except _OutputUnwritable as error:  # a full disk under `hermes results > file`: said as `--out` says it
+        _stdout_to_devnull()
+        with suppress(OSError):  # stderr may be on that disk too
+            print(f"hermes: error: cannot write the output: {error.strerror}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # a command interrupted, or a second Ctrl-C while `run` said it was interrupted
         return 130
+
+
+class _OutputUnwritable(OSError):
+    """Stdout could not be written (not a closed pipe): told apart from the OSErrors of the command's own work."""
+
+
+class _OutputStream:
+    """Stdout, whose write errors other than a closed pipe's are raised as _OutputUnwritable."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        with self._unwritable_said():
+            return self._stream.write(text)
+
+    def flush(self) -> None:
+        with self._unwritable_said():
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    @staticmethod
+    @contextmanager
+    def _unwritable_said() -> Iterator[None]:
+        try:
+            yield
+        except (BrokenPipeError, _OutputUnwritable):
+            raise
+        except OSError as error:
+            raise _OutputUnwritable(error.errno, error.strerror) from error
+
+
+def _stdout_to_devnull() -> None:
+    """Send stdout to /dev/null, which takes the lines still buffered, so that no later flush fails."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _add_run(commands: argparse._SubParsersAction) -> None:
@@ -99,7 +152,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
     """`hermes run`, with SIGTERM and SIGHUP taken as Ctrl-C (``terminations``)."""
-    from contextlib import closing, nullcontext
+    from contextlib import closing
 
     again = f"hermes run {shlex.quote(args.spec)}" + (f" --name {shlex.quote(args.name)}" if args.name is not None else "")
     try:
@@ -339,9 +392,7 @@ def _unwritable_output_dropped() -> Iterator[None]:
     except BrokenPipeError:
         raise
     except OSError as error:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        _stdout_to_devnull()
         with suppress(OSError):  # stderr may be on that disk too
             print(f"hermes: warning: its output cannot be written ({error.strerror}): what it prints there is "
                   "dropped from here on, and the experiment goes on", file=sys.stderr, flush=True)

@@ -81,7 +81,8 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     ``module:function`` its trials import in its place. A function of the script being run (``__main__``) is its
     file's module, which trials import from the script's folder (the workdir, unless the spec gives one): the
     script's ``if __name__ == "__main__":`` keeps them from running it, so the function itself must lie outside that
-    guard, as the spec check says. A notebook's has no file: the spec check says to move it into one."""
+    guard, as the spec check says. A notebook's has no file (nor has one read from stdin, or exec'd): the spec check
+    says to move it into one."""
     trial = spec.get("trial")
     function = trial.get("function") if isinstance(trial, Mapping) else None
     if not callable(function):
@@ -100,11 +101,17 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
         raise SpecError(f"trial.function: {function.__qualname__} is an async def: {TRIAL_IS_NOT_ASYNC}",
                         [("trial.function", "an async def")])
     module, named = function.__module__, dict(trial)
-    if "." in function.__qualname__:  # a method, or a function defined in another: no module has it at top level
-        raise SpecError(f"trial.function: {function.__qualname__} is not a module's top-level function, which a "
-                        "trial's process imports: define it at the top of a module", [("trial.function", "nested")])
     main = sys.modules.get("__main__")
     script = getattr(main, "__file__", None) if module == "__main__" else None
+    if module is None or (script is not None and not Path(script).is_file()):
+        # exec'd into a namespace of its own, or a script read from stdin (`python - < tune.py`): no file to import
+        # it from, as a notebook's function, of which the spec check says so
+        return {**spec, "trial": {**named, "function": f"__main__:{function.__name__}"}}
+    name = _top_level_name(function, sys.modules.get(module))
+    if name is None:
+        raise SpecError(f"trial.function: {function.__qualname__} is not a module's top-level function, which a "
+                        "trial's process imports: define it at the top of a module (a decorator that wraps it must "
+                        "keep its name with functools.wraps)", [("trial.function", "nested")])
     if script is not None:
         path = Path(script).resolve()
         run_as = getattr(getattr(main, "__spec__", None), "name", None)  # python -m pkg.mod: its real name
@@ -115,16 +122,27 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
                             [("trial.function", "not importable")])
         root = path.parents[module.count(".")]  # the folder that holds the module, or its top package
         named.setdefault("workdir", str(root))
-        _warn_of_guarded_globals(function, path)
-    return {**spec, "trial": {**named, "function": f"{module}:{function.__qualname__}"}}
+        _warn_of_guarded_globals(function, name, path)
+    return {**spec, "trial": {**named, "function": f"{module}:{name}"}}
 
 
-def _warn_of_guarded_globals(function: Any, script: Path) -> None:
+def _top_level_name(function: Any, module: types.ModuleType | None) -> str | None:
+    """The name ``module`` has ``function`` under at its top level, which a trial's process imports: its own, or for
+    a function a decorator wrapped without functools.wraps (``timed.<locals>.wrapper``), the name it was bound to.
+    None for a method, or a function defined in another, which no module has at its top level."""
+    if "." not in function.__qualname__:
+        return function.__qualname__
+    if module is None:
+        return None
+    return next((name for name, value in vars(module).items() if value is function), None)
+
+
+def _warn_of_guarded_globals(function: Any, name: str, script: Path) -> None:
     """Say where the script's function reads a global that its ``__main__`` block sets: its trials import the script
     afresh and never see that value (Ray Tune's users expect the function's globals to come along)."""
     unseen = sorted(_globals_read(function) & set_under_main_guard(script)) if inspect.isfunction(function) else []
     if unseen:
-        print(f"hermes: warning: trial.function {function.__name__} reads {', '.join(unseen)}, which {script.name} "
+        print(f"hermes: warning: trial.function {name} reads {', '.join(unseen)}, which {script.name} "
               f"sets under `if __name__ == \"__main__\":`, a block its trials do not run (they import {script.name} "
               "afresh): set it at the module's top level or in the function", file=sys.stderr, flush=True)
 

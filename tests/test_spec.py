@@ -258,7 +258,7 @@ BAD = [
     (drop("metric"), "metric: required"),
     (put("budget", "steps", value=0), "budget.steps: Input should be greater than 0"),
     (put("policy", "name", value="gandiva"), "policy.name: unknown policy 'gandiva'; choose one of fifo, rr"),
-    (put("policy", "period", value=0), "policy.period: Input should be greater than 0"),
+    (put("policy", "period", value=0), "policy.period: Input should be greater than or equal to 0.01"),
     (put("policy", "params", value={"quantum": 3}), "policy.params: policy rr: "),
     (put("policy", "stopper", value={"name": "hyperband"}), "policy.stopper.name: unknown early stopper 'hyperband'"),
     (put("policy", "stopper", "params", value={"rungs": 3}), "policy.stopper.params: stopper asha: "),
@@ -904,3 +904,18 @@ def test_a_spec_limited_by_time_alone_reads_back_from_its_stored_form() -> None:
     data["search"] |= {"max_time": "1e5h", "max_gpu_hours": 1e300}
     spec = parse_spec(data)
     assert parse_spec(spec.model_dump(mode="json")) == spec
+
+
+def test_a_list_config_may_leave_a_fixed_parameter_out_as_the_docs_say() -> None:
+    """docs/search.md: a config of sampler list "may leave it out or must give it as written"; one that gave it beside
+    one that left it out was refused ("search.configs.1: must set the same parameters as configs.0 (lr, copies)")."""
+    space = {"lr": {"type": "choice", "values": [0.1, 0.01]}, "copies": 1}
+    listed = spec_with(lambda d: d.update(search={"space": space, "configs": [{"lr": 0.1, "copies": 1}, {"lr": 0.01}]}))
+    assert configs_of(parse_spec(listed)) == [{"lr": 0.1, "copies": 1}, {"lr": 0.01, "copies": 1}]
+    unlike = spec_with(lambda d: d.update(search={"space": space, "configs": [{"lr": 0.1, "copies": 1}, {"copies": 1}]}))
+    with pytest.raises(SpecError, match=r"search.configs.1: must set the same parameters as configs.0 \(lr\); it may "
+                                        r"set the fixed ones \(copies\) too$"):
+        parse_spec(unlike)
+    derived = spec_with(lambda d: d.update(search={"configs": [{"lr": 0.1, "copies": 1}, {"lr": 0.01}]}))
+    with pytest.raises(SpecError, match=r"search.configs.1: must set the same parameters as configs.0 \(lr, copies\)$"):
+        parse_spec(derived)  # no space: no parameter is fixed

@@ -95,6 +95,7 @@ PathText = Annotated[str, BeforeValidator(_path_text)]  # a path field: text, or
 FiniteFloat = Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(allow_inf_nan=False)]
 # finite: JSON has no infinity, so a stored inf would read back as null (no limit set, or a required field missing)
 StrictPositiveFloat = Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(gt=0, allow_inf_nan=False)]
+MIN_PERIOD_S = 0.01  # policy.period
 StrictPositiveInt = Annotated[int, Strict(), Field(gt=0)]
 _CLASS_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")  # package.module.Class
 MAX_SLOTS = 1024  # CPU slots (or threads per slot) of one machine: far above its cores, well below a hang
@@ -401,8 +402,6 @@ class SearchSpec(_Section):
         for index, config in enumerate(configs or []):
             if not config:
                 raise _PathError(str(index), "sets no parameter")
-            if set(config) != set(configs[0]):
-                raise _PathError(str(index), f"must set the same parameters as configs.0 ({', '.join(configs[0])})")
             for name, value in config.items():
                 if not _IDENTIFIER.fullmatch(name):
                     raise _PathError(f"{index}.{name}", "parameter names must be ASCII Python identifiers")
@@ -483,6 +482,15 @@ class SearchSpec(_Section):
     def _fit_configs(self) -> None:
         """Derive the space from the configs (each parameter a choice of its values), or check them against it."""
         assert self.configs is not None
+        # A fixed parameter a config may leave out or give (as written): the others, each config sets alike (a
+        # configs.0 of fixed ones alone lacks the space's others, as the check against the space says)
+        fixed = [name for name, parameter in self.space.items() if isinstance(parameter, Constant)]
+        first = [name for name in self.configs[0] if name not in fixed]
+        for index, config in enumerate(self.configs):
+            if first and set(config) - set(fixed) != set(first):
+                also = f"; it may set the fixed ones ({', '.join(fixed)}) too" if fixed else ""
+                raise _PathError(f"configs.{index}", f"must set the same parameters as configs.0 ({', '.join(first)})"
+                                                     f"{also}")
         if not self.space:
             # Each value once, as its first config wrote it; one equal to an earlier value but of another type
             # (1, 1.0, true) is refused, as a choice written so is: merged, the space held one of them, and the
@@ -497,7 +505,6 @@ class SearchSpec(_Section):
                             "values alike, as the choice derived from configs takes values that differ by equality"))
             self.space = {name: Choice(type="choice", values=list(values)) for name, values in seen.items()}
             return
-        fixed = [name for name, parameter in self.space.items() if isinstance(parameter, Constant)]
         searched = [name for name in self.space if name not in fixed]
         for index, config in enumerate(self.configs):
             if not set(searched) <= set(config) <= set(self.space):
@@ -671,8 +678,11 @@ class StopperSpec(_Section):
 class PolicySpec(_Section):
     name: str = "hermes"
     # seconds of GPU time a trial runs before a better one may preempt it; None: the policy's own (60 s, and hermes
-    # lets a turn last one of the trial's own reports)
-    period: StrictPositiveFloat | None = None
+    # lets a turn last one of the trial's own reports). At least 10 ms: no process switches faster, and an unmodified
+    # script's run ticks at it (a period of 1e-4 s wrote 1,200 ticks a second to the store)
+    period: Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(ge=MIN_PERIOD_S, allow_inf_nan=False)] | None = (
+        None
+    )
     params: Params = {}
     stopper: StopperSpec | None = None
 
