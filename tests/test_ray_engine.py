@@ -41,6 +41,7 @@ from hermes.experiment import load_spec  # noqa: E402
 from hermes.local.launch import TrialLaunch  # noqa: E402
 from hermes.local.resources import discover_gpus  # noqa: E402
 from hermes.ray.executor import RayExecutor, node_name  # noqa: E402
+from hermes.ray.storage import CheckpointStore  # noqa: E402
 from hermes.session import ExperimentSession  # noqa: E402
 from hermes.store import ExperimentStatus  # noqa: E402
 from hermes.testing.executor_conformance import Driver, ExecutorHarness  # noqa: E402
@@ -697,17 +698,23 @@ def test_an_agent_that_does_not_see_the_drivers_storage_is_refused(cluster: RayC
 def test_a_durable_checkpoint_missing_where_its_trial_resumes_is_told(
     cluster: RayCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The core counts step 4 as durable and the node that resumes the trial finds no checkpoint (its own folder,
-    not the one the others wrote to): the trial started again from its beginning without a word."""
+    """The driver saw step 4's checkpoint in storage.uri, and the node that resumes the trial finds none there (gone
+    meanwhile, or a folder of its own): the trial started again from its beginning without a word."""
     durable = tmp_path / "durable"
     executor = RayExecutor(tmp_path, storage_uri=str(durable), metric="score")
     assert len(list(durable.glob(".hermes-run-*"))) == 1  # the object each node's agent must see
+    saved = tmp_path / "saved" / "step-4"
+    saved.mkdir(parents=True)
+    (saved / "hermes.json").write_text(json.dumps({"step": 4, "metrics": {}}))
+    storage = CheckpointStore(str(durable))
+    storage.upload("a", saved)
     node = node_name(cluster.nodes[1].node_id)
     events: list = []
     with executor, caplog.at_level(logging.WARNING, logger="hermes.ray"):
         executor.next_events()  # the nodes
         executor.submit("a", TrialLaunch(6, function="tests.trials.curve:train", config={"rate": 0.5, "sleep": 0.01},
                                          cwd=str(ROOT)), reported_step=4)
+        storage.delete("a")
         executor.apply(Resume("a", f"{node}/gpu0", migrated=True), executor.now())
         deadline = time.monotonic() + 60
         while not any(isinstance(event, TrialExited) for event in events):
@@ -766,6 +773,7 @@ def rerun_to_the_end(path: Path, storage: Path, env: dict[str, str], trials: int
                            capture_output=True, text=True, timeout=180)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "(continued)" in rerun.stdout
+    assert "durable checkpoint" not in rerun.stderr, rerun.stderr  # what was durable is found where it was put
     view, _ = load_view(storage)
     assert len(view.trials) == trials and all(t.state is TrialState.COMPLETED for t in view.trials)
     return view
@@ -832,9 +840,11 @@ def test_a_lost_head_interrupts_the_run_at_once(tmp_path: Path) -> None:
 
 
 def test_a_node_joins_and_another_dies_mid_run(
-    cluster: RayCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cluster: RayCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Runs last: it kills a worker node of the module's cluster."""
+    """Runs last: it kills a worker node of the module's cluster. The trials parked there (suspended in memory, after
+    their last durable checkpoint) resume from that checkpoint without a warning: they were told that
+    their durable checkpoint was missing from storage.uri, "does every node see storage.uri?"."""
     from hermes.cli import _progress_printer
 
     budget = 10
@@ -864,6 +874,7 @@ def test_a_node_joins_and_another_dies_mid_run(
     detection = seen["removed"] - seen["killed"]
     logged = capsys.readouterr().out
     assert f"node {node_name(victim.node_id)} lost: what ran there resumes elsewhere" in logged, logged
+    assert not [record.getMessage() for record in caplog.records if "durable checkpoint" in record.getMessage()]
     print(f"\nnode loss: SIGKILL of its raylet to NodeRemoved in the core: {detection:.2f} s")
     assert 0 < detection < DETECTION_BOUND_S
     decisions = [record.decision for record in session.store.decisions(session.experiment_id)]

@@ -122,7 +122,8 @@ class NodeAgent:
                 return None  # a retry of a call that arrived
         for command in commands:
             if command[0] == "receive":
-                self._receive(*command[1:4], carried[0] if carried else None)
+                _, trial_id, work, _, durable_step = command
+                self._receive(trial_id, work, durable_step, carried[0] if carried else None)
         future: Future = Future()
         with self._changed:
             self._calls[seq] = (commands, future)
@@ -309,10 +310,11 @@ class NodeAgent:
         return {"step": step, "files": {str(path.relative_to(directory)): path.read_bytes() for path in files},
                 "links": links}
 
-    def _receive(self, trial_id: str, work: TrialLaunch, reported_step: int, carried: Any) -> None:
+    def _receive(self, trial_id: str, work: TrialLaunch, durable_step: int, carried: Any) -> None:
         """Before a trial resumes here from elsewhere: put its state in its directory, from the
         object store (a migration between live nodes) or else from the storage URI (its node died,
-        or the driver restarted). Runs in Ray's thread, not the pump: the trial is unknown here."""
+        or the driver restarted), where the driver counts on one of ``durable_step``. Runs in Ray's thread, not the
+        pump: the trial is unknown here."""
         import ray
 
         state = None
@@ -327,8 +329,8 @@ class NodeAgent:
         remove_checkpoints(checkpoints)  # Hermes's, not the trial's own files there (its best model, say)
         if state is None:
             step = self.storage.download(trial_id, trial_dir)
-            if work.movable and reported_step > 0 and (step is None or step < reported_step):
-                self._post(f"trial {trial_id}'s durable checkpoint of step {reported_step} is not in "
+            if work.movable and durable_step > 0 and (step is None or step < durable_step):
+                self._post(f"trial {trial_id}'s durable checkpoint of step {durable_step} is not in "
                            f"{self.storage.uri}: it resumes from {'its beginning' if step is None else f'step {step}'}"
                            " (does every node see storage.uri?)")
             return

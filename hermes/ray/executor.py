@@ -129,6 +129,9 @@ class RayExecutor(Executor[TrialLaunch]):
         self._work: dict[str, TrialLaunch] = {}
         self._ended: set[str] = set()  # trials the core runs no more (``trial_ended``), until started again
         self._progress: dict[str, TrialProgress] = {}
+        # trial -> the step of its newest checkpoint in storage.uri as this driver knows it: a suspension's does not
+        # count (a trial parked in memory is not uploaded), though the core falls back to it (``TrialProgress``)
+        self._durable: dict[str, int] = {}
         self._where: dict[str, str] = {}  # trial -> node of the agent that holds it
         self._gpu_of: dict[str, str] = {}  # trial -> GPU of its latest run
         self._ran: dict[str, float] = {}  # trial -> seconds of its runs that ended, on any node (trial.timeout)
@@ -178,7 +181,18 @@ class RayExecutor(Executor[TrialLaunch]):
         self._progress[trial_id] = TrialProgress(
             trial_id=trial_id, last_step=reported_step, checkpoint_step=reported_step
         )
+        self._durable[trial_id] = self._stored_step(trial_id, reported_step) if work.movable and reported_step else 0
         return TrialSubmitted(self.now() if at is None else at, trial_id, work.budget, dict(work.config), work.movable)
+
+    def _stored_step(self, trial_id: str, reported_step: int) -> int:
+        """The step of a trial's newest checkpoint in storage.uri, up to ``reported_step``, for a trial submitted with
+        its steps known (a rerun): the core falls back to its last suspension, which a trial parked in memory never
+        uploaded, and the node it resumes on warned of a checkpoint missing from storage.uri."""
+        try:
+            latest = self._storage.latest(trial_id)
+        except OSError:
+            return 0  # unknown: the node's download says what there is
+        return 0 if latest is None else min(latest[1], reported_step)
 
     def apply(self, decision: Decision, at: float) -> None:
         trial_id = decision.trial_id
@@ -190,7 +204,7 @@ class RayExecutor(Executor[TrialLaunch]):
             self._running_since[trial_id] = at
             if isinstance(decision, Start):
                 progress = self._progress[trial_id]
-                progress.last_step = progress.checkpoint_step = 0
+                progress.last_step = progress.checkpoint_step = self._durable[trial_id] = 0
                 self._place(target, trial_id, "submit")
                 target.buffer.append(("apply", decision))
             else:
@@ -277,7 +291,8 @@ class RayExecutor(Executor[TrialLaunch]):
         for agent in self._agents.values():
             agent.buffer.append(("end_worker_group", group))
         for trial_id in [trial_id for trial_id, work in self._work.items() if work.worker_group == group]:
-            for kept in (self._work, self._progress, self._where, self._gpu_of, self._ran, self._running_since):
+            for kept in (self._work, self._progress, self._durable, self._where, self._gpu_of, self._ran,
+                         self._running_since):
                 kept.pop(trial_id, None)
             self._ended.discard(trial_id)
             for agent in self._agents.values():
@@ -313,7 +328,7 @@ class RayExecutor(Executor[TrialLaunch]):
             source.trials.discard(trial_id)
             source.buffer.append(("export", trial_id))
             carried = self._send(source, watch=False)  # never fetched here: it goes to the target
-        self._place(target, trial_id, "receive")
+        self._place(target, trial_id, "receive", self._durable[trial_id])
         target.buffer.append(("apply", decision))
         self._send(target, [carried] if carried is not None else None)
 
@@ -428,8 +443,8 @@ class RayExecutor(Executor[TrialLaunch]):
         elif isinstance(event, TrialReported):
             progress = self._progress[event.trial_id]
             progress.last_step = event.step
-            if event.checkpointed:
-                progress.checkpoint_step = event.step
+            if event.checkpointed:  # uploaded: the agent forwards such a report once its checkpoint is durable
+                progress.checkpoint_step = self._durable[event.trial_id] = event.step
         elif isinstance(event, TrialSuspended):
             progress = self._progress[event.trial_id]
             progress.last_step = progress.checkpoint_step = event.step
