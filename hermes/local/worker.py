@@ -39,6 +39,7 @@ from hermes.local.watchdog import EXIT_GRACE
 from hermes.trial import protocol
 from hermes.trial.checkpoint import reseed_rng
 from hermes.trial.session import (
+    ResumeError,
     Session,
     StopExit,
     SuspendExit,
@@ -335,6 +336,8 @@ class Worker:
         except BaseException as exception:
             if isinstance(exception, OSError) and exception.errno in STORAGE_LIMIT_ERRNOS:
                 outcome, error = protocol.NO_SPACE, str(exception)
+            elif isinstance(exception, ResumeError):  # run again, it would do the same: no crash to run again
+                outcome, error = protocol.MISUSED, f"{type(exception).__name__}: {_said(exception)}"
             else:
                 outcome, error = protocol.FAILED, f"uncaught {type(exception).__name__}: {_said(exception)}"
             try:  # its traceback goes to its stderr.log, as in a process of its own

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 import threading
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hermes.errors import STORAGE_LIMIT_ERRNOS, HermesError
@@ -273,6 +274,7 @@ class Session:
             if protocol.ENV_CHANNEL not in environ:
                 return cls(trial_id, directory, NoChannel(), budget=budget, metric=metric, checkpoint_every=0)
             read_fd, write_fd = (int(fd) for fd in environ[protocol.ENV_CHANNEL].split(","))
+            _say_misuse_that_ends_it()
             return cls(
                 trial_id,
                 directory,
@@ -381,15 +383,14 @@ class Session:
         objective = self.metric if self.metric is not None else next(iter(metrics))
         values = {}
         for name, value in metrics.items():
-            try:
-                values[name] = _number(name, value)
-            except TypeError:
-                if name == objective:
-                    raise
-                if name not in self._left_out:
-                    self._left_out.add(name)
-                    self._warn(f"its metric {name!r} is left out: the store keeps numbers, it reported "
-                               f"{type(value).__name__} {value!r:.80}")
+            number = _float(value)
+            if isinstance(number, float):
+                values[name] = number
+            elif name == objective:
+                raise TypeError(f"metric {name!r} must be a number, got {number}")
+            elif name not in self._left_out:
+                self._left_out.add(name)
+                self._warn(f"its metric {name!r} is left out: the store keeps numbers, it reported {number}")
         return values
 
     def _start_over(self, step: int) -> None:
@@ -428,11 +429,16 @@ class Session:
         """Suspended in a warm worker: keep everything in memory, give the device back, and wait.
 
         Other trials run in this process meanwhile, so the global random generators and the working directory are
-        saved here and put back on resume (a spilled checkpoint takes the generators from here too).
+        saved here and put back on resume. A spill's savers read the generators saved here (``parked_generators``).
         """
-        from hermes.trial.checkpoint import capture_rng, restore_rng
+        from hermes.trial.checkpoint import (
+            capture_rng,
+            restore_rng,
+            serve_parked_generators,
+        )
 
         self.parked_rng, self.parked_cwd = capture_rng(), _current_folder()
+        serve_parked_generators()
         for saver in self.savers.values():
             saver.offload()
         release_device_cache()
@@ -650,6 +656,14 @@ def current() -> Session:
     return _current
 
 
+def parked_generators() -> dict[str, Any] | None:
+    """The random generators (``capture_rng``) that the calling thread's trial parked with, while it is parked or
+    spilled in a warm worker; None where it computes, and outside a warm worker's trials."""
+    trial_id = trial_of_thread()
+    session = _running.get(trial_id) if trial_id is not None else None
+    return session.parked_rng if session is not None else None
+
+
 def trial_of_thread() -> str | None:
     """The id of the trial the calling thread works for (``work_for``); None outside a warm worker's trials."""
     return getattr(threading.current_thread(), _TRIAL, None)
@@ -718,6 +732,28 @@ def _quiet_ends_of_threads() -> None:
 _threads_end_quietly = False  # _quiet_ends_of_threads has installed its hook
 
 
+def _say_misuse_that_ends_it() -> None:
+    """In a trial's own process: a ``ResumeError`` that ends it (uncaught in its main thread) is told to the executor
+    (protocol.MISUSED), which fails the trial at once, as a warm worker does: run again from its checkpoint, it would
+    do the same, where a crash is run again trial.max_failures times. Installed once, by its first session."""
+    global _misuse_said
+    if _misuse_said:
+        return
+    _misuse_said = True
+    previous = sys.excepthook
+
+    def say_misuse(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
+        if issubclass(kind, ResumeError) and _current is not None:
+            with contextlib.suppress(HermesError):  # no executor to tell: its end says the rest
+                _current._send({"type": protocol.MISUSED, "error": f"{kind.__name__}: {error}"})
+        previous(kind, error, trace)
+
+    sys.excepthook = say_misuse
+
+
+_misuse_said = False  # _say_misuse_that_ends_it has installed its hook
+
+
 def _say_loop_stopped() -> None:
     """A thread the trial started ended with its StopExit (called in that thread): say so, and the executor gives the
     rest of the trial ``EXIT_GRACE`` to return, since its main thread may wait for ever on what that loop was to give
@@ -750,15 +786,28 @@ def _steps(first: int, last: int) -> str:
     return f"steps {first} to {last}" if last > first else f"step {first}"
 
 
-def _number(name: str, value: Any) -> float:
-    """A metric as the store keeps it: a float (a Python or numpy number, a one-element tensor). Not a bool (Python's,
-    numpy's, a tensor of them): float() makes True 1.0, which would rank a yes-or-no as a score."""
+def _float(value: Any) -> float | str:
+    """A metric as the store keeps it: a float (a Python or numpy number, a one-element tensor); for one that is
+    none, what it is, for its error or note. Not a bool (Python's, numpy's, a tensor of them): float() makes True 1.0,
+    which would rank a yes-or-no as a score; nor a complex number (numpy's: float() drops its imaginary part); nor one
+    that float() cannot make (an int of 10**400: OverflowError; a meta tensor: RuntimeError)."""
+    dtype = str(getattr(value, "dtype", ""))
+    if isinstance(value, bool) or dtype in ("bool", "torch.bool") or "complex" in dtype:
+        return _shown(value)
     try:
-        if isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
-            raise TypeError
         return float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"metric {name!r} must be a number, got {type(value).__name__} {value!r:.80}") from None
+        return _shown(value)
+    except (OverflowError, RuntimeError) as error:
+        return f"{_shown(value)} ({error})"
+
+
+def _shown(value: Any) -> str:
+    """Its type and the start of its repr (where repr fails, an int of over 4300 digits say, its type alone)."""
+    try:
+        return f"{type(value).__name__} {value!r:.80}"
+    except Exception:  # noqa: BLE001 - a repr may raise anything (a trial's class, a tensor after a CUDA error)
+        return type(value).__name__
 
 
 def _current_folder() -> str | None:

@@ -26,7 +26,7 @@ from hermes.errors import HOST_LIMIT_ERRNOS, NO_SPACE_ERRNOS, STORAGE_LIMIT_ERRN
 from hermes.local.launchers.base import CHANNEL, EXIT, Launcher
 from hermes.local.resources import Slot
 from hermes.local.handshake import Handshake
-from hermes.local.watchdog import TOLD_TO_STOP
+from hermes.local.watchdog import SUSPENSION_COMMITTED, TOLD_TO_STOP
 from hermes.local.runs import LocalTrial, Output, Run
 from hermes.local.system import (
     exit_reason,
@@ -69,6 +69,7 @@ class ProcessLauncher(Launcher):
     def __init__(self, host: Any) -> None:
         super().__init__(host)
         self._live: list[Run] = []  # processes not yet reaped
+        self._misused: dict[Run, str] = {}  # the ResumeError that ended a run (protocol.MISUSED)
 
     # ------------------------------------------------------------------ decisions
     def launch(self, trial: LocalTrial, slot: Slot) -> None:
@@ -227,6 +228,8 @@ class ProcessLauncher(Launcher):
             self.host.watchdog.exiting(run.trial.trial_id, self.host.now())
         elif message["type"] == protocol.LOOP_STOPPED:  # its main thread may wait for ever on that loop: it must exit
             self.host.watchdog.exiting(run.trial.trial_id, self.host.now(), TOLD_TO_STOP)
+        elif message["type"] == protocol.MISUSED:  # said as how its run ends
+            self._misused.setdefault(run, str(message["error"]))
         else:
             raise ValueError(f"unknown message type {message['type']!r}")
 
@@ -237,6 +240,7 @@ class ProcessLauncher(Launcher):
         self.kill(run)  # leftover children; the leader is not reaped yet, so its group id is still ours
         code = run.process.wait()
         self._drain(run)
+        misused = self._misused.get(run)
         self._close(run)
         trial, host = run.trial, self.host
         now = host.now()
@@ -252,6 +256,11 @@ class ProcessLauncher(Launcher):
                 _note(trial, f"hermes: trial {trial.trial_id} was killed ({run.error}); it ends stopped\n")
             host.emit(TrialExited(now, trial.trial_id, False, "stopped"))
         elif run.error is not None:
+            if run.suspended_step is not None and run.error.endswith(SUSPENSION_COMMITTED):
+                # it lingered after committing its suspension, which the executor counts: its log says so, as a warm
+                # worker's trial's does
+                _note(trial, f"hermes: trial {trial.trial_id} was killed ({run.error}: a thread that is no daemon, or "
+                             "a child process it waits for, kept it alive); it goes on from that checkpoint\n")
             host.emit(TrialExited(now, trial.trial_id, False, run.error))
         elif code == 0 and run.misread is not None and not trial.last_step:
             host.emit(TrialExited(now, trial.trial_id, False, f"ended without a report: lines matched "
@@ -264,6 +273,8 @@ class ProcessLauncher(Launcher):
                 "a file of it could not be written: no space left, or a limit, on the device holding "
                 f"{trial.directory}")
             raise NoSpaceError(f"trial {trial.trial_id}: {reason}")
+        elif misused is not None:  # it would fail the same way run again: no crash to run again
+            host.emit(TrialExited(now, trial.trial_id, False, misused))
         else:
             log = tail(trial.directory / "stderr.log", run.stderr_offset)
             reason = f"{exit_reason(code)}: {log}" if log else exit_reason(code)
@@ -291,6 +302,7 @@ class ProcessLauncher(Launcher):
         os.close(run.pidfd)
         self.host.guard.forget(run.process.pid)  # collected: its group id may be anyone's now
         self._live.remove(run)
+        self._misused.pop(run, None)
         self.host.forget(run)
 
     def _environment(self, trial: LocalTrial, slot: Slot, tag: str) -> dict[str, str]:

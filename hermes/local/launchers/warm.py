@@ -312,6 +312,8 @@ class WarmLauncher(Launcher):
             raise NoSpaceError(f"trial {trial.trial_id}: {error}")
         elif outcome == protocol.OK:
             host.emit(TrialExited(now, trial.trial_id, True))
+        elif outcome == protocol.MISUSED:  # it would fail the same way run again: no crash to run again
+            host.emit(TrialExited(now, trial.trial_id, False, error))
         else:
             log = tail(trial.directory / "stderr.log", run.stderr_offset)
             reason = error or f"the trial ended: {outcome}"
