@@ -11,6 +11,8 @@ stored with those paths resolved, and checked again when the pool takes it up.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import logging
 import math
 import os
@@ -28,8 +30,10 @@ from typing import Any
 from fastapi import FastAPI, Request, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -63,6 +67,15 @@ DIGESTS_KEPT = 200  # ended experiments whose digest stays in memory, the least 
 OPEN = [status for status in ExperimentStatus if not status.is_final]  # an open experiment's digest is always kept
 POOL_RESTART_S = (1.0, 30.0)  # a pool stopped by an error starts again after the first, doubling up to the second
 POOL_STOP_S = 30.0  # seconds ``Hermes.close`` waits for the pool to stop before the server exits without it
+SWAGGER_UI = "/static/vendor/swagger-ui"  # Swagger UI for /docs, vendored (VERSION there), as the dashboard's charts
+# What the server's pages may load, on every answer: this origin's scripts, styles, images and API alone, so that no
+# other site's script runs where the dashboard keeps the user's token (localStorage), and no other site's page frames
+# them to trick a click (frame-ancestors; X-Frame-Options for older browsers). Inline scripts only by their hash (the
+# one /docs starts Swagger UI with). Inline styles are taken: the dashboard's colour swatches and ECharts's tooltips are
+# style attributes, and a style runs no code (img-src keeps its url() here). data: images: Swagger UI's icons are.
+CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'{hashes}; style-src 'self' 'unsafe-inline'; "
+                           "img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; "
+                           "frame-ancestors 'none'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +311,40 @@ def _refuse(problems: list[tuple[str, str]]) -> None:
         raise SpecError("spec: " + "; ".join(f"{field}: {problem}" for field, problem in problems), problems)
 
 
+class SecurityHeaders:
+    """Adds the Content-Security-Policy (``CONTENT_SECURITY_POLICY``), X-Frame-Options and X-Content-Type-Options
+    to every answer; one that carries its own policy (/docs, with its inline script's hash) keeps it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY.format(hashes=""))
+                headers.setdefault("X-Frame-Options", "DENY")
+                headers.setdefault("X-Content-Type-Options", "nosniff")  # a file is only ever what its type says
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+def docs_page(title: str, openapi_url: str) -> tuple[bytes, str]:
+    """/docs: FastAPI's Swagger UI page on the vendored Swagger UI (FastAPI's own loads it from a CDN, unpinned, on the
+    dashboard's origin), and the policy that lets its inline script run, by its SHA-256."""
+    page = get_swagger_ui_html(openapi_url=openapi_url, title=f"{title} API", swagger_favicon_url="/static/favicon.svg",
+                               swagger_js_url=f"{SWAGGER_UI}/swagger-ui-bundle.js",
+                               swagger_css_url=f"{SWAGGER_UI}/swagger-ui.css")
+    scripts = re.findall(rb"<script>(.*?)</script>", page.body, re.DOTALL)
+    hashes = "".join(f" 'sha256-{base64.b64encode(hashlib.sha256(script).digest()).decode()}'" for script in scripts)
+    return page.body, CONTENT_SECURITY_POLICY.format(hashes=hashes)
+
+
 class BodyLimit:
     """Refuses a request body over ``limit`` bytes with 413, by its Content-Length or while it streams in."""
 
@@ -377,14 +424,21 @@ def create_app(config: ServerConfig) -> FastAPI:
         description="Every /api request needs `Authorization: Bearer <token>` (`hermes server add-user`).",
         version="1",
         lifespan=lifespan,
+        docs_url=None,  # served below, on the vendored Swagger UI
+        redoc_url=None,  # none: a second UI to vendor and keep up to date, for the document /docs shows already
     )
     app.state.hermes = hermes
     app.include_router(router, prefix="/api")
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    docs, docs_policy = docs_page(app.title, app.openapi_url or "/openapi.json")
 
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:
         return FileResponse(STATIC / "index.html")
+
+    @app.get("/docs", include_in_schema=False)
+    def api_docs() -> HTMLResponse:
+        return HTMLResponse(docs, headers={"Content-Security-Policy": docs_policy})
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, error: RequestValidationError) -> JSONResponse:
@@ -422,6 +476,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         return JSONResponse({"detail": STORE_FULL}, status_code=status.HTTP_507_INSUFFICIENT_STORAGE)
 
     app.add_middleware(BodyLimit, limit=config.max_body)
+    app.add_middleware(SecurityHeaders)  # the outermost of the two: a 413 carries the headers too
     return app
 
 

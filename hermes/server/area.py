@@ -14,6 +14,10 @@ cannot look at (links that loop, a name too long) is refused alike, naming its f
 storage dir that starts with ``~`` is refused: a spec reads it as the home of whoever runs it, here the
 server's account.
 
+What a spec's sampler may cost (``sampler_cost_problems``): the server builds and asks it in its own process, where
+every user's experiments wait for each ask, so the arguments that set an Optuna sampler's work or memory are bounded,
+as are the spaces of the samplers that list every value. ``hermes run`` takes any: there the cost is the user's own.
+
 What this cannot do: confine what a trial's code opens once it runs, since trials run as the
 server's OS user. Where members' code is not trusted, isolate them below Hermes (an OS user per
 member, containers).
@@ -23,16 +27,37 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from hermes.experiment import ExperimentSpec
 from hermes.experiment.command import Placeholder, parse_template
 from hermes.experiment.locate import installed_files, workdir_files
-from hermes.experiment.spec import Choice
+from hermes.experiment.spec import MAX_TRIALS, Choice
+from hermes.search import OPTUNA_SAMPLERS
 
 Problem = tuple[str, str]  # (dotted field path, what is wrong), as SpecError.problems
 MAX_FILLINGS = 10_000  # texts a command line's arguments can become, all together, that are checked; more is refused
+# The largest value of each Optuna sampler argument that sets how much an ask does or how much the sampler holds. By
+# name, whatever class path reached the sampler (no other Optuna sampler takes these names). Measured with Optuna 5.1,
+# 3 parameters:
+SAMPLER_ARG_LIMITS = {
+    # TPE: candidates drawn and scored per parameter at each ask (Optuna's default 24). After 200 trials an ask took
+    # 0.1 s with 1,000 and 0.4 s with 10,000; with 300,000 the spec check took 39 s
+    "n_ei_candidates": 1_000,
+    # CMA-ES: solutions per generation (Optuna's default 4 + 3 ln n: 7). An ask took 12 ms with 10,000; the optimizer,
+    # made once the startup trials are done, lists a weight per solution: 10**7 took 7 s and 0.5 GB
+    "popsize": 10_000,
+    # NSGA-II and NSGA-III: trials per generation (Optuna's default 50)
+    "population_size": 10_000,
+    # NSGA-III: divisions of its reference points (Optuna's default 3), each point a tuple of this many: with the one
+    # objective Hermes gives a study there is one point whatever the value, so no search needs more
+    "dividing_parameter": 100,
+}
+# GPSampler lays out every value of an int range at each ask, 16 bytes each at the peak: GP_MAX_INT_VALUES (2**26)
+# bounds that to 1 GiB anywhere, an ask of which took 1.3 GB and a second; the server's one process takes 16 MiB
+SERVER_GP_MAX_INT_VALUES = 2**20
 
 
 def document_problems(data: dict[str, Any]) -> list[Problem]:
@@ -58,7 +83,95 @@ def document_problems(data: dict[str, Any]) -> list[Problem]:
         if isinstance(name, str) and ":" in name:
             problems.append((field, f"{name!r}: the server runs only its own policies, stoppers and searchers, "
                                     "by name; a class of one's own (module:Class) would be imported in its process"))
+    if isinstance(sampler, dict) and isinstance(search, dict):
+        problems.extend(sampler_cost_problems(sampler, search.get("space")))
     return problems
+
+
+def sampler_cost_problems(sampler: dict[str, Any], space: Any) -> list[Problem]:
+    """What an Optuna sampler (``search.sampler`` as the document gives it) would cost the server past its bounds.
+
+    The server builds it and asks it ``CHECK_ASKS`` times in a request thread, then in the pool's one loop, whose
+    every ask all users' experiments wait out: a TPE of 300,000 candidates made another user's 1-second experiment
+    take 86 s. Refused: an argument of ``SAMPLER_ARG_LIMITS`` over its bound; a GridSampler whose ``search_space``
+    has more combinations than an experiment may have trials (``MAX_TRIALS``, as Hermes's own grid), since it lists
+    them all when built (3 parameters of 200 values, a 3 KB spec, grew the server by 560 MB); a BruteForceSampler
+    whose space has more, since it lists each parameter's values as it asks (an int range of 10**7 values took 58 s
+    and 1.3 GB); a GPSampler's int range of more than ``SERVER_GP_MAX_INT_VALUES`` values.
+    """
+    problems: list[Problem] = []
+    args = sampler.get("args")
+    args = args if isinstance(args, dict) else {}
+    for name, limit in SAMPLER_ARG_LIMITS.items():
+        value = _number(args.get(name))
+        if value is not None and value > limit:
+            problems.append((f"search.sampler.args.{name}", (f"{args[name]!r}: the server takes {limit:,} at most, "
+                                                             "as it asks every user's sampler in one process")))
+    grid = args.get("search_space")
+    if isinstance(grid, dict) and _combinations(map(_length, grid.values())) > MAX_TRIALS:
+        problems.append(("search.sampler.args.search_space", (
+            f"has more than {MAX_TRIALS:,} combinations, the most trials an experiment may have (as sampler grid's), "
+            "and GridSampler lists every one in the server's process")))
+    name = sampler.get("name")
+    path = sampler.get("optuna", OPTUNA_SAMPLERS.get(name) if isinstance(name, str) else None)
+    sampler_class = path.rpartition(".")[2] if isinstance(path, str) else None  # the class, by any path to it
+    parameters = space if isinstance(space, dict) else {}
+    if sampler_class == "BruteForceSampler" and _combinations(map(_values, parameters.values())) > MAX_TRIALS:
+        problems.append(("search.space", (f"has more than {MAX_TRIALS:,} combinations, the most trials an experiment "
+                                          "may have, and BruteForceSampler lists each parameter's values in the "
+                                          "server's process")))
+    if sampler_class == "GPSampler":
+        for param, parameter in parameters.items():
+            if isinstance(parameter, dict) and parameter.get("type") == "int" and (
+                    _values(parameter) > SERVER_GP_MAX_INT_VALUES):
+                problems.append((f"search.space.{param}", (
+                    f"holds {_values(parameter):,} values, and GPSampler lays out every one at each proposal: the "
+                    f"server takes {SERVER_GP_MAX_INT_VALUES:,} at most (give it a step, or make it a uniform)")))
+    return problems
+
+
+def _number(value: Any) -> int | float | None:
+    """``value`` as the number it is or spells (text: ``1e6``, as the spec reads a sampler's arguments); None for
+    anything else, which validation refuses or the sampler takes as it is."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _length(values: Any) -> int:
+    """How many values GridSampler takes from one entry of its search_space: it iterates whatever it is given."""
+    return len(values) if isinstance(values, (list, str, dict)) else 1
+
+
+def _values(parameter: Any) -> int:
+    """How many values a parameter of the space (as the document gives it) takes: an int range's, a choice's or a
+    grid's; 1 for anything else (a fixed value, or a float range, which the samplers that list values refuse)."""
+    if not isinstance(parameter, dict):
+        return 1
+    kind, low, high, step = (parameter.get(key) for key in ("type", "low", "high", "step"))
+    step = 1 if step is None else step
+    if kind in ("choice", "grid") and isinstance(parameter.get("values"), list):
+        return len(parameter["values"])
+    ints = all(isinstance(value, int) and not isinstance(value, bool) for value in (low, high, step))
+    if kind == "int" and ints and step >= 1:
+        return max((high - low) // step + 1, 1)
+    return 1
+
+
+def _combinations(counts: Iterable[int]) -> int:
+    """The product of ``counts``, counted up to one more than MAX_TRIALS: a long product would be a number too long to
+    write."""
+    product = 1
+    for count in counts:
+        product *= count
+        if product > MAX_TRIALS:
+            return MAX_TRIALS + 1
+    return product
 
 
 def _plug_in_names(data: dict[str, Any], sampler: Any) -> list[tuple[str, Any]]:
