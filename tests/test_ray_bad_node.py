@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("ray")
 
 from hermes.core.decisions import Resume, Start, Suspend
-from hermes.core.events import Event, TrialExited, TrialReported, TrialSuspended
+from hermes.core.events import Event, NodeAdded, TrialExited, TrialReported, TrialSuspended
 from hermes.local.launch import TrialLaunch
 from hermes.ray.executor import RayExecutor, node_name
 from hermes.testing import ray_cluster
@@ -141,3 +141,27 @@ def test_a_node_joining_mid_run_without_storage_is_left_out_and_the_run_goes_on(
                 f"{bad}: every node must see the same checkpoints (a shared file system or s3://...); it runs no "
                 "trial, the run goes on on the other nodes")
     assert warnings == [expected], warnings
+
+
+def test_a_node_there_at_the_start_without_storage_is_left_out_and_the_run_goes_on(
+    cluster: RayCluster, bad_node: Callable[[Path], RayNode], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Left out when it joined mid-run, the same node stopped every run (a rerun, say) that began while it was in the
+    cluster, though the others could run it."""
+    durable = tmp_path / "durable"
+    durable.mkdir()
+    good = node_name(cluster.nodes[1].node_id)
+    bad = node_name(bad_node(durable).node_id)
+    with caplog.at_level(logging.WARNING, logger="hermes.ray"):
+        executor = RayExecutor(tmp_path / "run", storage_uri=durable.as_uri(), metric="score")
+        with executor:
+            joined = {event.node for event in executor.next_events() if isinstance(event, NodeAdded)}
+            executor.submit("a", curve(4, tmp_path))
+            executor.apply(Start("a", f"{good}/gpu0"), executor.now())
+            events = events_until(executor, lambda e: isinstance(e, TrialExited))
+    assert good in joined and bad not in joined, joined
+    assert events[-1].succeeded and [e.step for e in events if isinstance(e, TrialReported)] == [1, 2, 3, 4]
+    warnings = [record.getMessage() for record in caplog.records if f"Ray node {bad}" in record.getMessage()]
+    assert warnings == [f"Hermes could not start on Ray node {bad}: storage.uri {durable.as_uri()} is not shared with "
+                        f"Ray node {bad}: every node must see the same checkpoints (a shared file system or s3://...); "
+                        "it runs no trial, the run goes on on the other nodes"], warnings

@@ -143,6 +143,7 @@ class RayExecutor(Executor[TrialLaunch]):
         self._lost = False  # the cluster's head is gone
         self._next_poll = 0.0
         self._started = False  # the agents of the nodes there were at the start are ready, or timed out
+        self._refused: list[str] = []  # why agents of those nodes could not start (``_lose``)
         try:
             self._poll_membership()
             started = time.monotonic()
@@ -152,9 +153,14 @@ class RayExecutor(Executor[TrialLaunch]):
                 if not noted and time.monotonic() - started > PLACEMENT_NOTE_S:
                     noted = True
                     self._note_unplaced(agent_timeout)
+            if self._refused and not self._agents:  # no node could: the spec's or the storage's, not a node's
+                others = f" (and on {len(self._refused) - 1} other node(s))" if len(self._refused) > 1 else ""
+                raise HermesError(self._refused[0] + others)
         except BaseException:
             self.close()  # the agents that did start
             raise
+        for problem in self._refused:
+            log.warning("%s; it runs no trial, the run goes on on the other nodes", problem)
         self._started = True
 
     def _note_unplaced(self, agent_timeout: float) -> None:
@@ -469,9 +475,9 @@ class RayExecutor(Executor[TrialLaunch]):
 
     def _lose(self, agent: _Agent, error: Exception | None = None) -> None:
         """The agent or its node died (``error``: how the driver learnt it): its trials fall back to their
-        durable checkpoints. An agent that raised as it started, on a node there at the start, cannot work on any
-        node: a HermesError says why; on a node that joined later (one without the storage's mount, say), it is only
-        that node's: it is left out, with a warning, and the run goes on on the others."""
+        durable checkpoints. An agent that raised as it started (a node without the storage's mount, say) is that
+        node's problem: it is left out, with a warning, and the run goes on on the others; where every node there at
+        the start refused, the run cannot go on, and a HermesError says why (``__init__``)."""
         import ray
 
         self._check_head()  # an agent lost with the head: ray.kill would wait a minute for its GCS
@@ -485,8 +491,9 @@ class RayExecutor(Executor[TrialLaunch]):
             problem = (f"Hermes could not start on Ray node {agent.node}: "
                        f"{cause.strip().removeprefix('hermes.errors.HermesError: ')}")
             if not self._started:
-                raise HermesError(problem)
-            log.warning("%s; it runs no trial, the run goes on on the other nodes", problem)
+                self._refused.append(problem)  # said once every node there at the start is ready or refused
+            else:
+                log.warning("%s; it runs no trial, the run goes on on the other nodes", problem)
             return
         if not agent.ready:
             return
