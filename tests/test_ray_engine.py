@@ -189,6 +189,31 @@ def test_an_address_that_takes_connections_but_is_no_ray_head_is_refused_at_once
             "give the head's GCS port") in result.stderr
 
 
+def test_a_head_behind_an_http_proxy_setting_is_reached_as_ray_reaches_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's gRPC leaves http_proxy aside unless RAY_grpc_enable_http_proxy is set; the probe of the head went through
+    the proxy, and refused a head Ray would have reached as "not gRPC"."""
+    import grpc
+
+    from hermes.ray.engine import GCS_CLUSTER_ID_METHOD, _check_reachable
+
+    class Head(grpc.GenericRpcHandler):  # answers what a driver asks first, as a Ray head's GCS does
+        def service(self, details: Any) -> Any:
+            if details.method != GCS_CLUSTER_ID_METHOD:
+                return None
+            return grpc.unary_unary_rpc_method_handler(lambda request, context: b"", request_deserializer=bytes,
+                                                       response_serializer=bytes)
+
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=1), handlers=[Head()])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        for variable in ("http_proxy", "https_proxy", "grpc_proxy"):
+            monkeypatch.setenv(variable, "http://127.0.0.1:9")  # a proxy that takes no connection
+        _check_reachable(f"127.0.0.1:{port}", "ray.address")  # no HermesError
+    finally:
+        server.stop(None)
+
+
 def test_an_address_whose_port_is_out_of_range_is_refused_at_once(tmp_path: Path) -> None:
     """The reachability check above passed over a port outside 1-65535, and Ray retried it for 14 minutes."""
     spec = spec_of("bad-port", engine="ray", ray={"address": "127.0.0.1:99999"},

@@ -114,7 +114,10 @@ def _check_answers_as_head(address: str, target: tuple[str, int], setting: str) 
     import grpc
 
     host, port = target
-    with grpc.insecure_channel(f"[{host}]:{port}" if ":" in host else f"{host}:{port}") as channel:
+    # through an HTTP proxy only where Ray goes through one (it leaves http_proxy aside unless told)
+    proxy = int(os.environ.get("RAY_grpc_enable_http_proxy", "0").lower() in ("1", "true"))
+    address_text = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    with grpc.insecure_channel(address_text, options=[("grpc.enable_http_proxy", proxy)]) as channel:
         ask = channel.unary_unary(GCS_CLUSTER_ID_METHOD, request_serializer=lambda _: b"",  # an empty request
                                   response_deserializer=lambda reply: reply)
         try:
