@@ -258,7 +258,7 @@ BAD = [
     (drop("metric"), "metric: required"),
     (put("budget", "steps", value=0), "budget.steps: Input should be greater than 0"),
     (put("policy", "name", value="gandiva"), "policy.name: unknown policy 'gandiva'; choose one of fifo, rr"),
-    (put("policy", "period", value=0), "policy.period: Input should be greater than or equal to 0.01"),
+    (put("policy", "period", value=0), "policy.period: Input should be greater than 0"),
     (put("policy", "params", value={"quantum": 3}), "policy.params: policy rr: "),
     (put("policy", "stopper", value={"name": "hyperband"}), "policy.stopper.name: unknown early stopper 'hyperband'"),
     (put("policy", "stopper", "params", value={"rungs": 3}), "policy.stopper.params: stopper asha: "),

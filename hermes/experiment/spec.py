@@ -95,7 +95,6 @@ PathText = Annotated[str, BeforeValidator(_path_text)]  # a path field: text, or
 FiniteFloat = Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(allow_inf_nan=False)]
 # finite: JSON has no infinity, so a stored inf would read back as null (no limit set, or a required field missing)
 StrictPositiveFloat = Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(gt=0, allow_inf_nan=False)]
-MIN_PERIOD_S = 0.01  # policy.period
 StrictPositiveInt = Annotated[int, Strict(), Field(gt=0)]
 _CLASS_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")  # package.module.Class
 MAX_SLOTS = 1024  # CPU slots (or threads per slot) of one machine: far above its cores, well below a hang
@@ -678,11 +677,8 @@ class StopperSpec(_Section):
 class PolicySpec(_Section):
     name: str = "hermes"
     # seconds of GPU time a trial runs before a better one may preempt it; None: the policy's own (60 s, and hermes
-    # lets a turn last one of the trial's own reports). At least 10 ms: no process switches faster, and an unmodified
-    # script's run ticks at it (a period of 1e-4 s wrote 1,200 ticks a second to the store)
-    period: Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(ge=MIN_PERIOD_S, allow_inf_nan=False)] | None = (
-        None
-    )
+    # lets a turn last one of the trial's own reports)
+    period: StrictPositiveFloat | None = None
     params: Params = {}
     stopper: StopperSpec | None = None
 

@@ -45,12 +45,15 @@ class LocalEngine(ExecutionEngine):
         )
 
 
+MIN_TICK_S = 0.01  # no process switches faster: a policy.period of 1e-4 s wrote 1,200 ticks a second to the store
+
+
 def tick_period(spec: ExperimentSpec) -> float | None:
     """Seconds between the executor's PeriodElapsed events for the spec's trials, or None for none.
 
     Unmodified scripts may print rarely: period ticks let the core preempt them between reports.
     Cooperative trials yield at reports anyway, as in the simulator."""
-    return (spec.policy.period or 60.0) if spec.trial.metrics_regex else None
+    return max(spec.policy.period or 60.0, MIN_TICK_S) if spec.trial.metrics_regex else None
 
 
 def trial_profile(spec: ExperimentSpec) -> ExecutionProfile:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from hermes.core.policy import ExecutionProfile
 from hermes.errors import HermesError
 from hermes.execution.registry import ExecutionEngine
-from hermes.local.engine import trial_launch, trial_profile
+from hermes.local.engine import tick_period, trial_launch, trial_profile
 from hermes.local.launch import TrialLaunch
 from hermes.ray.executor import RayExecutor
 from hermes.ray.storage import checked_store, experiment_uri
@@ -214,7 +214,7 @@ class RayEngine(ExecutionEngine):
             storage_uri=self._storage_uri if spec.storage.uri is None else self._experiment_uri(),
             metric=spec.metric.name,
             checkpoint_every=spec.storage.checkpoint_every,
-            period=(spec.policy.period or 60.0) if spec.trial.metrics_regex else None,
+            period=tick_period(spec),
             clock_offset=clock_offset,
             poll=spec.ray.poll,
             cpu_slots=self._cpu_slots,
