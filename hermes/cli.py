@@ -66,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_cancel(commands)
     args = parser.parse_args(argv)
     # `run` drops an output it cannot write and goes on; the others have nothing but their output to give
+    if sys.stdout is None:  # closed (`>&-`): what it prints goes nowhere, as Python's print does then
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
     output = nullcontext() if args.handler is _run else redirect_stdout(_OutputStream(sys.stdout))
     try:
         with output:

@@ -100,14 +100,13 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):  # its trials would never run it
         raise SpecError(f"trial.function: {function.__qualname__} is an async def: {TRIAL_IS_NOT_ASYNC}",
                         [("trial.function", "an async def")])
-    module, named = function.__module__, dict(trial)
+    (module, name), named = _home(function), dict(trial)
     main = sys.modules.get("__main__")
     script = getattr(main, "__file__", None) if module == "__main__" else None
     if module is None or (script is not None and not Path(script).is_file()):
         # exec'd into a namespace of its own, or a script read from stdin (`python - < tune.py`): no file to import
         # it from, as a notebook's function, of which the spec check says so
         return {**spec, "trial": {**named, "function": f"__main__:{function.__name__}"}}
-    name = _top_level_name(function, sys.modules.get(module))
     if name is None:
         raise SpecError(f"trial.function: {function.__qualname__} is not a module's top-level function, which a "
                         "trial's process imports: define it at the top of a module (a decorator that wraps it must "
@@ -126,15 +125,20 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**spec, "trial": {**named, "function": f"{module}:{name}"}}
 
 
-def _top_level_name(function: Any, module: types.ModuleType | None) -> str | None:
-    """The name ``module`` has ``function`` under at its top level, which a trial's process imports: its own, or for
-    a function a decorator wrapped without functools.wraps (``timed.<locals>.wrapper``), the name it was bound to.
-    None for a method, or a function defined in another, which no module has at its top level."""
+def _home(function: Any) -> tuple[str | None, str | None]:
+    """The module whose top level has ``function``, which a trial's process imports, and its name there: where it was
+    defined; for a function a decorator wrapped without functools.wraps (``timed.<locals>.wrapper``), where the
+    wrapper was bound, in the decorator's module or in the script being run (a decorator from a utils module). No
+    name for a method, or a function defined in another, which no module has at its top level."""
+    module = function.__module__
     if "." not in function.__qualname__:
-        return function.__qualname__
-    if module is None:
-        return None
-    return next((name for name, value in vars(module).items() if value is function), None)
+        return module, function.__qualname__
+    for candidate in (module, "__main__"):
+        found = sys.modules.get(candidate) if candidate is not None else None
+        name = next((key for key, value in vars(found).items() if value is function), None) if found else None
+        if name is not None:
+            return candidate, name
+    return module, None
 
 
 def _warn_of_guarded_globals(function: Any, name: str, script: Path) -> None:

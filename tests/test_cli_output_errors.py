@@ -4,6 +4,7 @@ device"). The real command line in real processes; /dev/full answers every write
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -57,3 +58,12 @@ def test_unbuffered_too_and_an_error_of_the_commands_own_is_still_its_own(stored
     done = into_full("trace", "runs", "--out", "/dev/full", cwd=stored)
     said = "hermes: error: --out /dev/full: cannot write it: No space left on device\n"
     assert (done.returncode, done.stderr) == (2, said)
+
+
+@pytest.mark.parametrize("command", [["results", "runs"], ["trace", "runs"], ["status", "runs"]])
+def test_a_closed_stdout_is_no_traceback(stored: Path, command: list[str]) -> None:
+    """`hermes results runs >&-`: Python has no sys.stdout then, and the output's wrapper failed on it
+    ("'NoneType' object has no attribute 'write'"), as the trace's writer did."""
+    result = subprocess.run(hermes_command(*command), check=False, cwd=stored, env=environment(),
+                            stderr=subprocess.PIPE, text=True, timeout=RUN_TIMEOUT, preexec_fn=lambda: os.close(1))
+    assert "Traceback" not in result.stderr and result.returncode == 0, result.stderr

@@ -469,7 +469,7 @@ def test_cpu_slots_on_every_node_of_the_cluster(cluster: RayCluster, tmp_path: P
 
 def test_a_hung_trial_on_ray_is_failed_by_its_specs_limit(cluster: RayCluster, tmp_path: Path) -> None:
     """``trial.timeout`` reaches the node that runs the trial (each launch carries its limits): a trial that hangs
-    fails after the spec's 3 s, not the 60 s of the defaults, and the other completes."""
+    fails after the spec's 3 s, not the 10 minutes of the defaults, and the other completes."""
     spec = ray_spec(cluster, "ray-hung", 2, 4, 0.05, resources={"gpus": "none", "cpu_slots": 1})
     spec["search"] = {"sampler": "list", "configs": [{"rate": 0.5, "sleep": 0.05, "hang_after": 2},
                                                      {"rate": 0.7, "sleep": 0.05, "hang_after": -1}]}

@@ -102,3 +102,25 @@ def test_a_function_with_no_file_to_import_it_from_is_told_to_move_into_one(tmp_
     output = python("-c", STDIN, cwd=tmp_path)
     assert output.stdout.strip() == f"stdin: <spec>: {NO_FILE}", output
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_function_wrapped_by_another_modules_decorator_runs_by_its_name_in_the_script(tmp_path: Path) -> None:
+    """Decorators come from a utils module or a library: the wrapper's module is theirs, and the script's name for it
+    was not looked for ("timed.<locals>.wrapper is not a module's top-level function")."""
+    (tmp_path / "timing.py").write_text("def timed(function):\n    def wrapper(config):\n"
+                                        "        return function(config)\n    return wrapper\n")
+    (tmp_path / "script.py").write_text(f"""
+import hermes
+from hermes import trial
+from timing import timed
+
+@timed
+def train(config):
+    trial.report(1, score=config["x"])
+
+if __name__ == "__main__":
+    result = hermes.run({SPEC})
+    print("ran", result.status, [t.state for t in result.trials])
+""")
+    output = python("script.py", cwd=tmp_path)
+    assert output.stdout.splitlines()[-1:] == ["ran finished ['completed']"], output

@@ -7,7 +7,6 @@ every ``checkpoint_every`` steps) and commits all parts atomically together.
 
 from __future__ import annotations
 
-import functools
 import json
 import random
 import sys
@@ -18,7 +17,7 @@ from typing import Any, Callable
 
 from hermes.errors import HermesError
 from hermes.trial import protocol
-from hermes.trial.session import Session, current, parked_generators
+from hermes.trial.session import Session, current
 
 
 class Saver(ABC):
@@ -239,59 +238,3 @@ def reseed_rng() -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.seed()  # the CPU's and every device's
-
-
-def serve_parked_generators() -> None:
-    """In a warm worker, where a trial parks: have the getters of the global random generators (``random.getstate()``,
-    ``numpy.random.get_state()``, torch's) answer the threads of a parked trial with the generators it parked with.
-
-    A spill runs the parked trial's savers (a ``Files`` one that pickles ``random.getstate()``, as ported code does)
-    while another trial may compute in the worker, in another thread, on the global generators, which are that
-    trial's: they read the wrong trial's generators, and putting the parked ones in place meanwhile would change the
-    other trial's draws. The getters of the modules imported by now are wrapped, once."""
-    for module_name, attribute, part, answer in _GETTERS:
-        module = sys.modules.get(module_name)
-        getter = getattr(module, attribute, None)
-        if getter is not None and not getattr(getter, "_answers_parked_trials", False):
-            setattr(module, attribute, _answering_parked_trials(getter, part, answer))
-
-
-def _answering_parked_trials(getter: Callable[..., Any], part: str, answer: Callable[..., Any]) -> Callable[..., Any]:
-    """``getter``, which answers a parked trial's threads with ``answer(its parked generators[part], ...)``."""
-
-    @functools.wraps(getter)
-    def get(*args: Any, **kwargs: Any) -> Any:
-        parked = parked_generators()
-        if parked is None or part not in parked:
-            return getter(*args, **kwargs)
-        return answer(parked[part], *args, **kwargs)
-
-    get._answers_parked_trials = True  # type: ignore[attr-defined]
-    return get
-
-
-def _numpy_state(state: Any, *args: Any, **kwargs: Any) -> Any:
-    """As ``numpy.random.get_state(legacy=...)`` answers, a copy."""
-    import numpy
-
-    generator = numpy.random.RandomState()
-    generator.set_state(state)
-    return generator.get_state(*args, **kwargs)
-
-
-def _cuda_state(states: list[Any], device: Any = "cuda") -> Any:
-    """As ``torch.cuda.get_rng_state(device)`` answers: that device's, a copy."""
-    import torch
-
-    index = device if isinstance(device, int) else torch.device(device).index
-    return states[torch.cuda.current_device() if index is None else index].clone()
-
-
-_GETTERS: list[tuple[str, str, str, Callable[..., Any]]] = [  # module, getter, part of capture_rng's state, answer
-    ("random", "getstate", "python", lambda state: state),
-    ("numpy.random", "get_state", "numpy", _numpy_state),
-    *((module, "get_rng_state", "torch", lambda state: state.clone()) for module in ("torch", "torch.random")),
-    *((module, "get_rng_state_all", "cuda", lambda states: [state.clone() for state in states])
-      for module in ("torch.cuda", "torch.cuda.random")),
-    *((module, "get_rng_state", "cuda", _cuda_state) for module in ("torch.cuda", "torch.cuda.random")),
-]

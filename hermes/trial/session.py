@@ -429,16 +429,11 @@ class Session:
         """Suspended in a warm worker: keep everything in memory, give the device back, and wait.
 
         Other trials run in this process meanwhile, so the global random generators and the working directory are
-        saved here and put back on resume. A spill's savers read the generators saved here (``parked_generators``).
+        saved here and put back on resume (a spilled checkpoint takes the generators from here too).
         """
-        from hermes.trial.checkpoint import (
-            capture_rng,
-            restore_rng,
-            serve_parked_generators,
-        )
+        from hermes.trial.checkpoint import capture_rng, restore_rng
 
         self.parked_rng, self.parked_cwd = capture_rng(), _current_folder()
-        serve_parked_generators()
         for saver in self.savers.values():
             saver.offload()
         release_device_cache()
@@ -654,14 +649,6 @@ def current() -> Session:
     if _current is None:
         _current = Session.from_environment()
     return _current
-
-
-def parked_generators() -> dict[str, Any] | None:
-    """The random generators (``capture_rng``) that the calling thread's trial parked with, while it is parked or
-    spilled in a warm worker; None where it computes, and outside a warm worker's trials."""
-    trial_id = trial_of_thread()
-    session = _running.get(trial_id) if trial_id is not None else None
-    return session.parked_rng if session is not None else None
 
 
 def trial_of_thread() -> str | None:
