@@ -720,36 +720,61 @@ def test_an_agent_that_does_not_see_the_drivers_storage_is_refused(cluster: RayC
             "same checkpoints (a shared file system or s3://...)") in str(raised.value)
 
 
+def agent_of(worker: int) -> int:
+    """The pid of the node agent (a Ray actor's process) whose warm worker ``worker`` is."""
+    pid = worker
+    while pid > 1:
+        if (Path("/proc") / str(pid) / "cmdline").read_bytes().startswith(b"ray::NodeAgent"):
+            return pid
+        pid = int((Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()[1])
+    raise AssertionError(f"process {worker} runs under no node agent")
+
+
 def test_a_durable_checkpoint_missing_where_its_trial_resumes_is_told(
     cluster: RayCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The driver saw step 4's checkpoint in storage.uri, and the node that resumes the trial finds none there (gone
-    meanwhile, or a folder of its own): the trial started again from its beginning without a word."""
+    """Its node's agent died, and the node that resumes the trial does not find the checkpoint uploaded in this run
+    (gone meanwhile, or a folder of its own): the trial started again from its beginning without a word. A trial
+    submitted with its steps known (a rerun) is judged by what storage.uri holds as it is received: parked in memory,
+    it may have uploaded none of them, and it said nothing of it (below)."""
     durable = tmp_path / "durable"
-    executor = RayExecutor(tmp_path, storage_uri=str(durable), metric="score")
+    executor = RayExecutor(tmp_path / "run", storage_uri=str(durable), metric="score", checkpoint_every=1)
     assert len(list(durable.glob(".hermes-run-*"))) == 1  # the object each node's agent must see
-    saved = tmp_path / "saved" / "step-4"
-    saved.mkdir(parents=True)
-    (saved / "hermes.json").write_text(json.dumps({"step": 4, "metrics": {}}))
-    storage = CheckpointStore(str(durable))
-    storage.upload("a", saved)
-    node = node_name(cluster.nodes[1].node_id)
+    first, second = (node_name(node.node_id) for node in cluster.nodes[1:3])
+    curve = TrialLaunch(6, function="tests.trials.curve:train", config={"rate": 0.5, "sleep": 0.05}, cwd=str(ROOT))
     events: list = []
-    with executor, caplog.at_level(logging.WARNING, logger="hermes.ray"):
-        executor.next_events()  # the nodes
-        executor.submit("a", TrialLaunch(6, function="tests.trials.curve:train", config={"rate": 0.5, "sleep": 0.01},
-                                         cwd=str(ROOT)), reported_step=4)
-        storage.delete("a")
-        executor.apply(Resume("a", f"{node}/gpu0", migrated=True), executor.now())
+
+    def until(done: Callable[[Any], bool], decide: Callable[[Any], list] = lambda event: []) -> None:
         deadline = time.monotonic() + 60
-        while not any(isinstance(event, TrialExited) for event in events):
+        while not any(done(event) for event in events):
             assert time.monotonic() < deadline, events
             for event in executor.next_events():
+                for decision in decide(event):
+                    executor.apply(decision, executor.now())
                 executor.settled(event)
                 events.append(event)
-    assert [e.step for e in events if isinstance(e, TrialReported)] == [5, 6]
+
+    with executor, caplog.at_level(logging.WARNING, logger="hermes.ray"):
+        executor.next_events()  # the nodes
+        executor.submit("a", curve)
+        executor.submit("b", curve, reported_step=3)  # its storage holds no step of it
+        executor.apply(Start("a", f"{first}/gpu0"), executor.now())
+        until(lambda e: isinstance(e, TrialSuspended),
+              lambda e: [Suspend("a")] if isinstance(e, TrialReported) and e.step == 2 else [])
+        CheckpointStore(str(durable)).delete("a")
+        os.kill(agent_of(trial_processes((tmp_path / "run").resolve())[0]), signal.SIGKILL)
+        executor.submit("c", curve)
+        executor.apply(Start("c", f"{second}/gpu0"), executor.now())  # work to wait on: the driver hears of the death
+        until(lambda e: isinstance(e, NodeRemoved))
+        until(lambda e: isinstance(e, TrialExited) and e.trial_id == "c")
+        executor.apply(Resume("a", f"{second}/gpu0", migrated=True), executor.now())
+        executor.apply(Resume("b", f"{second}/gpu1", migrated=True), executor.now())
+        until(lambda e: isinstance(e, TrialExited) and e.trial_id == "a")
+        until(lambda e: isinstance(e, TrialExited) and e.trial_id == "b")
+    assert [e.step for e in events if isinstance(e, TrialReported) and e.trial_id == "a"] == [1, 2, 3, 4, 5, 6]
+    assert [e.step for e in events if isinstance(e, TrialReported) and e.trial_id == "b"] == [4, 5, 6]
     warnings = [r.getMessage() for r in caplog.records if "durable checkpoint" in r.getMessage()]
-    expected = (f"Ray node {node}: trial a's durable checkpoint of step 4 is not in {durable}: it resumes from its "
+    expected = (f"Ray node {second}: trial a's durable checkpoint of step 2 is not in {durable}: it resumes from its "
                 "beginning (does every node see storage.uri?)")
     assert warnings == [expected]
     assert not list(durable.glob(".hermes-run-*"))  # gone with the run

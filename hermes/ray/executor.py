@@ -131,7 +131,7 @@ class RayExecutor(Executor[TrialLaunch]):
         self._progress: dict[str, TrialProgress] = {}
         # trial -> the step of its newest checkpoint in storage.uri as this driver knows it: a suspension's does not
         # count (a trial parked in memory is not uploaded), though the core falls back to it (``TrialProgress``)
-        self._durable: dict[str, int] = {}
+        self._durable: dict[str, int | None] = {}
         self._where: dict[str, str] = {}  # trial -> node of the agent that holds it
         self._gpu_of: dict[str, str] = {}  # trial -> GPU of its latest run
         self._ran: dict[str, float] = {}  # trial -> seconds of its runs that ended, on any node (trial.timeout)
@@ -187,18 +187,24 @@ class RayExecutor(Executor[TrialLaunch]):
         self._progress[trial_id] = TrialProgress(
             trial_id=trial_id, last_step=reported_step, checkpoint_step=reported_step
         )
-        self._durable[trial_id] = self._stored_step(trial_id, reported_step) if work.movable and reported_step else 0
+        self._durable[trial_id] = None if work.movable and reported_step else 0  # None: read where it is received
         return TrialSubmitted(self.now() if at is None else at, trial_id, work.budget, dict(work.config), work.movable)
 
-    def _stored_step(self, trial_id: str, reported_step: int) -> int:
-        """The step of a trial's newest checkpoint in storage.uri, up to ``reported_step``, for a trial submitted with
-        its steps known (a rerun): the core falls back to its last suspension, which a trial parked in memory never
-        uploaded, and the node it resumes on warned of a checkpoint missing from storage.uri."""
-        try:
-            latest = self._storage.latest(trial_id)
-        except OSError:
-            return 0  # unknown: the node's download says what there is
-        return 0 if latest is None else min(latest[1], reported_step)
+    def _durable_step(self, trial_id: str) -> int:
+        """The step of the trial's newest checkpoint in storage.uri as this driver knows it. For a trial submitted
+        with its steps known (a rerun), what storage.uri holds up to them, read as it is first received on a node (at
+        submission, a rerun of thousands of trials read it for each, finished ones too): the core falls back to its
+        last suspension, which a trial parked in memory never uploaded, and the node warned of a checkpoint missing
+        from storage.uri."""
+        step = self._durable[trial_id]
+        if step is None:
+            try:
+                latest = self._storage.latest(trial_id)
+            except OSError:
+                latest = None  # unknown: the node's download says what there is
+            known = self._progress[trial_id].checkpoint_step  # the step it was submitted with
+            step = self._durable[trial_id] = 0 if latest is None else min(latest[1], known)
+        return step
 
     def apply(self, decision: Decision, at: float) -> None:
         trial_id = decision.trial_id
@@ -334,7 +340,7 @@ class RayExecutor(Executor[TrialLaunch]):
             source.trials.discard(trial_id)
             source.buffer.append(("export", trial_id))
             carried = self._send(source, watch=False)  # never fetched here: it goes to the target
-        self._place(target, trial_id, "receive", self._durable[trial_id])
+        self._place(target, trial_id, "receive", self._durable_step(trial_id))
         target.buffer.append(("apply", decision))
         self._send(target, [carried] if carried is not None else None)
 
