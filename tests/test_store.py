@@ -162,6 +162,21 @@ def test_a_refusal_names_only_the_differences_that_may_not_change(store: Experim
     assert store.experiment(store.create_or_open_experiment("exp", SPEC)).spec == SPEC  # nothing was written
 
 
+def test_a_refusal_shows_what_the_store_holds_so_that_the_experiment_can_continue(store: ExperimentStore) -> None:
+    """A spec file an older Hermes read as YAML 1.1 (1e-4 as text, yes as true): the refusal named the field and
+    offered only a new name, which starts over, where giving the values as stored continues the experiment."""
+    space = {"wd": {"type": "choice", "values": ["1e-4", "1e-3"]}, "flag": {"type": "choice", "values": [True, False]}}
+    spec = {**SPEC, "search": {**SPEC["search"], "space": space}}
+    store.create_or_open_experiment("exp", spec)
+    read_anew = {**spec, "search": {**spec["search"], "space": {
+        "wd": {"type": "choice", "values": [0.0001, 0.001]}, "flag": {"type": "choice", "values": ["yes", "no"]}}}}
+    with pytest.raises(StoreError) as refused:
+        store.create_or_open_experiment("exp", read_anew)
+    assert ('to continue it, give what its store holds: search.space.wd.values: ["1e-4", "1e-3"] (now [0.0001, '
+            '0.001]); search.space.flag.values: [true, false] (now ["yes", "no"])') in str(refused.value)
+    assert store.create_or_open_experiment("exp", spec) == 1  # given as stored, it goes on
+
+
 def test_reordered_parameters_are_another_experiment(store: ExperimentStore) -> None:
     """The random searcher draws in space order: the same parameters reordered would not replay the log."""
     space = {"lr": {"type": "uniform", "low": 0.0, "high": 1.0}, "x": {"type": "int", "low": 1, "high": 3}}

@@ -337,11 +337,16 @@ class SqlStore(ExperimentStore):
             # Only what may not change is named: listing an allowed change too would ask to undo it.
             refused = [d for d in differences if not (d in allowed or d.startswith(tuple(f"{a}." for a in allowed)))]
             if refused:
+                given = json.loads(spec_json)
+                held = "; ".join(f"{path}: {_shown_at(stored.spec, path)} (now {_shown_at(given, path)})"
+                                 for path in refused if path in differences)
                 raise StoreError(
                     f"experiment {name!r} already exists in {self.url} with a different spec "
                     f"(differs in {', '.join(refused)}); give it a new name (hermes run SPEC --name NEW, or "
-                    "hermes.run(spec, name=...)) or use another storage dir; a spec not edited since may have been "
-                    "read differently by the Hermes that recorded it (YAML 1.1: 010, 1e-4, yes/no/on/off)"
+                    "hermes.run(spec, name=...)) or use another storage dir to start anew"
+                    + (f"; to continue it, give what its store holds: {held}" if held else "")
+                    + "; a spec not edited since may have been read differently by the Hermes that recorded it "
+                    "(YAML 1.1: 010, 1e-4, yes/no/on/off)"
                 )
             if differences:
                 connection.execute(EXPERIMENTS.update().where(EXPERIMENTS.c.id == row.id).values(spec=spec_json))
@@ -1274,6 +1279,16 @@ _FREE = ("description",)  # what a rerun may always change in a spec: it changes
 # Mappings whose order is part of what they say: the random searcher draws the parameters in space order, so
 # the same parameters in another order propose other configurations than the log holds.
 _ORDERED = {"search.space": "the order of its parameters"}
+
+
+def _shown_at(document: Any, path: str) -> str:
+    """The JSON at a dotted path of ``differing_fields``, as its user would write it (at most 80 characters)."""
+    for key in path.split("."):
+        if not isinstance(document, dict) or key not in document:
+            return "nothing"
+        document = document[key]
+    text = json.dumps(document)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def differing_fields(old: Any, new: Any, path: str = "") -> list[str]:
