@@ -237,7 +237,8 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
         return 2
     except HostLimit as error:
         print(f"hermes: error: this machine ran out of what a trial needs: {error}\ninterrupted: raise the limit "
-              f"(`ulimit -n` for open files), or run fewer trials at once, then run `{again}` again to continue",
+              f"(`ulimit -n` for open files), or keep fewer trials under way (search.max_pending), then run `{again}` "
+              "again to continue",
               file=sys.stderr)
         return 2
     except BrokenPipeError:  # `hermes run spec.yaml | head`: the reader went away

@@ -37,7 +37,7 @@ from hermes.local.launchers import Launcher, ProcessLauncher, ScriptLauncher, Wa
 from hermes.local.loop import EventLoop, checked_period, monotonic_clock
 from hermes.local.resources import Slot, local_slots
 from hermes.local.runs import LocalTrial, Run, SwitchTiming
-from hermes.local.system import file_problem, meminfo, write_anew
+from hermes.local.system import file_problem, meminfo, raise_open_file_limit, write_anew
 from hermes.local.watchdog import TrialLimits, Watchdog
 from hermes.trial import protocol
 from hermes.trial.session import remove_checkpoints
@@ -76,6 +76,7 @@ class LocalExecutor(Executor[TrialLaunch]):
         if not hasattr(os, "pidfd_open"):
             raise HermesError("the local executor needs Linux 5.3 or later (pidfd_open)")
         checked_period(period)
+        raise_open_file_limit()
         if checkpoint_every < 0:
             raise HermesError(f"checkpoint_every must be 0 (off) or positive, got {checkpoint_every}")
         self.directory = Path(directory).resolve()
