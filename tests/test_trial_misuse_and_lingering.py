@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from hermes.core.decisions import Resume, Start
-from hermes.core.events import Event, TrialExited, TrialReported, TrialSuspended
+from hermes.core.events import TrialExited, TrialReported
 from hermes.local import LocalExecutor, TrialLaunch, local_slots, watchdog
+from tests.test_stop_grace import ended
 from tests.test_warm_trial_edges import LIMITS, module, park
 
 # Resumed, it goes on from the checkpoint's step but never restores its state (a fresh one)
@@ -42,16 +43,6 @@ LINGERS = """
 """
 
 
-def events_until(executor: LocalExecutor, trial_id: str) -> list[Event]:
-    """The executor's events until ``trial_id`` has suspended or ended, every report answered 'continue'."""
-    events: list[Event] = []
-    while not any(isinstance(e, (TrialExited, TrialSuspended)) and e.trial_id == trial_id for e in events):
-        for event in executor.next_events():
-            events.append(event)
-            executor.settled(event)
-    return events
-
-
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("warm", [False, True], ids=["own-process", "warm-worker"])
 def test_a_resumed_trial_that_does_not_restore_fails_at_once_as_no_crash(tmp_path: Path, warm: bool) -> None:
@@ -64,7 +55,7 @@ def test_a_resumed_trial_that_does_not_restore_fails_at_once_as_no_crash(tmp_pat
         executor.apply(Start("a", "local/cpu0"), executor.now())
         park(executor, "a")  # its checkpoint of step 1 is committed once its process exits, or it is spilled
         executor.apply(Resume("a", "local/cpu1", migrated=True), executor.now())
-        [exited] = [e for e in events_until(executor, "a") if isinstance(e, TrialExited)]
+        [exited] = [e for e in ended(executor, "a") if isinstance(e, TrialExited)]
     assert (exited.succeeded, exited.crashed) == (False, False), exited
     assert exited.error is not None and exited.error.startswith(
         "ResumeError: trial a resumed from its checkpoint of step 1, but none of its checkpoint parts ('files') was "
@@ -86,7 +77,7 @@ def test_a_trial_of_its_own_process_killed_for_lingering_after_its_suspension_sa
         executor.apply(Start("a", "local/cpu0"), executor.now())
         park(executor, "a")  # the executor counts it suspended, killed or not
         executor.apply(Resume("a", "local/cpu0"), executor.now())
-        events = events_until(executor, "a")
+        events = ended(executor, "a")
     assert [e.step for e in events if isinstance(e, TrialReported)] == [2, 3]  # on from its suspension's step
     assert [(e.succeeded, e.error) for e in events if isinstance(e, TrialExited)] == [(True, None)]
     assert (tmp_path / "run" / "trials" / "a" / "stderr.log").read_text() == (
