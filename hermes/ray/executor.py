@@ -143,7 +143,8 @@ class RayExecutor(Executor[TrialLaunch]):
         self._lost = False  # the cluster's head is gone
         self._next_poll = 0.0
         self._started = False  # the agents of the nodes there were at the start are ready, or timed out
-        self._refused: list[str] = []  # why agents of those nodes could not start (``_lose``)
+        self._refused: list[str] = []  # why agents could not start (``_lose``)
+        self._served = False  # an agent was ready once: the run has a node that can run its trials
         try:
             self._poll_membership()
             started = time.monotonic()
@@ -154,8 +155,7 @@ class RayExecutor(Executor[TrialLaunch]):
                     noted = True
                     self._note_unplaced(agent_timeout)
             if self._refused and not self._agents:  # no node could: the spec's or the storage's, not a node's
-                others = f" (and on {len(self._refused) - 1} other node(s))" if len(self._refused) > 1 else ""
-                raise HermesError(self._refused[0] + others)
+                raise self._refusal()
         except BaseException:
             self.close()  # the agents that did start
             raise
@@ -444,7 +444,7 @@ class RayExecutor(Executor[TrialLaunch]):
         if trial_id is not None and trial_id not in self._work:
             return
         if isinstance(event, NodeAdded):
-            agent.ready = True
+            agent.ready = self._served = True
             self._gpus.update(dict.fromkeys(event.gpus, agent.node))
         elif isinstance(event, GpuRemoved):
             self._gpus.pop(event.gpu, None)
@@ -496,10 +496,12 @@ class RayExecutor(Executor[TrialLaunch]):
             cause = next((line for line in reversed(str(error).splitlines()) if line.strip()), "no reason given")
             problem = (f"Hermes could not start on Ray node {agent.node}: "
                        f"{cause.strip().removeprefix('hermes.errors.HermesError: ')}")
+            self._refused.append(problem)
             if not self._started:
-                self._refused.append(problem)  # said once every node there at the start is ready or refused
-            else:
-                log.warning("%s; it runs no trial, the run goes on on the other nodes", problem)
+                return  # said once every node there at the start is ready or refused (``__init__``)
+            if not self._agents and not self._served:  # the last of those, its GPUs held by other Ray work till now
+                raise self._refusal()
+            log.warning("%s; it runs no trial, the run goes on on the other nodes", problem)
             return
         if not agent.ready:
             return
@@ -510,6 +512,11 @@ class RayExecutor(Executor[TrialLaunch]):
             self._run_ended(trial_id)
             del self._where[trial_id]
         self._events.append(NodeRemoved(self.now(), agent.node))
+
+    def _refusal(self) -> HermesError:
+        """Why no node can run the trials: the first refusal, and how many more there were."""
+        others = f" (and on {len(self._refused) - 1} other node(s))" if len(self._refused) > 1 else ""
+        return HermesError(self._refused[0] + others)
 
     def _request_gpus(self, count: int) -> None:
         """Ask Ray's autoscaler for ``count`` GPUs, one per trial the core may still run (0: withdraw the request).
