@@ -128,12 +128,14 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
 def _home(function: Any) -> tuple[str | None, str | None]:
     """The module whose top level has ``function``, which a trial's process imports, and its name there: where it was
     defined; for a function a decorator wrapped without functools.wraps (``timed.<locals>.wrapper``), where the
-    wrapper was bound, in the decorator's module or in the script being run (a decorator from a utils module). No
-    name for a method, or a function defined in another, which no module has at its top level."""
+    wrapper was bound: the decorator's module, the script being run (a decorator from a utils module), or another
+    module it imported (``model.train``). No name for a method, or a function defined in another, which no module
+    has at its top level."""
     module = function.__module__
     if "." not in function.__qualname__:
         return module, function.__qualname__
-    for candidate in (module, "__main__"):
+    others = (candidate for candidate in list(sys.modules) if candidate not in (module, "__main__"))
+    for candidate in (module, "__main__", *others):  # where it was defined first, then the script, then the rest
         found = sys.modules.get(candidate) if candidate is not None else None
         name = next((key for key, value in vars(found).items() if value is function), None) if found else None
         if name is not None:

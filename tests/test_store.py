@@ -172,9 +172,21 @@ def test_a_refusal_shows_what_the_store_holds_so_that_the_experiment_can_continu
         "wd": {"type": "choice", "values": [0.0001, 0.001]}, "flag": {"type": "choice", "values": ["yes", "no"]}}}}
     with pytest.raises(StoreError) as refused:
         store.create_or_open_experiment("exp", read_anew)
-    assert ('to continue it, give what its store holds: search.space.wd.values: ["1e-4", "1e-3"] (now [0.0001, '
-            '0.001]); search.space.flag.values: [true, false] (now ["yes", "no"])') in str(refused.value)
+    assert ('its store holds search.space.wd.values: ["1e-4", "1e-3"] (now [0.0001, 0.001]); '
+            'search.space.flag.values: [true, false] (now ["yes", "no"]): a spec that gives those, as Hermes reads them '
+            'now, continues it') in str(refused.value)
     assert store.create_or_open_experiment("exp", spec) == 1  # given as stored, it goes on
+    widths = {"type": "choice", "values": list(range(40))}
+    long = {**spec, "search": {**spec["search"], "space": {"width": widths}}}
+    store.create_or_open_experiment("long", long)
+    one_more = {**long, "search": {**long["search"], "space": {"width": {**widths, "values": [*range(39), 99]}}}}
+    with pytest.raises(StoreError) as refused:  # the first item that differs, not two equal cut-off lists
+        store.create_or_open_experiment("long", one_more)
+    assert "its store holds search.space.width.values[39]: 39 (now 99)" in str(refused.value)
+    reordered = {**spec, "search": {**spec["search"], "space": dict(reversed(space.items()))}}
+    with pytest.raises(StoreError) as refused:  # no value to show for an order
+        store.create_or_open_experiment("exp", reordered)
+    assert "its store holds" not in str(refused.value) and "nothing" not in str(refused.value)
 
 
 def test_reordered_parameters_are_another_experiment(store: ExperimentStore) -> None:

@@ -124,3 +124,22 @@ if __name__ == "__main__":
 """)
     output = python("script.py", cwd=tmp_path)
     assert output.stdout.splitlines()[-1:] == ["ran finished ['completed']"], output
+
+
+def test_a_decorated_function_of_an_imported_module_runs_by_that_modules_name(tmp_path: Path) -> None:
+    """`import model; hermes.run({... model.train ...})`, train decorated at model's top level by another module's
+    decorator: neither the decorator's module nor the script binds it, and it was refused as nested."""
+    (tmp_path / "timing.py").write_text("def timed(function):\n    def wrapper(config):\n"
+                                        "        return function(config)\n    return wrapper\n")
+    (tmp_path / "model.py").write_text("from hermes import trial\nfrom timing import timed\n\n\n@timed\n"
+                                       "def train(config):\n    trial.report(1, score=config['x'])\n")
+    (tmp_path / "tune.py").write_text(f"""
+import hermes
+import model
+
+if __name__ == "__main__":
+    result = hermes.run({SPEC.replace("train", "model.train", 1)})
+    print("ran", result.status, [t.state for t in result.trials])
+""")
+    output = python("tune.py", cwd=tmp_path)
+    assert output.stdout.splitlines()[-1:] == ["ran finished ['completed']"], output

@@ -338,13 +338,13 @@ class SqlStore(ExperimentStore):
             refused = [d for d in differences if not (d in allowed or d.startswith(tuple(f"{a}." for a in allowed)))]
             if refused:
                 given = json.loads(spec_json)
-                held = "; ".join(f"{path}: {_shown_at(stored.spec, path)} (now {_shown_at(given, path)})"
-                                 for path in refused if path in differences)
+                held = "; ".join(shown for path in refused if (shown := _stored_and_given(stored.spec, given, path)))
                 raise StoreError(
                     f"experiment {name!r} already exists in {self.url} with a different spec "
                     f"(differs in {', '.join(refused)}); give it a new name (hermes run SPEC --name NEW, or "
                     "hermes.run(spec, name=...)) or use another storage dir to start anew"
-                    + (f"; to continue it, give what its store holds: {held}" if held else "")
+                    + (f"; its store holds {held}: a spec that gives those, as Hermes reads them now, continues it"
+                       if held else "")
                     + "; a spec not edited since may have been read differently by the Hermes that recorded it "
                     "(YAML 1.1: 010, 1e-4, yes/no/on/off)"
                 )
@@ -1281,13 +1281,35 @@ _FREE = ("description",)  # what a rerun may always change in a spec: it changes
 _ORDERED = {"search.space": "the order of its parameters"}
 
 
-def _shown_at(document: Any, path: str) -> str:
-    """The JSON at a dotted path of ``differing_fields``, as its user would write it (at most 80 characters)."""
-    for key in path.split("."):
-        if not isinstance(document, dict) or key not in document:
-            return "nothing"
-        document = document[key]
-    text = json.dumps(document)
+def _stored_and_given(stored: Any, given: Any, path: str) -> str | None:
+    """``path: <stored> (now <given>)`` for a dotted path of ``differing_fields``, at a list's first differing item
+    where the whole would not fit (80 characters); None where the path names no value (the order of a space)."""
+    old, new = _at(stored, path), _at(given, path)
+    if old is _MISSING and new is _MISSING:
+        return None
+    while isinstance(old, list) and isinstance(new, list) and len(old) == len(new) and max(
+            len(json.dumps(old)), len(json.dumps(new))) > 80:
+        index = next(index for index, (a, b) in enumerate(zip(old, new)) if not _same_json(a, b))
+        path, old, new = f"{path}[{index}]", old[index], new[index]
+    return f"{path}: {_shown(old)} (now {_shown(new)})"
+
+
+def _at(document: Any, path: str) -> Any:
+    """The value at a dotted path (a key may hold dots: the longest that fits is taken); _MISSING where none is."""
+    if not path:
+        return document
+    if not isinstance(document, dict):
+        return _MISSING
+    for key in sorted(document, key=len, reverse=True):
+        if path == key or path.startswith(f"{key}."):
+            return _at(document[key], path[len(key) + 1:])
+    return _MISSING
+
+
+def _shown(value: Any) -> str:
+    if value is _MISSING:
+        return "nothing"
+    text = json.dumps(value)
     return text if len(text) <= 80 else f"{text[:77]}..."
 
 
