@@ -23,7 +23,7 @@ from contextlib import (
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from hermes.errors import ClusterLost, HermesError, HostLimit, NoSpaceError
+from hermes.errors import ClusterLost, HermesError, HostLimit, NoSpaceError, install_extra
 
 if TYPE_CHECKING:
     from hermes.core.decisions import Decision
@@ -905,7 +905,7 @@ def _server(args: argparse.Namespace) -> int:
         from hermes.server.app import ServerConfig, serve
         from hermes.server.auth import Accounts, TokenInfo, token_id
     except ImportError as error:
-        raise HermesError(f"the server needs its extra: pip install 'hermes-hpo[server]' ({error})") from None
+        raise HermesError(f"the server needs its extra: {install_extra('server')} ({error})") from None
 
     config = ServerConfig(root=Path(args.root), database=args.database)
     if args.action is None:

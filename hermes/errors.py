@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})  # what a full disk, or a full quota, raises
 # What a trial's checkpoint or folder meets where its storage, not the trial, is at fault: a full disk or quota, a
@@ -10,6 +11,14 @@ NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})  # what a full disk, o
 STORAGE_LIMIT_ERRNOS = NO_SPACE_ERRNOS | {errno.EFBIG, errno.EROFS}
 # What a host out of open files (ulimit -n), processes (a pids limit) or memory raises where a process or a pipe is made
 HOST_LIMIT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
+
+
+def install_extra(extra: str) -> str:
+    """The command that installs one of Hermes's extras: from the checkout it runs from (Hermes is not on PyPI, where
+    "hermes-hpo[...]" would fetch whatever holds that name), or from any checkout."""
+    checkout = Path(__file__).resolve().parent.parent
+    where = str(checkout) if (checkout / "pyproject.toml").is_file() else "<a Hermes checkout>"
+    return f"pip install '{where}[{extra}]'"
 
 
 class HermesError(Exception):

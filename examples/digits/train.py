@@ -57,12 +57,15 @@ def train(config: dict[str, Any]) -> None:
     copies = int(config.get("copies", 1))  # > 1: an enlarged training set (the validation set stays clean)
     if copies > 1:
         train_features, train_labels = enlarge(train_features, train_labels, copies)
-    x_val, y_val = torch.tensor(features[:VALIDATION] / 16.0, dtype=torch.float32), torch.tensor(labels[:VALIDATION])
-    x_train = torch.tensor(train_features / 16.0, dtype=torch.float32)
-    y_train = torch.tensor(train_labels)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the slot's GPU (CUDA_VISIBLE_DEVICES)
+    x_val = torch.tensor(features[:VALIDATION] / 16.0, dtype=torch.float32, device=device)
+    y_val = torch.tensor(labels[:VALIDATION], device=device)
+    x_train = torch.tensor(train_features / 16.0, dtype=torch.float32, device=device)
+    y_train = torch.tensor(train_labels, device=device)
 
     width = int(config.get("width", 64))
     model = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
+    model.to(device)
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=float(config.get("lr", 0.05)),
@@ -75,7 +78,7 @@ def train(config: dict[str, Any]) -> None:
     for epoch in range(state.restore(), trial.budget()):
         model.train()
         loss_sum = 0.0
-        for batch in torch.randperm(len(y_train)).split(batch_size):
+        for batch in torch.randperm(len(y_train)).split(batch_size):  # on the CPU's generator, wherever it trains
             optimizer.zero_grad()
             loss = nn.functional.cross_entropy(model(x_train[batch]), y_train[batch])
             loss.backward()

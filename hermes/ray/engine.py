@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from hermes.core.policy import ExecutionProfile
-from hermes.errors import HermesError
+from hermes.errors import HermesError, install_extra
 from hermes.execution.registry import ExecutionEngine
 from hermes.local.engine import tick_period, trial_launch, trial_profile
 from hermes.local.launch import TrialLaunch
@@ -38,7 +38,7 @@ def connect(address: str, setting: str) -> bool:
     try:
         import ray
     except ImportError:
-        raise HermesError(f'{setting}: Ray is not installed: pip install "hermes-hpo[ray]"') from None
+        raise HermesError(f"{setting}: Ray is not installed: {install_extra('ray')}") from None
     if address == "auto" and os.environ.get("RAY_ADDRESS") and not ray.is_initialized():
         # Ray connects there in place of auto: a bad one was reported as "'auto' is not an address", and one that
         # takes no connection was retried for minutes

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from hermes.errors import install_extra
 from hermes.plugins import import_plugin_module, plugin_hint
 from hermes.search.base import BaseSearcher
 from hermes.search.errors import SamplerError, SamplerFailed
@@ -125,7 +126,7 @@ def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) 
         import optuna
     except ImportError:
         raise SamplerError(field, f"{class_path} needs Optuna, which is not installed: "
-                                  "pip install 'hermes-hpo[tpe]'") from None
+                                  f"{install_extra('tpe')}") from None
 
     module, _, name = class_path.rpartition(".")
     found = "not found"
