@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import shlex
 from pathlib import Path
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})  # what a full disk, or a full quota, raises
@@ -18,7 +19,7 @@ def install_extra(extra: str) -> str:
     "hermes-hpo[...]" would fetch whatever holds that name), or from any checkout."""
     checkout = Path(__file__).resolve().parent.parent
     where = str(checkout) if (checkout / "pyproject.toml").is_file() else "<a Hermes checkout>"
-    return f"pip install '{where}[{extra}]'"
+    return f"pip install {shlex.quote(f'{where}[{extra}]')}"
 
 
 class HermesError(Exception):

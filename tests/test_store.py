@@ -183,6 +183,20 @@ def test_a_refusal_shows_what_the_store_holds_so_that_the_experiment_can_continu
     with pytest.raises(StoreError) as refused:  # the first item that differs, not two equal cut-off lists
         store.create_or_open_experiment("long", one_more)
     assert "its store holds search.space.width.values[39]: 39 (now 99)" in str(refused.value)
+    with pytest.raises(StoreError) as refused:  # a value more: the first index that differs
+        store.create_or_open_experiment("long", {**long, "search": {**long["search"], "space": {
+            "width": {**widths, "values": [*range(41)]}}}})
+    assert "its store holds search.space.width.values[40]: nothing (now 40)" in str(refused.value)
+    configs = [{"lr": 0.1, "note": "x" * 90}, {"lr": 0.01, "dropout": 0.1, "note": "y" * 90}]
+    store.create_or_open_experiment("configs", {**SPEC, "search": {"sampler": "list", "configs": configs}})
+    edited = [configs[0], {**configs[1], "dropout": 0.2}]
+    with pytest.raises(StoreError) as refused:  # into a long mapping in a list, to its key that differs
+        store.create_or_open_experiment("configs", {**SPEC, "search": {"sampler": "list", "configs": edited}})
+    assert "its store holds search.configs[1].dropout: 0.1 (now 0.2)" in str(refused.value)
+    dotted = {**SPEC, "env": {"a": {"b": [0] * 40}, "a.b": [7] * 40}}  # a key holding a dot beside a nested one
+    store.create_or_open_experiment("dotted", dotted)
+    with pytest.raises(StoreError, match="differs in env.a.b"):  # a refusal still, not a traceback
+        store.create_or_open_experiment("dotted", {**dotted, "env": {"a": {"b": [1] * 40}, "a.b": [7] * 40}})
     reordered = {**spec, "search": {**spec["search"], "space": dict(reversed(space.items()))}}
     with pytest.raises(StoreError) as refused:  # no value to show for an order
         store.create_or_open_experiment("exp", reordered)

@@ -1282,16 +1282,27 @@ _ORDERED = {"search.space": "the order of its parameters"}
 
 
 def _stored_and_given(stored: Any, given: Any, path: str) -> str | None:
-    """``path: <stored> (now <given>)`` for a dotted path of ``differing_fields``, at a list's first differing item
-    where the whole would not fit (80 characters); None where the path names no value (the order of a space)."""
+    """``path: <stored> (now <given>)`` for a dotted path of ``differing_fields``, at the first item or key that
+    differs where the whole would not fit (80 characters); None where the path names no differing value (the order
+    of a space)."""
     old, new = _at(stored, path), _at(given, path)
-    if old is _MISSING and new is _MISSING:
-        return None
-    while isinstance(old, list) and isinstance(new, list) and len(old) == len(new) and max(
-            len(json.dumps(old)), len(json.dumps(new))) > 80:
-        index = next(index for index, (a, b) in enumerate(zip(old, new)) if not _same_json(a, b))
-        path, old, new = f"{path}[{index}]", old[index], new[index]
-    return f"{path}: {_shown(old)} (now {_shown(new)})"
+    while not _same_json(old, new) and max(_size(old), _size(new)) > 80:
+        if isinstance(old, dict) and isinstance(new, dict):
+            keys = [*old, *(key for key in new if key not in old)]
+            step = next(key for key in keys if not _same_json(old.get(key, _MISSING), new.get(key, _MISSING)))
+            path, old, new = f"{path}.{step}", old.get(step, _MISSING), new.get(step, _MISSING)
+        elif isinstance(old, list) and isinstance(new, list):
+            index = next(index for index in range(max(len(old), len(new)))
+                         if index >= min(len(old), len(new)) or not _same_json(old[index], new[index]))
+            path = f"{path}[{index}]"
+            old, new = (items[index] if index < len(items) else _MISSING for items in (old, new))
+        else:
+            break
+    return None if _same_json(old, new) else f"{path}: {_shown(old)} (now {_shown(new)})"
+
+
+def _size(value: Any) -> int:
+    return 0 if value is _MISSING else len(json.dumps(value))
 
 
 def _at(document: Any, path: str) -> Any:
