@@ -185,7 +185,7 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
     try:
         if terminations.received:  # a library of the set-up took the interrupt for an error, and let that go
             raise KeyboardInterrupt
-        console = Console()
+        console = Console(emoji=False)  # a trial's error or a metric that says :x: is text, not an emoji
         # A terminal that redraws: not a file or a pipe (FORCE_COLOR made Rich call them terminals, and filled logs
         # with frames), nor TERM=dumb (Emacs' shell, where Rich draws nothing until the end)
         if args.no_live or not (sys.stdout.isatty() and console.is_interactive):

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.live import Live
-from rich.markup import escape
 from rich.measure import Measurement
 from rich.segment import Segment
 from rich.table import Table
@@ -44,7 +43,7 @@ from hermes.core.events import Event, SubmissionsReopened, TrialSubmitted
 from hermes.core.scheduler import Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
-from hermes.report import format_number
+from hermes.report import format_number, shown_state
 
 if TYPE_CHECKING:
     from hermes.search.budget import Budget
@@ -422,8 +421,12 @@ class LiveView:
             to_ask = max(0, self.budget.trials - len(self._followed))
         else:
             to_ask = None
+        shown: dict[str, int] = {}  # by the state reports show: a run that ended leaves none running
+        for state in sorted(first, key=first.__getitem__):
+            name = shown_state(state, live=not self._interrupted)
+            shown[name] = shown.get(name, 0) + counts[state]
         snapshot = _Snapshot(
-            now, {state.value: counts[state] for state in sorted(first, key=first.__getitem__)},
+            now, shown,
             counts[TrialState.RUNNING] + counts[TrialState.SUSPENDING], self.scheduler.cluster.gpu_count,
             tuple(holding), suspended, self._ended.share(), counts[TrialState.PENDING], tuple(leaders[:LEADERS]), load,
             to_ask, summed.used + sum(w.gpu_seconds for w in others), self._interrupted,
@@ -558,10 +561,10 @@ class LiveView:
 
         top = lines(header)
         leaders = LEADERS
-        board = lines(self._leaderboard(console, options, snapshot.leaders[:leaders]))
+        board = lines(self._leaderboard(console, options, snapshot.leaders[:leaders], snapshot.interrupted))
         while leaders > 1 and len(top) + len(board) > height:  # a very short terminal: fewer leaders
             leaders -= 1
-            board = lines(self._leaderboard(console, options, snapshot.leaders[:leaders]))
+            board = lines(self._leaderboard(console, options, snapshot.leaders[:leaders], snapshot.interrupted))
         if len(top) + len(board) > height:  # not even one leader's table: its line
             board = lines(self._best_line(snapshot))
         shown = min(len(snapshot.holding) + len(snapshot.suspended) + len(snapshot.ended), height)
@@ -608,7 +611,7 @@ class LiveView:
             counted = [f"{listed} not listed"] * bool(listed) + [f"{pending} pending"] * bool(pending)
             line = Text("trials: " + ", ".join(counted), style="dim")
             return line, len(console.render_lines(line, options, pad=False))
-        metric = escape(self.metric)  # titles and headers are Rich markup: a name's [brackets] are its own
+        metric = self.metric  # titles and headers are Text, no markup: a name's [brackets] and :codes: are its own
         layouts = (
             ("state", "GPU", f"last {metric}", f"best {metric}"),
             ("state", f"last {metric}", f"best {metric}"),
@@ -616,7 +619,7 @@ class LiveView:
             ("last", "best"),
         )
         for columns in layouts:
-            table = Table(title="trials" if columns[-1] == f"best {metric}" else f"trials ({metric})",
+            table = Table(title=Text("trials" if columns[-1] == f"best {metric}" else f"trials ({metric})"),
                           title_justify="left", caption=caption, caption_justify="left")
             _number_column(table, "trial", rows, lambda r: r.trial_id, justify="left")
             if "state" in columns:
@@ -630,9 +633,9 @@ class LiveView:
                 style = "" if "state" in columns else _STATE_STYLE[row.state]  # else its colour tells its state
                 cells: list[RenderableType] = [Text(row.trial_id, style=style)]
                 if "state" in columns:
-                    cells.append(Text(row.state.value, style=_STATE_STYLE[row.state]))
+                    cells.append(_state_cell(row, snapshot.interrupted))
                 if "GPU" in columns:
-                    cells.append(Text(row.gpu))  # a cell's str is markup too
+                    cells.append(Text("" if snapshot.interrupted else row.gpu))  # a cell's str is markup too
                 cells += [f"{row.step}/{row.budget}", format_number(row.last), format_number(row.best)]
                 table.add_row(*cells)
             widest = _widest(console, options, table)
@@ -647,10 +650,12 @@ class LiveView:
         best = snapshot.leaders[0]
         return Text(f"best {self.metric}: {format_number(best.best)} (trial {best.trial_id})")
 
-    def _leaderboard(self, console: Console, options: ConsoleOptions, ranked: Sequence[_Row]) -> Table:
-        metric = escape(self.metric)
+    def _leaderboard(
+        self, console: Console, options: ConsoleOptions, ranked: Sequence[_Row], interrupted: bool
+    ) -> Table:
+        metric = self.metric
         for columns in (("best " + metric, "state"), ("best", "state"), ("best",)):
-            table = Table(title=f"leaderboard (best {metric}, {self.mode})", title_justify="left")
+            table = Table(title=Text(f"leaderboard (best {metric}, {self.mode})"), title_justify="left")
             _number_column(table, "#", ranked, lambda r: str(ranked.index(r) + 1))
             _number_column(table, "trial", ranked, lambda r: r.trial_id, justify="left")
             _number_column(table, columns[0], ranked, lambda r: format_number(r.best))
@@ -658,7 +663,7 @@ class LiveView:
                 table.add_column("state", no_wrap=True)
             for place, row in enumerate(ranked, start=1):
                 table.add_row(str(place), Text(row.trial_id), format_number(row.best), *(
-                    [Text(row.state.value, style=_STATE_STYLE[row.state])] if "state" in columns else []))
+                    [_state_cell(row, interrupted)] if "state" in columns else []))
             if _fits(options, table, _widest(console, options, table)):
                 break
         return table
@@ -677,12 +682,18 @@ class _Lines:
             yield new_line
 
 
+def _state_cell(row: _Row, interrupted: bool) -> Text:
+    """A trial's state as ``hermes status`` will show it: once the run was interrupted, none is running."""
+    shown = shown_state(row.state, live=not interrupted)
+    return Text(shown, style="bold red" if shown != row.state.value else _STATE_STYLE[row.state])
+
+
 def _number_column(
     table: Table, header: str, rows: Sequence[_Row], cell: Callable[[_Row], str], justify: str = "right"
 ) -> None:
     """A column that is never cut: as wide as its widest cell, on one line."""
     width = max((cell_len(cell(row)) for row in rows), default=1)
-    table.add_column(header, justify=justify, no_wrap=True, min_width=width)  # type: ignore[arg-type]
+    table.add_column(Text(header), justify=justify, no_wrap=True, min_width=width)  # type: ignore[arg-type]
 
 
 def _widest(console: Console, options: ConsoleOptions, table: Table) -> list[tuple[int, int]]:

@@ -475,8 +475,19 @@ def test_the_last_frame_of_an_interrupted_run_that_the_view_followed_shows_nothi
     text = console.export_text()
     top = [line for line in text.splitlines() if line.startswith("exp  ")][-1]  # the last frame's
     assert top.startswith("exp  interrupted  elapsed ") and "ETA" not in top and "GPUs 0/2 busy" in top, top
-    assert "completed 8  running 2  pending 40" in top, top
+    assert "completed 8  interrupted 2  pending 40" in top, top  # as `hermes status` says: "running 2" before
+    frame = text[text.rindex("exp  interrupted"):]
+    assert "running" not in frame and "local/" not in frame, frame  # nor on their GPUs in its rows
     assert re.search(r"│ 1 │ 07 +│ +0\.8494 │ completed", text), text
+
+
+def test_a_metrics_name_shows_as_written_not_as_markup_or_emoji() -> None:
+    """Titles and headers were Rich markup: ":100:" became an emoji, and a trailing backslash was doubled."""
+    run = Run()
+    many(run)
+    console = Console(width=160, height=60, record=True, file=io.StringIO(), color_system=None)
+    text = drawn(LiveView("exp", "top:100:acc\\", "max", run.scheduler, lambda: run.now, console))
+    assert "leaderboard (best top:100:acc\\, max)" in text and "best top:100:acc\\ " in text, text
 
 
 def test_a_frame_draws_its_snapshot_whatever_the_core_does_after() -> None:
