@@ -6,13 +6,14 @@ import copy
 import importlib.util
 import math
 import random
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hermes.errors import HermesError, SpecError
+from hermes.errors import HermesError, SpecError, install_extra
 from hermes.experiment.spec import SearchSpec, parse_spec
 from hermes.search import Budget, make_searcher, without_budget
 from hermes.search.base import BaseSearcher
@@ -487,7 +488,7 @@ def test_a_sampler_whose_package_is_missing_fails_at_spec_check(monkeypatch: pyt
         search_spec(sampler="cmaes", trials=4)
     monkeypatch.setitem(sys.modules, "optuna", None)  # a bare install: no `tpe` extra
     with pytest.raises(SpecError, match=r"search.sampler: optuna.samplers.TPESampler needs Optuna, which is not "
-                                        r"installed: pip install 'hermes-hpo\[tpe\]'"):
+                                        rf"installed: {re.escape(install_extra('tpe'))}"):
         search_spec(sampler="tpe", trials=4)
 
 
