@@ -15,7 +15,7 @@ pytest.importorskip("fastapi", reason="the server needs the server extra")
 from fastapi.testclient import TestClient
 from test_server import Server, real_spec
 
-from hermes.core.events import NodeAdded, SubmissionsClosed, TrialExited, TrialReported, TrialSubmitted
+from hermes.core.events import NodeAdded, NodeRemoved, SubmissionsClosed, TrialExited, TrialReported, TrialSubmitted
 from hermes.core.scheduler import Objective, Scheduler
 from hermes.experiment.spec import ResourcesSpec
 from hermes.policies import make_policy
@@ -180,3 +180,31 @@ def test_a_hand_edited_report_time_is_named_at_every_poll_and_once_put_right_the
     assert digest.trials_since(0, 100) == fresh.trials_since(0, 100)
     assert digest.runs_since(0, 100) == fresh.runs_since(0, 100)
     assert {t["state"] for t in digest.trials.values()} <= {"completed", "failed"}
+
+
+def test_runs_a_pool_ended_show_at_once_when_it_says_the_experiment_waits_its_status_unchanged(tmp_path: Path) -> None:
+    """A pool that finds an interrupted experiment's files missing ends its old runs, then records it interrupted
+    (as it was) with an error saying it waits: the digest, read while the runs were open, re-read the store only
+    on a change of status or after REFRESH_INTERVAL, so the error was served beside runs still open (a CI failure
+    of tests/test_server_takeup.py). A changed error reads the store at once."""
+    store = SqlStore(f"sqlite:///{tmp_path / 'hermes.db'}")
+    experiment_id = store.create_or_open_experiment("away", experiment_spec("away", 1, 3))
+    scheduler = Scheduler(make_policy("fifo"), objective=Objective("max"))
+    recorder = StoreRecorder(store, experiment_id, scheduler)
+
+    def record(*events: Any) -> None:
+        for event in events:
+            recorder(event, scheduler.handle(event))
+        recorder.flush()
+
+    record(NodeAdded(0.0, "n0", ("n0/g0",)), TrialSubmitted(0.0, "0", 3))
+    store.set_status(experiment_id, ExperimentStatus.INTERRUPTED)
+    digest = ExperimentDigest(store, store.experiment(experiment_id))
+    digest.refresh(ExperimentStatus.INTERRUPTED)
+    assert [run["ended_at"] for run in digest.runs_since(0, 10)[0]] == [None]
+    record(NodeRemoved(1.0, "n0"))
+    store.set_status(experiment_id, ExperimentStatus.INTERRUPTED, error="waiting for its files: spec: gone")
+    waiting = store.experiment(experiment_id)
+    digest.refresh(waiting.status, waiting.error)
+    store.close()
+    assert [run["ended_at"] for run in digest.runs_since(0, 10)[0]] == [1.0]

@@ -221,7 +221,7 @@ class Hermes:
             else:
                 self._open.add(experiment_id)
             self._drop_ended(settle=made and len(self._open) > DIGESTS_KEPT)
-        digest.refresh(experiment.status)
+        digest.refresh(experiment.status, experiment.error)
         return digest
 
     def _ended_now(self, experiment_id: int) -> None:

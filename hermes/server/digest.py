@@ -73,14 +73,15 @@ class ExperimentDigest:
         self._seq = 0
         self._metric_cursor = 0
         self._read_at = -math.inf
-        self._status: ExperimentStatus | None = None
+        self._status: tuple[ExperimentStatus, str | None] | None = None  # as last read
         self._lock = threading.Lock()
 
-    def refresh(self, status: ExperimentStatus) -> None:
-        """Read what the store added since the last refresh: at most every REFRESH_INTERVAL, and at
-        once when the experiment's status changed (so a finished experiment shows all it recorded)."""
+    def refresh(self, status: ExperimentStatus, error: str | None = None) -> None:
+        """Read what the store added since the last refresh: at most every REFRESH_INTERVAL, and at once when the
+        experiment's status or error changed (so a finished experiment shows all it recorded, and one a pool set
+        waiting shows the runs it ended before saying so, its status unchanged)."""
         with self._lock:
-            if time.monotonic() - self._read_at < REFRESH_INTERVAL and status is self._status:
+            if time.monotonic() - self._read_at < REFRESH_INTERVAL and (status, error) == self._status:
                 return
             read_at = time.monotonic()
             events = self.store.events_after(self.experiment_id, self._seq)
@@ -93,7 +94,7 @@ class ExperimentDigest:
                 self._records_read = True
             # only once all was read: a damaged record (DamagedRecord) is said at every poll, not once and then
             # followed by trials without their records
-            self._status, self._read_at = status, read_at
+            self._status, self._read_at = (status, error), read_at
 
     @classmethod
     def ended_overview(cls, store: ExperimentStore, experiment: ExperimentRecord) -> dict[str, Any]:
