@@ -44,6 +44,7 @@ from hermes.core.scheduler import Scheduler
 from hermes.core.states import TrialState
 from hermes.core.trial import Trial
 from hermes.report import format_number, shown_state
+from hermes.report.results import can_be_best
 
 if TYPE_CHECKING:
     from hermes.search.budget import Budget
@@ -525,7 +526,7 @@ class LiveView:
         first = self._first_ended.get(trial.state)
         self._first_ended[trial.state] = trial.seq if first is None else min(first, trial.seq)
         self._ended.add(row)
-        if row.best is not None:
+        if row.best is not None and can_be_best(trial.state):  # a failed trial's partial best is no result
             insort(self._ended_leaders, row, key=_ranked)
             del self._ended_leaders[LEADERS:]
         reported = trial.report_gpu_time[-1] if trial.report_gpu_time else 0.0

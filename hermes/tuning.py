@@ -30,7 +30,7 @@ from hermes.experiment.locate import (
 )
 from hermes.report import ExperimentView, every_trial_failed, shown_state
 from hermes.report.files import trial_files
-from hermes.report.results import standings
+from hermes.report.results import can_be_best, standings
 from hermes.session import STORE_FILE, ExperimentSession, interrupts_between_batches
 from hermes.trial import protocol
 
@@ -39,7 +39,7 @@ from hermes.trial import protocol
 class TrialResult:
     """One trial, as ``hermes results --format json`` gives it."""
 
-    rank: int  # 1 is best
+    rank: int  # 1 is best; failed trials rank last
     trial_id: str
     state: str  # a TrialState's value, or "interrupted" (left on a GPU by a run that did not end)
     params: dict[str, Any]
@@ -71,9 +71,12 @@ class ExperimentResult:
 
     @property
     def best(self) -> TrialResult | None:
-        """The best trial; None when none reported a finite value (a diverged trial is no best)."""
-        best = self.trials[0].best if self.trials else None
-        return self.trials[0] if best is not None and math.isfinite(best) else None
+        """The best trial; None when none reported a finite value (a diverged trial is no best), or every one that
+        did failed (a failed trial is never the best: ``can_be_best``)."""
+        first = self.trials[0] if self.trials else None
+        if first is None or first.best is None or not math.isfinite(first.best) or not can_be_best(first.state):
+            return None
+        return first
 
 
 def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -17,6 +17,7 @@ from test_server import Server, real_spec
 
 from hermes.core.events import NodeAdded, NodeRemoved, SubmissionsClosed, TrialExited, TrialReported, TrialSubmitted
 from hermes.core.scheduler import Objective, Scheduler
+from hermes.core.states import TrialState
 from hermes.experiment.spec import ResourcesSpec
 from hermes.policies import make_policy
 from hermes.server.api import LOG_TAIL
@@ -208,3 +209,24 @@ def test_runs_a_pool_ended_show_at_once_when_it_says_the_experiment_waits_its_st
     digest.refresh(waiting.status, waiting.error)
     store.close()
     assert [run["ended_at"] for run in digest.runs_since(0, 10)[0]] == [1.0]
+
+
+def test_the_overview_never_names_a_failed_trial_the_best(tmp_path: Path) -> None:
+    """A trial that reported the highest value and then failed is no result (as in `hermes results`): the API's and
+    the dashboard's best named it; with every trial failed there is no best."""
+    store = SqlStore(f"sqlite:///{tmp_path / 'hermes.db'}")
+    experiment_id = store.create_or_open_experiment("crash", experiment_spec("crash", 2, 3))
+    scheduler = Scheduler(make_policy("fifo"), objective=Objective("max"), max_failures=0)
+    recorder = StoreRecorder(store, experiment_id, scheduler)
+    for event in (NodeAdded(0.0, "n0", ("n0/g0", "n0/g1")), TrialSubmitted(0.0, "0", 3), TrialSubmitted(0.0, "1", 3),
+                  SubmissionsClosed(0.0), TrialReported(1.0, "0", 1, 0.9), TrialExited(1.5, "0", False, "boom"),
+                  TrialReported(2.0, "1", 3, 0.5), TrialExited(2.0, "1", True)):
+        recorder(event, scheduler.handle(event))
+        recorder.flush()
+    assert scheduler.trials["0"].state is TrialState.FAILED
+    digest = ExperimentDigest(store, store.experiment(experiment_id))
+    digest.refresh(ExperimentStatus.FINISHED)
+    ended = ExperimentDigest.ended_overview(store, store.experiment(experiment_id))
+    store.close()
+    for overview in (digest.overview(), ended):
+        assert (overview["best"], overview["best_trial"]) == (0.5, "1"), overview

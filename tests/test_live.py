@@ -399,7 +399,8 @@ def test_trials_that_lose_their_gpus_with_their_node_are_shown_waiting() -> None
     assert text == run.draw()
 
 
-def test_a_failed_trial_is_counted_and_ranked_with_the_ended_ones() -> None:
+def test_a_failed_trial_is_counted_and_shown_with_the_ended_ones_but_is_no_leader() -> None:
+    """Its best is no result (as in `hermes results`): the leaderboard and the best line named it first."""
     run = Run()
     view = run.follow(Budget(trials=3))
     for trial_id in ("0", "1", "2"):
@@ -410,7 +411,8 @@ def test_a_failed_trial_is_counted_and_ranked_with_the_ended_ones() -> None:
     text = drawn(view)
     assert "GPUs 2/2 busy  failed 1  running 2" in header(text), header(text)  # states in the order of their trials
     assert re.search(r"│ 0 +│ failed +│ +│ +2/4 │ +0\.9 │ +0\.9 │", text), text
-    assert re.search(r"│ 1 │ 0 +│ +0\.9 │ failed", text), text  # the leaderboard's first
+    assert re.search(r"│ 1 │ 1 +│ +0\.7 │ running", text), text  # the leaderboard's first
+    assert not re.search(r"│ \d │ 0 +│ +0\.9 │ failed", text), text
     assert text == run.draw(budget=Budget(trials=3))
 
 

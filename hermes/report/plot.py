@@ -20,7 +20,7 @@ from hermes.core.events import Event, GpuAdded, GpuRemoved, NodeAdded, NodeRemov
 from hermes.core.states import TrialState
 from hermes.errors import HermesError
 from hermes.report import ExperimentView, format_number
-from hermes.report.results import standings
+from hermes.report.results import can_be_best, standings
 from hermes.store import ExperimentStatus
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def _draw_curves(view: ExperimentView, figure: Figure, origin: float) -> None:
         by_step[record.trial_id][record.step] = value
         run_number = bisect.bisect_right(run_starts[record.trial_id], record.at)
         by_time[record.trial_id].append((record.at - origin, value, run_number))
-    top = [s for s in standings(view) if s.best is not None][:HIGHLIGHTED]
+    top = [s for s in standings(view) if s.best is not None][:HIGHLIGHTED]  # failed trials after the others
     colours = {s.trial_id: f"C{rank}" for rank, s in enumerate(top)}
     scale, unit = _time_scale(view.now - origin)
 
@@ -123,7 +123,8 @@ def _draw_curves(view: ExperimentView, figure: Figure, origin: float) -> None:
         _plot_runs(time_axes, [(at / scale, value, run) for at, value, run in by_time[s.trial_id]], style)
     for s in top:
         step_axes.plot([s.best_step], [s.best], marker="*", markersize=11, color=colours[s.trial_id], zorder=4,
-                       linestyle="none", label=f"#{s.rank} trial {s.trial_id}: {format_number(s.best)}")
+                       linestyle="none", label=f"#{s.rank} trial {s.trial_id}: {format_number(s.best)}"
+                       + ("" if can_be_best(s.state) else " (failed)"))
     if top:
         from matplotlib.ticker import MaxNLocator
 

@@ -4,8 +4,9 @@ Best rather than final: a stopped or suspended trial has no final value, a diver
 than it was, and the scheduler's policies rank trials by their best score too. The final value is
 shown beside it. A non-finite value is the worst possible (as in the core), so it is no best: a trial
 that reported only NaN or infinities has none (empty in CSV, null in JSON, as a non-finite final value
-is too) and ranks after every trial with one; trials that have not reported yet come last, in
-submission order, and ties keep submission order.
+is too) and ranks after every trial with one; trials that have not reported yet come after those, in
+submission order, and ties keep submission order. A failed trial is never the best (``can_be_best``): failed
+trials come after every other, ranked among themselves the same way, their values still shown.
 """
 
 from __future__ import annotations
@@ -52,8 +53,15 @@ class Standing:
     error: str | None  # why it failed
 
 
+def can_be_best(state: str) -> bool:
+    """Whether a trial in ``state`` (a TrialState, or the state a read-out shows) may be the experiment's best. A
+    failed trial's partial best is no result: its searcher was told it failed (Optuna's best trial is a complete
+    one), and its checkpoint is of a crashed run. A stopped trial's values are a healthy trial's, so it may be."""
+    return state != TrialState.FAILED
+
+
 def standings(view: ExperimentView) -> list[Standing]:
-    """Every trial, best first."""
+    """Every trial, best first (failed trials last)."""
     objective = view.target.objective
     reports: dict[str, list[tuple[int, float]]] = defaultdict(list)
     last_step: dict[str, int] = {}  # not the core's step: a trial that fell back to its checkpoint is behind it
@@ -89,7 +97,7 @@ def standings(view: ExperimentView) -> list[Standing]:
             )
         )
     # sorted() is stable, so ties keep submission order.
-    ranked = sorted(unranked, key=lambda s: (s.best is None, not s.reports,
+    ranked = sorted(unranked, key=lambda s: (not can_be_best(s.state), s.best is None, not s.reports,
                                              -objective.score(s.best) if s.best is not None else 0))
     return [replace(standing, rank=rank) for rank, standing in enumerate(ranked, start=1)]
 
@@ -142,8 +150,9 @@ def format_results(
         for s in top
     ]
     mode = view.target.objective.mode
+    failed_last = ", failed trials last" if len({can_be_best(s.state) for s in top}) == 2 else ""
     table = format_table(header, rows, right=(0, 3, 4, 5, 6, 7))
-    return f"{view.experiment.name}: top {len(top)} by best {metric} ({mode})\n{table}"
+    return f"{view.experiment.name}: top {len(top)} by best {metric} ({mode}){failed_last}\n{table}"
 
 
 def _as_json(standing: Standing) -> dict[str, Any]:

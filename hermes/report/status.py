@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from hermes.report import (
     shown_state,
     summarise_error,
 )
-from hermes.report.results import Standing, standings
+from hermes.report.results import Standing, can_be_best, standings
 from hermes.store import DecisionRecord, ExperimentRecord, ExperimentStatus, ExperimentStore, Run, TrialRecord
 from hermes.store.base import WAITING_FOR_FILES
 from hermes.store.lock import describe, holder
@@ -47,7 +48,7 @@ class Status:
     elapsed: float  # from the first event to now
     now: float  # the latest time recorded; while a runner runs it, the experiment's time now
     by_state: dict[TrialState, int]  # trials in each state, in the state enum's order, zeros left out
-    best: Standing | None  # None until a trial reports
+    best: Standing | None  # None until a trial that has not failed reports a finite value
     gpus: dict[str, Run | None]  # every GPU the cluster has now -> the run on it, if any
     preemptions: int  # Suspend decisions
     migrations: int  # resumes on another GPU
@@ -117,9 +118,10 @@ def _count(number: int, thing: str) -> str:
 
 
 def _best(view: ExperimentView) -> Standing | None:
-    """The best trial's standing; None until a trial reports a finite value (a diverged one is no best)."""
+    """The best trial's standing; None until a trial reports a finite value (a diverged one is no best), or while
+    every one that did failed (``can_be_best``: they rank last)."""
     ranked = standings(view)
-    return ranked[0] if ranked and ranked[0].best is not None else None
+    return ranked[0] if ranked and ranked[0].best is not None and can_be_best(ranked[0].state) else None
 
 
 def _state(experiment: ExperimentRecord, lock: Path | None, brief: bool = False) -> str:
@@ -211,9 +213,14 @@ def format_status(status: Status) -> str:
         lines.insert(1, f"error       {printable(summarise_error(experiment.error))}")
     best = status.best
     if best is None:
-        reported = any(view.target.value(record.values) is not None for record in view.metrics)
+        values = [value for value in (target.value(record.values) for record in view.metrics) if value is not None]
         silent = "none (no trial reported)" if experiment.status.is_final else "none yet (no trial has reported)"
-        lines.append(f"best        {'none: every value reported is NaN or infinite' if reported else silent}")
+        if any(math.isfinite(value) for value in values):  # failed trials' alone: another's would be the best
+            none = "none" if experiment.status.is_final else "none yet"
+            why = f"{none}: only failed trials reported a finite {target.name}, and a failed trial is no result"
+        else:
+            why = "none: every value reported is NaN or infinite" if values else silent
+        lines.append(f"best        {why}")
     else:
         params = printable(", ".join(f"{name}={value}" for name, value in best.params.items()))
         lines.append(

@@ -40,6 +40,7 @@ from hermes.core.events import (
 )
 from hermes.core.scheduler import NO_REPORT
 from hermes.report import Target
+from hermes.report.results import can_be_best
 from hermes.store import (
     DecisionRecord,
     ExperimentRecord,
@@ -135,12 +136,13 @@ class ExperimentDigest:
             ], next_version
 
     def overview(self) -> dict[str, Any]:
-        """Trials by state, and the best trial with its best value."""
+        """Trials by state, and the best trial with its best value (never a failed one: ``can_be_best``)."""
         with self._lock:
             by_state: dict[str, int] = {}
             for summary in self.trials.values():
                 by_state[summary["state"]] = by_state.get(summary["state"], 0) + 1
-            scored = [summary for summary in self.trials.values() if summary["best"] is not None]
+            scored = [summary for summary in self.trials.values()
+                      if summary["best"] is not None and can_be_best(summary["state"])]
             best = max(scored, key=lambda summary: self.target.objective.score(summary["best"]), default=None)
             return {"trials": len(self.trials), "by_state": by_state,
                     "best": best and best["best"], "best_trial": best and best["trial"]}
