@@ -8,6 +8,7 @@ every ``checkpoint_every`` steps) and commits all parts atomically together.
 from __future__ import annotations
 
 import json
+import pickle
 import random
 import sys
 import weakref
@@ -95,21 +96,22 @@ class Checkpoint(Saver):
         super().__init__(name)
 
     def save(self, directory: Path) -> None:
-        import torch
-
         rng = None
         if self.rng:  # a parked trial's own generators, not those of the trial running meanwhile
             rng = self.session.parked_rng or capture_rng()
         state = {"objects": {key: value.state_dict() for key, value in self.objects.items()}, "rng": rng}
-        torch.save(state, directory / "state.pt")
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.save(state, directory / _TORCH_FILE)
+        else:  # torch is an optional extra: with it not loaded, nothing of it is in the state, and pickle keeps it all
+            (directory / _PICKLE_FILE).write_bytes(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
     def offload(self) -> None:
         """Move modules and optimizer state on a CUDA device to host memory, so a parked trial
         holds none of the device's memory. Parameters keep their identity (``Module.to`` swaps
         their data), so optimizers still point at them."""
-        import torch
-
-        if not torch.cuda.is_initialized():
+        torch = sys.modules.get("torch")  # not imported here: its import takes seconds, and one not loaded holds no GPU
+        if torch is None or not torch.cuda.is_initialized():
             return
         for key, value in self.objects.items():
             device = _device_of(value)
@@ -123,19 +125,18 @@ class Checkpoint(Saver):
         self._devices.clear()
 
     def load(self, directory: Path) -> None:
-        import torch
-
-        # Our own file, so unpickling is safe; on the CPU first so a checkpoint moves between
-        # devices (load_state_dict copies into the tensors' current device).
+        path = _state_file(directory)
         try:
-            state = torch.load(directory / "state.pt", map_location="cpu", weights_only=False)
+            state = _read_state(path)
+        except ImportError:  # a sound checkpoint that this environment lacks a module to read (torch, numpy)
+            raise
         except Exception as error:  # cut short (a crash, a full disk), or overwritten: no state can come of it
-            raise protocol.DamagedCheckpoint(directory / "state.pt", f"{type(error).__name__}: {error}") from None
+            raise protocol.DamagedCheckpoint(path, f"{type(error).__name__}: {error}") from None
         if not (isinstance(state, dict) and isinstance(state.get("objects"), dict) and "rng" in state):
-            raise protocol.DamagedCheckpoint(directory / "state.pt", "not a state that trial.Checkpoint wrote")
+            raise protocol.DamagedCheckpoint(path, "not a state that trial.Checkpoint wrote")
         for key, value in self.objects.items():
             if key not in state["objects"]:
-                raise HermesError(f"{directory / 'state.pt'} holds no {key!r} (it holds "
+                raise HermesError(f"{path} holds no {key!r} (it holds "
                                   f"{', '.join(map(repr, state['objects'])) or 'nothing'}): the trial's Checkpoint "
                                   "names its objects as when it was saved")
             value.load_state_dict(state["objects"][key])
@@ -151,14 +152,31 @@ def load_state(checkpoint: str | Path | None, name: str = "state") -> dict[str, 
         raise HermesError("checkpoint is None: the trial has no committed checkpoint (storage.checkpoint_every is more "
                           "than the steps it trained, or it created no trial.Checkpoint); set checkpoint_every to at "
                           "most the steps a trial trains")
-    import torch
-
-    path = Path(checkpoint) / name / "state.pt"
+    path = _state_file(Path(checkpoint) / name)
     if not path.is_file():
         raise HermesError(f"{path} is not there: is {checkpoint} a checkpoint's folder, and {name!r} the name of "
                           "the trial's Checkpoint?")
-    state = torch.load(path, map_location="cpu", weights_only=False)  # our own file, with its random generators
-    return dict(state["objects"])
+    return dict(_read_state(path)["objects"])
+
+
+_TORCH_FILE = "state.pt"  # what Checkpoint writes where torch is loaded
+_PICKLE_FILE = "state.pkl"  # and where it is not
+
+
+def _state_file(directory: Path) -> Path:
+    """The file a Checkpoint saved in ``directory``: ``state.pt``, else ``state.pkl`` (which need not exist)."""
+    path = directory / _TORCH_FILE
+    return path if path.is_file() else directory / _PICKLE_FILE
+
+
+def _read_state(path: Path) -> Any:
+    """What Checkpoint saved in ``path``: our own file, so unpickling it is safe; tensors go to the CPU first so a
+    checkpoint moves between devices (``load_state_dict`` copies into the tensors' current device)."""
+    if path.name == _TORCH_FILE:
+        import torch
+
+        return torch.load(path, map_location="cpu", weights_only=False)
+    return pickle.loads(path.read_bytes())
 
 
 class Files(Saver):
