@@ -94,8 +94,9 @@ def check_sampler(search: SearchSpec) -> None:
 
         # Built and asked: a wrong class or argument fails now, not at the first trial (where a failed
         # experiment would also keep its name from the corrected spec). Many arguments are read only when asked.
+        # Built quietly: the run builds it again, and Optuna's ExperimentalWarning is said then.
         field = "sampler.args" if search.sampler_args else _sampler_field(search)
-        ask_once(_optuna_sampler(search), search, field)
+        ask_once(_optuna_sampler(search, quiet=True), search, field)
 
 
 def _sampler_field(search: SearchSpec) -> str:
@@ -105,7 +106,8 @@ def _sampler_field(search: SearchSpec) -> str:
     return "sampler.name" if "name" in search.sampler else "sampler.optuna"
 
 
-def _optuna_sampler(search: SearchSpec) -> optuna.samplers.BaseSampler:
+def _optuna_sampler(search: SearchSpec, *, quiet: bool = False) -> optuna.samplers.BaseSampler:
+    """The spec's Optuna sampler; ``quiet``: without Optuna's ExperimentalWarning (see ``build_sampler``)."""
     from hermes.search.optuna_search import build_sampler
 
     by_name = isinstance(search.sampler, str) or "name" in search.sampler
@@ -115,4 +117,4 @@ def _optuna_sampler(search: SearchSpec) -> optuna.samplers.BaseSampler:
         raise SamplerError(field, f"unknown sampler {search.sampler_name!r}; choose one of {known}, or give a "
                                   "searcher of your own as module:Class")
     path = OPTUNA_SAMPLERS[search.sampler_name] if by_name else search.sampler_name
-    return build_sampler(path, search.sampler_args, search.seed, field)
+    return build_sampler(path, search.sampler_args, search.seed, field, quiet=quiet)

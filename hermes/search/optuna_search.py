@@ -49,6 +49,10 @@ GP_MAX_INT_VALUES = 2**26
 # The spec check asks a sampler this many times, telling each proposal a made-up result, so that the model-based
 # proposals after the startup trials (10 by default in TPE and GP) run too: many arguments are read only there.
 CHECK_ASKS = 12
+# A sampler's startup of more trials (n_startup_trials: 12) gets made-up finished trials before those asks, as many as
+# leave two of them past it, so that its model-based proposals run at the check too; up to this many (TPE's check took
+# 0.2 s with 1,000): a longer startup is checked through its first proposals only.
+CHECK_MAX_MADE_UP = 1_000
 # Asked only once at the check, their arguments checked against the constructor's annotations instead: past its
 # startup, CmaEsSampler imports cmaes (1.7 s), GPSampler imports torch (3 s) and fits a GP (1 s an ask), and from
 # its second proposal QMCSampler imports scipy (2.6 s).
@@ -66,7 +70,7 @@ class OptunaSearcher(BaseSearcher):
         super().__init__(max_pending=max_pending)
         self._states = optuna.trial.TrialState
         self._study = _quiet_study(optuna, sampler, "maximize" if mode == "max" else "minimize")
-        self._space = list(search.space)
+        self._space = search.space
         self._distributions = _distributions(optuna, search, sampler)
         self._fixed = {name: p.values[0] for name, p in search.space.items() if p.type == "constant"}
         self._sampler = search.sampler_name
@@ -83,7 +87,12 @@ class OptunaSearcher(BaseSearcher):
         with self._failing(f"proposing trial {index}"):
             trial = self._trials[index] = self._study.ask(self._distributions)
         self._steps[index] = set()
-        return {name: self._fixed[name] if name in self._fixed else trial.params[name] for name in self._space}
+        params = _as_declared(self._space, trial.params)
+        problem = _outside(self._space, params)
+        if problem is not None:
+            raise SamplerFailed(f"search.sampler {self._sampler} failed proposing trial {index}: it gave a value outside "
+                                f"the spec's space: {problem}")
+        return {name: self._fixed[name] if name in self._fixed else params[name] for name in self._space}
 
     def _report(self, index: int, step: int, value: float) -> None:
         if step in self._steps[index]:  # a trial resumed from an older checkpoint reports a step again: keep the first
@@ -111,16 +120,20 @@ class OptunaSearcher(BaseSearcher):
         try:
             yield
         except Exception as error:
-            hint = ("search.sampler.args may hold a value of the wrong type" if isinstance(error, TypeError)
-                    and self._has_args else "a sampler of Hermes's own may suit: docs/search.md")
+            wrong = ("a value of the wrong type" if isinstance(error, TypeError)
+                     else "a wrong value" if isinstance(error, ValueError) else None)
+            hint = (f"search.sampler.args may hold {wrong}" if wrong and self._has_args
+                    else "a sampler of Hermes's own may suit: docs/search.md")
             raise SamplerFailed(f"search.sampler {self._sampler} failed {doing}: {type(error).__name__}: {error} "
                                 f"({hint})") from error
 
 
-def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) -> optuna.samplers.BaseSampler:
+def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str, *,
+                  quiet: bool = False) -> optuna.samplers.BaseSampler:
     """An Optuna sampler from its class path and arguments, seeded from the spec unless ``args`` seeds it.
 
-    ``field`` names the spec field that gave the class path, for errors.
+    ``field`` names the spec field that gave the class path, for errors. ``quiet``: without Optuna's
+    ExperimentalWarning (QMC, BruteForce, NSGA-III), for the spec check's build: the run's build says it.
     """
     try:
         import optuna
@@ -149,7 +162,10 @@ def build_sampler(class_path: str, args: dict[str, Any], seed: int, field: str) 
     if "seed" in inspect.signature(cls).parameters and "seed" not in args:
         args = {**args, "seed": seed}
     try:
-        return cls(**args)
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return cls(**args)
     except (TypeError, ValueError) as error:
         raise SamplerError("sampler.args", f"{class_path}: {error}") from None
 
@@ -158,22 +174,30 @@ def ask_once(sampler: optuna.samplers.BaseSampler, search: SearchSpec, field: st
     """Check ``sampler`` on a throwaway study with the spec's space, so that what fails only when asked fails at the
     spec check, naming ``field``: it is asked ``CHECK_ASKS`` times, each proposal told a made-up result (an argument
     of the wrong type, ``n_startup_trials: "5"`` or ``n_ei_candidates: 1e2``, fails when asked, some only after the
-    startup trials), and its arguments are checked against the constructor's annotations. A sampler that takes no
-    ``seed`` gets none from ``search.seed``: a second one built alike must propose the same, or a rerun could not
-    replay the store."""
+    startup trials, which a longer startup reaches through made-up finished trials), each proposal must lie in the
+    space, and its arguments are checked against the constructor's annotations. A sampler that takes no ``seed``
+    gets none from ``search.seed``: a second one built alike must propose the same, or a rerun could not replay the
+    store."""
     import optuna
 
     slow = any(cls.__name__ in _SLOW_TO_CHECK and cls.__module__.startswith("optuna.") for cls in type(sampler).__mro__)
-    twin = None if "seed" in inspect.signature(type(sampler)).parameters else type(sampler)(**search.sampler_args)
+    with warnings.catch_warnings():  # the run's build says it
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        twin = None if "seed" in inspect.signature(type(sampler)).parameters else type(sampler)(**search.sampler_args)
     studies = [_quiet_study(optuna, each, "minimize") for each in (sampler, twin) if each is not None]
     distributions = _distributions(optuna, search, sampler)
+    made_up = 0 if slow else max(_startup(type(sampler), search.sampler_args) + 2 - CHECK_ASKS, 0)
+    made_up = made_up if made_up <= CHECK_MAX_MADE_UP else 0  # more would not reach past it, and cost the check
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # warnings about made-up trials (CmaEs's fallbacks) are no news
     try:
         with warnings.catch_warnings():  # nor numpy's on them (TPE's log1p of 0 on a huge range)
             warnings.simplefilter("ignore", RuntimeWarning)
-            for index in range(1 if slow else CHECK_ASKS):
-                proposals = [_ask(study, distributions, search.sampler_name, field, index) for study in studies]
+            finished = _made_up_trials(optuna, search, distributions, made_up)
+            for study in studies:
+                study.add_trials(finished)
+            for index in range(made_up, made_up + (1 if slow else CHECK_ASKS)):
+                proposals = [_ask(study, distributions, search, field, index) for study in studies]
                 if any(proposal.params != proposals[0].params for proposal in proposals):
                     raise SamplerError(field, (
                         f"sampler {search.sampler_name} proposes differently each time it is built alike (it takes no "
@@ -189,13 +213,69 @@ def ask_once(sampler: optuna.samplers.BaseSampler, search: SearchSpec, field: st
     _check_annotations(type(sampler), search.sampler_args, search.sampler_name)
 
 
-def _ask(study: optuna.Study, distributions: dict[str, Any], sampler: str, field: str, index: int) -> optuna.Trial:
+def _ask(study: optuna.Study, distributions: dict[str, Any], search: SearchSpec, field: str, index: int
+         ) -> optuna.Trial:
+    """The study's proposal ``index`` (after as many made-up results), which must lie in the spec's space."""
+    which = "a first proposal" if index == 0 else f"proposal {index + 1} (after {index} made-up results)"
     try:
-        return study.ask(distributions)
+        proposal = study.ask(distributions)
     except Exception as error:  # a sampler is anyone's code
-        which = "a first proposal" if index == 0 else f"proposal {index + 1} (after {index} made-up results)"
-        raise SamplerError(field, f"sampler {sampler} failed {which} on the spec's space: "
+        raise SamplerError(field, f"sampler {search.sampler_name} failed {which} on the spec's space: "
                                   f"{type(error).__name__}: {error}") from None
+    problem = _outside(search.space, _as_declared(search.space, proposal.params))
+    if problem is not None:
+        raise SamplerError(field, f"sampler {search.sampler_name} gave {which} outside the spec's space: {problem}")
+    return proposal
+
+
+def _startup(cls: type, args: dict[str, Any]) -> int:
+    """The trials a sampler proposes before its model reads them, as ``args`` or its constructor's default gives
+    ``n_startup_trials`` (TPE, GP, CMA-ES, and samplers written alike); 0 for a sampler without it."""
+    parameter = inspect.signature(cls).parameters.get("n_startup_trials")
+    count = args.get("n_startup_trials", parameter.default if parameter else 0)
+    return count if type(count) is int else 0  # another type fails when asked, or at the annotations' check
+
+
+def _made_up_trials(optuna: Any, search: SearchSpec, distributions: dict[str, Any],
+                    count: int) -> list[optuna.trial.FrozenTrial]:
+    """``count`` finished trials, each at a point of the space that sampler random draws, with a made-up result."""
+    from hermes.search.fixed import RandomSearcher
+
+    points = RandomSearcher(search)
+    trials = []
+    for index in range(count):
+        config = points.ask()
+        assert config is not None  # random never runs out
+        params = {name: config.params[name] for name in distributions}
+        trials.append(optuna.trial.create_trial(params=params, distributions=distributions, value=math.sin(index)))
+    return trials
+
+
+def _as_declared(space: dict[str, Parameter], params: dict[str, Any]) -> dict[str, Any]:
+    """A proposal's values as their parameters take them, where that changes no value: a number in a uniform's range
+    as a float (as ``sampler: list`` gives a config's ``0``, and Optuna's suggest_float), a whole float for an int as
+    an int, a NumPy scalar as the value it holds. A sampler's own values (GridSampler's ``search_space``) reach
+    ``trial.params`` as it gives them, unchecked and unconverted."""
+    from hermes.experiment.spec import _plain
+
+    declared = {}
+    for name, value in params.items():
+        value, parameter = _plain(value), space[name]
+        if parameter.type in ("uniform", "loguniform") and type(value) is int and parameter.contains(value):
+            value = float(value)
+        elif parameter.type == "int" and type(value) is float and value.is_integer():
+            value = int(value)
+        declared[name] = value
+    return declared
+
+
+def _outside(space: dict[str, Parameter], params: dict[str, Any]) -> str | None:
+    """Why a proposal lies outside the space, naming the first parameter and value that do (as a config of
+    ``sampler: list`` is told), or None."""
+    from hermes.experiment.spec import _misfit
+
+    problems = (_misfit(space[name], value, f"search.space.{name}") for name, value in params.items())
+    return next((problem for problem in problems if problem is not None), None)
 
 
 def _check_annotations(cls: type, args: dict[str, Any], sampler: str) -> None:
