@@ -121,3 +121,29 @@ def test_a_run_of_trials_that_keep_generators_alone_where_torch_is_not_installed
                          check=False, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert sorted(path.name for path in (tmp_path / "store").rglob("state.pkl")) == ["state.pkl", "state.pkl"]
+
+
+LOST = """
+import pathlib
+from hermes import trial
+from hermes.trial.session import current
+
+state = trial.Checkpoint(rng=True)
+current().save(3)
+folder = trial.checkpoint_dir() / "state"
+for file in folder.iterdir():
+    file.unlink()  # lost by hand, whichever it was
+try:
+    trial.load_state(trial.checkpoint_dir())
+except Exception as error:
+    print("load_state:", error)
+assert state.restore() == 0  # moved aside as damaged, said on stderr: the trial retrains
+"""
+
+
+def test_a_checkpoint_whose_state_file_is_lost_is_said_so_naming_both_files(tmp_path: Path) -> None:
+    """With state.pt gone, the trial's restore and load_state named a state.pkl that was never written."""
+    ran = run_trial(tmp_path, LOST)
+    assert ran.returncode == 0, ran.stderr
+    assert "state.pt (or state.pkl) is not there" in ran.stdout, ran.stdout
+    assert "damaged (neither state.pt nor state.pkl is there)" in ran.stderr, ran.stderr

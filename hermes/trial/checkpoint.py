@@ -100,8 +100,9 @@ class Checkpoint(Saver):
         if self.rng:  # a parked trial's own generators, not those of the trial running meanwhile
             rng = self.session.parked_rng or capture_rng()
         state = {"objects": {key: value.state_dict() for key, value in self.objects.items()}, "rng": rng}
-        torch = sys.modules.get("torch")
-        if torch is not None:
+        if sys.modules.get("torch") is not None:  # imported (a half-done import in another thread is waited for)
+            import torch
+
             torch.save(state, directory / _TORCH_FILE)
         else:  # torch is an optional extra: with it not loaded, nothing of it is in the state, and pickle keeps it all
             (directory / _PICKLE_FILE).write_bytes(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
@@ -110,8 +111,11 @@ class Checkpoint(Saver):
         """Move modules and optimizer state on a CUDA device to host memory, so a parked trial
         holds none of the device's memory. Parameters keep their identity (``Module.to`` swaps
         their data), so optimizers still point at them."""
-        torch = sys.modules.get("torch")  # not imported here: its import takes seconds, and one not loaded holds no GPU
-        if torch is None or not torch.cuda.is_initialized():
+        if sys.modules.get("torch") is None:  # not imported here: its import takes seconds, and one not loaded holds no GPU
+            return
+        import torch  # as in ``save``
+
+        if not torch.cuda.is_initialized():
             return
         for key, value in self.objects.items():
             device = _device_of(value)
@@ -126,6 +130,8 @@ class Checkpoint(Saver):
 
     def load(self, directory: Path) -> None:
         path = _state_file(directory)
+        if not path.is_file():  # lost (a crash before its rename cannot leave this: a folder is renamed whole)
+            raise protocol.DamagedCheckpoint(directory, f"neither {_TORCH_FILE} nor {_PICKLE_FILE} is there")
         try:
             state = _read_state(path)
         except ImportError:  # a sound checkpoint that this environment lacks a module to read (torch, numpy)
@@ -154,8 +160,8 @@ def load_state(checkpoint: str | Path | None, name: str = "state") -> dict[str, 
                           "most the steps a trial trains")
     path = _state_file(Path(checkpoint) / name)
     if not path.is_file():
-        raise HermesError(f"{path} is not there: is {checkpoint} a checkpoint's folder, and {name!r} the name of "
-                          "the trial's Checkpoint?")
+        raise HermesError(f"{path.with_name(_TORCH_FILE)} (or {_PICKLE_FILE}) is not there: is {checkpoint} a "
+                          f"checkpoint's folder, and {name!r} the name of the trial's Checkpoint?")
     return dict(_read_state(path)["objects"])
 
 
