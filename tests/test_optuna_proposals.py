@@ -1,12 +1,14 @@
 """What an Optuna sampler proposes, checked against the spec's space; the spec check past a long startup; the check's
 quiet build. A sampler given by class path (GridSampler's ``search_space``) handed trials an int for a uniform and a
 float off an int's step, and the run exited 0; TPE's wrong arguments passed the check when ``n_startup_trials`` was
-11 or more (the check told 11 made-up results), then failed the experiment; QMC's ExperimentalWarning was printed by
-the check's build and again by the run's."""
+11 or more (the check told 11 made-up results), then failed the experiment; reaching past the startup through made-up
+finished trials made the check of a startup of 1,000 take 10-20 s, in the server's request thread and at every pool
+poll; QMC's ExperimentalWarning was printed by the check's build and again by the run's."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 from pathlib import Path
 from typing import Any
@@ -54,7 +56,26 @@ class LongStartTPE(optuna.samplers.TPESampler):
 
     def __init__(self, n_ei_candidates=24, seed=None, n_startup_trials=30):
         super().__init__(n_ei_candidates=n_ei_candidates, seed=seed, n_startup_trials=n_startup_trials)
+
+
+class LongStartUnseeded(optuna.samplers.TPESampler):
+    """A startup of 30 trials by default, and no seed to take: the check builds it twice."""
+
+    def __init__(self, n_ei_candidates=24, n_startup_trials=30):
+        super().__init__(n_ei_candidates=n_ei_candidates, seed=0, n_startup_trials=n_startup_trials)
+
+
+class NoShortStart(optuna.samplers.TPESampler):
+    """Refuses a startup of fewer than 20 trials."""
+
+    def __init__(self, n_ei_candidates=24, seed=None, n_startup_trials=30):
+        if n_startup_trials < 20:
+            raise ValueError("n_startup_trials must be at least 20")
+        super().__init__(n_ei_candidates=n_ei_candidates, seed=seed, n_startup_trials=n_startup_trials)
 '''
+# The reviewer's spec: its check took 10-20 s, through 990 made-up finished trials.
+LONG_START = {"name": "tpe", "args": {"n_startup_trials": 1000, "n_ei_candidates": 1000}}
+WIDE = {f"x{index}": {"type": "uniform", "low": 0.0, "high": 1.0} for index in range(30)}
 
 
 def search_spec(sampler: Any, space: dict[str, Any] | None = None) -> SearchSpec:
@@ -119,18 +140,63 @@ def test_a_proposal_outside_the_space_after_the_check_fails_the_run(samplers: Pa
     assert all(0.2 <= trial.params["rate"] <= 1.0 for trial in view.trials), view.trials
 
 
-@pytest.mark.parametrize(("sampler", "which"), [
-    ({"name": "tpe", "args": {"n_startup_trials": 12, "n_ei_candidates": 0}}, "proposal 13 (after 12"),
-    ({"name": "tpe", "args": {"n_startup_trials": 300, "n_ei_candidates": 0}}, "proposal 301 (after 300"),
-    ({"optuna": "proposalsamplers.LongStartTPE", "args": {"n_ei_candidates": 0}}, "proposal 31 (after 30"),
+@pytest.mark.parametrize("sampler", [
+    {"name": "tpe", "args": {"n_startup_trials": 11, "n_ei_candidates": 0}},
+    {"name": "tpe", "args": {"n_startup_trials": 300, "n_ei_candidates": 0}},
+    {"name": "tpe", "args": {"n_startup_trials": 5000, "n_ei_candidates": 0}},  # made-up trials reached 1,000 at most
+    {"optuna": "proposalsamplers.LongStartTPE", "args": {"n_ei_candidates": 0}},
+    {"optuna": "proposalsamplers.LongStartUnseeded", "args": {"n_ei_candidates": 0}},
 ])
-def test_a_wrong_argument_read_after_a_long_startup_fails_at_the_check(
-        samplers: Path, sampler: Any, which: str) -> None:
+def test_a_wrong_argument_read_after_a_long_startup_fails_at_the_check(samplers: Path, sampler: Any) -> None:
+    """Asked on a sampler built alike but for a startup of 10, the first ask past it fails."""
     with pytest.raises(SpecError) as raised:
         search_spec(sampler)
     name = sampler.get("name") or sampler["optuna"]
-    assert str(raised.value).startswith(f"<spec>: search.sampler.args: sampler {name} failed {which} made-up "
-                                        "results) on the spec's space: "), raised.value
+    assert str(raised.value).startswith(
+        f"<spec>: search.sampler.args: sampler {name} failed proposal 11 (after 10 made-up results, with "
+        "n_startup_trials: 10 for the check) on the spec's space: "), raised.value
+
+
+@pytest.fixture
+def tpe_builds(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
+    """The n_startup_trials of each TPESampler built, and the trials its study held at each of its asks."""
+    startups: list[int] = []
+    held: list[int] = []
+    build, before = optuna.samplers.TPESampler.__init__, optuna.samplers.TPESampler.before_trial
+
+    @functools.wraps(build)  # the signature stays TPESampler's, which the check reads
+    def counted_build(self: Any, **args: Any) -> None:
+        startups.append(args.get("n_startup_trials", 10))
+        build(self, **args)
+
+    def counted_before(self: Any, study: Any, trial: Any) -> None:
+        held.append(len(study.get_trials(deepcopy=False)))
+        before(self, study, trial)
+
+    monkeypatch.setattr(optuna.samplers.TPESampler, "__init__", counted_build)
+    monkeypatch.setattr(optuna.samplers.TPESampler, "before_trial", counted_before)
+    return startups, held
+
+
+def test_the_check_of_a_long_startup_tells_no_long_history(tpe_builds: tuple[list[int], list[int]]) -> None:
+    """The reviewer's spec is checked on a throwaway TPE built alike but for a startup of 10, on studies of no more
+    trials than the check asks; the run's sampler keeps its startup of 1,000."""
+    startups, held = tpe_builds
+    search = search_spec(LONG_START, WIDE)
+    assert startups == [1000, CHECK_ASKS - 2] and held and max(held) <= CHECK_ASKS, (startups, held)
+    held.clear()
+    searcher = make_searcher(search, "max")
+    assert searcher.ask() is not None
+    assert startups[2:] == [1000] and held == [1], (startups, held)
+
+
+def test_a_sampler_that_refuses_a_short_startup_is_checked_through_its_first_proposals(
+        samplers: Path, tpe_builds: tuple[list[int], list[int]]) -> None:
+    """Its arguments are right: that it takes no shorter startup for the check is no reason to refuse the spec."""
+    startups, held = tpe_builds
+    search = search_spec({"optuna": "proposalsamplers.NoShortStart", "args": {"n_ei_candidates": 8}})
+    assert startups == [30] and len(held) == CHECK_ASKS, (startups, held)
+    assert make_searcher(search, "max").ask() is not None
 
 
 def test_a_value_error_while_searching_points_at_the_arguments(samplers: Path) -> None:

@@ -49,10 +49,11 @@ GP_MAX_INT_VALUES = 2**26
 # The spec check asks a sampler this many times, telling each proposal a made-up result, so that the model-based
 # proposals after the startup trials (10 by default in TPE and GP) run too: many arguments are read only there.
 CHECK_ASKS = 12
-# A sampler's startup of more trials (n_startup_trials: 12) gets made-up finished trials before those asks, as many as
-# leave two of them past it, so that its model-based proposals run at the check too; up to this many (TPE's check took
-# 0.2 s with 1,000): a longer startup is checked through its first proposals only.
-CHECK_MAX_MADE_UP = 1_000
+# A sampler of a longer startup (n_startup_trials: 12, or 1,000) is checked through a throwaway one built alike but for
+# this startup, so that the last two asks are model-based whatever its own: made-up finished trials that reached past a
+# startup of 1,000 made a TPE of 1,000 candidates over 30 parameters take 10 s a check, which the server runs in a
+# request thread and again at every poll while an experiment waits for its files.
+CHECK_STARTUP = CHECK_ASKS - 2
 # Asked only once at the check, their arguments checked against the constructor's annotations instead: past its
 # startup, CmaEsSampler imports cmaes (1.7 s), GPSampler imports torch (3 s) and fits a GP (1 s an ask), and from
 # its second proposal QMCSampler imports scipy (2.6 s).
@@ -174,30 +175,28 @@ def ask_once(sampler: optuna.samplers.BaseSampler, search: SearchSpec, field: st
     """Check ``sampler`` on a throwaway study with the spec's space, so that what fails only when asked fails at the
     spec check, naming ``field``: it is asked ``CHECK_ASKS`` times, each proposal told a made-up result (an argument
     of the wrong type, ``n_startup_trials: "5"`` or ``n_ei_candidates: 1e2``, fails when asked, some only after the
-    startup trials, which a longer startup reaches through made-up finished trials), each proposal must lie in the
-    space, and its arguments are checked against the constructor's annotations. A sampler that takes no ``seed``
-    gets none from ``search.seed``: a second one built alike must propose the same, or a rerun could not replay the
-    store."""
+    startup trials, which a longer startup reaches through a sampler built alike with a short one), each proposal must
+    lie in the space, and its arguments are checked against the constructor's annotations. A sampler that takes no
+    ``seed`` gets none from ``search.seed``: a second one built alike must propose the same, or a rerun could not
+    replay the store."""
     import optuna
 
     slow = any(cls.__name__ in _SLOW_TO_CHECK and cls.__module__.startswith("optuna.") for cls in type(sampler).__mro__)
     with warnings.catch_warnings():  # the run's build says it
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        twin = None if "seed" in inspect.signature(type(sampler)).parameters else type(sampler)(**search.sampler_args)
-    studies = [_quiet_study(optuna, each, "minimize") for each in (sampler, twin) if each is not None]
+        checked, args = (sampler, search.sampler_args) if slow else _short_started(sampler, search)
+        twin = None if "seed" in inspect.signature(type(sampler)).parameters else type(sampler)(**args)
+    studies = [_quiet_study(optuna, each, "minimize") for each in (checked, twin) if each is not None]
     distributions = _distributions(optuna, search, sampler)
-    made_up = 0 if slow else max(_startup(type(sampler), search.sampler_args) + 2 - CHECK_ASKS, 0)
-    made_up = made_up if made_up <= CHECK_MAX_MADE_UP else 0  # more would not reach past it, and cost the check
+    cut = f", with n_startup_trials: {CHECK_STARTUP} for the check" if checked is not sampler else ""
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # warnings about made-up trials (CmaEs's fallbacks) are no news
     try:
         with warnings.catch_warnings():  # nor numpy's on them (TPE's log1p of 0 on a huge range)
             warnings.simplefilter("ignore", RuntimeWarning)
-            finished = _made_up_trials(optuna, search, distributions, made_up)
-            for study in studies:
-                study.add_trials(finished)
-            for index in range(made_up, made_up + (1 if slow else CHECK_ASKS)):
-                proposals = [_ask(study, distributions, search, field, index) for study in studies]
+            for index in range(1 if slow else CHECK_ASKS):
+                which = f"proposal {index + 1} (after {index} made-up results{cut})" if index else "a first proposal"
+                proposals = [_ask(study, distributions, search, field, which) for study in studies]
                 if any(proposal.params != proposals[0].params for proposal in proposals):
                     raise SamplerError(field, (
                         f"sampler {search.sampler_name} proposes differently each time it is built alike (it takes no "
@@ -213,10 +212,9 @@ def ask_once(sampler: optuna.samplers.BaseSampler, search: SearchSpec, field: st
     _check_annotations(type(sampler), search.sampler_args, search.sampler_name)
 
 
-def _ask(study: optuna.Study, distributions: dict[str, Any], search: SearchSpec, field: str, index: int
+def _ask(study: optuna.Study, distributions: dict[str, Any], search: SearchSpec, field: str, which: str
          ) -> optuna.Trial:
-    """The study's proposal ``index`` (after as many made-up results), which must lie in the spec's space."""
-    which = "a first proposal" if index == 0 else f"proposal {index + 1} (after {index} made-up results)"
+    """The study's proposal that ``which`` names, for errors, which must lie in the spec's space."""
     try:
         proposal = study.ask(distributions)
     except Exception as error:  # a sampler is anyone's code
@@ -228,27 +226,28 @@ def _ask(study: optuna.Study, distributions: dict[str, Any], search: SearchSpec,
     return proposal
 
 
+def _short_started(sampler: optuna.samplers.BaseSampler, search: SearchSpec
+                   ) -> tuple[optuna.samplers.BaseSampler, dict[str, Any]]:
+    """The sampler the check asks and the arguments it was built with: ``sampler`` and the spec's, or, where its
+    startup is more than ``CHECK_STARTUP``, a throwaway one built alike but for ``n_startup_trials: CHECK_STARTUP``,
+    so that the check's last two asks are past it at the cost of a short startup; the run's sampler keeps its own."""
+    cls, args = type(sampler), search.sampler_args
+    if _startup(cls, args) <= CHECK_STARTUP:
+        return sampler, args
+    short = {**args, "n_startup_trials": CHECK_STARTUP}
+    seeded = {"seed": search.seed, **short} if "seed" in inspect.signature(cls).parameters else short
+    try:
+        return cls(**seeded), short
+    except (TypeError, ValueError):  # a class of one's own that takes no startup so short: its first proposals only
+        return sampler, args
+
+
 def _startup(cls: type, args: dict[str, Any]) -> int:
     """The trials a sampler proposes before its model reads them, as ``args`` or its constructor's default gives
     ``n_startup_trials`` (TPE, GP, CMA-ES, and samplers written alike); 0 for a sampler without it."""
     parameter = inspect.signature(cls).parameters.get("n_startup_trials")
     count = args.get("n_startup_trials", parameter.default if parameter else 0)
     return count if type(count) is int else 0  # another type fails when asked, or at the annotations' check
-
-
-def _made_up_trials(optuna: Any, search: SearchSpec, distributions: dict[str, Any],
-                    count: int) -> list[optuna.trial.FrozenTrial]:
-    """``count`` finished trials, each at a point of the space that sampler random draws, with a made-up result."""
-    from hermes.search.fixed import RandomSearcher
-
-    points = RandomSearcher(search)
-    trials = []
-    for index in range(count):
-        config = points.ask()
-        assert config is not None  # random never runs out
-        params = {name: config.params[name] for name in distributions}
-        trials.append(optuna.trial.create_trial(params=params, distributions=distributions, value=math.sin(index)))
-    return trials
 
 
 def _as_declared(space: dict[str, Parameter], params: dict[str, Any]) -> dict[str, Any]:

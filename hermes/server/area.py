@@ -91,14 +91,14 @@ def document_problems(data: dict[str, Any]) -> list[Problem]:
 def sampler_cost_problems(sampler: dict[str, Any], space: Any) -> list[Problem]:
     """What an Optuna sampler (``search.sampler`` as the document gives it) would cost the server past its bounds.
 
-    The server builds it and asks it ``CHECK_ASKS`` times (after up to ``CHECK_MAX_MADE_UP`` made-up trials for a
-    long startup: 0.2 s) in a request thread, then in the pool's one loop, whose
-    every ask all users' experiments wait out: a TPE of 300,000 candidates made another user's 1-second experiment
-    take 86 s. Refused: an argument of ``SAMPLER_ARG_LIMITS`` over its bound; a GridSampler whose ``search_space``
-    has more combinations than an experiment may have trials (``MAX_TRIALS``, as Hermes's own grid), since it lists
-    them all when built (3 parameters of 200 values, a 3 KB spec, grew the server by 560 MB); a BruteForceSampler
-    whose space has more, since it lists each parameter's values as it asks (an int range of 10**7 values took 58 s
-    and 1.3 GB); a GPSampler's int range of more than ``SERVER_GP_MAX_INT_VALUES`` values.
+    The server builds it and asks it ``CHECK_ASKS`` times (a longer startup than ``CHECK_STARTUP`` through a throwaway
+    sampler built alike but for that one, so its length costs nothing) in a request thread, then in the pool's one loop,
+    whose every ask all users' experiments wait out: a TPE of 300,000 candidates made another user's 1-second experiment
+    take 86 s. Refused: an argument of ``SAMPLER_ARG_LIMITS`` over its bound; a GridSampler whose ``search_space`` has
+    more combinations than an experiment may have trials (``MAX_TRIALS``, as Hermes's own grid), since it lists them all
+    when built (3 parameters of 200 values, a 3 KB spec, grew the server by 560 MB); a BruteForceSampler whose space has
+    more, since it lists each parameter's values as it asks (an int range of 10**7 values took 58 s and 1.3 GB); a
+    GPSampler's int range of more than ``SERVER_GP_MAX_INT_VALUES`` values.
     """
     problems: list[Problem] = []
     args = sampler.get("args")
