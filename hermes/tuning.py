@@ -96,13 +96,19 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     unnamed = _unnamed(function)
     if unnamed is not None:
         fixed = isinstance(function, functools.partial)
-        hint = "; a value every trial takes goes in search.space as it is (lr: 0.1)" if fixed else ""
+        # Ray Tune's with_parameters(train, data=...): a data set put in search.space would be stored with each trial
+        hint = ("; load the data it passes (as Ray Tune's with_parameters) at the module's top level or inside the "
+                "function, where each trial's process loads it") if fixed else ""
         raise SpecError(f"trial.function: {unnamed} cannot be imported by a trial's process, which imports its "
                         f"function by module and name: give a module's top-level def (def train(config): ...){hint}",
                         [("trial.function", "not importable")])
     if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):  # its trials would never run it
         raise SpecError(f"trial.function: {function.__qualname__} is an async def: {TRIAL_IS_NOT_ASYNC}",
                         [("trial.function", "an async def")])
+    uncallable = _not_called_by_trials(function)
+    if uncallable is not None:
+        why, problem = uncallable
+        raise SpecError(f"trial.function: {function.__qualname__} {why}", [("trial.function", problem)])
     (module, name), named = _home(function), dict(trial)
     main = sys.modules.get("__main__")
     script = getattr(main, "__file__", None) if module == "__main__" else None
@@ -123,9 +129,41 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
                             f"by the file's name, which {module!r} cannot be: rename the file",
                             [("trial.function", "not importable")])
         root = path.parents[module.count(".")]  # the folder that holds the module, or its top package
-        named.setdefault("workdir", str(root))
+        named.setdefault("workdir", _as_written(root))
         _warn_of_guarded_globals(function, name, path)
     return {**spec, "trial": {**named, "function": f"{module}:{name}"}}
+
+
+def _not_called_by_trials(function: Any) -> tuple[str, str] | None:
+    """Why a trial's process, which calls its function with the config alone (``train(config)``) and takes its
+    reports from trial.report, cannot run ``function``, and that in short: each of its trials would fail. None where
+    it can, or where that cannot be told (a builtin's signature)."""
+    if inspect.isgeneratorfunction(function):  # its call makes a generator, which no one iterates
+        why = ("is a generator function (it yields), as Ray Tune's old function API took: a trial reports each result "
+               "with trial.report(step, metric=value), not yield")
+        return why, "a generator function"
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind({})
+    except TypeError as error:
+        why = (f"cannot be called as a trial's process calls it, with the config as its one argument (train(config)): "
+               f"{error}; its first parameter takes the config (def train(config): ...), and any other needs a default "
+               "(load the data a trial needs at the module's top level or inside the function)")
+        return why, "cannot take the config"
+    return None
+
+
+def _as_written(root: Path) -> str:
+    """The script's folder as the trial's workdir, relative to the current directory, where the spec's relative paths
+    start (``storage.dir``), when it lies there: a project moved or checked out elsewhere then continues its
+    experiment, as a YAML spec's ``workdir: .`` does (an absolute one stored is another folder after the move).
+    Absolute where it lies outside (``python ~/tools/tune.py`` run from a data folder): ``../..`` would name another
+    folder as soon as that one moved."""
+    here = Path.cwd().resolve()
+    return str(root.relative_to(here)) if root.is_relative_to(here) else str(root)
 
 
 def _home(function: Any) -> tuple[str | None, str | None]:

@@ -101,19 +101,84 @@ def _parsed(source: bytes, filename: str) -> ast.Module:
 
 
 def set_under_main_guard(script: Path) -> set[str]:
-    """The names a script's ``if __name__ == "__main__":`` assigns (its imports left out): a trial's process imports
-    the script without running that block, so what it sets there is not there. A name the top level imports and the
-    block only reuses as a loop's or a ``with``'s target (``for trial in result.trials:``) is left out too: it hands
-    the trials no value. One the block assigns (``lr = 0.5`` over an imported ``lr``) is not: the trials see the
-    imported one. Empty where the file cannot be read."""
+    """The module names a script's ``if __name__ == "__main__":`` sets: a trial's process imports the script without
+    running that block, so what it sets there is not there. Those are the names the block assigns (its imports left
+    out), those bound through ``global`` by the script's functions that it calls (by name, and those these call,
+    each once: ``main()``), and those the block or these functions change in place (``_changed_in_place``). A name the
+    top level imports and the block only reuses as a loop's or a ``with``'s target (``for trial in result.trials:``)
+    is left out too: it hands the trials no value. One the block assigns (``lr = 0.5`` over an imported ``lr``) is
+    not: the trials see the imported one. Empty where the file cannot be read."""
     try:
         tree = _parsed(script.read_bytes(), str(script))
     except (SyntaxError, ValueError, OSError):
         return set()
+    imports = (ast.Import, ast.ImportFrom)
     guarded = _top_level_names(tree.body)[2]
-    imported = _top_level_names([node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))])[0]
-    set_there = _top_level_names([node for node in guarded if not isinstance(node, (ast.Import, ast.ImportFrom))])[0]
-    return set_there - (imported - _assigned(guarded))
+    imported = _top_level_names([node for node in tree.body if isinstance(node, imports)])[0]
+    set_there = _top_level_names([node for node in guarded if not isinstance(node, imports)])[0]
+    changed = _changed_in_place(guarded, local=set())
+    for function in _functions_called(guarded, [*tree.body, *guarded]):
+        local, bound_globally = _scope_of(function)
+        set_there |= bound_globally
+        changed |= _changed_in_place(function.body, local)
+    # A module's state changed in place (os.environ, sys.path) is no value of the script's: its trials inherit the
+    # environment, and a warning on every function that reads os would be noise.
+    modules = {alias.asname or alias.name.split(".")[0]
+               for node in ast.walk(tree) if isinstance(node, imports) for alias in node.names}
+    return (set_there - (imported - _assigned(guarded))) | (changed - modules)
+
+
+# Methods that change a list, dict or set in place: ``SETTINGS.update(...)`` under the guard sets what trials lack.
+_CHANGING_METHODS = frozenset({"append", "extend", "insert", "update", "setdefault", "add", "clear", "pop",
+                               "popitem", "remove", "discard"})
+
+
+def _changed_in_place(statements: list[ast.stmt], local: set[str]) -> set[str]:
+    """The names, other than ``local``, whose value ``statements`` change without binding them: ``X[k] = v``,
+    ``X.attr = v`` (``+=``, ``del`` too), a call of one of ``_CHANGING_METHODS`` (``X.update(...)``), nested too
+    (``X["a"]["b"] = v`` changes ``X``). A heuristic, by the method's name alone: ``X.add(...)`` of an object of any
+    type counts."""
+    names: set[str] = set()
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                root = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in _CHANGING_METHODS:
+                root = node.func.value
+            else:
+                continue
+            while isinstance(root, (ast.Subscript, ast.Attribute)):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id not in local:
+                names.add(root.id)
+    return names
+
+
+def _functions_called(statements: list[ast.stmt], body: list[ast.stmt]) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions defined in ``body`` that ``statements`` call by their name, and those these call, each once."""
+    functions = {node.name: node for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    called: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    pending: list[ast.AST] = list(statements)
+    while pending:
+        for node in ast.walk(pending.pop()):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions \
+                    and node.func.id not in called:
+                called[node.func.id] = functions[node.func.id]
+                pending.append(functions[node.func.id])
+    return list(called.values())
+
+
+def _scope_of(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[set[str], set[str]]:
+    """The names ``function`` binds as its own (its parameters, what it assigns or imports), and the module names it
+    binds through ``global``. Its nested functions' and comprehensions' count as its own: a name one of them binds is
+    not taken for a global the function changes (a missed warning rather than a wrong one)."""
+    declared = {name for node in ast.walk(function) if isinstance(node, ast.Global) for name in node.names}
+    bound = {node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    bound |= {node.arg for node in ast.walk(function) if isinstance(node, ast.arg)}
+    bound |= {alias.asname or alias.name.split(".")[0] for node in ast.walk(function)
+              if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    return bound - declared, bound & declared
 
 
 def _assigned(statements: list[ast.stmt]) -> set[str]:
@@ -250,8 +315,8 @@ def _top_level_names(body: list[ast.stmt]) -> tuple[set[str], bool, list[ast.stm
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(node.name)
             certain &= node.name not in _DYNAMIC
-            # Their bodies are other scopes, but a ``global`` there can bind a module name.
-            certain &= not any(isinstance(inner, ast.Global) for inner in ast.walk(node))
+            # Their bodies are other scopes, but a ``global`` there may bind a module name: taken as bound.
+            bound.update(name for inner in ast.walk(node) if isinstance(inner, ast.Global) for name in inner.names)
             pending += node.decorator_list
             continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):

@@ -185,7 +185,12 @@ def open_logs(directory: Path) -> tuple[BinaryIO, BinaryIO]:
 
 def tail(path: Path, offset: int) -> str:
     """The end of a log from ``offset`` on, for an error message: its last lines, the first of them whole. Empty
-    where it is no regular file (a FIFO: reading it would wait for a writer) or cannot be read."""
+    where it is no regular file (a FIFO: reading it would wait for a writer) or cannot be read.
+
+    A trial's own log (its ``stderr.log``) is quoted without the lines Hermes wrote there (``hermes: trial 0 keeps no
+    checkpoint ...``, written by its session or its executor): no cause of its end, they read as one ("exit code -9
+    (SIGKILL): hermes: trial 0 ..." blamed Hermes for what killed it). A warm worker's log is quoted whole: its note
+    that a trial's function did not return says why the worker, and the trial it ran, died."""
     try:
         log = os.fdopen(open_regular(path, os.O_RDONLY), "rb")
     except OSError:
@@ -196,6 +201,8 @@ def tail(path: Path, offset: int) -> str:
         text = log.read()
     if start > offset:  # cut inside a line, most likely: start at the next one (if the text holds one)
         text = text.partition(b"\n")[2] or text
+    if path.name == "stderr.log":
+        text = b"".join(line for line in text.splitlines(keepends=True) if not line.startswith(b"hermes: trial "))
     return text.decode(errors="replace").strip()
 
 
