@@ -115,9 +115,10 @@ def test_dashboard_of_a_running_experiment(server: tuple[str, str, str]) -> None
         page.wait_for_function("() => window.hermesDashboard.state.runs.filter(r => r.resumed).length >= 1",
                                timeout=60_000)
         page.wait_for_timeout(2500)
-        bars = page.evaluate("() => window.hermesDashboard.charts.timeline.getOption().series[0].data.length")
-        runs = page.evaluate("() => window.hermesDashboard.state.runs.filter(Boolean).length")
-        assert bars == runs >= 4
+        drawn = page.evaluate("""() => ({  // at one moment: a poll may add a run between two evaluates
+            bars: window.hermesDashboard.charts.timeline.getOption().series[0].data.length,
+            runs: window.hermesDashboard.state.runs.filter(Boolean).length })""")
+        assert drawn["bars"] == drawn["runs"] >= 4, drawn
         assert painted(page, "#timeline canvas") > 2000
         page.hover("#timeline canvas", position={"x": 200, "y": 40})
         page.locator("#timeline").screenshot(path=str(ARTIFACTS / "dashboard-timeline.png"))
@@ -207,8 +208,10 @@ def test_the_pool_timeline_shows_every_users_runs_to_an_admin_and_others_as_anon
                                    return runs.some(r => r.owner === 'ada') && runs.some(r => r.owner === 'dana'); }""",
                                 timeout=60_000)
         admin.wait_for_timeout(2500)  # a poll after: the chart holds what the state holds
-        runs = admin.evaluate("() => window.hermesDashboard.state.runs.size")
-        assert admin.evaluate("() => window.hermesDashboard.charts.pool.getOption().series[0].data.length") == runs
+        drawn = admin.evaluate("""() => ({  // at one moment: a poll may add a run between two evaluates
+            bars: window.hermesDashboard.charts.pool.getOption().series[0].data.length,
+            runs: window.hermesDashboard.state.runs.size })""")
+        assert drawn["bars"] == drawn["runs"], drawn
         assert admin.evaluate("() => window.hermesDashboard.charts.pool.getOption().yAxis[0].data") == [
             "local/cpu0", "local/cpu1"]
         assert sorted(admin.locator("#pool-legend .swatch").evaluate_all("s => s.map(e => e.dataset.owner)")) == [
@@ -225,9 +228,10 @@ def test_the_pool_timeline_shows_every_users_runs_to_an_admin_and_others_as_anon
         assert sorted(owners) == ["(other users)", "dana"]
         assert own.evaluate("""() => [...window.hermesDashboard.state.runs.values()]
                                .filter(r => r.owner !== 'dana').every(r => r.trial === null && !r.start_reason)""")
-        # click the middle of one of dana's finished runs: her trial opens
+        # click the middle of one of dana's finished runs: her trial opens. The click is made where the bar is
+        # drawn at that moment, in the same evaluate: a poll in between redraws the chart on a longer axis.
         own.wait_for_timeout(2500)
-        point = own.evaluate("""() => {
+        trial = own.evaluate("""() => {
             const chart = window.hermesDashboard.charts.pool, option = chart.getOption();
             const runs = [...window.hermesDashboard.state.runs.values()];
             const widest = runs.filter(r => r.owner === 'dana' && r.ended_at !== null)
@@ -235,11 +239,15 @@ def test_the_pool_timeline_shows_every_users_runs_to_an_admin_and_others_as_anon
             chart.dispatchAction({ type: 'dataZoom', start: 0, end: 100 });
             const [x, y] = chart.convertToPixel({ gridIndex: 0 },
               [(widest.started_at + widest.ended_at) / 2, option.yAxis[0].data.indexOf(widest.gpu)]);
-            return { x, y, trial: widest.trial };
+            const canvas = document.querySelector('#pool-timeline canvas'), box = canvas.getBoundingClientRect();
+            const at = { clientX: box.left + x, clientY: box.top + y, bubbles: true, view: window };
+            for (const type of ['mousemove', 'mousedown', 'mouseup', 'click']) {
+              canvas.dispatchEvent(new MouseEvent(type, at));
+            }
+            return widest.trial;
         }""")
-        own.locator("#pool-timeline canvas").first.click(position={"x": point["x"], "y": point["y"]})
-        own.wait_for_function(f"() => location.hash === '#/experiments/{watched}/trials/{point['trial']}'")
-        own.wait_for_selector(f'#leaderboard tr.selected[data-trial="{point["trial"]}"]', timeout=30_000)
+        own.wait_for_function(f"() => location.hash === '#/experiments/{watched}/trials/{trial}'")
+        own.wait_for_selector(f'#leaderboard tr.selected[data-trial="{trial}"]', timeout=30_000)
         browser.close()
     assert errors == []
 
@@ -349,8 +357,8 @@ def test_a_running_bar_grows_and_a_refused_token_stops_the_view(server: tuple[st
         page.wait_for_timeout(300)  # a request already on its way when the view was left
         asked: list[str] = []
         page.on("request", lambda request: asked.append(request.url))
-        page.wait_for_timeout(2500)  # a poll and more
-        assert any(u.endswith("/api/experiments") for u in asked)  # the list polls
+        with page.expect_request(lambda request: request.url.endswith("/api/experiments"), timeout=30_000):
+            page.wait_for_timeout(2500)  # a poll and more; the list polls
         assert [u for u in asked if f"/api/experiments/{experiment_id}" in u] == []
         browser.close()
     assert errors == []
@@ -462,9 +470,10 @@ def test_the_page_says_what_went_wrong_and_keeps_trials_in_submission_order(
         page.wait_for_selector("#trial p.muted", timeout=5_000)
         assert page.locator("#trial-config").count() == 0
         asked.clear()
-        page.wait_for_timeout(2_500)
+        polled = f"/api/experiments/{finished}/trials?since="  # the experiment's trials are asked for still
+        with page.expect_request(lambda request: polled in request.url, timeout=30_000):
+            page.wait_for_timeout(2_500)
         assert [u for u in asked if "/trials/0" in u] == []
-        assert any(f"/api/experiments/{finished}/trials?since=" in u for u in asked)  # the experiment's are
 
         # an unknown experiment, another user's, an unknown trial: the API's reason, said once
         for hash_, asked_for, shown, message in (

@@ -45,6 +45,7 @@ class LocalHarness(ExecutorHarness):
         self.mode = mode
         self.checkpoints = mode != "script"
         self.precision = 1e-4 if mode == "script" else 1e-12
+        self.deciding_step_seconds = 0.3 if mode == "script" else 0.05
 
     def executor(self, directory: Path) -> LocalExecutor:
         return LocalExecutor(directory, slots=local_slots(cpu_slots=2, threads_per_slot=1), metric="score")

@@ -463,7 +463,8 @@ def test_an_unmodified_program_that_prints_rarely_is_preempted_between_its_lines
     pool = PoolSession(store, tmp_path, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
     with running(pool) as runner:
         wait_for(lambda: status(store, experiment_id) is ExperimentStatus.FINISHED, TIMEOUT, "the experiment to end")
-        assert pool.executor.loop.period is None
+        # the pool thread stores the status first, then stops ticking
+        wait_for(lambda: pool.executor.loop.period is None, 5, "the pool to stop ticking")
     trials = store.trials(experiment_id)
     assert [trial.state for trial in trials] == [TrialState.COMPLETED] * 2
     events = store.events(experiment_id)

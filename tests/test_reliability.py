@@ -26,6 +26,7 @@ from hermes.core.states import TrialState
 from hermes.experiment import load_spec
 from hermes.report import open_store, pick_experiment
 from hermes.store import ExperimentStatus, SqlStore, TrialRecord
+from hermes.store.lock import LOCK_FILE, holder
 from test_run import (
     RUN_TIMEOUT,
     TESTS,
@@ -62,7 +63,8 @@ def test_a_second_runner_on_the_same_storage_dir_is_refused_naming_the_first(tmp
         cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        time.sleep(0.5)
+        wait_for(lambda: (holder(storage / LOCK_FILE) or {}).get("pid") == first.pid, RUN_TIMEOUT,
+                 "the first runner to lock the storage dir")
         second = hermes("run", str(path), "--no-live", cwd=tmp_path)
         assert second.returncode == 2, second.stderr
         assert f"{storage} is in use by another runner, pid {first.pid} on " in second.stderr, second.stderr

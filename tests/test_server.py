@@ -839,11 +839,11 @@ def test_submitted_experiments_run_and_can_be_cancelled(running_server: Server) 
     assert server.get("/api/experiments/" + str(second_id) + "/trials")["trials"][0]["step"] < 200
 
 
-def _hanging_spec(name: str, *more: dict[str, Any]) -> dict[str, Any]:
-    """A spec whose trial 0 trains slowly, silent for 2 s between its reports (a stop lands at its next one);
-    ``more``: the configs of further trials."""
+def _hanging_spec(name: str, *more: dict[str, Any], seconds: float = 2.0) -> dict[str, Any]:
+    """A spec whose trial 0 trains slowly, silent for ``seconds`` between its reports (a stop lands at its next
+    one); ``more``: the configs of further trials."""
     spec = real_spec(name, trials=1, steps=5)
-    spec["search"]["configs"] = [{"rate": 0.5, "sleep": 2.0, "crash": "none"}, *more]
+    spec["search"]["configs"] = [{"rate": 0.5, "sleep": seconds, "crash": "none"}, *more]
     return spec
 
 
@@ -859,7 +859,9 @@ def test_a_running_experiments_clock_goes_on_between_its_events(running_server: 
     """Its trial trains on without a report: the experiment's timeline and trials give the pool's clock as their
     ``now``, not the time of its last event, so that the running bar grows; once it ended, the clock stops."""
     server = running_server
-    experiment_id = server.client.post("/api/experiments", json={"spec": _hanging_spec("quiet")},
+    # 3 s between reports: its first is seen up to 0.5 s late (the view's age), then 1 s of silence is awaited, and
+    # a loaded machine may add a second before the checks; the next report must not have come by then
+    experiment_id = server.client.post("/api/experiments", json={"spec": _hanging_spec("quiet", seconds=3.0)},
                                        headers=server.as_("alice")).json()["id"]
     path = f"/api/experiments/{experiment_id}"
     _until(lambda: [t["reports"] for t in server.get(f"{path}/trials")["trials"]] == [1])

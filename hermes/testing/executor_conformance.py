@@ -78,6 +78,10 @@ class ExecutorHarness(ABC):
     precision: float = 1e-12  # how exactly reported values come back (a script prints them rounded)
     timeout: float = 60.0  # wall seconds a test may wait for events
     crashes: bool = True  # a crash is ``crashed`` (False for a simulated divergence, which would only repeat)
+    deciding_step_seconds: float = 0.05
+    """Seconds of each step where a test decides at a report and the decision must land before the next report. A
+    trial that waits for the answer to its report does with short steps; an unmodified program prints on without
+    waiting, so its steps must outlast the test process being descheduled on a loaded machine."""
 
     @abstractmethod
     def executor(self, directory: Path) -> Executor:
@@ -196,7 +200,7 @@ def test_a_trial_reports_every_step_with_its_metrics_then_exits(harness: Executo
 def _suspend_and_resume(harness: ExecutorHarness, tmp_path: Path, resume_on: str) -> None:
     driver = _driver(harness, tmp_path)
     with driver.executor:
-        driver.submit("a", harness.work(5, rate=0.4))
+        driver.submit("a", harness.work(5, rate=0.4, seconds=harness.deciding_step_seconds))
         driver.apply(Start("a", harness.gpus[0]))
         events = driver.until(_is(TrialSuspended, "a"), lambda e: [Suspend("a")] if e.step == 2 else [])
         assert events[-1].step == 2 and _reports(events, "a")[-1][0] == 2
@@ -240,7 +244,7 @@ def test_a_suspend_decided_before_the_core_saw_the_trials_exit_is_moot(
 def test_stop_while_running_ends_the_trial(harness: ExecutorHarness, tmp_path: Path) -> None:
     driver = _driver(harness, tmp_path)
     with driver.executor:
-        driver.submit("a", harness.work(6))
+        driver.submit("a", harness.work(6, seconds=harness.deciding_step_seconds))
         driver.apply(Start("a", harness.gpus[0]))
         events = driver.until(_is(TrialExited, "a"), lambda e: [Stop("a")] if e.step == 1 else [])
         assert [step for step, _ in _reports(events, "a")] == [1]
@@ -265,7 +269,7 @@ def test_stop_while_parked_emits_nothing(harness: ExecutorHarness, tmp_path: Pat
 def test_stop_while_suspending_ends_with_one_event(harness: ExecutorHarness, tmp_path: Path) -> None:
     driver = _driver(harness, tmp_path)
     with driver.executor:
-        driver.submit("a", harness.work(6))
+        driver.submit("a", harness.work(6, seconds=harness.deciding_step_seconds))
         driver.apply(Start("a", harness.gpus[0]))
         driver.until(_is(TrialReported, "a"), lambda e: [Suspend("a")])  # settled: it is told to suspend
         driver.apply(Stop("a"))
@@ -299,7 +303,7 @@ def test_a_crash_after_a_resume_falls_back_to_the_suspended_step(harness: Execut
         pytest.skip("a simulated divergence is not run again")
     driver = _driver(harness, tmp_path)
     with driver.executor:
-        driver.submit("a", harness.work(4, crash_at=3))
+        driver.submit("a", harness.work(4, seconds=harness.deciding_step_seconds, crash_at=3))
         driver.apply(Start("a", harness.gpus[0]))
         driver.until(_is(TrialSuspended, "a"), lambda e: [Suspend("a")] if e.step == 2 else [])
         driver.apply(Resume("a", harness.gpus[0]))

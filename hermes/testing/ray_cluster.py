@@ -4,7 +4,8 @@ Each node is its own ``ray start`` (a head plus workers), with its own short tem
 (Unix socket paths are limited to 107 bytes), explicit free ports (several clusters, of other
 users too, share the machine), fake GPUs (``--num-gpus`` declares resources; nothing checks
 devices) and health checks tuned so that the GCS marks a dead node dead within about 1.5 s
-instead of Ray's default 30 s. Each ``ray start`` runs in a new session, and every process Ray
+instead of Ray's default 30 s, while a live one that a loaded machine leaves unscheduled for
+seconds stays alive. Each ``ray start`` runs in a new session, and every process Ray
 spawns for that node stays in it (Ray only calls ``setpgrp``), so the cluster finds, kills and
 checks for survivors by session id and pid, never by name: ``ray stop`` would kill every Ray
 process on the machine. Token authentication is on, with a token of this process's own (not
@@ -34,9 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # Fast failure detection: the GCS checks each raylet every period; `threshold` failed checks in a
-# row (each failing fast when the raylet is gone: connection refused) mark the node dead.
+# row (each failing fast when the raylet is gone: connection refused) mark the node dead. A raylet
+# that is there answers late when the machine is loaded: at 500 ms a stall of 3 s killed its node.
 HEALTH_CHECK_PERIOD_MS = 500
-HEALTH_CHECK_TIMEOUT_MS = 500
+HEALTH_CHECK_TIMEOUT_MS = 2500
 HEALTH_CHECK_FAILURE_THRESHOLD = 3
 HEALTH_CHECK_INITIAL_DELAY_MS = 500
 
