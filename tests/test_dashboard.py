@@ -326,6 +326,30 @@ def test_first_reports_single_reports_and_failure_marks_show(server: tuple[str, 
     assert errors == []
 
 
+def test_a_failed_trial_ranks_last_on_the_leaderboard_whatever_it_reported(server: tuple[str, str, str]) -> None:
+    """Trial 1 reports the highest value, then fails at its next step: its best is no result (as in `hermes
+    results`), so it ranks after the others, and the header names the best trial that did not fail. The page ranked
+    it first."""
+    url, token, _ = server
+    spec = real_spec("failed-best", trials=3, steps=2)
+    spec["search"]["configs"][1]["rate"] = 5.0  # type: ignore[index]  # 0.99 at step 1, then it raises at step 2
+    experiment_id = submit(url, token, spec)
+    errors: list[str] = []
+    with playwright.sync_playwright() as p:
+        browser = launch(p)
+        page = signed_in(browser, url, token, errors)
+        page.goto(f"{url}/#/experiments/{experiment_id}")
+        page.wait_for_selector("h2 .status.finished", timeout=60_000)
+        updates = page.evaluate("() => window.hermesDashboard.updates")
+        page.wait_for_function(f"() => window.hermesDashboard.updates >= {updates + 1}")  # drawn once finished
+        rows = page.locator("#leaderboard tbody tr").evaluate_all(
+            "rows => rows.map(r => [r.dataset.trial, r.cells[0].textContent])")
+        assert rows == [["2", "1"], ["0", "2"], ["1", "3"]], rows
+        assert "1 failed · best 0.6988 (trial 2)" in page.locator(".controls").first.inner_text()
+        browser.close()
+    assert errors == []
+
+
 def test_a_running_bar_grows_and_a_refused_token_stops_the_view(server: tuple[str, str, str]) -> None:
     """An experiment's view while its trial trains: the running bar of the GPU timeline grows with the pool's clock
     at every poll, though no run changed. Then the token is refused: the sign-in form replaces the view, whose

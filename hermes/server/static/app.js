@@ -328,8 +328,9 @@ function experimentView(root, id, selectedTrial) {
 
   function ranked() {
     const sign = s.experiment.mode === "min" ? -1 : 1;
-    const byBest = [...s.trials.values()].sort((a, b) =>
-      (a.best === null) - (b.best === null) || sign * ((b.best ?? 0) - (a.best ?? 0)));
+    const byBest = [...s.trials.values()].sort((a, b) =>  // failed trials last: their best is no result
+      (a.state === "failed") - (b.state === "failed") || (a.best === null) - (b.best === null) ||
+      sign * ((b.best ?? 0) - (a.best ?? 0)));
     byBest.forEach((t, i) => { t.rank = i + 1; });
     const column = columns().find((c) => c[0] === s.sort.key);
     if (s.sort.key === "best" || !column?.[2]) return s.sort.desc ? byBest : byBest.slice().reverse();
