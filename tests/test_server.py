@@ -399,6 +399,8 @@ def test_a_spec_names_no_file_outside_its_users_area(server: Server, tmp_path: P
     refused(command("python train.py --config=/etc/passwd --lr {lr}"), "trial.command")
     refused(command("pkg/tool --lr {lr}"), "trial.command")  # a program in a linked folder
     refused(command("../.. --lr {lr}"), "trial.command")
+    # {trial_dir}, the trial's own folder, is checked where it leads: a crash of the check (KeyError) was a 500
+    refused(command(f"python train.py --lr {{lr}} --out={{trial_dir}}/{'../' * 8}{outside.name}"), "trial.command")
     data = {"type": "choice", "values": ["train.py", "../../../../outside/secret.py"]}
     assert "argument 1" in refused(command("python {data}", data=data), "trial.command")
     foreign = {"sampler": {"optuna": "trials.curve.Sampler"}, "trials": 2,
@@ -416,6 +418,7 @@ def test_a_spec_names_no_file_outside_its_users_area(server: Server, tmp_path: P
         real_spec("f2", trial={"function": "trials.curve:train", "workdir": str(area)}, storage={"dir": "code/runs"}),
         command("python inside.py --lr={lr} --out=runs/x"),
         command("../venv/bin/python train.py {data}", data={"type": "choice", "values": ["a", "b/c"]}),
+        command("python train.py --lr={lr} --save_dir={trial_dir}/ckpt"),
     ]
     for index, spec in enumerate(accepted):
         spec["name"] = f"ok{index}"

@@ -8,13 +8,18 @@ Placeholders are bare parameter names, ``{lr}``; ``{{`` and ``}}`` are literal b
 format mini-language is refused: a format spec can hang (``{x:>99999999}`` pads to 100 MB) and
 attribute or index access reaches into objects (``{x.__class__}``), and neither is needed to put a
 value into a command line. Quotes only group words: a placeholder inside quotes is replaced too.
+
+``{trial_dir}`` is the trial's own folder (the one ``HERMES_TRIAL_DIR`` names), for a program that writes its files
+by relative path into its working directory, which all trials share: it is known only where the trial is launched,
+so the argv holds TRIAL_DIR_MARK in its place until ``with_trial_dir`` fills it in. A parameter of the search space
+named ``trial_dir`` fills it instead, as any parameter fills its placeholder.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -28,6 +33,12 @@ _REFUSED = {  # the first of these characters in a placeholder says what it trie
     ".": "attribute access is",
     "[": "index access is",
 }
+
+
+TRIAL_DIR = "trial_dir"  # the placeholder of the trial's own folder
+# what stands for it in an argv until the trial is launched: no argument holds a NUL (a template or value with one is
+# refused), so the mark is never text of the command's own
+TRIAL_DIR_MARK = "\0trial_dir\0"
 
 
 class CommandError(HermesError):
@@ -64,6 +75,9 @@ class CommandTemplate:
                 if isinstance(part, str):
                     pieces.append(part)
                     continue
+                if part.name not in params and part.name == TRIAL_DIR:  # filled where the trial is launched
+                    pieces.append(TRIAL_DIR_MARK)
+                    continue
                 if part.name not in params:
                     known = ", ".join(params) or "none"
                     raise CommandError(f"{self.text!r}: placeholder {{{part.name}}} has no value (parameters: {known})")
@@ -85,21 +99,29 @@ def parse_template(template: str) -> CommandTemplate:
         raise CommandError(f"cannot parse {template!r}: {str(error).lower()}") from None
     if not words:
         raise CommandError("must not be empty")
+    if "\0" in template:
+        raise CommandError("holds a NUL character, which no command-line argument can carry")
     return CommandTemplate(template, tuple(_parts(word) for word in words))
 
 
 def validate_template(template: str, names: Collection[str]) -> CommandTemplate:
-    """Parse ``template`` and check that every placeholder is one of ``names`` (the search space)."""
+    """Parse ``template`` and check that every placeholder is one of ``names`` (the search space), or {trial_dir}."""
     parsed = parse_template(template)
     for name in parsed.placeholders:
-        if name not in names:
-            raise CommandError(f"placeholder {{{name}}} is not in search.space (parameters: {', '.join(names)})")
+        if name not in names and name != TRIAL_DIR:
+            raise CommandError(f"placeholder {{{name}}} is not in search.space (parameters: {', '.join(names)}), "
+                               f"nor {{{TRIAL_DIR}}}, the trial's own folder")
     return parsed
 
 
 def command_argv(template: str, params: Mapping[str, Any]) -> tuple[str, ...]:
     """The argv of a trial: ``template`` split into words, its placeholders filled from ``params``."""
     return parse_template(template).argv(params)
+
+
+def with_trial_dir(argv: Sequence[str], directory: str) -> list[str]:
+    """``argv`` with the trial's folder, ``directory``, where ``{trial_dir}`` was."""
+    return [argument.replace(TRIAL_DIR_MARK, directory) for argument in argv]
 
 
 def _parts(word: str) -> Word:

@@ -569,7 +569,8 @@ class StallSpec(_Section):
 
 
 class TrialSpec(_Section):
-    """What one trial runs: a Python function, or a command line with ``{param}`` placeholders."""
+    """What one trial runs: a Python function, or a command line with ``{param}`` placeholders (and ``{trial_dir}``,
+    the trial's own folder)."""
 
     function: str | None = None  # "package.module:function"
     command: str | None = None
@@ -642,7 +643,7 @@ class TrialSpec(_Section):
 
     @property
     def placeholders(self) -> list[str]:
-        """The parameter names the command line uses, in order of first use."""
+        """The placeholders the command line uses, in order of first use: parameter names, and trial_dir."""
         return [] if self.command is None else list(parse_template(self.command).placeholders)
 
 
@@ -815,7 +816,12 @@ class ExperimentSpec(_Section):
         pattern = self.trial.metrics_regex
         groups = set(re.compile(pattern).groupindex) if pattern is not None else set()
         if pattern is not None and not {"value", self.metric.name} & groups:
-            raise _PathError("trial.metrics_regex", f"needs a named group for the metric: (?P<{self.metric.name}>...) "
+            named = self.metric.name
+            if not named.isidentifier():  # no group can be named so: only value reads it
+                raise _PathError("trial.metrics_regex", f"needs a named group for the metric: (?P<value>...), which "
+                                                        f"reads {named!r} (a group's name is a Python identifier, "
+                                                        f"which {named!r} is not); (?P<step>...) is optional")
+            raise _PathError("trial.metrics_regex", f"needs a named group for the metric: (?P<{named}>...) "
                                                     "or (?P<value>...); (?P<step>...) is optional")
         if {"value", self.metric.name} <= groups and self.metric.name != "value":  # which would rank it? one rule
             raise _PathError("trial.metrics_regex", f"has both (?P<value>...) and (?P<{self.metric.name}>...): name "
@@ -830,7 +836,7 @@ class ExperimentSpec(_Section):
             names = validate_template(self.trial.command, self.search.space).placeholders
         except CommandError as error:
             raise _PathError("trial.command", str(error)) from None
-        for name in names:
+        for name in (name for name in names if name in self.search.space):  # not {trial_dir}, the trial's folder
             for index, value in enumerate(getattr(self.search.space[name], "values", ())):
                 if isinstance(value, str) and "\0" in value:
                     raise _PathError(f"search.space.{name}.values.{index}",

@@ -288,8 +288,9 @@ def spec_problems(spec: ExperimentSpec, area: Path, root: Path, folder: Path | N
                                               f"that none names a file outside your area: the server checks "
                                               f"{MAX_FILLINGS} at most"))
             return problems
+        trial_dir = str(base / storage / spec.name / "trials" / "0")  # where {trial_dir} leads: each trial's alike
         for index, word in enumerate(words):
-            named = ((text, path) for text in _fillings(word, spec) for path in _paths(text, index, workdir))
+            named = ((text, path) for text in _fillings(word, spec, trial_dir) for path in _paths(text, index, workdir))
             for text, path in named:
                 if not confine("trial.command", path, f"argument {index} ({text!r})", program=index == 0):
                     break  # one per argument
@@ -326,19 +327,23 @@ def _filling_count(word: tuple[str | Placeholder, ...], spec: ExperimentSpec) ->
     would be a number too long to write."""
     count = 1
     for part in word:
-        parameter = None if isinstance(part, str) else spec.search.space[part.name]
+        parameter = None if isinstance(part, str) else spec.search.space.get(part.name)  # None: {trial_dir}
         count *= len(parameter.values) if isinstance(parameter, Choice) else 1
         if count > MAX_FILLINGS:
             return MAX_FILLINGS + 1
     return count
 
 
-def _fillings(word: tuple[str | Placeholder, ...], spec: ExperimentSpec) -> list[str]:
-    """Every text ``word`` can become for the spec's search space."""
+def _fillings(word: tuple[str | Placeholder, ...], spec: ExperimentSpec, trial_dir: str) -> list[str]:
+    """Every text ``word`` can become for the spec's search space, ``{trial_dir}`` (unless a parameter is so named)
+    becoming ``trial_dir``."""
     choices: list[list[str]] = []
     for part in word:
         if isinstance(part, str):
             choices.append([part])
+            continue
+        if part.name not in spec.search.space:  # validation let only {trial_dir} through
+            choices.append([trial_dir])
             continue
         parameter = spec.search.space[part.name]
         # a number holds no path separator: one stands for all

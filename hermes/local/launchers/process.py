@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import math
 import os
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from re import _compiler, _constants, _parser
 from typing import Any
 
 from hermes.core.events import TrialExited, TrialSuspended
@@ -43,6 +45,11 @@ from hermes.local.system import (
 from hermes.trial import protocol
 
 MAX_LINE = 1 << 20  # bytes of a line kept: of a longer one (a progress bar drawn without \r or \n), the last ones
+# characters at the end of a line that trial.metrics_regex searches: a search's time grows with the square, or a higher
+# power, of what it searches for many patterns, and the runner waits for it (a 60 KB line of progress dots took 19 s
+# with .*?x); on 1,024 characters, patterns with one repeat over the line took 30 ms at most (docs/trials.md), and a
+# line of metrics is shorter
+SEARCHED = 1024
 _SEGMENT = re.compile(rb"[^\r\n]*[\r\n]")  # a segment of output with the byte that ends it
 # a group's pattern that reads a whole number as Python prints it: 1e-05, nan, -inf; not a sentence's last point (0.25.)
 NUMBER = r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?)\b)"
@@ -93,7 +100,12 @@ class ProcessLauncher(Launcher):
             messages_read, messages_write = os.pipe()
             child_fds, parent_fds = (answers_read, messages_write), (messages_read, answers_write)
             env[protocol.ENV_CHANNEL] = f"{answers_read},{messages_write}"
-        argv = [sys.executable, "-m", "hermes.trial.runner", launch.function] if launch.function else list(launch.command)
+        if launch.function:
+            argv = [sys.executable, "-m", "hermes.trial.runner", launch.function]
+        else:  # imported here: hermes.experiment loads pydantic, which a warm worker, importing this module, never uses
+            from hermes.experiment.command import with_trial_dir
+
+            argv = with_trial_dir(launch.command, str(trial.directory))  # the folder HERMES_TRIAL_DIR names
         try:
             process = subprocess.Popen(
                 argv,
@@ -432,7 +444,9 @@ class ScriptLauncher(ProcessLauncher):
     def _reading(self, run: Run, text: str) -> _Reading | None:
         """What a segment reports, if it matches the pattern and its objective and step are numbers; other
         groups are recorded when they are numbers too, and left out when not (a phase's name, say)."""
-        match = run.trial.launch.pattern.search(text)
+        pattern = run.trial.launch.pattern
+        start = max(0, len(text) - SEARCHED)  # of a longer line, only its end is searched
+        match = _search(pattern, text, start)
         if match is None:
             return None
         trial, host = run.trial, self.host
@@ -444,16 +458,14 @@ class ScriptLauncher(ProcessLauncher):
             return None  # the objective's group is optional in the pattern and did not match: not a report
         for group, found in groups.items():  # [\d.]+ reads 1e-05 as 1, \D* eats the - of -190: not what it printed
             begun = _begun(found, text, match.start(group))
-            printed = begun or _printed(found, text, match.end(group))
+            printed = begun or _printed(found, text, match.end(group), group in _commas_after(pattern))
             if printed is not None:
-                whole = GROUPED_NUMBER if _GROUPED.fullmatch(printed) else NUMBER
-                where = ("begins before it (a .* or \\D* before the group took its start: make it lazy, .*?)"
-                         if begun else "goes on")
-                host.fail(run, f"trial.metrics_regex's group {group!r} read {found!r} {_in(text)}, where the number "
-                               f"{where}: read it whole, with (?P<{group}>{whole})")
+                cut = begun is not None and match.start(group) == start > 0  # by the searched end's start
+                host.fail(run, f"trial.metrics_regex's group {group!r} read {found!r} {_in(text, start)}, where the "
+                               f"number {_misread(group, printed, begun is not None, cut)}")
                 return None
         if name not in metrics:
-            why = f"its group {name!r} read {groups[name]!r}, not a number, {_in(text)}"
+            why = f"its group {name!r} read {groups[name]!r}, not a number, {_in(text, start)}"
             if run.misread is None:  # said while it runs too: a program that goes on so never reports
                 _log(run, run.outputs[-1], f"hermes: trial {trial.trial_id}: a line that matched trial.metrics_regex "
                                            f"is no report: {why}\n".encode())
@@ -461,15 +473,16 @@ class ScriptLauncher(ProcessLauncher):
             return None
         step = _whole(groups["step"]) if "step" in groups else None
         if "step" in groups and step is None:
-            run.misread = run.misread or f"its group 'step' read {groups['step']!r}, not a whole number, {_in(text)}"
+            run.misread = run.misread or (f"its group 'step' read {groups['step']!r}, not a whole number, "
+                                          f"{_in(text, start)}")
             return None
         if step is not None and step < 1:
-            run.misread = run.misread or (f"its group 'step' read {groups['step']!r} {_in(text)}: steps count from 1, "
-                                          "as budget.steps does (print epoch + 1)")
+            run.misread = run.misread or (f"its group 'step' read {groups['step']!r} {_in(text, start)}: steps count "
+                                          "from 1, as budget.steps does (print epoch + 1)")
             return None
         if step is not None and step > protocol.MAX_STEP:
-            host.fail(run, f"trial.metrics_regex's group 'step' read {step} {_in(text)}: steps count epochs or "
-                           f"iterations, at most {protocol.MAX_STEP} (a timestamp is no step)")
+            host.fail(run, f"trial.metrics_regex's group 'step' read {step} {_in(text, start)}: steps count epochs "
+                           f"or iterations, at most {protocol.MAX_STEP} (a timestamp is no step)")
             return None
         return _Reading(step, metrics[name], metrics)
 
@@ -580,14 +593,15 @@ def _whole(text: str) -> int | None:
     return int(number) if number is not None and number.is_integer() else None
 
 
-def _printed(found: str, text: str, at: int) -> str | None:
+def _printed(found: str, text: str, at: int, separated: bool) -> str | None:
     """The number the program printed where a group read only its start, ``found``, up to ``at`` in ``text``: an
     exponent, more digits or thousands go on after it (``[\\d.]+`` reads 1e-05 as 1, 1,000.00 as 1). None where
-    ``found`` is a number printed whole, or what goes on leaves its value as it is (``\\d+`` reads 1 of 1.0)."""
+    ``found`` is a number printed whole, or what goes on leaves its value as it is (``\\d+`` reads 1 of 1.0).
+    ``separated``: the pattern writes a comma right after the group, which is then its separator, not thousands."""
     number = _number(found)
     if number is None:
         return None
-    thousands = _THOUSANDS.match(text, at) if _INTEGER.fullmatch(found) else None
+    thousands = _THOUSANDS.match(text, at) if _INTEGER.fullmatch(found) and not separated else None
     if thousands is not None:
         return found + thousands.group()
     if not _GOES_ON.match(text, at):
@@ -616,5 +630,89 @@ def _begun(found: str, text: str, at: int) -> str | None:
     return None if _number(printed) == number else printed
 
 
-def _in(line: str) -> str:
-    return f"in the line {line.strip()!r}"
+def _misread(group: str, printed: str, begun: bool, at_cut: bool) -> str:
+    """Why a group that read part of the number ``printed`` is wrong, and what reads it: said after "where the
+    number". ``begun``: the number began before the group; ``at_cut``: before the end of a long line searched."""
+    if at_cut:
+        return (f"begins before the last {SEARCHED} characters of the line, all of a longer line that is searched: "
+                "print the metrics at the end of their line, or on a line of their own")
+    where = "begins before it (a .* or \\D* before the group took its start: make it lazy, .*?)" if begun else "goes on"
+    if group == "step" and _GROUPED.fullmatch(printed):  # read whole, it would be a step far past any budget
+        comma = "" if begun else ", or write the comma in the pattern right after the group if it separates fields"
+        return (f"{where} ({printed}): a step written with thousands counts iterations, not the epochs budget.steps "
+                f"counts; leave the step group out, and each matching line is the next step{comma}")
+    whole = GROUPED_NUMBER if _GROUPED.fullmatch(printed) else NUMBER
+    return f"{where}: read it whole, with (?P<{group}>{whole})"
+
+
+def _search(pattern: re.Pattern[str], text: str, start: int) -> re.Match[str] | None:
+    """What ``pattern.search(text, start)`` finds, found in fewer tries where the pattern is led by a repeat of one
+    character's class (``.*?``, ``.+``, ``(?P<step>\\d+)``, ``\\D*``): a match that starts right after a character
+    the class takes would start one earlier too (the lead takes that character as well, and the rest matches as it
+    did), so the first match starts at ``start`` or after a character the class does not take, and it is tried only
+    there: once, for ``.*?`` (a line holds no newline), where a search tries every character, each time to the line's
+    end."""
+    starts = _lead_starts(pattern)
+    if starts is None:
+        return pattern.search(text, start)
+    for at in itertools.chain([start], (found.start() for found in starts.finditer(text, start + 1))):
+        match = pattern.match(text, at)
+        if match is not None:
+            return match
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _lead_starts(pattern: re.Pattern[str]) -> re.Pattern[str] | None:
+    """Where ``_search`` tries ``pattern`` after its first character: a pattern of the places not after a character of
+    its lead's class; None where it has no such lead, or refers back to a group's text (``(?P=step)``), which a match
+    that starts earlier may change."""
+    parsed = _parser.parse(pattern.pattern, pattern.flags)
+    items, pending = parsed.data, [parsed]
+    while pending:
+        for op, argument in pending.pop().data:
+            if op in (_constants.GROUPREF, _constants.GROUPREF_EXISTS):
+                return None
+            pending.extend(_sequences(argument))
+    while items and items[0][0] == _constants.SUBPATTERN and items[0][1][1:3] == (0, 0):  # a group with no flags
+        items = items[0][1][3].data
+    if not items or items[0][0] not in (_constants.MAX_REPEAT, _constants.MIN_REPEAT):
+        return None
+    _, most, repeated = items[0][1]
+    one = (_constants.ANY, _constants.LITERAL, _constants.NOT_LITERAL, _constants.IN)
+    if most != _constants.MAXREPEAT or len(repeated.data) != 1 or repeated.data[0][0] not in one:
+        return None
+    return _compiler.compile(_parser.SubPattern(parsed.state, [(_constants.ASSERT_NOT, (-1, repeated))]),
+                             pattern.flags)
+
+
+@functools.lru_cache(maxsize=64)
+def _commas_after(pattern: re.Pattern[str]) -> frozenset[str]:
+    """The named groups that ``pattern`` follows with a comma of its own (``(?P<step>\\d+),``): the pattern says that
+    comma separates fields, so ``(?P<step>\\d+),(?P<value>\\d+)`` reads ``1,873`` as step 1, not thousands."""
+    names = {number: name for name, number in pattern.groupindex.items()}
+    found = set()
+    pending = [_parser.parse(pattern.pattern, pattern.flags)]
+    while pending:  # each sequence of the pattern, nested ones too
+        items = pending.pop().data
+        for (op, argument), following in zip(items, [*items[1:], None]):
+            if op == _constants.SUBPATTERN and argument[0] in names and following == (_constants.LITERAL, ord(",")):
+                found.add(names[argument[0]])
+            pending.extend(_sequences(argument))
+    return frozenset(found)
+
+
+def _sequences(argument: Any) -> list[_parser.SubPattern]:
+    """The sequences that a parsed item's argument holds (a group's, a repeat's, each alternative of a branch)."""
+    if isinstance(argument, _parser.SubPattern):
+        return [argument]
+    if isinstance(argument, (tuple, list)):
+        return [sequence for part in argument for sequence in _sequences(part)]
+    return []
+
+
+def _in(line: str, start: int) -> str:
+    """Where a match's groups read what they read: the line, or its end that was searched, from ``start``."""
+    if not start:
+        return f"in the line {line.strip()!r}"
+    return f"in the last {len(line) - start} characters of a line of {len(line)}, {line[start:].strip()!r}"
