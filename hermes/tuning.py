@@ -129,7 +129,7 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
                             f"by the file's name, which {module!r} cannot be: rename the file",
                             [("trial.function", "not importable")])
         root = path.parents[module.count(".")]  # the folder that holds the module, or its top package
-        named.setdefault("workdir", _as_written(root))
+        named.setdefault("workdir", str(root))
         _warn_of_guarded_globals(function, name, path)
     return {**spec, "trial": {**named, "function": f"{module}:{name}"}}
 
@@ -142,8 +142,8 @@ def _not_called_by_trials(function: Any) -> tuple[str, str] | None:
         why = ("is a generator function (it yields), as Ray Tune's old function API took: a trial reports each result "
                "with trial.report(step, metric=value), not yield")
         return why, "a generator function"
-    try:
-        signature = inspect.signature(function)
+    try:  # the function a trial calls: a functools.wraps wrapper that supplies an argument, not the one it wraps
+        signature = inspect.signature(function, follow_wrapped=False)
     except (TypeError, ValueError):
         return None
     try:
@@ -154,16 +154,6 @@ def _not_called_by_trials(function: Any) -> tuple[str, str] | None:
                "(load the data a trial needs at the module's top level or inside the function)")
         return why, "cannot take the config"
     return None
-
-
-def _as_written(root: Path) -> str:
-    """The script's folder as the trial's workdir, relative to the current directory, where the spec's relative paths
-    start (``storage.dir``), when it lies there: a project moved or checked out elsewhere then continues its
-    experiment, as a YAML spec's ``workdir: .`` does (an absolute one stored is another folder after the move).
-    Absolute where it lies outside (``python ~/tools/tune.py`` run from a data folder): ``../..`` would name another
-    folder as soon as that one moved."""
-    here = Path.cwd().resolve()
-    return str(root.relative_to(here)) if root.is_relative_to(here) else str(root)
 
 
 def _home(function: Any) -> tuple[str | None, str | None]:
@@ -187,7 +177,10 @@ def _home(function: Any) -> tuple[str | None, str | None]:
 def _warn_of_guarded_globals(function: Any, name: str, script: Path) -> None:
     """Say where the script's function reads a global that its ``__main__`` block sets: its trials import the script
     afresh and never see that value (Ray Tune's users expect the function's globals to come along)."""
-    unseen = sorted(_globals_read(function) & set_under_main_guard(script)) if inspect.isfunction(function) else []
+    if not inspect.isfunction(function):
+        return
+    read = _globals_read(function)
+    unseen = sorted(read & set_under_main_guard(script, reached=read))
     if unseen:
         print(f"hermes: warning: trial.function {name} reads {', '.join(unseen)}, which {script.name} "
               f"sets under `if __name__ == \"__main__\":`, a block its trials do not run (they import {script.name} "

@@ -147,3 +147,68 @@ def test_a_checkpoint_whose_state_file_is_lost_is_said_so_naming_both_files(tmp_
     assert ran.returncode == 0, ran.stderr
     assert "state.pt (or state.pkl) is not there" in ran.stdout, ran.stdout
     assert "damaged (neither state.pt nor state.pkl is there)" in ran.stderr, ran.stderr
+
+
+# A torch whose import, begun in another thread, is half done until the program lets it finish half a second later.
+SLOW_TORCH = """
+import pickle
+import sys
+
+started, finish = sys.modules["__main__"].IMPORT_GATES
+started.set()
+finish.wait(10)
+seeded = False
+
+
+class cuda:
+    @staticmethod
+    def is_initialized():
+        return False
+
+
+def get_rng_state():
+    return "torch's generator"
+
+
+def seed():
+    global seeded
+    seeded = True
+
+
+def save(state, path):
+    path.write_bytes(pickle.dumps(state))
+"""
+
+DURING_IMPORT = """
+import sys
+import threading
+
+IMPORT_GATES = threading.Event(), threading.Event()
+sys.path.insert(0, "fake")
+from hermes import trial
+from hermes.trial.checkpoint import reseed_rng
+from hermes.trial.session import current
+
+state = trial.Checkpoint(rng=True)
+threading.Thread(target=__import__, args=("torch",)).start()  # a data loader warming up
+IMPORT_GATES[0].wait(10)  # sys.modules holds torch, half-built
+threading.Timer(0.5, IMPORT_GATES[1].set).start()
+{action}
+import torch
+folder = trial.checkpoint_dir()  # None where nothing was saved
+print("done", torch.seeded, sorted(p.name for p in (folder / "state").iterdir()) if folder else [])
+"""
+
+
+@pytest.mark.parametrize(("action", "done"), [("current().save(3)", "done False ['state.pt']"),
+                                              ("reseed_rng()", "done True []")], ids=["save", "reseed"])
+def test_the_generators_wait_for_a_torch_import_half_done_in_another_thread(
+    tmp_path: Path, action: str, done: str
+) -> None:
+    """capture_rng and reseed_rng used the half-built module in sys.modules: AttributeError, "partially initialized
+    module 'torch' has no attribute 'get_rng_state'"."""
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "torch.py").write_text(SLOW_TORCH)
+    ran = run_trial(tmp_path, DURING_IMPORT.replace("{action}", action))
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines()[-1] == done, ran.stdout

@@ -72,6 +72,23 @@ class NoShortStart(optuna.samplers.TPESampler):
         if n_startup_trials < 20:
             raise ValueError("n_startup_trials must be at least 20")
         super().__init__(n_ei_candidates=n_ei_candidates, seed=seed, n_startup_trials=n_startup_trials)
+
+
+class NoShortStartAsserted(optuna.samplers.TPESampler):
+    """Refuses a startup of fewer than 20 trials by an assert."""
+
+    def __init__(self, n_ei_candidates=24, seed=None, n_startup_trials=30):
+        assert n_startup_trials >= 20, "n_startup_trials must be at least 20"
+        super().__init__(n_ei_candidates=n_ei_candidates, seed=seed, n_startup_trials=n_startup_trials)
+
+
+class NoShortStartRuntime(optuna.samplers.TPESampler):
+    """Refuses a startup of fewer than 20 trials by a RuntimeError."""
+
+    def __init__(self, n_ei_candidates=24, seed=None, n_startup_trials=30):
+        if n_startup_trials < 20:
+            raise RuntimeError("n_startup_trials must be at least 20")
+        super().__init__(n_ei_candidates=n_ei_candidates, seed=seed, n_startup_trials=n_startup_trials)
 '''
 # The reviewer's spec: its check took 10-20 s, through 990 made-up finished trials.
 LONG_START = {"name": "tpe", "args": {"n_startup_trials": 1000, "n_ei_candidates": 1000}}
@@ -190,11 +207,13 @@ def test_the_check_of_a_long_startup_tells_no_long_history(tpe_builds: tuple[lis
     assert startups[2:] == [1000] and held == [1], (startups, held)
 
 
+@pytest.mark.parametrize("refusing", ["NoShortStart", "NoShortStartAsserted", "NoShortStartRuntime"])
 def test_a_sampler_that_refuses_a_short_startup_is_checked_through_its_first_proposals(
-        samplers: Path, tpe_builds: tuple[list[int], list[int]]) -> None:
-    """Its arguments are right: that it takes no shorter startup for the check is no reason to refuse the spec."""
+        samplers: Path, tpe_builds: tuple[list[int], list[int]], refusing: str) -> None:
+    """Its arguments are right: that it takes no shorter startup for the check, by whatever error (an assert, a
+    RuntimeError failed the spec with a traceback), is no reason to refuse the spec."""
     startups, held = tpe_builds
-    search = search_spec({"optuna": "proposalsamplers.NoShortStart", "args": {"n_ei_candidates": 8}})
+    search = search_spec({"optuna": f"proposalsamplers.{refusing}", "args": {"n_ei_candidates": 8}})
     assert startups == [30] and len(held) == CHECK_ASKS, (startups, held)
     assert make_searcher(search, "max").ask() is not None
 

@@ -1,5 +1,5 @@
-"""``hermes.run`` given what a Ray Tune user migrating a script writes: globals its ``main()`` sets, a project moved
-after its first run, a ``train(config, data)`` or a generator, a crash after the retrain notice.
+"""``hermes.run`` given what a Ray Tune user migrating a script writes: globals its ``main()`` sets, a script rerun
+from another folder, a ``train(config, data)`` or a generator, a crash after the retrain notice.
 
 Real scripts run in subprocesses, real trial processes on CPU slots and a real SQLite store.
 """
@@ -7,7 +7,6 @@ Real scripts run in subprocesses, real trial processes on CPU slots and a real S
 from __future__ import annotations
 
 import functools
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -131,6 +130,73 @@ if __name__ == "__main__":
     assert set_under_main_guard(tmp_path / "tune.py") == {"RESULTS"}
 
 
+CACHED_BY_TRAIN = """
+import logging
+
+import hermes
+from hermes import trial
+
+logger = logging.getLogger(__name__)
+_DATA = None
+_CACHE = {}
+
+
+def get_data():
+    global _DATA
+    if _DATA is None:
+        _DATA = [1.0, 2.0]
+    return _DATA
+
+
+def load(name):
+    if name not in _CACHE:
+        _CACHE[name] = [1.0]
+    return _CACHE[name]
+
+
+def train(config):
+    logger.info("lr %s", config["lr"])
+    trial.report(1, acc=config["lr"] * len(get_data()) * len(load("train")))
+
+
+def main():
+    logger.propagate = False
+    print("rows", len(get_data()), len(load("train")))
+""" + RUN + """
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_cache_the_trial_fills_itself_or_a_module_object_main_configures_is_not_warned_of(tmp_path: Path) -> None:
+    """A loader the trial calls too (``global _DATA`` on first use, or a dict cache) run by the guard before tuning,
+    and ``logger.propagate = False`` in ``main()``: each trial loads or has them itself, and the warning said the
+    trials lacked ``_DATA``, ``_CACHE`` and ``logger``."""
+    output = run_script(tmp_path, CACHED_BY_TRAIN)
+    assert output.stdout.splitlines()[-1] == "best 1.0", output
+    assert "warning" not in output.stderr, output.stderr
+
+
+def test_a_name_imported_from_a_module_and_changed_under_the_guard_is_warned_of(tmp_path: Path) -> None:
+    """``from settings import SETTINGS``, then ``SETTINGS["scale"] = 100`` under the guard: the trials import
+    settings afresh and train with 1.0, and nothing said so (every imported name was taken for a module's)."""
+    (tmp_path / "tune.py").write_text("""
+import os
+from settings import SETTINGS
+
+
+def train(config):
+    return SETTINGS["scale"]
+
+
+if __name__ == "__main__":
+    os.environ["OMP_NUM_THREADS"] = "1"
+    SETTINGS["scale"] = 100.0
+""")
+    assert set_under_main_guard(tmp_path / "tune.py") == {"SETTINGS"}
+
+
 GLOBAL_ELSEWHERE = """
 from hermes import trial
 
@@ -166,8 +232,9 @@ def test_a_global_statement_leaves_the_check_of_other_names_on(tmp_path: Path) -
     parse_spec({**spec, "trial": {**spec["trial"], "function": "tune:made_later"}}, base_dir=tmp_path)
 
 
-MOVABLE = """
+RERUN = """
 import sys
+from pathlib import Path
 
 import hermes
 from hermes import trial
@@ -179,37 +246,34 @@ def train(config):
 
 
 if __name__ == "__main__":
-    # as a Hermes before this stored it: the script's folder, absolute
-    where = {"workdir": sys.argv[2]} if len(sys.argv) > 2 else {}
-    result = hermes.run({"name": "moved", "trial": {"function": train, **where},
+    result = hermes.run({"name": "rerun", "trial": {"function": train},
                          "search": {"trials": int(sys.argv[1]), "seed": 0,
                                     "space": {"lr": {"type": "uniform", "low": 0.1, "high": 1.0}}},
                          "metric": {"name": "acc", "mode": "max"}, "budget": {"steps": 2},
-                         "resources": {"gpus": "none", "cpu_slots": 1}, "storage": {"dir": "runs"}})
+                         "resources": {"gpus": "none", "cpu_slots": 1},
+                         "storage": {"dir": Path(__file__).resolve().parent / "runs"}})
     print(result.status, result.resumed, len(result.trials))
 """
 
 
-def run_project(project: Path, *args: str) -> str:
-    output = subprocess.run([sys.executable, "tune.py", *args], check=False, cwd=project, env=environment(),
+def run_from(folder: Path, script: str, *args: str) -> str:
+    output = subprocess.run([sys.executable, script, *args], check=False, cwd=folder, env=environment(),
                             capture_output=True, text=True, timeout=120)
     return output.stdout.splitlines()[-1] if output.stdout else output.stderr
 
 
-def test_a_moved_project_continues_its_experiment_and_an_old_ones_continues_where_it_was(tmp_path: Path) -> None:
-    """``"function": train`` stored the script's folder as an absolute trial.workdir: the project moved (another
-    checkout, another machine's home), its rerun was refused, "differs in trial.workdir", where the same spec in
-    YAML (``workdir: .``) continued. An experiment that a Hermes before stored so still continues in place."""
-    project = tmp_path / "proj_a"
+def test_a_script_rerun_from_another_folder_continues_its_experiment(tmp_path: Path) -> None:
+    """The script's folder is stored as an absolute trial.workdir: stored relative to the current directory, the
+    same script run again from the folder above (``python proj/tune.py``) was refused as a changed spec, "differs in
+    trial.workdir". (A moved project is refused, as before: its folder is another.)"""
+    project = tmp_path / "proj"
     project.mkdir()
-    (project / "tune.py").write_text(MOVABLE)
-    assert run_project(project, "1", str(project)) == "finished False 1"  # stored as an older Hermes stored it
-    assert run_project(project, "2") == "finished True 2"  # continued in place, one trial more
+    (project / "tune.py").write_text(RERUN)
+    assert run_from(project, "tune.py", "1") == "finished False 1"
+    assert run_from(tmp_path, "proj/tune.py", "2") == "finished True 2", "the rerun from above was refused"
     with sqlite3.connect(project / "runs" / "hermes.db") as store:
         [(workdir,)] = store.execute("select json_extract(spec, '$.trial.workdir') from experiments").fetchall()
-    assert workdir == "."
-    moved = shutil.move(project, tmp_path / "proj_b")
-    assert run_project(Path(moved), "3") == "finished True 3", "the moved project's rerun was refused"
+    assert workdir == str(project.resolve())
 
 
 def train_with_data(config: dict[str, Any], data: list[float]) -> None:  # as tune.with_parameters(train, data=...)
@@ -251,6 +315,36 @@ def test_a_function_a_trial_cannot_call_with_its_config_is_refused_up_front(
         hermes.run(spec)
     assert str(raised.value).startswith(f"trial.function: {said}"), raised.value
     assert not (tmp_path / "runs").exists()
+
+
+GIVEN_DATA_BY_A_DECORATOR = """
+import functools
+
+import hermes
+from hermes import trial
+
+
+def with_data(function):
+    @functools.wraps(function)
+    def wrapper(config):
+        return function(config, [1.0, 2.0])
+    return wrapper
+
+
+@with_data
+def train(config, data):
+    trial.report(1, acc=config["lr"] * len(data))
+
+
+if __name__ == "__main__":
+""" + RUN
+
+
+def test_a_function_whose_functools_wraps_decorator_supplies_an_argument_is_taken(tmp_path: Path) -> None:
+    """The wrapper the module binds as ``train`` takes the config alone; the check read the signature of the function
+    it wraps (``train(config, data)``, through ``__wrapped__``) and refused it."""
+    output = run_script(tmp_path, GIVEN_DATA_BY_A_DECORATOR)
+    assert output.stdout.splitlines()[-1] == "best 1.0", output
 
 
 def test_a_partial_is_told_to_load_its_data_not_to_put_it_in_the_search_space(

@@ -22,6 +22,7 @@ import pkgutil
 import subprocess
 import sys
 import threading
+from collections.abc import Collection
 from pathlib import Path
 
 from hermes.local.system import trial_python_path
@@ -100,14 +101,17 @@ def _parsed(source: bytes, filename: str) -> ast.Module:
         return ast.parse(source, filename=filename)
 
 
-def set_under_main_guard(script: Path) -> set[str]:
+def set_under_main_guard(script: Path, reached: Collection[str] = frozenset()) -> set[str]:
     """The module names a script's ``if __name__ == "__main__":`` sets: a trial's process imports the script without
     running that block, so what it sets there is not there. Those are the names the block assigns (its imports left
     out), those bound through ``global`` by the script's functions that it calls (by name, and those these call,
-    each once: ``main()``), and those the block or these functions change in place (``_changed_in_place``). A name the
-    top level imports and the block only reuses as a loop's or a ``with``'s target (``for trial in result.trials:``)
-    is left out too: it hands the trials no value. One the block assigns (``lr = 0.5`` over an imported ``lr``) is
-    not: the trials see the imported one. Empty where the file cannot be read."""
+    each once: ``main()``), and those the block itself changes in place (``_changed_in_place``). A function named in
+    ``reached``, one the trial's function calls too (a loader caching its data in a global), is left out: the trials
+    run it as well. So are the in-place changes of the functions the block calls: the name is bound at the top level,
+    where they may as well set it up (``logger.propagate = False`` in ``main()``). A name the top level imports and
+    the block only reuses as a loop's or a ``with``'s target (``for trial in result.trials:``) is left out too: it
+    hands the trials no value. One the block assigns (``lr = 0.5`` over an imported ``lr``) is not: the trials see
+    the imported one. Empty where the file cannot be read."""
     try:
         tree = _parsed(script.read_bytes(), str(script))
     except (SyntaxError, ValueError, OSError):
@@ -116,16 +120,14 @@ def set_under_main_guard(script: Path) -> set[str]:
     guarded = _top_level_names(tree.body)[2]
     imported = _top_level_names([node for node in tree.body if isinstance(node, imports)])[0]
     set_there = _top_level_names([node for node in guarded if not isinstance(node, imports)])[0]
-    changed = _changed_in_place(guarded, local=set())
-    for function in _functions_called(guarded, [*tree.body, *guarded]):
-        local, bound_globally = _scope_of(function)
-        set_there |= bound_globally
-        changed |= _changed_in_place(function.body, local)
+    for function in _functions_called(guarded, [*tree.body, *guarded], reached):
+        set_there |= _bound_globally(function)
     # A module's state changed in place (os.environ, sys.path) is no value of the script's: its trials inherit the
-    # environment, and a warning on every function that reads os would be noise.
+    # environment, and a warning on every function that reads os would be noise. A name imported from one
+    # (from settings import SETTINGS) is the script's value as any other.
     modules = {alias.asname or alias.name.split(".")[0]
-               for node in ast.walk(tree) if isinstance(node, imports) for alias in node.names}
-    return (set_there - (imported - _assigned(guarded))) | (changed - modules)
+               for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    return (set_there - (imported - _assigned(guarded))) | (_changed_in_place(guarded) - modules)
 
 
 # Methods that change a list, dict or set in place: ``SETTINGS.update(...)`` under the guard sets what trials lack.
@@ -133,11 +135,10 @@ _CHANGING_METHODS = frozenset({"append", "extend", "insert", "update", "setdefau
                                "popitem", "remove", "discard"})
 
 
-def _changed_in_place(statements: list[ast.stmt], local: set[str]) -> set[str]:
-    """The names, other than ``local``, whose value ``statements`` change without binding them: ``X[k] = v``,
-    ``X.attr = v`` (``+=``, ``del`` too), a call of one of ``_CHANGING_METHODS`` (``X.update(...)``), nested too
-    (``X["a"]["b"] = v`` changes ``X``). A heuristic, by the method's name alone: ``X.add(...)`` of an object of any
-    type counts."""
+def _changed_in_place(statements: list[ast.stmt]) -> set[str]:
+    """The names whose value ``statements`` change without binding them: ``X[k] = v``, ``X.attr = v`` (``+=``,
+    ``del`` too), a call of one of ``_CHANGING_METHODS`` (``X.update(...)``), nested too (``X["a"]["b"] = v`` changes
+    ``X``). A heuristic, by the method's name alone: ``X.add(...)`` of an object of any type counts."""
     names: set[str] = set()
     for statement in statements:
         for node in ast.walk(statement):
@@ -150,14 +151,18 @@ def _changed_in_place(statements: list[ast.stmt], local: set[str]) -> set[str]:
                 continue
             while isinstance(root, (ast.Subscript, ast.Attribute)):
                 root = root.value
-            if isinstance(root, ast.Name) and root.id not in local:
+            if isinstance(root, ast.Name):
                 names.add(root.id)
     return names
 
 
-def _functions_called(statements: list[ast.stmt], body: list[ast.stmt]) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
-    """The functions defined in ``body`` that ``statements`` call by their name, and those these call, each once."""
-    functions = {node.name: node for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+def _functions_called(
+    statements: list[ast.stmt], body: list[ast.stmt], skipped: Collection[str]
+) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions defined in ``body`` that ``statements`` call by their name, and those these call, each once;
+    none named in ``skipped``, nor what only these call."""
+    functions = {node.name: node for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and node.name not in skipped}
     called: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
     pending: list[ast.AST] = list(statements)
     while pending:
@@ -169,16 +174,13 @@ def _functions_called(statements: list[ast.stmt], body: list[ast.stmt]) -> list[
     return list(called.values())
 
 
-def _scope_of(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[set[str], set[str]]:
-    """The names ``function`` binds as its own (its parameters, what it assigns or imports), and the module names it
-    binds through ``global``. Its nested functions' and comprehensions' count as its own: a name one of them binds is
-    not taken for a global the function changes (a missed warning rather than a wrong one)."""
+def _bound_globally(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The module names ``function`` binds through ``global`` (a ``global`` of a name it only reads binds none)."""
     declared = {name for node in ast.walk(function) if isinstance(node, ast.Global) for name in node.names}
     bound = {node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
-    bound |= {node.arg for node in ast.walk(function) if isinstance(node, ast.arg)}
     bound |= {alias.asname or alias.name.split(".")[0] for node in ast.walk(function)
               if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
-    return bound - declared, bound & declared
+    return bound & declared
 
 
 def _assigned(statements: list[ast.stmt]) -> set[str]:

@@ -238,8 +238,8 @@ def _short_started(sampler: optuna.samplers.BaseSampler, search: SearchSpec
     seeded = {"seed": search.seed, **short} if "seed" in inspect.signature(cls).parameters else short
     try:
         return cls(**seeded), short
-    except (TypeError, ValueError):  # a class of one's own that takes no startup so short: its first proposals only
-        return sampler, args
+    except Exception:  # noqa: BLE001 (a class of one's own that refuses a startup so short, by any error, or assert)
+        return sampler, args  # its first proposals only
 
 
 def _startup(cls: type, args: dict[str, Any]) -> int:

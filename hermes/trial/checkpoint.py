@@ -227,11 +227,14 @@ def _move(value: Any, device: Any) -> None:
 def capture_rng() -> dict[str, Any]:
     """The state of the global random generators in use: Python's, NumPy's and torch's (CPU, CUDA)."""
     state: dict[str, Any] = {"python": random.getstate()}
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
+    # Imported by the trial (a half-done import in another thread is waited for, as in ``Checkpoint.save``)
+    if sys.modules.get("numpy") is not None:
+        import numpy
+
         state["numpy"] = numpy.random.get_state()
-    torch = sys.modules.get("torch")
-    if torch is not None:
+    if sys.modules.get("torch") is not None:
+        import torch
+
         state["torch"] = torch.get_rng_state()
         if torch.cuda.is_initialized():
             state["cuda"] = torch.cuda.get_rng_state_all()
@@ -256,9 +259,11 @@ def reseed_rng() -> None:
     """Seed the global random generators of ``capture_rng`` from the system's entropy, as a process of its own starts
     with them: a trial that starts in a warm worker must not draw on where the worker's previous trial left off."""
     random.seed()
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
+    if sys.modules.get("numpy") is not None:  # as in ``capture_rng``
+        import numpy
+
         numpy.random.seed()
-    torch = sys.modules.get("torch")
-    if torch is not None:
+    if sys.modules.get("torch") is not None:
+        import torch
+
         torch.seed()  # the CPU's and every device's
