@@ -28,7 +28,7 @@ best trial and the target are those at epoch N (``cut``). ``--traces`` chooses a
 traces, or judges any search recorded in the trace format: ``--traces path/to/search.csv:max``
 (``:min`` for a metric that falls as it improves); the same file may be judged both ways
 (``a.csv:max,a.csv:min``), each a block of its own. ``--json PATH`` also writes every block and every
-per-seed figure, each with its trace, direction, cluster size and costs.
+per-seed figure, each with its trace, direction, cluster size and costs (a figure that is no number as null).
 """
 
 from __future__ import annotations
@@ -383,6 +383,26 @@ def _policy(entry: str) -> str:
     return entry
 
 
+def _size(trials: int | None, total: int) -> str:
+    """How many of a trace's trials each seed's search holds, as the panel's header says: ``--trials 20`` of a
+    trace of 4 judges all 4 (``_trace``)."""
+    if trials is None:
+        return ""
+    return f", {trials} of its trials" if trials < total else f", all {total} of its trials"
+
+
+def _standard(value: Any) -> Any:
+    """``value`` with every figure that is no number (NaN: no seed got there; infinity: a bound of no time at
+    all) as None, so the file is standard JSON (null), which strict parsers read: they refuse NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _standard(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_standard(item) for item in value]
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="4 GPUs, 3 seeds, warm costs")
@@ -439,7 +459,7 @@ def main() -> None:
                     key = (name, mode, gpus, profile)
                     cap = limits[key] = caps(name, mode, per["fifo"], gpus, trials, args.noise, epochs)
                     panel[key] = rows
-                    size = "" if trials is None else f", {trials} of its trials"
+                    size = _size(trials, len(_trace(name, mode, noise=args.noise, epochs=epochs).trials))
                     size += f", noise {args.noise}" if args.noise else ""
                     size += f", cut at {epochs} epochs" if epochs else ""
                     print(f"\n== {labels[name, mode]}{size}, {gpus} GPUs, {profile} costs, {seeds} seeds")
@@ -457,7 +477,7 @@ def main() -> None:
         per_seed = [{**dict(zip(("trace", "mode", "policy", "seed", "gpus", "costs"), job)), **asdict(run)}
                     for job, run in results.items()]
         with open(args.json, "w", encoding="utf-8") as file:
-            json.dump({"panel": blocks, "runs": per_seed}, file, indent=1)
+            json.dump(_standard({"panel": blocks, "runs": per_seed}), file, indent=1, allow_nan=False)
 
 
 if __name__ == "__main__":

@@ -192,6 +192,7 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
             session.listeners.append(_progress_printer(session))
             view = nullcontext()
         else:
+            console.file = _DroppedWhenUnwritable(sys.stdout, sys.stderr)  # its terminal may go, SIGHUP ignored
             clock = lambda: session.executor.now() if session.executor else 0.0  # noqa: E731
             view = LiveView(spec.name, spec.metric.name, spec.metric.mode, session.scheduler, clock, console,
                             budget=session.budget, in_flight=session.searcher.max_pending)
@@ -385,20 +386,42 @@ def _again(trial: Trial) -> str:
 
 
 @contextmanager
-def _unwritable_output_dropped() -> Iterator[None]:
-    """What the block prints, dropped where stdout cannot be written (a full disk under its file), and all that
-    follows: stdout goes to /dev/null, which takes the lines still buffered too, and that is said once on stderr. The
-    run goes on, its store has it all; the error of a line stopped the experiment ("no space left: a file"). A
-    reader gone (BrokenPipeError: `hermes run | head`) still stops it."""
+def _unwritable_output_dropped(stderr: Any = None) -> Iterator[None]:
+    """What the block prints, dropped where stdout cannot be written (a full disk under its file, a terminal gone
+    while SIGHUP is ignored: EIO), and all that follows: stdout goes to /dev/null, which takes the lines still
+    buffered too, and that is said once on ``stderr`` (default: sys.stderr). The run goes on, its store has it all;
+    the error of a line stopped the experiment ("no space left: a file"). A reader gone (BrokenPipeError:
+    `hermes run | head`) still stops it."""
     try:
         yield
     except BrokenPipeError:
         raise
     except OSError as error:
         _stdout_to_devnull()
-        with suppress(OSError):  # stderr may be on that disk too
+        with suppress(OSError):  # stderr may be on that disk, or that terminal, too
             print(f"hermes: warning: its output cannot be written ({error.strerror}): what it prints there is "
-                  "dropped from here on, and the experiment goes on", file=sys.stderr, flush=True)
+                  "dropped from here on, and the experiment goes on", file=stderr or sys.stderr, flush=True)
+
+
+class _DroppedWhenUnwritable:
+    """The live view's stdout, each write in ``_unwritable_output_dropped``: Rich writes from its refresh thread and
+    as the view stops, where no `with` of the run reaches (a traceback and exit code 1 for an experiment that
+    finished). ``stderr``: the real one, taken before the view redirects sys.stderr to the console it draws on."""
+
+    def __init__(self, stream: Any, stderr: Any) -> None:
+        self._stream, self._stderr = stream, stderr
+
+    def write(self, text: str) -> int:
+        with _unwritable_output_dropped(self._stderr):
+            self._stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        with _unwritable_output_dropped(self._stderr):
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 class _SaidAtFlush:
@@ -436,11 +459,13 @@ def _progress_printer(session: ExperimentSession, say: Callable[[str], None] | N
     present: set[str] = set()  # the nodes and GPUs of this run (a continued run's log names the last one's, gone)
 
     def ended(trial: Trial, at: float) -> None:
+        # its last report, not the core's step: a crash sets that back to its checkpoint's, behind the reports
+        step = trial.steps[-1] if trial.steps else 0
         value = f", {session.spec.metric.name} {trial.values[-1]:.4g}" if trial.values else ""
         error = f" ({printable(summarise_error(trial.error, width=120))})" if trial.error else ""
         if only_errors and not trial.error:
             return
-        where = f"at step {trial.step}" if trial.step else "before its first report"  # a trial a budget ended unstarted
+        where = f"at step {step}" if step else "before its first report"  # a trial a budget ended unstarted
         lines.append(f"[{at:8.1f}s] trial {trial.trial_id} {trial.state.value} {where}{value}{error}")
 
     def show(event: Event, decisions: list[Decision]) -> None:
@@ -497,7 +522,7 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
                      help=f"{', '.join(POLICIES)} (default hermes), or a policy of your own as module:Class, looked "
                           "for in the current folder first")
     sim.add_argument("--stopper", help=f"optional early stopping: {', '.join(STOPPERS)}, or module:Class")
-    sim.add_argument("--period", type=_positive_float, help="scheduling period in seconds (default: the policy's)")
+    sim.add_argument("--period", type=_positive_period, help="scheduling period in seconds (default: the policy's)")
     sim.add_argument("--seed", type=_non_negative_int, default=0,
                      help="seed of the random arrival order (with --compare: the first of --seeds)")
     sim.add_argument("--costs", default="warm", choices=PROFILES,
@@ -616,7 +641,7 @@ def _loadable(load: Callable[[str], type], name: str, option: str, **params: Any
     built (abstract, wanting other arguments, or failing in its constructor) is refused now, as `hermes run` refuses
     it, not in a traceback.
     A class of one's own is looked for in the current folder first (``Setting.plugins_from``)."""
-    from hermes.plugins import importable_from
+    from hermes.plugins import construct, importable_from
 
     with importable_from(Path.cwd()):
         try:
@@ -624,7 +649,7 @@ def _loadable(load: Callable[[str], type], name: str, option: str, **params: Any
         except ValueError as error:  # it cannot be loaded, and says why
             raise HermesError(f"{option}: {error}") from None
         try:
-            cls(**params)
+            construct(cls, params)  # as run_one builds it: a parameter's annotated type is checked
         except (TypeError, ValueError) as error:  # abstract, or a wrong argument
             raise HermesError(f"{option}: {error}") from None
         except Exception as error:  # noqa: BLE001 - the constructor's own failure (a file it reads is missing)
@@ -1046,7 +1071,14 @@ def number_type(convert: Callable[[str], Any], accepts: Callable[[Any], bool], w
     return parse
 
 
-_positive_float = number_type(float, lambda value: 0 < value < math.inf, "a positive number")
+def _whole_as_int(text: str) -> int | float:
+    """A number, an int where it is whole: ``--period 5`` is what a spec's ``period: 5`` is to a policy whose
+    period is annotated int, which refuses a float 5.0 (``hermes.plugins.construct``)."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
+_positive_period = number_type(_whole_as_int, lambda value: 0 < value < math.inf, "a positive number")
 _size = number_type(float, lambda value: 0 <= value < math.inf, "a number >= 0")
 _positive_int = number_type(int, lambda value: value >= 1, "a positive whole number")
 _non_negative_int = number_type(int, lambda value: value >= 0, "a whole number >= 0")

@@ -230,7 +230,7 @@ def format_status(status: Status) -> str:
     failed = [trial for trial in view.trials if trial.error]
     if failed:
         lines.append(f"errors      {_count(len(failed), 'trial')}")
-        lines += _errors(failed)
+        lines += _errors(failed, _last_steps(view))
     reruns = f", {_count(status.reruns, 'run')} again after a crash" if status.reruns else ""
     lines.append(f"switches    {_count(status.preemptions, 'preemption')}, {_count(status.migrations, 'migration')}"
                  f"{reruns}")
@@ -242,9 +242,19 @@ def format_status(status: Status) -> str:
     return "\n".join(lines)
 
 
-def _errors(failed: list[TrialRecord]) -> list[str]:
+def _last_steps(view: ExperimentView) -> dict[str, int]:
+    """The last step each trial reported, as ``hermes results`` counts its steps: not the store's step of a trial,
+    which a crash sets back to its checkpoint's."""
+    last: dict[str, int] = {}
+    for record in view.metrics:
+        last[record.trial_id] = max(record.step, last.get(record.trial_id, 0))
+    return last
+
+
+def _errors(failed: list[TrialRecord], last_steps: dict[str, int] | None = None) -> list[str]:
     """A line per error, its trials together (a thousand trials failing alike make one line), the first
-    ERRORS_SHOWN errors, control characters escaped; ``hermes results`` lists every trial's."""
+    ERRORS_SHOWN errors, control characters escaped; ``hermes results`` lists every trial's. ``last_steps``: the
+    last step each trial reported (``_last_steps``), where the store's step of a trial is not."""
     alike: dict[str, list[TrialRecord]] = {}
     for trial in failed:
         alike.setdefault(printable(summarise_error(trial.error or "")), []).append(trial)
@@ -252,7 +262,8 @@ def _errors(failed: list[TrialRecord]) -> list[str]:
     for error, trials in list(alike.items())[:ERRORS_SHOWN]:
         if len(trials) == 1:
             trial = trials[0]
-            lines.append(f"  trial {trial.trial_id} ({trial.state.value} at step {trial.step}): {error}")
+            step = (last_steps or {}).get(trial.trial_id, trial.step)
+            lines.append(f"  trial {trial.trial_id} ({trial.state.value} at step {step}): {error}")
             continue
         named = ", ".join(trial.trial_id for trial in trials[:3]) + (f" and {len(trials) - 3} more" if len(trials) > 3
                                                                       else "")

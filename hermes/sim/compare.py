@@ -101,7 +101,8 @@ def _run_job(job: tuple[str, int, Setting]) -> SimulationResult:
 def compare(
     trace: Trace, policies: Sequence[str], seeds: Sequence[int], setting: Setting, *, workers: int = 1
 ) -> list[Summary]:
-    """Run every policy on every seed and summarise each policy."""
+    """Run every policy on every seed and summarise each policy, named ``policy+stopper`` where ``setting``
+    composes a stopper with every policy (as bench/policy_panel.py names them): the baseline is no plain FIFO then."""
     jobs = [(policy, seed, setting) for policy in policies for seed in seeds]
     if workers > 1:
         with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(trace,)) as pool:
@@ -111,7 +112,8 @@ def compare(
     by_policy: dict[str, dict[int, SimulationResult]] = {policy: {} for policy in policies}
     for (policy, seed, _), result in zip(jobs, results):
         by_policy[policy][seed] = result
-    return [summarise(policy, runs) for policy, runs in by_policy.items()]
+    composed = f"+{setting.stopper}" if setting.stopper else ""
+    return [summarise(policy + composed, runs) for policy, runs in by_policy.items()]
 
 
 def summarise(policy: str, by_seed: Mapping[int, SimulationResult]) -> Summary:
@@ -146,10 +148,11 @@ def _got(value: float | None) -> bool:
 
 
 def format_table(summaries: list[Summary], baseline: str = "fifo") -> str:
-    """A plain-text table with each policy's speed-ups over ``baseline`` (when it is in the table); times in
-    hours, minutes or seconds, whichever the longest makespan reads best in. Notes under it say what ``x`` and
-    ``target`` are, and which policies left trials without a report."""
-    base = next((s for s in summaries if s.policy == baseline), None)
+    """A plain-text table with each policy's speed-ups over ``baseline`` (when it is in the table, alone or with a
+    stopper composed: ``fifo+median``); times in hours, minutes or seconds, whichever the longest makespan reads
+    best in. Notes under it say what ``x`` and ``target`` are, and which policies left trials without a report."""
+    named = {s.policy: s for s in summaries}
+    base = named.get(baseline) or next((s for s in summaries if s.policy.partition("+")[0] == baseline), None)
     longest = max((s.makespan_s for s in summaries if math.isfinite(s.makespan_s)), default=0.0)
     unit, scale = ("h", 3600.0) if longest >= 2 * 3600 else ("min", 60.0) if longest >= 120 else ("s", 1.0)
     name = max(10, *(len(s.policy) + 2 for s in summaries))
@@ -171,7 +174,11 @@ def format_table(summaries: list[Summary], baseline: str = "fifo") -> str:
         )
     lines.append("best, target: the seeds in which the policy fully trained a best trial, a trial on target")
     if base:
-        lines.append(f"x: {baseline}'s mean over the policy's, over the seeds where both got there")
+        lines.append(f"x: {base.policy}'s mean over the policy's, over the seeds where both got there")
+    if base and base.policy != baseline:
+        stopper = base.policy.partition("+")[2]
+        lines.append(f"+{stopper}: with the {stopper} early stopper composed, {baseline} too: x is no speed-up over "
+                     f"plain {baseline}")
     lines += [f"{s.policy}: {s.stopped_before_first_report:.3g} trial(s) per seed stopped before the first report; "
               "its 1st feedback is over the others" for s in summaries if s.stopped_before_first_report]
     return "\n".join(lines)

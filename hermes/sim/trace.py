@@ -7,7 +7,7 @@ sets what a switch costs in the simulator; its first row counts) and an optional
 migrates and a switch moves no state; its first row counts), one row per trial per epoch. The rows of a trial are
 contiguous and number its epochs 1, 2, ... in order. ``seconds`` is the time the
 epoch took on one GPU, at most a year. An empty ``metric`` means the trial diverged in that epoch
-and produced no value, so it must be the trial's last row.
+and produced no value, so it must be the trial's last row. Any other column is refused (a misspelt one).
 
 The loader is strict because a silently misread trace would make every scheduler
 comparison built on it wrong; each error names the file and the line to fix.
@@ -16,6 +16,7 @@ comparison built on it wrong; each error names the file and the line to fix.
 from __future__ import annotations
 
 import csv
+import difflib
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -167,6 +168,7 @@ def _read_trials(path: str, reader: Iterator[list[str]], state_mb: float | None)
     for name in REQUIRED_COLUMNS:
         if name not in header:
             raise TraceError(f"{path}:1: missing column {name!r}")
+    _refuse_unknown_columns(path, header)
     columns = _Columns(
         len(header),
         *(header.index(name) for name in REQUIRED_COLUMNS),
@@ -187,6 +189,23 @@ def _read_trials(path: str, reader: Iterator[list[str]], state_mb: float | None)
     if not trials:
         raise TraceError(f"{path}:1: the header is not followed by any rows")
     return trials
+
+
+def _refuse_unknown_columns(path: str, header: list[str]) -> None:
+    """A column the loader does not know is refused, not skipped: a misspelt ``moveable`` or ``state_MB`` would
+    leave every trial movable or at the default size, and change every figure without a word. A blank name (the
+    trailing comma a spreadsheet adds) names nothing and is skipped."""
+    known = (*REQUIRED_COLUMNS, STATE_COLUMN, MOVABLE_COLUMN)
+    for name in header:
+        if name and name not in known and not name.startswith(PARAM_PREFIX):
+            lower = name.lower()  # state_MB, Param_lr: only the case is wrong
+            candidates = [*known, lower] if lower.startswith(PARAM_PREFIX) else known
+            near = difflib.get_close_matches(lower, candidates, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise TraceError(
+                f"{path}:1: unknown column {name!r}{hint}; a trace has the columns {', '.join(REQUIRED_COLUMNS)}, "
+                f"{PARAM_PREFIX}<name>, {STATE_COLUMN} and {MOVABLE_COLUMN}"
+            )
 
 
 def _numbered_rows(path: str, reader: Iterator[list[str]], width: int) -> Iterator[tuple[int, list[str]]]:
