@@ -17,6 +17,7 @@ from hermes.core.states import TrialState
 from hermes.errors import SpecError
 from hermes.experiment import parse_spec
 from hermes.experiment.command import CommandError, command_argv, parse_template
+from hermes.local.launchers.process import SEARCHED
 from tests.test_run import hermes as hermes_cli
 from tests.test_run import load_view, spec_of, write_spec
 from tests.test_scripts import program_spec
@@ -44,14 +45,31 @@ def test_a_long_line_is_searched_at_its_end_without_freezing_the_runner(tmp_path
 
 def test_a_number_cut_by_the_start_of_the_searched_end_fails_the_trial_saying_so(tmp_path: Path) -> None:
     """A group that reads from where the searched end of a long line starts, inside a number, read only its end."""
-    program = "print('0.' + '1' * 3000 + ' items')\n"
+    program = "print('0.' + '1' * 20000 + ' items')\n"
     hermes.run(program_spec(tmp_path, "cut", program, r"(?P<value>[\d.]+) items", 1))
     view, _ = load_view(tmp_path / "runs")
-    ones = "1" * (1024 - len(" items"))
+    ones = "1" * (SEARCHED - len(" items"))
     assert [(trial.state, trial.error) for trial in view.trials] == [(TrialState.FAILED, (
-        f"trial.metrics_regex's group 'value' read '{ones}' in the last 1024 characters of a line of 3008, "
-        f"'{ones} items', where the number begins before the last 1024 characters of the line, all of a longer "
+        f"trial.metrics_regex's group 'value' read '{ones}' in the last {SEARCHED} characters of a line of 20008, "
+        f"'{ones} items', where the number begins before the last {SEARCHED} characters of the line, all of a longer "
         "line that is searched: print the metrics at the end of their line, or on a line of their own"))]
+
+
+PER_CLASS = ("for epoch in range(1, 4):\n"
+             "    classes = ' | '.join(f'class_{c:02d} accuracy 0.{c:04d}' for c in range(40))  # 1,300 characters\n"
+             "    print(f'epoch {epoch} accuracy 0.{epoch + 5} | {classes}', flush=True)\n"
+             "print('x' * 20000, flush=True)  # a line longer than what is searched, said once in stderr.log\n")
+
+
+def test_a_metrics_line_of_a_few_thousand_characters_is_read_where_its_first_match_is(tmp_path: Path) -> None:
+    """The overall accuracy, then each class's, on one line of 1,300 characters: with 1,024 characters searched, each
+    epoch recorded class 12's accuracy (0.0012), a wrong best with no word said. A line longer than what is searched
+    is said once in the trial's stderr.log."""
+    hermes.run(program_spec(tmp_path, "perclass", PER_CLASS, r"accuracy (?P<value>\d\.\d+)", 3))
+    view, _ = load_view(tmp_path / "runs")
+    assert [(record.step, record.values["value"]) for record in view.metrics] == [(1, 0.6), (2, 0.7), (3, 0.8)]
+    [log] = (tmp_path / "runs").glob("*/trials/*/stderr.log")
+    assert log.read_text().count(f"a line of 20000 characters was searched in its last {SEARCHED} only") == 1
 
 
 @pytest.mark.parametrize("pattern", [r".*?x(?P<value>\S+)", r".+(?P<value>\d)x", r"(?P<step>\d+).*?x(?P<value>\S*)",
@@ -61,8 +79,8 @@ def test_the_search_of_a_line_finds_what_a_plain_search_of_its_end_finds(pattern
     from hermes.local.launchers.process import _search
 
     compiled = re.compile(pattern)
-    for text in ["", "x", "12x3", "ab12x12x3.", "..1x1 22x22 x9", "7" * 3000 + "x7", "a1x" * 600]:
-        start = max(0, len(text) - 1024)
+    for text in ["", "x", "12x3", "ab12x12x3.", "..1x1 22x22 x9", "7" * 20000 + "x7", "a1x" * 6000]:
+        start = max(0, len(text) - SEARCHED)
         expected, found = compiled.search(text, start), _search(compiled, text, start)
         assert (found and (found.span(), found.groupdict())) == (expected and (expected.span(), expected.groupdict()))
 

@@ -197,6 +197,28 @@ if __name__ == "__main__":
     assert set_under_main_guard(tmp_path / "tune.py") == {"SETTINGS"}
 
 
+def test_the_environment_changed_under_the_guard_through_a_name_imported_from_os_is_not_warned_of(
+        tmp_path: Path) -> None:
+    """``from os import environ`` then ``environ["DATA_ROOT"] = ...`` under the guard: the trials inherit the
+    environment, yet the widened warning named environ (as it leaves os.environ out)."""
+    (tmp_path / "tune.py").write_text("""
+from os import environ
+from sys import path as search_path
+from settings import SETTINGS
+
+
+def train(config):
+    return environ["DATA_ROOT"], SETTINGS["scale"]
+
+
+if __name__ == "__main__":
+    environ["DATA_ROOT"] = "/data"
+    search_path.insert(0, "/opt/lib")
+    SETTINGS["scale"] = 100.0
+""")
+    assert set_under_main_guard(tmp_path / "tune.py") == {"SETTINGS"}
+
+
 GLOBAL_ELSEWHERE = """
 from hermes import trial
 

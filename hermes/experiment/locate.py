@@ -127,8 +127,13 @@ def set_under_main_guard(script: Path, reached: Collection[str] = frozenset()) -
     # (from settings import SETTINGS) is the script's value as any other.
     modules = {alias.asname or alias.name.split(".")[0]
                for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    modules |= {alias.asname or alias.name for node in ast.walk(tree)  # from os import environ: the process's state
+                if isinstance(node, ast.ImportFrom) and node.module in _PROCESS_STATE for alias in node.names}
     return (set_there - (imported - _assigned(guarded))) | (_changed_in_place(guarded) - modules)
 
+
+# Modules whose objects hold the process's own state, which trials inherit (os.environ) or need not (sys.path)
+_PROCESS_STATE = frozenset({"os", "sys"})
 
 # Methods that change a list, dict or set in place: ``SETTINGS.update(...)`` under the guard sets what trials lack.
 _CHANGING_METHODS = frozenset({"append", "extend", "insert", "update", "setdefault", "add", "clear", "pop",

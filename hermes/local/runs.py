@@ -84,6 +84,7 @@ class Run:
     worker: Worker | None = None  # the warm worker it runs in, instead of a process
     reports: int = 0  # unmodified: the lines read as reports, new or caught up (the step, without a step group)
     misread: str | None = None  # unmodified: why the last line that matched its pattern was no report
+    cut: bool = False  # unmodified: a line longer than the searched end was read (said once in its stderr.log)
     trained: bool = False  # unmodified: it printed a step past its budget, so it was ended there, completed
     suspended_step: int | None = None  # its checkpoint of this step is committed
     paused: bool = False  # SIGSTOPped

@@ -47,9 +47,9 @@ from hermes.trial import protocol
 MAX_LINE = 1 << 20  # bytes of a line kept: of a longer one (a progress bar drawn without \r or \n), the last ones
 # characters at the end of a line that trial.metrics_regex searches: a search's time grows with the square, or a higher
 # power, of what it searches for many patterns, and the runner waits for it (a 60 KB line of progress dots took 19 s
-# with .*?x); on 1,024 characters, patterns with one repeat over the line took 30 ms at most (docs/trials.md), and a
-# line of metrics is shorter
-SEARCHED = 1024
+# with .*?x; a pattern led by one repeat is tried once, ``_search``); a line of metrics is shorter, per-class lists
+# and ids of misclassified samples included (1,024 cut those, and a later class's accuracy was read as the epoch's)
+SEARCHED = 16_384
 _SEGMENT = re.compile(rb"[^\r\n]*[\r\n]")  # a segment of output with the byte that ends it
 # a group's pattern that reads a whole number as Python prints it: 1e-05, nan, -inf; not a sentence's last point (0.25.)
 NUMBER = r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?)\b)"
@@ -446,6 +446,11 @@ class ScriptLauncher(ProcessLauncher):
         groups are recorded when they are numbers too, and left out when not (a phase's name, say)."""
         pattern = run.trial.launch.pattern
         start = max(0, len(text) - SEARCHED)  # of a longer line, only its end is searched
+        if start and not run.cut:  # said once: a report read from a cut line may be another than the program meant
+            run.cut = True
+            _log(run, run.outputs[-1], f"hermes: trial {run.trial.trial_id}: a line of {len(text)} characters was "
+                                       f"searched in its last {SEARCHED} only (trial.metrics_regex reads the metrics "
+                                       "at the end of a long line)\n".encode())
         match = _search(pattern, text, start)
         if match is None:
             return None
