@@ -187,7 +187,7 @@ IMPORT_GATES = threading.Event(), threading.Event()
 sys.path.insert(0, "fake")
 from hermes import trial
 from hermes.trial.checkpoint import reseed_rng
-from hermes.trial.session import current
+from hermes.trial.session import current, release_device_cache
 
 state = trial.Checkpoint(rng=True)
 threading.Thread(target=__import__, args=("torch",)).start()  # a data loader warming up
@@ -201,12 +201,14 @@ print("done", torch.seeded, sorted(p.name for p in (folder / "state").iterdir())
 
 
 @pytest.mark.parametrize(("action", "done"), [("current().save(3)", "done False ['state.pt']"),
-                                              ("reseed_rng()", "done True []")], ids=["save", "reseed"])
+                                              ("reseed_rng()", "done True []"),
+                                              ("release_device_cache()", "done False []")],
+                         ids=["save", "reseed", "release-cache"])
 def test_the_generators_wait_for_a_torch_import_half_done_in_another_thread(
     tmp_path: Path, action: str, done: str
 ) -> None:
-    """capture_rng and reseed_rng used the half-built module in sys.modules: AttributeError, "partially initialized
-    module 'torch' has no attribute 'get_rng_state'"."""
+    """capture_rng, reseed_rng and release_device_cache (a parked trial's) used the half-built module in sys.modules:
+    AttributeError, "partially initialized module 'torch' has no attribute 'get_rng_state'" (or 'cuda')."""
     (tmp_path / "fake").mkdir()
     (tmp_path / "fake" / "torch.py").write_text(SLOW_TORCH)
     ran = run_trial(tmp_path, DURING_IMPORT.replace("{action}", action))

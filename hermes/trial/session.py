@@ -611,8 +611,11 @@ def release_device_cache() -> None:
     never imported here: a trial that did not import it has none)."""
     import sys
 
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
+    if sys.modules.get("torch") is None:
+        return
+    import torch  # imported by the trial: one half done in another thread is waited for (it has no ``cuda`` yet)
+
+    if torch.cuda.is_initialized():
         torch.cuda.empty_cache()
 
 
