@@ -181,6 +181,7 @@ class PoolSession:
         self.executor: LocalExecutor | RayExecutor | None = None
         self._stopped = threading.Event()
         self._run_over = threading.Event()  # ``run`` has returned: its trials have ended, its sessions run no more
+        self.running = threading.Event()  # ``run`` has taken up the store's open experiments, and has not stopped
         self._last_sync = -float("inf")
         self._shares: list[Share] = []  # replaced whole at each sync, so any thread may read it
         self._lock = PoolLock(self.directory / "pool")
@@ -246,6 +247,7 @@ class PoolSession:
         try:
             for member in opened:
                 self._attach(member, started)
+            self.running.set()
             while not self._stopped.is_set():
                 self._sync()
                 asking = any(member.session.asks_due for member in self.members.values())
@@ -260,6 +262,7 @@ class PoolSession:
                 elif not events and executor.idle():
                     self._stopped.wait(self.poll)
         finally:
+            self.running.clear()
             self._stopped.set()
             executor.close()
             for member in self.members.values():

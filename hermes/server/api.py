@@ -129,6 +129,8 @@ def _now(hermes: Hermes, experiment: ExperimentRecord, digest: ExperimentDigest)
     executor = hermes.pool.executor
     if experiment.owner is None or experiment.status is not ExperimentStatus.RUNNING or executor is None:
         return digest.now
+    if hermes.pool_stopped() is not None:  # its runs ended with the pool, which could not record so
+        return digest.now
     return max(digest.now, executor.now())
 
 
@@ -166,11 +168,16 @@ class Experiment(BaseModel):
     damaged: str | None = None  # a damaged record of it, and what to do: its trials and best are then left out
 
 
-def _summary(experiment: ExperimentRecord, spec: bool = False) -> Experiment:
+def _summary(experiment: ExperimentRecord, spec: bool = False, pool_stopped: str | None = None) -> Experiment:
+    """With ``pool_stopped`` (``Hermes.pool_stopped``), an experiment the pool ran is shown interrupted, saying why:
+    the pool could not record that, so its record still says running."""
     metric = experiment.spec.get("metric", {})
+    status, error = experiment.status.value, experiment.error
+    if pool_stopped is not None and experiment.owner is not None and experiment.status is ExperimentStatus.RUNNING:
+        status, error = ExperimentStatus.INTERRUPTED.value, pool_stopped
     return Experiment(
-        id=experiment.experiment_id, name=experiment.name, owner=experiment.owner, status=experiment.status.value,
-        weight=experiment.weight, cancel_requested=experiment.cancel_requested, error=experiment.error,
+        id=experiment.experiment_id, name=experiment.name, owner=experiment.owner, status=status,
+        weight=experiment.weight, cancel_requested=experiment.cancel_requested, error=error,
         created_at=experiment.created_at,
         metric=str(metric.get("name", "")), mode=str(metric.get("mode", "")),
         spec=experiment.spec if spec else None,
@@ -205,7 +212,8 @@ def submit(body: SubmitRequest, hermes: HermesDep, user: UserDep) -> Experiment:
 
 
 def _overviewed(
-    experiment: ExperimentRecord, overview: Callable[[ExperimentRecord], dict[str, Any]], spec: bool = False
+    hermes: Hermes, experiment: ExperimentRecord, overview: Callable[[ExperimentRecord], dict[str, Any]],
+    spec: bool = False,
 ) -> Experiment:
     """The experiment with its trials and best; where a record of it is damaged, ``damaged`` naming it instead. One
     damaged experiment failed the whole list, for every user (and ``hermes status --server``, which reads each
@@ -214,13 +222,13 @@ def _overviewed(
         shown = overview(experiment)
     except DamagedRecord as error:
         shown = {"damaged": damage_detail(error)}
-    return _summary(experiment, spec).model_copy(update=shown)
+    return _summary(experiment, spec, hermes.pool_stopped()).model_copy(update=shown)
 
 
 @router.get("/experiments", summary="the experiments you may see, oldest first")
 def experiments(hermes: HermesDep, user: UserDep) -> list[Experiment]:
     return [
-        _overviewed(experiment, hermes.overview)
+        _overviewed(hermes, experiment, hermes.overview)
         for experiment in hermes.store.experiments()
         if user.may_see(experiment.owner)
     ]
@@ -229,7 +237,7 @@ def experiments(hermes: HermesDep, user: UserDep) -> list[Experiment]:
 @router.get("/experiments/{experiment_id}", summary="one experiment, with its spec")
 def experiment(experiment_id: int, hermes: HermesDep, user: UserDep) -> Experiment:
     record = _experiment(hermes, user, experiment_id)
-    return _overviewed(record, lambda record: hermes.digest(record).overview(), spec=True)
+    return _overviewed(hermes, record, lambda record: hermes.digest(record).overview(), spec=True)
 
 
 @router.post("/experiments/{experiment_id}/cancel", status_code=status.HTTP_202_ACCEPTED,
@@ -254,7 +262,7 @@ def set_weight(experiment_id: int, body: WeightRequest, hermes: HermesDep, user:
 def _current(hermes: Hermes, experiment_id: int) -> Experiment:
     """The experiment as ``GET`` gives it, less its spec: what a change left it (its trials and best too)."""
     record = hermes.store.experiment(experiment_id)
-    return _overviewed(record, lambda record: hermes.digest(record).overview())
+    return _overviewed(hermes, record, lambda record: hermes.digest(record).overview())
 
 
 # ---------------------------------------------------------------------- what an experiment recorded
@@ -443,7 +451,8 @@ def set_user_weight(name: str, body: WeightRequest, hermes: HermesDep, user: Use
 def cluster(hermes: HermesDep, user: UserDep) -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = {}
     owner_weights = hermes.store.owner_weights()
-    for share in hermes.pool.shares():
+    stopped = hermes.pool_stopped()
+    for share in hermes.pool.shares() if stopped is None else ():  # a stopped pool's last shares hold no GPU
         owner = share.owner if user.admin or share.owner == user.name else "(other users)"
         weight = owner_weights.get(owner, 1.0) if owner == share.owner else None  # others' are not summed
         row = rows.setdefault(owner, {"user": owner, "weight": weight, "experiments": 0, "gpus_now": 0, "share": 0.0,
@@ -453,7 +462,8 @@ def cluster(hermes: HermesDep, user: UserDep) -> dict[str, Any]:
         row["share"] += share.share
         row["gpu_seconds"] += share.used_gpu_seconds
         row["owed_gpu_seconds"] += share.owed_gpu_seconds
-    return {"gpus": hermes.pool.gpus(), "users": sorted(rows.values(), key=lambda row: row["user"])}
+    return {"gpus": hermes.pool.gpus(), "users": sorted(rows.values(), key=lambda row: row["user"]),
+            "pool_stopped": stopped}
 
 
 @router.get("/cluster/timeline", summary="the pool's GPU timeline: every experiment's runs changed after a cursor")

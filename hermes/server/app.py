@@ -20,6 +20,7 @@ import re
 import signal
 import socket
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -115,6 +116,7 @@ class Hermes:
         self._open: set[int] = set()  # of those, the experiments open when last read: their digests are kept
         self._digests_lock = threading.Lock()
         self._ended: dict[int, tuple[ExperimentRecord, dict[str, Any]]] = {}  # ended experiments' overviews
+        self._pool_failure: tuple[str, float] | None = None  # why the pool last stopped, and when it starts again
 
     def parse(self, data: dict[str, Any], owner: str, folder: str = "") -> ExperimentSpec:
         """The spec as its owner's area reads it, as if its file lay in ``folder`` there (relative to
@@ -278,8 +280,9 @@ class Hermes:
             try:
                 self.pool.run()
                 return  # stopped by close
-            except Exception:
+            except Exception as error:
                 log.exception("the pool stopped; it starts again from the store in %.0f s", delay)
+                self._pool_failure = (_pool_stop_reason(error), time.monotonic() + delay)
             if self._closing.wait(delay):
                 return
             delay = min(2 * delay, POOL_RESTART_S[1])
@@ -287,6 +290,19 @@ class Hermes:
                 if self._closing.is_set():
                     return
                 self.pool = self._new_pool()
+
+    def pool_stopped(self) -> str | None:
+        """Why the pool runs nothing now, while it waits to start again after an error (a full disk, a database
+        gone); None while it runs. Its experiments stayed marked running in the store, which could not record them
+        interrupted: the API shows them interrupted, with this reason, and their bars stop growing."""
+        failure = self._pool_failure
+        if failure is None or self.pool.running.is_set():
+            return None
+        why, restart_at = failure
+        wait = restart_at - time.monotonic()
+        when = f"it starts again in {math.ceil(wait):.0f} s" if wait > 0 else "it is starting again"
+        return (f"the pool stopped: {why}; {when}, and its experiments then continue from their checkpoints "
+                "(the server's log says more)")
 
     def close(self) -> None:
         """Stop the pool (its trials stop; running experiments are continued by the next start).
@@ -487,6 +503,17 @@ STORE_FAILED = ("the server's store failed, and nothing of this request was done
                 "(the server's log says why)")
 STORE_FULL = ("the server's store is full (its disk has no space left), so nothing of this request was kept; the "
               "server's administrator must free space")
+
+
+def _pool_stop_reason(error: Exception) -> str:
+    """What every user is told of the error that stopped the pool: no database URL or path, which the log keeps."""
+    if isinstance(error, StoreFull):
+        return "the server's store is full (its disk has no space left)"
+    if isinstance(error, StoreUnavailable):
+        return "the server's store cannot be used (its database is locked, read-only, unreachable or failing)"
+    if isinstance(error, StoreError):
+        return "the server's store failed"
+    return f"an error ({type(error).__name__})"
 
 
 def damage_detail(error: DamagedRecord) -> str:

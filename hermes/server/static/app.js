@@ -623,9 +623,10 @@ function trialPanel(box, id, selected, s) {
 function clusterView(root) {
   const table = el("table", { id: "cluster" });
   const chartBox = el("div", { class: "chart", id: "cluster-chart" });
+  const poolStopped = el("p", { class: "error", id: "pool-stopped", hidden: true });
   root.append(el("h2", {}, "Cluster"), el("p", { class: "muted" },
     "GPUs each user holds now against their fair share of the pool (by their weight, then their experiments')."),
-    scrolling(table), el("div", { class: "panel" }, chartBox));
+    poolStopped, scrolling(table), el("div", { class: "panel" }, chartBox));
   const users = el("table", { id: "users" });
   const usersError = el("p", { class: "error", id: "users-error" });
   root.append(el("h3", {}, "Users"), el("p", { class: "muted" },
@@ -706,6 +707,8 @@ function clusterView(root) {
   });
   const stop = every(POLL_MS, async () => {
     const c = await api("/cluster");
+    poolStopped.textContent = c.pool_stopped || "";  // why the pool runs nothing now, until it starts again
+    poolStopped.hidden = !c.pool_stopped;
     const hours = (seconds) => (seconds / 3600).toFixed(2);
     table.replaceChildren(el("tr", {}, ...["user", "weight", "experiments", "GPUs now", "share (GPUs)",
       "GPU hours used", "GPU hours owed"].map((h) => el("th", {}, h))),
