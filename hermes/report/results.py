@@ -51,6 +51,9 @@ class Standing:
     reports: int
     gpu_seconds: float  # time holding a GPU, summed over its runs
     error: str | None  # why it failed
+    # every metric of the report that gave ``best`` (validation accuracy beside the loss ranked by, say), as Ray Tune's
+    # best result and Optuna's user attributes carry them; empty where there is no best
+    best_metrics: dict[str, float]
 
 
 def can_be_best(state: str) -> bool:
@@ -63,12 +66,12 @@ def can_be_best(state: str) -> bool:
 def standings(view: ExperimentView) -> list[Standing]:
     """Every trial, best first (failed trials last)."""
     objective = view.target.objective
-    reports: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    reports: dict[str, list[tuple[int, float, dict[str, float]]]] = defaultdict(list)  # step, objective, every metric
     last_step: dict[str, int] = {}  # not the core's step: a trial that fell back to its checkpoint is behind it
     for record in view.metrics:
         value = view.target.value(record.values)
         if value is not None:
-            reports[record.trial_id].append((record.step, value))
+            reports[record.trial_id].append((record.step, value, record.values))
         last_step[record.trial_id] = max(record.step, last_step.get(record.trial_id, 0))
     now = view.now
     gpu_seconds: dict[str, float] = defaultdict(float)
@@ -79,7 +82,8 @@ def standings(view: ExperimentView) -> list[Standing]:
     for trial in view.trials:
         own = reports.get(trial.trial_id, [])
         finite = [report for report in own if math.isfinite(report[1])]
-        best_step, best = max(finite, key=lambda report: objective.score(report[1]), default=(None, None))
+        best_step, best, best_metrics = max(finite, key=lambda report: objective.score(report[1]),
+                                            default=(None, None, {}))
         unranked.append(
             Standing(
                 rank=0,
@@ -94,6 +98,7 @@ def standings(view: ExperimentView) -> list[Standing]:
                 reports=len(own),
                 gpu_seconds=gpu_seconds.get(trial.trial_id, 0.0),
                 error=trial.error,
+                best_metrics=dict(best_metrics),
             )
         )
     # sorted() is stable, so ties keep submission order.
@@ -118,6 +123,7 @@ def format_results(
     pool's lock lies beside the store."""
     names = list(dict.fromkeys(name for standing in top for name in standing.params))
     metric = view.target.name
+    others = list(dict.fromkeys(name for standing in top for name in standing.best_metrics if name != metric))
     saved = {trial.trial_id: trial.checkpoint_step for trial in view.trials}
     files = {s.trial_id: _files(experiment_dir, s, saved[s.trial_id]) for s in top}
     live = is_live(view.experiment, lock)
@@ -130,13 +136,14 @@ def format_results(
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(
             ["rank", "trial", "state", f"best_{metric}", "best_step", f"final_{metric}", "steps", "budget", "reports",
-             "gpu_seconds", *(f"param_{name}" for name in names), "error", "directory", "checkpoint"]
+             "gpu_seconds", *(f"param_{name}" for name in names), *(f"at_best_{name}" for name in others), "error",
+             "directory", "checkpoint"]
         )
         for s in top:
             writer.writerow(
                 [s.rank, s.trial_id, states[s.trial_id], _csv(s.best), _csv(s.best_step), _csv(_finite(s.final)),
                  s.steps, s.budget, s.reports, round(s.gpu_seconds, 3), *(_csv_param(s.params[name]) if name in s.params else "" for name in names),
-                 _csv(s.error), *(_csv(value) for value in files[s.trial_id].values())]
+                 *(_csv(_finite(s.best_metrics.get(name))) for name in others), _csv(s.error), *(_csv(value) for value in files[s.trial_id].values())]
             )
         return buffer.getvalue().rstrip("\n")
     errors = any(s.error for s in top)  # the column only when some trial has one
@@ -169,6 +176,7 @@ def _as_json(standing: Standing) -> dict[str, Any]:
         "gpu_seconds": round(standing.gpu_seconds, 3),
         "params": standing.params,
         "error": standing.error,
+        "best_metrics": {name: _finite(value) for name, value in standing.best_metrics.items()},
     }
 
 
