@@ -28,6 +28,7 @@ from hermes.experiment.locate import (
     TRIAL_IS_NOT_ASYNC,
     set_under_main_guard,
 )
+from hermes.local.launchers.base import set_driver_script
 from hermes.report import ExperimentView, every_trial_failed, shown_state
 from hermes.report.files import trial_files
 from hermes.report.results import can_be_best, standings
@@ -46,6 +47,7 @@ class TrialResult:
     best: float | None  # the best finite value of the objective it reported; None where none was finite (or none yet)
     best_step: int | None
     final: float | None  # its last reported value
+    best_metrics: dict[str, float]  # every metric of the report that gave ``best`` (Ray Tune's best result's metrics)
     steps: int  # the last step it reported
     budget: int
     reports: int
@@ -204,6 +206,16 @@ def _globals_read(function: types.FunctionType) -> set[str]:
     return read
 
 
+def _driver_script() -> tuple[str, ...]:
+    """The script being run (``python tune.py --scale 100``, ``python -m pkg.tune``): its file and its command line,
+    which its trials see in sys.argv where they import it, as this process did (a script that parses its arguments at
+    its top level); nothing for a notebook, ``python -c`` or a script read from stdin."""
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    if script is None or not Path(script).is_file():
+        return ()
+    return (str(Path(script).resolve()), *sys.argv)
+
+
 def _unnamed(function: Any) -> str | None:
     """What ``function`` is where no module has it under a name of its own (a trial's process imports it by one):
     a lambda, a functools.partial, an object with __call__; None for a def."""
@@ -238,12 +250,15 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
     else:
         checked = load_spec(spec, name)
     session = ExperimentSession(checked)
+    previous = set_driver_script(_driver_script())
     try:
         with interrupts_between_batches(session):
             outcome = session.run()
     except BaseException:  # the traceback keeps the session: a notebook's held the store's files open
         session.store.close()
         raise
+    finally:
+        set_driver_script(previous)
     with closing(session.store) as store:
         view = ExperimentView.load(store, store.experiment(outcome.experiment_id))
     experiment_dir = checked.storage_dir / checked.name
@@ -255,7 +270,7 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
         trials.append(TrialResult(
             rank=standing.rank, trial_id=standing.trial_id, state=shown_state(standing.state, live=False),
             params=dict(standing.params), best=standing.best, best_step=standing.best_step, final=standing.final,
-            steps=standing.steps, budget=standing.budget, reports=standing.reports, gpu_seconds=standing.gpu_seconds,
+            best_metrics=dict(standing.best_metrics), steps=standing.steps, budget=standing.budget, reports=standing.reports, gpu_seconds=standing.gpu_seconds,
             error=standing.error,
             directory=files.directory, checkpoint=files.checkpoint,
         ))

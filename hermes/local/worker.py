@@ -1,8 +1,8 @@
 """A warm worker: one long-lived process per slot that runs function trials, one after another.
 
-``python -m hermes.local.worker package.module`` imports the trial's module (and with it the
-framework) and initialises the device once; then it runs each trial the executor starts in a
-thread of its own. A suspended trial *parks*: its thread waits inside ``report`` with the model,
+``python -m hermes.local.worker package.module [SCRIPT ARGV...]`` imports the trial's module (and with it the
+framework; ``SCRIPT ARGV...`` as hermes.trial.runner takes them) and initialises the device once; then it runs each
+trial the executor starts in a thread of its own. A suspended trial *parks*: its thread waits inside ``report`` with the model,
 optimizer, data position and everything else in memory, so a resume on this slot costs no start,
 no import and no disk read. Only one trial computes at a time: the executor starts or resumes a
 trial on a slot only once the previous one has parked or ended.
@@ -38,6 +38,7 @@ from hermes.local.system import NotRegularFile, open_regular
 from hermes.local.watchdog import EXIT_GRACE
 from hermes.trial import protocol
 from hermes.trial.checkpoint import reseed_rng
+from hermes.trial.runner import returned_unread, set_trial_argv
 from hermes.trial.session import (
     ResumeError,
     Session,
@@ -322,7 +323,9 @@ class Worker:
             # As a process of its own starts: not where the worker's previous trial left its directory and generators
             os.chdir(self.home)
             reseed_rng()
-            _call(channel, command, directory)
+            unreported = _call(channel, command, directory)
+            if unreported is not None:  # it would end the same way run again: no crash to run again
+                outcome, error = protocol.MISUSED, unreported
         except NotRegularFile as exception:  # its log, at its start or at a print after it parked: it fails alone
             outcome, error = protocol.FAILED, f"cannot open its log: {exception}"
         except SuspendExit:
@@ -371,9 +374,10 @@ def _clean(error: str | None) -> str | None:
     return None if error is None else error.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _call(channel: _TrialChannel, command: dict[str, Any], directory: Path) -> None:
+def _call(channel: _TrialChannel, command: dict[str, Any], directory: Path) -> str | None:
     """Run the trial's function in a session of its own, which ends with this call: the trial's model and optimizer,
-    which the session holds through its savers, are freed with it."""
+    which the session holds through its savers, are freed with it. Why the trial fails where its function returned a
+    value and it never reported (``returned_unread``)."""
     session = Session(
         channel.trial_id,
         directory,
@@ -385,7 +389,8 @@ def _call(channel: _TrialChannel, command: dict[str, Any], directory: Path) -> N
         in_worker=True,
     )
     bind(session)
-    _function(command["function"])(session.config)
+    function = _function(command["function"])
+    return returned_unread(function, function(session.config), session, int(command["reported_step"]))
 
 
 def _free_what_it_left() -> None:
@@ -416,10 +421,12 @@ def _function(reference: str) -> Callable[[dict[str, Any]], Any]:
     return getattr(importlib.import_module(module_name), function_name)
 
 
-def _warm_up(module_name: str) -> None:
-    """Import the trials' module (and so their framework), limit torch's threads to the slot's
-    share, and create the CUDA context now rather than in the first trial."""
+def _warm_up(module_name: str, script: list[str]) -> None:
+    """Import the trials' module (and so their framework), with the command line it would have run with in place of
+    the worker's (``set_trial_argv``), limit torch's threads to the slot's share, and create the CUDA context now
+    rather than in the first trial."""
     if module_name:
+        set_trial_argv(module_name, script)
         importlib.import_module(module_name)
     torch = sys.modules.get("torch")
     if torch is None:
@@ -461,7 +468,8 @@ def main(argv: list[str]) -> None:
     follow_threads()
     _signal_handlers_stay_the_workers()
     commands = _commands_apart()
-    _warm_up(argv[0] if argv else "")
+    module_name, *script = argv or [""]
+    _warm_up(module_name, script)
     gc.collect()
     gc.freeze()  # the imports live as long as the worker: the collection after each trial skips them
     Worker(outbox, stdout, stderr, home).serve(commands)

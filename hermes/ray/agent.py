@@ -33,6 +33,7 @@ from hermes.core.events import Event, TrialReported
 from hermes.errors import HermesError
 from hermes.local.executor import LocalExecutor
 from hermes.local.launch import TrialLaunch
+from hermes.local.launchers.base import set_driver_script
 from hermes.local.resources import local_slots
 from hermes.ray.storage import checked_store, checkpoint_contents, make_links
 from hermes.trial import protocol
@@ -67,11 +68,15 @@ class NodeAgent:
         cpu_slots: int | None = None,
         threads_per_slot: int = 1,
         shared: str | None = None,
+        driver_script: tuple[str, ...] = (),
     ) -> None:
         """``cpu_slots``: run that many CPU slots of ``threads_per_slot`` cores instead of the node's GPUs.
         ``shared``: the object the driver wrote under the storage URI (``CheckpointStore.mark_shared``), which
-        this node must see there too."""
+        this node must see there too. ``driver_script``: the driver's (``hermes.local.launchers.base``), whose command
+        line its trials see where they import it, as on one machine."""
         import ray
+
+        set_driver_script(driver_script)  # this process runs no other driver's trials
 
         if cpu_slots is None:
             slots = local_slots(node, gpus=[str(int(index)) for index in ray.get_gpu_ids()])

@@ -47,6 +47,7 @@ from hermes.errors import ClusterLost, HermesError
 from hermes.execution.contract import Executor
 from hermes.local.handshake import TrialProgress
 from hermes.local.launch import WARM_SWITCH_COST, TrialLaunch
+from hermes.local.launchers.base import driver_script
 from hermes.local.loop import checked_period, monotonic_clock
 from hermes.ray.storage import CheckpointStore
 
@@ -111,6 +112,7 @@ class RayExecutor(Executor[TrialLaunch]):
         self.storage_uri = storage_uri
         self._storage = CheckpointStore(storage_uri)
         self._shared = self._storage.mark_shared()  # every node's agent must see it (NodeAgent)
+        self._driver_script = driver_script()  # whose command line the trials see (NodeAgent)
         self.metric = metric
         self.checkpoint_every = checkpoint_every
         self.poll = poll
@@ -588,5 +590,5 @@ class RayExecutor(Executor[TrialLaunch]):
                 max_concurrency=16,
                 max_restarts=0,
             ).remote(name, str(self.directory / "nodes" / name), self.metric, self.checkpoint_every, self.storage_uri,
-                     self.cpu_slots, self.threads_per_slot, self._shared)
+                     self.cpu_slots, self.threads_per_slot, self._shared, self._driver_script)
             self._agents[name] = _Agent(name, node_id, handle)

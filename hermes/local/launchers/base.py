@@ -15,6 +15,23 @@ from hermes.local.runs import LocalTrial, Run
 # Ranks in the event loop: what a process said is read before its exit is handled.
 CHANNEL, WORKER_CHANNEL, EXIT, WORKER_EXIT = 0, 1, 2, 3
 
+# The script whose hermes.run drives this process's experiments: its file, then the command line it was given
+# (``python tune.py --scale 100``), which a trial importing that script sees as its sys.argv (hermes.trial.runner);
+# empty where no script drives them (hermes run, a server, a notebook).
+_driver_script: tuple[str, ...] = ()
+
+
+def driver_script() -> tuple[str, ...]:
+    """What a function trial's runner or warm worker is given after its own argument."""
+    return _driver_script
+
+
+def set_driver_script(script: tuple[str, ...]) -> tuple[str, ...]:
+    """Set the script that drives the experiments run from now on; the one before it."""
+    global _driver_script
+    previous, _driver_script = _driver_script, tuple(script)
+    return previous
+
 
 class Host(Protocol):
     """The executor's side: its clock, loop, settings, events, and slot bookkeeping."""

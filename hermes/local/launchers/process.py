@@ -25,7 +25,7 @@ from typing import Any
 
 from hermes.core.events import TrialExited, TrialSuspended
 from hermes.errors import HOST_LIMIT_ERRNOS, NO_SPACE_ERRNOS, STORAGE_LIMIT_ERRNOS, HermesError, NoSpaceError
-from hermes.local.launchers.base import CHANNEL, EXIT, Launcher
+from hermes.local.launchers.base import CHANNEL, EXIT, Launcher, driver_script
 from hermes.local.resources import Slot
 from hermes.local.handshake import Handshake
 from hermes.local.watchdog import SUSPENSION_COMMITTED, TOLD_TO_STOP
@@ -101,7 +101,7 @@ class ProcessLauncher(Launcher):
             child_fds, parent_fds = (answers_read, messages_write), (messages_read, answers_write)
             env[protocol.ENV_CHANNEL] = f"{answers_read},{messages_write}"
         if launch.function:
-            argv = [sys.executable, "-m", "hermes.trial.runner", launch.function]
+            argv = [sys.executable, "-m", "hermes.trial.runner", launch.function, *driver_script()]
         else:  # imported here: hermes.experiment loads pydantic, which a warm worker, importing this module, never uses
             from hermes.experiment.command import with_trial_dir
 

@@ -24,7 +24,12 @@ from typing import Any
 from hermes.core.events import TrialExited, TrialSuspended
 from hermes.errors import HOST_LIMIT_ERRNOS, STORAGE_LIMIT_ERRNOS, NoSpaceError
 from hermes.local.handshake import Handshake
-from hermes.local.launchers.base import WORKER_CHANNEL, WORKER_EXIT, Launcher
+from hermes.local.launchers.base import (
+    WORKER_CHANNEL,
+    WORKER_EXIT,
+    Launcher,
+    driver_script,
+)
 from hermes.local.resources import Slot
 from hermes.local.runs import LocalTrial, Run
 from hermes.local.system import (
@@ -202,7 +207,7 @@ class WarmLauncher(Launcher):
             with open(log, "ab") as output:
                 log_start = output.tell()
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "hermes.local.worker", function.partition(":")[0]],
+                    [sys.executable, "-m", "hermes.local.worker", function.partition(":")[0], *driver_script()],
                     cwd=cwd or host.cwd,
                     env=env,
                     stdin=subprocess.PIPE,
