@@ -130,6 +130,10 @@ class ExperimentSession:
         except BaseException as error:
             if isinstance(error, KeyboardInterrupt) and store is None:
                 self._record_interrupted_set_up()
+            if store is None and (opened := getattr(self, "store", None)) is not None:
+                # closed whole: a notebook's process held hermes.db, -wal and -shm open for ever, and a lost store's
+                # empty -wal was left beside the store put back (``_refuse_a_lost_store``)
+                opened.close()
             self._folder_lock.release()
             self._lock.release()
             raise
@@ -198,7 +202,7 @@ class ExperimentSession:
             return
         found = next((e for e in self.store.experiments() if e.name == spec.name and not e.owner), None)
         if found is None:
-            self._refuse_a_lost_store(spec, made_here=store is None)
+            self._refuse_a_lost_store(spec)
         stored = found.spec if found is not None else None
         budget = {field: getattr(spec.search, field) for field in BUDGET_FIELDS}
         self._budget_changed = stored is not None and any(
@@ -220,15 +224,13 @@ class ExperimentSession:
         self.experiment_id = self.store.create_or_open_experiment(spec.name, document, may_change=may_change)
         self.store.claim_writer(self.experiment_id, describe(self._lock.who))
 
-    def _refuse_a_lost_store(self, spec: ExperimentSpec, *, made_here: bool) -> None:
+    def _refuse_a_lost_store(self, spec: ExperimentSpec) -> None:
         """The store holds no experiment of this name, yet its folder holds trials of an earlier run: the store was
         lost (deleted, emptied, or copied without its ``-wal`` file, which holds a small experiment's whole log).
         Made anew, the experiment started over in silence, and each trial's start deleted its checkpoints."""
         trials = self.storage / spec.name / "trials"
         if not trials.is_dir() or not any(path.is_dir() for path in trials.iterdir()):
             return
-        if made_here:  # closed whole: no -wal of this empty store is left beside a store put back
-            self.store.close()
         raise HermesError(
             f"{self.storage / STORE_FILE} holds no experiment {spec.name}, but {trials} holds the trials of an earlier "
             f"run of it: its store was lost (deleted, emptied, or copied without its {STORE_FILE}-wal file); put the "

@@ -54,3 +54,19 @@ def test_json_and_csv_give_every_metric_of_the_report_that_gave_the_best(
     assert [(row["trial"], row["at_best_acc"], row["at_best_lr_now"]) for row in table] == [
         ("0", "0.7", ""), ("1", "", "0.01"), ("2", "", "")]
     assert "at_best_loss" not in table[0]  # the objective's own column is best_loss
+
+
+def test_hermes_run_gives_them_as_hermes_results_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hermes
+    from tests.test_run import hermes as hermes_cli
+    from tests.test_run import score, search, spec_of
+
+    monkeypatch.chdir(tmp_path)
+    budget = 3
+    result = hermes.run(spec_of("metrics", search=search(2, 2, 0.01), budget={"steps": budget},
+                                storage={"dir": "runs"}))
+    for trial in result.trials:  # tests/trials/curve.py reports its score and the running total of its scores
+        total = sum(score(trial.params["rate"], step) for step in range(1, trial.best_step + 1))
+        assert trial.best_metrics == {"score": trial.best, "total": pytest.approx(total)}, trial
+    cli = json.loads(hermes_cli("results", "runs", "--format", "json", cwd=tmp_path).stdout)
+    assert [row["best_metrics"] for row in cli] == [trial.best_metrics for trial in result.trials]

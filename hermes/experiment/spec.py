@@ -683,6 +683,19 @@ class PolicySpec(_Section):
     params: Params = {}
     stopper: StopperSpec | None = None
 
+    @field_validator("stopper", mode="before")
+    @classmethod
+    def _stopper_shape(cls, stopper: Any) -> Any:
+        """A bare name is ``{name: ...}``, as ``search.sampler: tpe`` is, and stored as that: the docs write
+        ``policy.stopper: median``, which pydantic refused naming an internal class (StopperSpec)."""
+        if isinstance(stopper, str):
+            return {"name": stopper}
+        if stopper is None or isinstance(stopper, dict | StopperSpec):
+            return stopper
+        names = ", ".join(_registered_names("STOPPERS"))
+        raise ValueError(f"must be a stopper's name ({names}, or module:Class of your own) or a mapping with name and "
+                         f"params, got {stopper!r}")
+
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """An unset period is left out of the dump, as fields added later are."""
@@ -712,6 +725,13 @@ class PolicySpec(_Section):
                 raise _PathError("stopper.name", str(error)) from None
             _build_once(stopper, self.stopper.params, "stopper.params", f"stopper {self.stopper.name}")
         return self
+
+
+def _registered_names(registry: str) -> list[str]:
+    """The names in ``hermes.policies``' ``registry`` (POLICIES, STOPPERS), imported only when a spec is wrong."""
+    from hermes import policies
+
+    return list(getattr(policies, registry))
 
 
 def _build_once(cls: type, params: dict[str, Any], field: str, what: str) -> None:
@@ -801,6 +821,18 @@ class ExperimentSpec(_Section):
         """A spec built in Python may hold NumPy's numbers anywhere (seed=np.int64(3), a policy's params): they are
         the numbers they hold, where strict fields refused them and a sampler's reached the store as objects."""
         return _plain_tree(data)
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _policy_shape(cls, policy: Any) -> Any:
+        """A bare name is ``{name: ...}``, as ``search.sampler: tpe`` is, and stored as that."""
+        if isinstance(policy, str):
+            return {"name": policy}
+        if isinstance(policy, dict | PolicySpec):
+            return policy
+        names = ", ".join(_registered_names("POLICIES"))
+        raise ValueError(f"must be a policy's name ({names}, or module:Class of your own) or a mapping of name, "
+                         f"period, params and stopper, got {policy!r}")
 
     @field_validator("name")
     @classmethod

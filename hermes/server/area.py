@@ -178,11 +178,15 @@ def _combinations(counts: Iterable[int]) -> int:
 def _plug_in_names(data: dict[str, Any], sampler: Any) -> list[tuple[str, Any]]:
     """The names of the spec that may be a plug-in's ``module:Class`` (``hermes.plugins.load_class``), by field."""
     policy = data.get("policy")
-    policy = policy if isinstance(policy, dict) else {}
-    stopper = policy.get("stopper")
-    found = [("policy.name", policy.get("name"))]
-    if isinstance(stopper, dict):
-        found.append(("policy.stopper.name", stopper.get("name")))
+    if isinstance(policy, dict):
+        stopper = policy.get("stopper")
+        found = [("policy.name", policy.get("name"))]
+        if isinstance(stopper, dict):
+            found.append(("policy.stopper.name", stopper.get("name")))
+        else:
+            found.append(("policy.stopper", stopper))  # a bare name (stopper: median)
+    else:
+        found = [("policy", policy)]  # a bare name (policy: hermes), as the spec takes one
     if isinstance(sampler, dict):
         found.append(("search.sampler.name", sampler.get("name")))
     else:
