@@ -39,7 +39,8 @@ SUSPENDED = "suspended"  # {"type", "step"}: the checkpoint of ``step`` is commi
 PARKED = "parked"  # {"type", "step"}: suspended with its state in memory (warm workers); waits for a command
 ENDED = "ended"  # {"type", "outcome", "error"}: a warm worker's trial returned or raised; error: why it failed
 LOOP_STOPPED = "loop_stopped"  # {"type"}: a thread the trial started ended with its StopExit: the rest must exit soon
-MISUSED = "misused"  # {"type", "error"}: a ResumeError ends its process (it broke the protocol): the trial fails
+MISUSED = "misused"  # {"type", "error"}: a ResumeError ends its process (it broke the protocol), or its function
+# returned a value and never reported (``hermes.trial.runner.returned_unread``): the trial fails
 
 # Executor -> trial answers to a report, and commands to a parked trial.
 CONTINUE, SUSPEND, STOP = "continue", "suspend", "stop"
@@ -47,7 +48,8 @@ RESUME, SPILL = "resume", "spill"  # go on from memory; or write a checkpoint an
 
 # How a warm worker's trial ended.
 OK, FAILED, STOPPED = "ok", "failed", "stopped"  # and SUSPENDED: it checkpointed and returned
-# and MISUSED: a ResumeError ended it (error: its text): no crash to run again, it would do the same
+# and MISUSED: a ResumeError ended it, or it returned a value unreported (error: why): no crash to run again, it would
+# do the same
 NO_SPACE = "no_space"  # its disk is full (error: the OSError): not the trial's fault, the run stops
 EXIT_NO_SPACE = 75  # the same, as the exit code of a function trial's own process (sysexits' EX_TEMPFAIL)
 
