@@ -13,6 +13,10 @@ value into a command line. Quotes only group words: a placeholder inside quotes 
 by relative path into its working directory, which all trials share: it is known only where the trial is launched,
 so the argv holds TRIAL_DIR_MARK in its place until ``with_trial_dir`` fills it in. A parameter of the search space
 named ``trial_dir`` fills it instead, as any parameter fills its placeholder.
+
+Since no shell runs the command, a word a shell would act on is refused where it stands unquoted: an operator
+(``> out.log``, ``2>&1``, ``|``, ``&&``, ``;``), a variable (``$HOME``, ``${X}``, ``$(cmd)``) or a leading ``~``; each
+reached the program as a literal argument. Quoted (``'a > b'``, ``bash -c '... > out.log'``) it is text, as in a shell.
 """
 
 from __future__ import annotations
@@ -94,14 +98,16 @@ class CommandTemplate:
 def parse_template(template: str) -> CommandTemplate:
     """Split ``template`` into words, then find the placeholders of each; CommandError says what is wrong."""
     try:
-        words = shlex.split(template)
+        words = _words(template)
     except ValueError as error:  # unbalanced quotes, a trailing backslash
         raise CommandError(f"cannot parse {template!r}: {str(error).lower()}") from None
     if not words:
         raise CommandError("must not be empty")
     if "\0" in template:
         raise CommandError("holds a NUL character, which no command-line argument can carry")
-    return CommandTemplate(template, tuple(_parts(word) for word in words))
+    for _, written in words:
+        _check_not_shell(written)
+    return CommandTemplate(template, tuple(_parts(word) for word, _ in words))
 
 
 def validate_template(template: str, names: Collection[str]) -> CommandTemplate:
@@ -122,6 +128,70 @@ def command_argv(template: str, params: Mapping[str, Any]) -> tuple[str, ...]:
 def with_trial_dir(argv: Sequence[str], directory: str) -> list[str]:
     """``argv`` with the trial's folder, ``directory``, where ``{trial_dir}`` was."""
     return [argument.replace(TRIAL_DIR_MARK, directory) for argument in argv]
+
+
+def _words(template: str) -> list[tuple[str, str]]:
+    """``shlex.split(template)``, each word with its text as written (quotes and backslashes kept), which says what
+    a shell would have read unquoted."""
+    lexer = shlex.shlex(template, posix=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""  # as shlex.split's: a # is text
+    words = []
+    start = 0
+    while (word := lexer.get_token()) is not None:
+        end = lexer.instream.tell()  # past the word and the one blank that ended it
+        words.append((word, template[start:end].strip(lexer.whitespace)))
+        start = end
+    return words
+
+
+_OPERATORS = {"|": "a pipe", "|&": "a pipe", "||": "a command list", "&&": "a command list", ";": "a command list",
+              "&": "a background job", "<": "a redirection", "<<": "a redirection", "<<<": "a redirection"}
+_REDIRECTION = re.compile(r"[0-9]*>|&>")  # > out.log, >> out.log, 2> err.log, 2>&1, &> all.log, >out.log
+_EXPANSION = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[^}]*\}?|\()")  # $HOME, ${HOME}, $(command)
+_NO_SHELL = "but the command is not run by a shell, so the program would get it"
+_USE_A_SHELL = "run the command through a shell (bash -c '...', docs/trials.md), or quote the word to pass it as it is"
+_QUOTED = "\0"  # stands for a quoted or escaped character: no template holds a NUL
+
+
+def _check_not_shell(written: str) -> None:
+    """Refuse a word (as written) that a shell would act on: an operator, a variable or a leading ``~``, unquoted."""
+    bare = _unquoted(written)
+    what = _OPERATORS.get(bare) or ("a redirection" if _REDIRECTION.match(bare) else None)
+    if what is not None:
+        raise CommandError(f"{written!r} is shell syntax ({what}), {_NO_SHELL} as an argument: {_USE_A_SHELL}")
+    expansion = _EXPANSION.search(bare)
+    if expansion is not None:
+        found = "$(...)" if expansion[0] == "$(" else expansion[0]
+        what = "a command substitution" if found == "$(...)" else "an environment variable"
+        placeholder = f" (a placeholder is {found[1:]}, without $)" if found.startswith("${") else ""
+        raise CommandError(f"{written!r} holds {found}, {what}{placeholder}, {_NO_SHELL} unexpanded: write the "
+                           f"value out, {_USE_A_SHELL}")
+    if bare.startswith("~"):
+        raise CommandError(f"{written!r} starts with ~, a home folder to a shell, {_NO_SHELL} as it is: write the "
+                           f"path out, {_USE_A_SHELL}")
+
+
+def _unquoted(written: str) -> str:
+    """``written`` with each quote, backslash and character they protect replaced by _QUOTED (POSIX rules, as
+    shlex's: nothing escapes in single quotes, only \\ and \" in double quotes)."""
+    bare = []
+    quote = None
+    index = 0
+    while index < len(written):
+        char = written[index]
+        escapes = char == "\\" and (quote is None or quote == '"' and written[index + 1 : index + 2] in '"\\')
+        if escapes:
+            bare.append(_QUOTED * len(written[index : index + 2]))  # the backslash and what it escapes
+            index += 2
+            continue
+        if quote is None and char in "'\"":
+            quote = char
+        elif char == quote:
+            quote = None
+        bare.append(char if quote is None and char not in "'\"" else _QUOTED)
+        index += 1
+    return "".join(bare)
 
 
 def _parts(word: str) -> Word:

@@ -19,9 +19,10 @@ Search space semantics (see ``hermes.search``):
   ``sampler: list`` tries ``configs``, the given configurations, in order (``docs/search.md``).
 - The budget (``trials``, ``max_time``, ``max_gpu_hours``) ends the proposals, whichever comes first.
 
-Relative paths (``trial.workdir``, ``storage.dir``) are relative to the spec file's folder; the
-spec keeps them as written so that a moved project still matches its stored spec, and a rerun compares
-``trial.workdir`` by the folder it names (``ExperimentSpec.same_workdir``).
+Relative paths (``trial.workdir``, ``storage.dir``) are relative to the spec file's folder, a leading ``~`` is your
+home, and an environment variable in one is refused (nothing expands it); the spec keeps them as written so that a
+moved project still matches its stored spec, and a rerun compares ``trial.workdir`` by the folder it names
+(``ExperimentSpec.same_workdir``).
 """
 
 from __future__ import annotations
@@ -91,7 +92,21 @@ def _path_text(value: Any) -> Any:
     return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
-PathText = Annotated[str, BeforeValidator(_path_text)]  # a path field: text, or a pathlib.Path from Python
+_VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[^}]*\}?)")  # $HOME, ${HOME}
+
+
+def _no_variables(path: str) -> str:
+    """Refuse an environment variable in a path: nothing expands it, and ``$HOME/runs`` made a folder named
+    ``$HOME`` beside the spec. A leading ``~`` is your home (``_place``), as a shell's and Ray Tune's storage_path."""
+    variable = _VARIABLE.search(path)
+    if variable is not None:
+        raise ValueError(f"{path!r} holds {variable[0]}, an environment variable, but Hermes does not expand "
+                         "environment variables: write the path out (a leading ~ is your home)")
+    return path
+
+
+# a path field: text, or a pathlib.Path from Python
+PathText = Annotated[str, BeforeValidator(_path_text), AfterValidator(_no_variables)]
 FiniteFloat = Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(allow_inf_nan=False)]
 # finite: JSON has no infinity, so a stored inf would read back as null (no limit set, or a required field missing)
 StrictPositiveFloat = Annotated[float, BeforeValidator(_yaml_float), Strict(), Field(gt=0, allow_inf_nan=False)]
@@ -677,8 +692,8 @@ class StopperSpec(_Section):
 
 class PolicySpec(_Section):
     name: str = "hermes"
-    # seconds of GPU time a trial runs before a better one may preempt it; None: the policy's own (60 s, and hermes
-    # lets a turn last one of the trial's own reports)
+    # seconds (or '30s', '5m') of GPU time a trial runs before a better one may preempt it; None: the policy's own
+    # (60 s, and hermes lets a turn last one of the trial's own reports)
     period: StrictPositiveFloat | None = None
     params: Params = {}
     stopper: StopperSpec | None = None
@@ -695,6 +710,19 @@ class PolicySpec(_Section):
         names = ", ".join(_registered_names("STOPPERS"))
         raise ValueError(f"must be a stopper's name ({names}, or module:Class of your own) or a mapping with name and "
                          f"params, got {stopper!r}")
+
+    @field_validator("period", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return _seconds(value)
+
+    @model_validator(mode="after")
+    def _period_once(self) -> PolicySpec:
+        """``settings`` passes params over period: given both, the run took params.period without a word."""
+        if self.period is not None and "period" in self.params:
+            raise _PathError("params.period", f"{self.params['period']!r}, while policy.period is {self.period:g}: "
+                                              "both set the policy's period; give it once, as policy.period")
+        return self
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
