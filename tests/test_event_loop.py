@@ -57,3 +57,11 @@ def test_an_unmodified_programs_ticks_come_no_faster_than_a_process_switches(per
     loaded = load_spec(write_spec(tmp_path, spec))
     assert loaded.policy.period == period  # the policy's own, as written
     assert tick_period(loaded) == MIN_TICK_S
+
+
+def test_an_unmodified_programs_ticks_follow_a_period_given_in_the_policys_params(tmp_path: Path) -> None:
+    """``policy.params.period`` sets the policy's period as ``policy.period`` does, but the ticks that let the core
+    preempt a program between its printed lines stayed at 60 s."""
+    spec = spec_of("params-period", trial={"command": "python train.py", "metrics_regex": r"loss=(?P<value>\S+)"},
+                   policy={"name": "rr", "params": {"period": 2.5}})
+    assert tick_period(load_spec(write_spec(tmp_path, spec))) == 2.5

@@ -53,7 +53,7 @@ def tick_period(spec: ExperimentSpec) -> float | None:
 
     Unmodified scripts may print rarely: period ticks let the core preempt them between reports.
     Cooperative trials yield at reports anyway, as in the simulator."""
-    return max(spec.policy.period or 60.0, MIN_TICK_S) if spec.trial.metrics_regex else None
+    return max(spec.policy.settings.get("period") or 60.0, MIN_TICK_S) if spec.trial.metrics_regex else None
 
 
 def trial_profile(spec: ExperimentSpec) -> ExecutionProfile:
