@@ -29,10 +29,11 @@ if TYPE_CHECKING:
     from hermes.core.decisions import Decision
     from hermes.core.events import Event
     from hermes.core.trial import Trial
+    from hermes.experiment import ExperimentSpec
     from hermes.server.client import Client
     from hermes.session import ExperimentSession, Listener
     from hermes.sim.trace import Trace
-    from hermes.store import ExperimentRecord, ExperimentStatus
+    from hermes.store import ExperimentRecord, ExperimentStatus, ExperimentStore
 
 GPUS_PER_NODE = 8  # default node size when --nodes is not given, like a DGX-class server
 # What stopped a run for its storage (hermes.errors.STORAGE_LIMIT_ERRNOS), and what lifts it
@@ -43,6 +44,13 @@ STORAGE_LIMITS = {
     errno.EROFS: ("read-only file system", "make it writable again (remount it read-write)"),
 }
 UNKNOWN_STORAGE_LIMIT = ("no space left, or a storage limit", "free some space, or lift the limit")
+# What lifts a limit of the host that stopped a run (hermes.errors.HOST_LIMIT_ERRNOS), open files aside
+HOST_LIMITS = {
+    errno.ENFILE: "raise the system's limit of open files (`sysctl fs.file-max`)",
+    errno.EAGAIN: "raise the limit of processes (`ulimit -u`, or a container's pids limit)",
+    errno.ENOMEM: "free some memory",
+}
+OPEN_FILES_PER_TRIAL = 5  # what a paused program holds of the runner's (hermes.local.system.raise_open_file_limit)
 # `hermes results --format`: here, not in hermes.report.results, whose import to build the parser took most of a
 # second (the store's modules), in which a `hermes run` could not take SIGTERM yet (``_terminations_as_ctrl_c``)
 RESULT_FORMATS = ("table", "csv", "json")
@@ -237,10 +245,11 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
               file=sys.stderr)
         return 2
     except HostLimit as error:
-        print(f"hermes: error: this machine ran out of what a trial needs: {error}\ninterrupted: raise the limit "
-              f"(`ulimit -n` for open files), or keep fewer trials under way (search.max_pending), then run `{again}` "
-              "again to continue",
-              file=sys.stderr)
+        rename = f"hermes run {shlex.quote(args.spec)} --name {shlex.quote(f'{spec.name}-2')}"
+        print(f"hermes: error: this machine ran out of what a trial needs: {error}\ninterrupted: "
+              f"{_host_limit_fix(error, session)}, then run `{again}` again to continue; or lower search.max_pending "
+              f"in {args.spec}, for fewer trials under way, and run it as a new experiment (`{rename}`): a rerun of "
+              "this one may not change it", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `hermes run spec.yaml | head`: the reader went away
         print(f"interrupted: its output was closed; run `{again}` again to continue", file=sys.stderr)
@@ -248,7 +257,9 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
     with closing(session.store) as store:
         experiment = store.experiment(outcome.experiment_id)
         report = ExperimentView.load(store, experiment)
-    why = f": {session.ended_by}" if session.ended_by and session.failure is None else ""
+        why = f": {session.ended_by}" if session.ended_by and session.failure is None else ""
+        if not outcome.ran and (spent := _spent_before(store, experiment, spec)):
+            why = f": {spent}"
     with _unwritable_output_dropped():
         print(f"{spec.name}: {outcome.status.value}{' (continued)' if outcome.resumed else ''}{why}; "
               f"store {session.storage / 'hermes.db'}")
@@ -265,6 +276,20 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
               f"experiment's failed trials are not run again; to run changed code, run it as a new experiment "
               f"(`{rename}`){more}", file=sys.stderr)
     return 1
+
+
+def _spent_before(store: ExperimentStore, experiment: ExperimentRecord, spec: ExperimentSpec) -> str | None:
+    """Why an experiment that had ended, which this rerun did not run, ended before its searcher did, as its log says,
+    and what lets it go on: its spent budget of time or GPU hours, which a larger trial budget leaves spent."""
+    from hermes.report.status import ended_by
+    from hermes.session import BUDGET_SPENT
+
+    reason = ended_by(experiment, store.events(experiment.experiment_id))
+    if reason != BUDGET_SPENT:
+        return reason
+    budgets = " or ".join(f"search.{name}" for name in ("max_time", "max_gpu_hours")
+                          if getattr(spec.search, name) is not None)
+    return f"{reason}, so nothing ran: raise {budgets or 'it'} to run more"
 
 
 @dataclasses.dataclass
@@ -350,6 +375,26 @@ def _ended_status(session: ExperimentSession) -> ExperimentStatus | None:
     except HermesError:
         return None
     return status if status.is_final else None
+
+
+def _host_limit_fix(error: HostLimit, session: ExperimentSession) -> str:
+    """What lifts the limit of the host that stopped the run (``HOST_LIMITS``). Out of open files, a limit that holds
+    every trial that may be under way, by the numbers of this run: its limit, already raised to its hard limit
+    (``raise_open_file_limit``), did not."""
+    import resource
+
+    number = getattr(error.__cause__, "errno", None)  # of the OSError it comes from
+    if number != errno.EMFILE:
+        return HOST_LIMITS.get(number, "raise the limit it names")
+    limit, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    trials = session.searcher.max_pending or session.spec.search.trials
+    needed = max(2 * limit, limit + OPEN_FILES_PER_TRIAL * (trials or 0))
+    wanted = 1 << (needed - 1).bit_length()  # a round number
+    under_way = f", for up to {trials} trials under way" if trials else ""
+    past_hard = (f"; past its hard limit, {hard}, only as root or in /etc/security/limits.conf"
+                 if hard != resource.RLIM_INFINITY and wanted > hard else "")
+    return (f"raise the limit (`ulimit -n` for open files) from {limit} to {wanted} or so{under_way} (`ulimit -n "
+            f"{wanted}` in the shell that runs it{past_hard})")
 
 
 def _storage_limit(error: NoSpaceError) -> tuple[str, str]:
@@ -452,7 +497,14 @@ def _progress_printer(session: ExperimentSession, say: Callable[[str], None] | N
     above the view): the crashes and failures, which its table cannot say. Each line once the store has what it says
     (``_SaidAtFlush``)."""
     from hermes.core.decisions import Stop
-    from hermes.core.events import GpuAdded, GpuRemoved, NodeAdded, NodeRemoved, TrialExited
+    from hermes.core.events import (
+        GpuAdded,
+        GpuRemoved,
+        NodeAdded,
+        NodeRemoved,
+        TrialExited,
+        TrialSuspended,
+    )
     from hermes.report import printable, summarise_error
 
     lines: list[str] = []  # said at the flush
@@ -487,6 +539,10 @@ def _progress_printer(session: ExperimentSession, say: Callable[[str], None] | N
                 lines.append(f"[{event.at:8.1f}s] trial {trial.trial_id} crashed ({reason}); crash {trial.crashes} "
                              f"of trial.max_failures {session.scheduler.max_failures}, {_again(trial)}")
             else:
+                ended(trial, event.at)
+        elif isinstance(event, TrialSuspended):  # stopped as it was suspending (its Stop came before): it ends here
+            trial = session.scheduler.trials[event.trial_id]
+            if trial.state.is_terminal:
                 ended(trial, event.at)
         for decision in decisions:  # a waiting or suspended trial stopped ends now: no exit of its own follows
             if isinstance(decision, Stop) and getattr(event, "trial_id", None) != decision.trial_id:

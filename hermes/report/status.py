@@ -83,11 +83,11 @@ def experiment_status(store: ExperimentStore, experiment: ExperimentRecord, lock
         reruns=_reruns(view, events),
         state=_state(experiment, lock),
         live=live,
-        ended_by=_ended_by(experiment, events),
+        ended_by=ended_by(experiment, events),
     )
 
 
-def _ended_by(experiment: ExperimentRecord, events: Sequence[Event]) -> str | None:
+def ended_by(experiment: ExperimentRecord, events: Sequence[Event]) -> str | None:
     """The reason its log gives for ending it, when it finished by that (a cancel on request is a status of its
     own; a reopening, a larger budget, undoes it)."""
     if experiment.status is not ExperimentStatus.FINISHED:

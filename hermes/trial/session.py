@@ -386,6 +386,9 @@ class Session:
             number = _float(value)
             if isinstance(number, float):
                 values[name] = number
+            elif name == objective and _is_text(value):
+                raise TypeError(f"metric {name!r} must be a number, got {number} (text: report the number, "
+                                "float(text))")
             elif name == objective:
                 raise TypeError(f"metric {name!r} must be a number, got {number}")
             elif name not in self._left_out:
@@ -779,10 +782,12 @@ def _steps(first: int, last: int) -> str:
 def _float(value: Any) -> float | str:
     """A metric as the store keeps it: a float (a Python or numpy number, a one-element tensor); for one that is
     none, what it is, for its error or note. Not a bool (Python's, numpy's, a tensor of them): float() makes True 1.0,
-    which would rank a yes-or-no as a score; nor a complex number (numpy's: float() drops its imaginary part); nor one
-    that float() cannot make (an int of 10**400: OverflowError; a meta tensor: RuntimeError)."""
+    which would rank a yes-or-no as a score; nor text (``_is_text``), which float() reads too ("0.5", " 1e3 ",
+    "1_000", "inf": not "0,95"), a formatted log value taken for a number; nor a complex number (numpy's: float()
+    drops its imaginary part); nor one that float() cannot make (an int of 10**400: OverflowError; a meta tensor:
+    RuntimeError)."""
     dtype = str(getattr(value, "dtype", ""))
-    if isinstance(value, bool) or dtype in ("bool", "torch.bool") or "complex" in dtype:
+    if isinstance(value, bool) or dtype in ("bool", "torch.bool") or "complex" in dtype or _is_text(value):
         return _shown(value)
     try:
         return float(value)
@@ -790,6 +795,12 @@ def _float(value: Any) -> float | str:
         return _shown(value)
     except (OverflowError, RuntimeError) as error:
         return f"{_shown(value)} ({error})"
+
+
+def _is_text(value: Any) -> bool:
+    """Python's or numpy's text or bytes (``np.str_``, an array of strings), and what float() reads as bytes."""
+    kind = getattr(getattr(value, "dtype", None), "kind", None)  # numpy's; torch's dtypes have none
+    return isinstance(value, (str, bytes, bytearray, memoryview)) or kind in ("U", "S")
 
 
 def _shown(value: Any) -> str:
