@@ -182,6 +182,7 @@ class PoolSession:
         self._stopped = threading.Event()
         self._run_over = threading.Event()  # ``run`` has returned: its trials have ended, its sessions run no more
         self.running = threading.Event()  # ``run`` has taken up the store's open experiments, and has not stopped
+        self.ran = False  # ``run`` took them up: an error after that is a new outage, not the same one again
         self._last_sync = -float("inf")
         self._shares: list[Share] = []  # replaced whole at each sync, so any thread may read it
         self._lock = PoolLock(self.directory / "pool")
@@ -247,6 +248,7 @@ class PoolSession:
         try:
             for member in opened:
                 self._attach(member, started)
+            self.ran = True
             self.running.set()
             while not self._stopped.is_set():
                 self._sync()

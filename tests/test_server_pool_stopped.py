@@ -46,7 +46,7 @@ def test_a_pool_stopped_by_a_store_that_refuses_writes_shows_its_experiments_int
             assert answer.status_code == 200, answer.text
             return answer.json()
 
-        spec = real_spec("slow", trials=2, steps=30, sleep=0.1, resources={"gpus": "none", "cpu_slots": 1})
+        spec = real_spec("slow", trials=2, steps=40, sleep=0.05, resources={"gpus": "none", "cpu_slots": 1})
         submitted = httpx.post(f"{url}/experiments", json={"spec": spec}, headers=headers, timeout=30)
         assert submitted.status_code == 201, submitted.text
         experiment = f"/experiments/{submitted.json()['id']}"
@@ -64,6 +64,15 @@ def test_a_pool_stopped_by_a_store_that_refuses_writes_shows_its_experiments_int
             ended = get(f"{experiment}/timeline")["now"]
             time.sleep(0.5)
             assert get(f"{experiment}/timeline")["now"] == ended  # its bars grow no more
+        finally:
+            resource.prlimit(server.pid, resource.RLIMIT_FSIZE, (soft, hard))
+
+        _until(lambda: get(experiment)["status"] == "running" and get("/cluster")["pool_stopped"] is None)
+        resource.prlimit(server.pid, resource.RLIMIT_FSIZE, (0, hard))  # a second outage, after the pool ran again
+        try:
+            again = _until(lambda: (e := get(experiment))["status"] == "interrupted" and e)["error"]
+            # it waits the first delay again (1 s), not twice the last one (the delay only grew, up to 30 s)
+            assert "starts again in 1 s" in again or "is starting again" in again, again
         finally:
             resource.prlimit(server.pid, resource.RLIMIT_FSIZE, (soft, hard))
 

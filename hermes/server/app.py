@@ -281,6 +281,8 @@ class Hermes:
                 self.pool.run()
                 return  # stopped by close
             except Exception as error:
+                if self.pool.ran:  # it ran since the last error: a new outage waits the first delay, not the last
+                    delay = POOL_RESTART_S[0]
                 log.exception("the pool stopped; it starts again from the store in %.0f s", delay)
                 self._pool_failure = (_pool_stop_reason(error), time.monotonic() + delay)
             if self._closing.wait(delay):
