@@ -54,6 +54,7 @@ def test_json_and_csv_give_every_metric_of_the_report_that_gave_the_best(
     assert [(row["trial"], row["at_best_acc"], row["at_best_lr_now"]) for row in table] == [
         ("0", "0.7", ""), ("1", "", "0.01"), ("2", "", "")]
     assert "at_best_loss" not in table[0]  # the objective's own column is best_loss
+    assert list(table[0])[-3:] == ["checkpoint", "at_best_acc", "at_best_lr_now"]  # after the columns there before
 
 
 def test_hermes_run_gives_them_as_hermes_results_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

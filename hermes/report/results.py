@@ -136,14 +136,15 @@ def format_results(
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(
             ["rank", "trial", "state", f"best_{metric}", "best_step", f"final_{metric}", "steps", "budget", "reports",
-             "gpu_seconds", *(f"param_{name}" for name in names), *(f"at_best_{name}" for name in others), "error",
-             "directory", "checkpoint"]
+             "gpu_seconds", *(f"param_{name}" for name in names), "error", "directory", "checkpoint",
+             *(f"at_best_{name}" for name in others)]  # last: a reader of the columns before by position reads them
         )
         for s in top:
             writer.writerow(
                 [s.rank, s.trial_id, states[s.trial_id], _csv(s.best), _csv(s.best_step), _csv(_finite(s.final)),
                  s.steps, s.budget, s.reports, round(s.gpu_seconds, 3), *(_csv_param(s.params[name]) if name in s.params else "" for name in names),
-                 *(_csv(_finite(s.best_metrics.get(name))) for name in others), _csv(s.error), *(_csv(value) for value in files[s.trial_id].values())]
+                 _csv(s.error), *(_csv(value) for value in files[s.trial_id].values()),
+                 *(_csv(_finite(s.best_metrics.get(name))) for name in others)]
             )
         return buffer.getvalue().rstrip("\n")
     errors = any(s.error for s in top)  # the column only when some trial has one
