@@ -87,8 +87,8 @@ class LocalExecutor(Executor[TrialLaunch]):
         self.switch_timings: deque[SwitchTiming] = deque(maxlen=SWITCHES_KEPT)  # for benchmarks; bounded for days
         self.profile = ExecutionProfile(switch_cost=WARM_SWITCH_COST)
         self._clock = monotonic_clock(clock_offset)
-        self.loop = EventLoop(period, self._clock)
         self.watchdog = Watchdog(limits or TrialLimits())
+        self.loop = EventLoop(period, self._clock, lambda gap: self.watchdog.paused(gap, self.now()))
         self.guard = Guard()
         total_memory = meminfo("MemTotal")
         self.launchers: dict[str, Launcher] = {
@@ -163,6 +163,7 @@ class LocalExecutor(Executor[TrialLaunch]):
             return
         if answer == protocol.SUSPEND:
             trial.timing.suspend_delivered = self.now()
+        self.watchdog.answered(trial.trial_id, self.now())
         self._launcher(trial).answer(run, answer)
 
     def next_events(self) -> list[Event]:
@@ -309,6 +310,7 @@ class LocalExecutor(Executor[TrialLaunch]):
             self._launcher(run.trial).answer(run, answer)
         else:
             self.emit(event)
+            self.watchdog.awaiting(run.trial.trial_id, event.at)
             self.note_report(run.trial)
 
     def note_report(self, trial: LocalTrial) -> None:

@@ -12,6 +12,14 @@ from hermes.errors import HermesError
 
 Handler = Callable[[Any], None]
 
+# A stretch of the loop that ends this many seconds later than it should have was a pause of its process (Ctrl-Z,
+# Slurm's suspend, a frozen cgroup): a busy host delays it by milliseconds, a timer by 0.1% of its wait.
+PAUSE_MARGIN = 1.0
+# The longest a wait sleeps, so that a pause is told from a wait: one that a longer wait had hidden (stopped as it
+# began, continued at its end) was taken for the silence of trials stopped with it. A pause of up to
+# LOOK_EVERY + PAUSE_MARGIN seconds may go unseen.
+LOOK_EVERY = 1.0
+
 
 class EventLoop:
     """Waits on file descriptors and calls their handlers, in the order they were registered with
@@ -19,11 +27,20 @@ class EventLoop:
 
     ``wake`` (from any thread) makes a wait return at once, even when it comes first; ``period``
     seconds after ``started`` and every period after, ``tick`` reports True once.
+
+    ``paused(seconds)`` is told of a stretch that ended later than it should have (``PAUSE_MARGIN``): a wait (told
+    before its handlers run, so that what they read is not timed across it), its handlers, or its caller's time
+    between two waits. Its process was stopped some time in it (Ctrl-Z, a whole job suspended), or was held up; when
+    in it cannot be told, so the whole stretch is.
     """
 
-    def __init__(self, period: float | None, now: Callable[[], float]) -> None:
+    def __init__(
+        self, period: float | None, now: Callable[[], float], paused: Callable[[float], None] | None = None
+    ) -> None:
         self.period = period
         self.now = now
+        self.paused = paused
+        self._done_at: float | None = None  # when the last wait was over: the next is due at once
         self._next_tick = now() + period if period is not None else None
         self._selector = selectors.DefaultSelector()
         self._wake_read, self._wake_write = os.pipe()
@@ -44,10 +61,16 @@ class EventLoop:
         self._selector.unregister(fd)
 
     def wait(self, deadline: float | None = None) -> bool:
-        """Wait for something (or the next tick, or ``deadline``), run the handlers of what is ready; True if woken."""
+        """Wait for something (or the next tick, or ``deadline``, or ``LOOK_EVERY`` seconds), run the handlers of what
+        is ready; True if woken."""
+        entered = self.now()
+        if self._done_at is not None:  # its caller's time since the last wait
+            self._note_late(entered - self._done_at, 0.0)
         moments = [moment for moment in (self._next_tick, deadline) if moment is not None]
-        timeout = max(0.0, min(moments) - self.now()) if moments else None
+        timeout = min(max(0.0, min(moments, default=math.inf) - entered), LOOK_EVERY)
         ready = self._selector.select(timeout)
+        back = self.now()
+        self._note_late(back - entered, timeout)
         woken = False
         for key, _ in sorted(ready, key=lambda item: item[0].data[0]):
             rank, handler, source = key.data
@@ -56,6 +79,8 @@ class EventLoop:
                 self._drain_wakes()
             else:
                 handler(source)
+        self._done_at = self.now()
+        self._note_late(self._done_at - back, 0.0)  # the handlers'
         return woken
 
     def tick(self) -> bool:
@@ -77,6 +102,10 @@ class EventLoop:
         self._selector.close()
         os.close(self._wake_read)
         os.close(self._wake_write)
+
+    def _note_late(self, took: float, meant: float) -> None:
+        if took - meant > PAUSE_MARGIN and self.paused is not None:
+            self.paused(took)
 
     def _drain_wakes(self) -> None:
         try:

@@ -23,6 +23,12 @@ thread waits on that stopped loop). A stop alone arms nothing: a stopped trial's
 Killed then, or past a limit once it reported its budget's last step (a stuck teardown, a slow final save),
 it lost nothing: the executor counts it suspended, stopped, or completed.
 
+Only a trial's own time counts, for its limits and its step times alike: not the wait for the answer to a report (a
+cooperative trial is blocked until the core has decided: ``awaiting``, ``answered``; on Ray, until the driver has, which
+a stopped driver never does), nor a pause of its runner (``paused``, told by ``hermes.local.loop``: its process was
+stopped, by Ctrl-Z or with its trials, as Slurm's ``scontrol suspend`` does). Its clocks skip that time as though it had
+not passed; they counted it, and on SIGCONT failed every running trial as hung, with the pause for a step.
+
 The executor asks ``deadline`` how long its loop may sleep, and ``overdue`` which trials to kill.
 Running time is counted by this runner: a rerun after a crash counts anew. On Ray, each node's
 agent counts its own runs, and the driver adds those a trial ran on other nodes (``TrialLaunch.ran``).
@@ -56,6 +62,9 @@ class TrialLimits:
             raise HermesError("stall_factor and stall_min must not be negative")
 
 
+NO_LIMITS = TrialLimits(stall_factor=0.0)  # what a trial awaiting its answer is held to
+
+
 @dataclass(slots=True)
 class _Watch:
     ran: float = 0.0  # running seconds of the runs that ended
@@ -68,10 +77,31 @@ class _Watch:
     limits: TrialLimits | None = None  # the trial's own; None: the watchdog's
     exiting_since: float | None = None  # it committed its suspension or its loop thread stopped: exits in EXIT_GRACE
     told: str = SUSPENSION_COMMITTED  # which of the two
+    awaiting_since: float | None = None  # it reported, and waits for the answer
 
     def running(self, now: float) -> float:
         """Its running seconds in all by ``now``."""
         return self.ran + (now - self.since if self.since is not None else 0.0)
+
+    def skip(self, gap: float, now: float) -> None:
+        """Let the ``gap`` seconds before ``now`` not have passed for its run: what its clocks mark before them moves on
+        by as much, what they mark within them moves to ``now`` (a report heard there counts as heard at ``now``)."""
+        def moved(moment: float) -> float:
+            return moment + min(gap, now - moment)
+
+        self.since, self.heard_at = moved(self.since), moved(self.heard_at)
+        if self.exiting_since is not None:
+            self.exiting_since = moved(self.exiting_since)
+        if self.awaiting_since is not None:
+            self.awaiting_since = moved(self.awaiting_since)
+        if self.ran_at_report is not None:
+            self.ran_at_report = min(self.ran_at_report, self.running(now))
+
+    def answered(self, now: float) -> None:
+        """The wait for its answer ends: it was no silence, and no running time."""
+        if self.awaiting_since is not None:
+            self.skip(now - self.awaiting_since, now)
+            self.awaiting_since = None
 
 
 @dataclass(slots=True)
@@ -86,7 +116,7 @@ class Watchdog:
         watch = self._watches.setdefault(trial_id, _Watch(ran=ran, limits=limits))
         if watch.since is None:
             watch.since = watch.heard_at = now
-            watch.reported_in_run, watch.exiting_since = False, None
+            watch.reported_in_run, watch.exiting_since, watch.awaiting_since = False, None, None
             self._watched[trial_id] = watch
 
     def reported(self, trial_id: str, now: float) -> None:
@@ -101,6 +131,24 @@ class Watchdog:
             watch.slowest_start = max(watch.slowest_start, step if step is not None else ran - watch.ran)
         watch.heard_at, watch.ran_at_report, watch.reported_in_run = now, ran, True
 
+    def awaiting(self, trial_id: str, now: float) -> None:
+        """It reported, and waits for the core's answer: neither its stall nor its timeout runs out till then."""
+        watch = self._watched.get(trial_id)
+        if watch is not None and watch.awaiting_since is None:
+            watch.awaiting_since = now
+
+    def answered(self, trial_id: str, now: float) -> None:
+        """The report it waited on is answered: its clocks skip the wait."""
+        watch = self._watched.get(trial_id)
+        if watch is not None:
+            watch.answered(now)
+
+    def paused(self, gap: float, now: float) -> None:
+        """Its runner was stopped (or held up) for the ``gap`` seconds before ``now``: they pass for no watched trial,
+        which could not be heard, or was stopped too."""
+        for watch in self._watched.values():
+            watch.skip(gap, now)
+
     def exiting(self, trial_id: str, now: float, told: str = SUSPENSION_COMMITTED) -> None:
         """It committed its suspension, or a thread of it ended with its StopExit (``told``): all it has left to do is
         exit, within ``EXIT_GRACE`` seconds of the first such word (a stop alone arms nothing)."""
@@ -112,6 +160,7 @@ class Watchdog:
         """It gave up its slot (suspended, lost, or killed by the watchdog), or ``ended``: not watched."""
         watch = self._watched.pop(trial_id, None)
         if watch is not None:
+            watch.answered(now)
             if watch.exiting_since is not None and watch.ran_at_report is not None:  # lingering is no step's time
                 watch.ran_at_report += now - watch.exiting_since
             watch.ran = watch.running(now)
@@ -138,7 +187,9 @@ class Watchdog:
     def _limits(self, watch: _Watch) -> list[tuple[float, str]]:
         if watch.since is None:
             return []
-        limits, found = watch.limits or self.limits, []
+        # a trial awaiting its answer waits on the runner: none of its limits runs out
+        limits = NO_LIMITS if watch.awaiting_since is not None else watch.limits or self.limits
+        found = []
         if limits.timeout is not None:
             found.append((watch.since + limits.timeout - watch.ran,
                           f"timed out: it ran {limits.timeout:g}s in all (trial.timeout)"))
