@@ -162,12 +162,13 @@ def test_digits_trials_resume_bitwise_exactly_across_slots(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warm: bool
 ) -> None:
     configs = {
-        "a": {"seed": 1, "width": 1024, "lr": 0.05},
-        "b": {"seed": 2, "width": 1024, "lr": 0.1, "momentum": 0.5},
+        "a": {"seed": 1, "width": 256, "lr": 0.05},
+        "b": {"seed": 2, "width": 256, "lr": 0.1, "momentum": 0.5},
         "c": {"seed": 3, "width": 1024, "lr": 0.02, "weight_decay": 1e-4, "batch_size": 64},
     }
     # c, which takes the slot a yields, must still run when b yields, or a would resume on its own slot: twice
-    # the steps of the others keep it there even when other processes slow b's first step (seen under load).
+    # the steps of the others, each 5 times theirs (0.7 s), keep it there even when other processes slow b's first
+    # step (seen under load).
     budgets = {"a": 3, "b": 3, "c": 6}
     launches = {
         trial_id: TrialLaunch(budgets[trial_id], function="examples.digits.train:train", config=config, warm=warm)

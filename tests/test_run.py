@@ -769,12 +769,12 @@ def test_reports_of_a_running_experiment_count_its_time_up_to_now(tmp_path: Path
     try:
         wait_for(lambda: count_reports(storage / "hermes.db") >= 1, RUN_TIMEOUT, "the trial's report")
         readings = []
-        for _ in range(2):
+        for pause in (2.0, 0.0):
             status = hermes("status", str(storage), cwd=tmp_path).stdout
             elapsed = next(line for line in status.splitlines() if line.startswith("elapsed"))
             [row] = json.loads(hermes("results", str(storage), "--format", "json", cwd=tmp_path).stdout)
             readings.append((float(elapsed.split()[1].removesuffix("s")), row["gpu_seconds"]))  # under a minute
-            time.sleep(2.0)
+            time.sleep(pause)
     finally:
         runner.send_signal(signal.SIGINT)
         runner.wait(RUN_TIMEOUT)
@@ -1498,9 +1498,9 @@ def test_parked_trials_hold_no_open_files_in_their_worker(tmp_path: Path) -> Non
     trials than that are parked at once."""
     import resource
 
-    trials = 80
-    spec = spec_of("e2e-many-parked", search=search(trials, 0, 0.03), budget={"steps": 4},
-                   policy={"name": "rr", "period": 0.02}, resources={"gpus": "none", "cpu_slots": 1})
+    trials = 80  # each suspended at its first report (its step takes twice the turn), all 80 parked at once
+    spec = spec_of("e2e-many-parked", search=search(trials, 0, 0.01), budget={"steps": 2},
+                   policy={"name": "rr", "period": 0.005}, resources={"gpus": "none", "cpu_slots": 1})
     path = write_spec(tmp_path, spec)
 
     def limit_files() -> None:

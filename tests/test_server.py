@@ -29,7 +29,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from hermes.experiment.spec import ResourcesSpec  # noqa: E402
 from hermes.server.api import STORE_INT_MAX  # noqa: E402
 from hermes.server.app import ServerConfig, create_app  # noqa: E402
-from hermes.server.auth import token_id  # noqa: E402
+from hermes.server.auth import Accounts, token_id  # noqa: E402
 from hermes.server.client import Client, RemoteStore  # noqa: E402
 from hermes.store import ExperimentStatus, SqlStore, build_runs  # noqa: E402
 from hermes.testing.recorded import experiment_spec, record_simulated  # noqa: E402
@@ -49,6 +49,15 @@ def give_code(root: Path, user: str) -> Path:
     area = root / "users" / user
     shutil.copytree(TESTS / "trials", area / "trials", ignore=shutil.ignore_patterns("__pycache__"))
     return area
+
+
+def add_user(root: Path, name: str, admin: bool = False) -> str:
+    """Make ``name`` a user of the server at ``root``, with the test trials in their area; return their token.
+    In this process: `hermes server add-user` takes 2 s, importing the server (one test runs the command itself)."""
+    with closing(Accounts(ServerConfig(root=root).database_url)) as accounts:
+        token = accounts.add_user(name, admin=admin)
+    give_code(root, name)
+    return token
 
 
 def real_spec(name: str, trials: int = 4, steps: int = 4, sleep: float = 0.05, **extra: Any) -> dict[str, Any]:
@@ -1137,7 +1146,8 @@ def test_a_pool_stopped_by_a_postgresql_restart_starts_again_and_runs_its_experi
                           poll=0.2)
     with TestClient(create_app(config)) as client:
         server = Server(client)
-        before = server.client.post("/api/experiments", json={"spec": real_spec("before", steps=30, sleep=0.1)},
+        # 4.7 s of steps on two slots (trial 1 fails at step 2): it runs on when the database goes, 0.1 s in
+        before = server.client.post("/api/experiments", json={"spec": real_spec("before", steps=15, sleep=0.1)},
                                     headers=server.as_("alice")).json()["id"]
         deadline = time.monotonic() + 30
         while not server.get(f"/api/experiments/{before}/metrics")["metrics"]:
@@ -1154,15 +1164,13 @@ def test_a_pool_stopped_by_a_postgresql_restart_starts_again_and_runs_its_experi
 
 
 def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None:
+    import httpx
     import yaml
 
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     root = tmp_path / "srv"
     hermes = [sys.executable, "-m", "hermes.cli"]
-    made = subprocess.run([*hermes, "server", "--root", str(root), "add-user", "erin"],
-                          capture_output=True, text=True, env=env, check=True)
-    env["HERMES_TOKEN"] = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
-    give_code(root, "erin")
+    env["HERMES_TOKEN"] = add_user(root, "erin")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     process = subprocess.Popen([*hermes, "server", "--root", str(root), "--port", str(port)],
@@ -1180,11 +1188,9 @@ def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None
         again = subprocess.run([*hermes, "submit", "specs/spec.yaml", "--server", url], capture_output=True,
                                text=True, env=env, cwd=tmp_path)
         assert again.returncode == 2 and "409" in again.stderr and "another name" in again.stderr
-        deadline = time.monotonic() + 60
-        while "finished" not in (status := subprocess.run(
-                [*hermes, "status", "--server", url], capture_output=True, text=True, env=env).stdout):
-            assert time.monotonic() < deadline, status
-            time.sleep(0.5)
+        headers = {"Authorization": f"Bearer {env['HERMES_TOKEN']}"}
+        _until(lambda: httpx.get(f"{url}/api/experiments/1", headers=headers).json()["status"] == "finished", 60)
+        status = subprocess.run([*hermes, "status", "--server", url], capture_output=True, text=True, env=env).stdout
         assert "experiment  remote (id 1): finished" in status and "trials      4: 3 completed, 1 failed" in status
         remote = subprocess.run([*hermes, "results", "--server", url, "--format", "json"], capture_output=True,
                                 text=True, env=env, check=True).stdout
@@ -1216,11 +1222,10 @@ def test_submit_status_results_and_plot_against_a_server(tmp_path: Path) -> None
         cancelled = subprocess.run([*hermes, "cancel", "long", "--server", url], capture_output=True, text=True,
                                    env=env)
         assert cancelled.returncode == 0 and "cancelling long (experiment 2" in cancelled.stdout, cancelled.stderr
-        while "experiment  long (id 2): cancelled" not in (status := subprocess.run(
-                [*hermes, "status", "--experiment", "long", "--server", url], capture_output=True, text=True,
-                env=env).stdout):
-            assert time.monotonic() < deadline + 60, status
-            time.sleep(0.5)
+        _until(lambda: httpx.get(f"{url}/api/experiments/2", headers=headers).json()["status"] == "cancelled", 60)
+        status = subprocess.run([*hermes, "status", "--experiment", "long", "--server", url], capture_output=True,
+                                text=True, env=env).stdout
+        assert "experiment  long (id 2): cancelled" in status, status
         listed = subprocess.run([*hermes, "list", "--server", url], capture_output=True, text=True, env=env,
                                 check=True).stdout.splitlines()
         assert [line.split()[:4] for line in listed[2:]] == [["1", "remote", "erin", "finished"],
@@ -1243,10 +1248,7 @@ def server_command_with_a_user(root: Path, user: str) -> tuple[list[str], dict[s
     adds (with the trials in their area)."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     hermes = [sys.executable, "-m", "hermes.cli", "server", "--root", str(root)]
-    made = subprocess.run([*hermes, "add-user", user], capture_output=True, text=True, env=env, check=True)
-    token = re.search(r"hermes_\S+", made.stdout)[0]  # type: ignore[index]
-    give_code(root, user)
-    return hermes, env, {"Authorization": f"Bearer {token}"}
+    return hermes, env, {"Authorization": f"Bearer {add_user(root, user)}"}
 
 
 def test_a_server_killed_mid_experiment_continues_it_when_restarted(tmp_path: Path) -> None:
@@ -1264,7 +1266,7 @@ def test_a_server_killed_mid_experiment_continues_it_when_restarted(tmp_path: Pa
 
     process, api = start()
     try:
-        spec = real_spec("survivor", trials=4, steps=20, sleep=0.1)
+        spec = real_spec("survivor", trials=4, steps=12, sleep=0.1)  # 1.9 s on two slots: killed 0.4 s in
         experiment_id = httpx.post(api, json={"spec": spec}, headers=headers).json()["id"]
         deadline = time.monotonic() + 60
         while len(httpx.get(f"{api}/{experiment_id}/curves", headers=headers).json()["trial"]) < 8:
@@ -1287,7 +1289,7 @@ def test_a_server_killed_mid_experiment_continues_it_when_restarted(tmp_path: Pa
             after = store.metrics(experiment_id)
         assert after[: len(before)] == before  # nothing recorded before the kill is lost or rewritten
         for trial in ("0", "2", "3"):
-            assert max(r.step for r in after if r.trial_id == trial) == 20
+            assert max(r.step for r in after if r.trial_id == trial) == 12
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=20)

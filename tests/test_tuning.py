@@ -169,7 +169,8 @@ from pathlib import Path
 import hermes
 from tests.test_run import search, spec_of
 
-spec = spec_of("twice", search=search(1, 0, 0.2), budget={"steps": 30}, resources={"gpus": "none", "cpu_slots": 1})
+# 3 s of steps: each interrupted run below holds them 0.5 s at most, so the third is still running when it is cut
+spec = spec_of("twice", search=search(1, 0, 0.2), budget={"steps": 15}, resources={"gpus": "none", "cpu_slots": 1})
 lock = Path("runs/hermes.lock")
 
 def interrupt_twice(apart):
@@ -209,7 +210,7 @@ def test_a_second_ctrl_c_lets_the_same_process_run_the_experiment_again(tmp_path
                             capture_output=True, text=True, timeout=120)
     assert output.returncode == 0, output.stderr[-3000:]
     result = json.loads(output.stdout.splitlines()[-1])
-    assert result == {"children": [], "status": "finished", "steps": [30]}, output.stderr[-3000:]
+    assert result == {"children": [], "status": "finished", "steps": [15]}, output.stderr[-3000:]
 
 
 IMPORTED_RUN = """
