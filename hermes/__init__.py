@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
@@ -24,34 +26,40 @@ def __getattr__(name: str) -> Any:
 
 
 def _import_tuning() -> ModuleType:
-    """``hermes.tuning``, with Ctrl-C held back while its few hundred modules load and taken once they have:
-    raised in the middle, it left a submodule whose parent's import was cut short (yaml, sqlalchemy), and each
-    later ``hermes.run`` in that process failed (a notebook's kernel had to be restarted)."""
+    """``hermes.tuning``, with Ctrl-C held back while its few hundred modules load (``sigint_held``)."""
     if "hermes.tuning" in sys.modules:
+        return sys.modules["hermes.tuning"]
+    with sigint_held():
         from hermes import tuning
+    return tuning
 
-        return tuning
+
+@contextmanager
+def sigint_held() -> Iterator[None]:
+    """Ctrl-C held back while the block runs, and raised as it ends: raised in the middle of a module's first import
+    (yaml, sqlalchemy, Optuna, numpy), it left a submodule whose parent's import was cut short, and each later
+    ``hermes.run`` in that process failed (a notebook's kernel had to be restarted). A second Ctrl-C is taken at
+    once, by the handler held back, to end a set-up that takes long. Only in the main thread, which alone may set
+    handlers, and only over a Python handler, which alone can be put back (an ignored or default SIGINT leaves no
+    half-imported module)."""
     import signal
     import threading
 
     previous = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread() or not callable(previous):
-        # only the main thread may set handlers, and only a Python handler can be put back (an ignored or
-        # default SIGINT leaves no half-imported module)
-        from hermes import tuning
-
-        return tuning
+        yield
+        return
     received = False
 
     def hold(_signum: int, _frame: object) -> None:
         nonlocal received
         received = True
+        signal.signal(signal.SIGINT, previous)
 
     signal.signal(signal.SIGINT, hold)
     try:
-        from hermes import tuning
+        yield
     finally:
         signal.signal(signal.SIGINT, previous)
-        if received:
-            signal.raise_signal(signal.SIGINT)  # to the handler it was meant for: KeyboardInterrupt by default
-    return tuning
+    if received:
+        signal.raise_signal(signal.SIGINT)  # to the handler it was meant for: KeyboardInterrupt by default

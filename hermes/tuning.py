@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hermes import sigint_held
 from hermes.errors import HermesError, SpecError
 from hermes.experiment import load_spec, parse_spec
 from hermes.experiment.locate import (
@@ -207,13 +208,14 @@ def _globals_read(function: types.FunctionType) -> set[str]:
 
 
 def _driver_script() -> tuple[str, ...]:
-    """The script being run (``python tune.py --scale 100``, ``python -m pkg.tune``): its file and its command line,
-    which its trials see in sys.argv where they import it, as this process did (a script that parses its arguments at
-    its top level); nothing for a notebook, ``python -c`` or a script read from stdin."""
+    """The command line of the script being run (``python tune.py --scale 100``, ``python -m pkg.tune``), which its
+    trials see as sys.argv, as every module of this process did (one that parses it at its import); its file first
+    and absolute, since a trial runs in its own workdir; nothing for a notebook, ``python -c`` or a script read from
+    stdin."""
     script = getattr(sys.modules.get("__main__"), "__file__", None)
     if script is None or not Path(script).is_file():
         return ()
-    return (str(Path(script).resolve()), *sys.argv)
+    return (str(Path(script).resolve()), *sys.argv[1:])
 
 
 def _unnamed(function: Any) -> str | None:
@@ -243,19 +245,30 @@ def run(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> Exp
             "hermes.run was called in a trial's own process: the module that defines the trial calls it when it is "
             "imported, and each trial imports that module, so each would start an experiment of its own; put the "
             "call under `if __name__ == \"__main__\":`")
-    if isinstance(spec, Mapping):
-        spec = _function_named(spec)
-        checked = parse_spec({**spec, **({"name": name} if name is not None else {})}, base_dir=Path.cwd(),
-                             plugins_beside_trial=True)
-    else:
-        checked = load_spec(spec, name)
-    session = ExperimentSession(checked)
+    session: ExperimentSession | None = None
+    started = False  # session.run() was called, which lets the experiment go where it ends before it runs anything
     previous = set_driver_script(_driver_script())
     try:
+        # Until the run's own handling takes Ctrl-C, it waits for each step of the set-up: its first imports (of
+        # Optuna and numpy as the spec's sampler is checked, of Ray as the session starts it), cut short, broke every
+        # later hermes.run of the process
+        with sigint_held():
+            if isinstance(spec, Mapping):
+                spec = _function_named(spec)
+                checked = parse_spec({**spec, **({"name": name} if name is not None else {})}, base_dir=Path.cwd(),
+                                     plugins_beside_trial=True)
+            else:
+                checked = load_spec(spec, name)
+        with sigint_held():
+            session = ExperimentSession(checked)
         with interrupts_between_batches(session):
+            started = True
             outcome = session.run()
-    except BaseException:  # the traceback keeps the session: a notebook's held the store's files open
-        session.store.close()
+    except BaseException:
+        if session is not None:
+            if not started:  # Ctrl-C held through the set-up: a new experiment is recorded interrupted
+                session.abandon()
+            session.store.close()  # the traceback keeps the session: a notebook's held the store's files open
         raise
     finally:
         set_driver_script(previous)

@@ -43,14 +43,21 @@ for attempt in ("second", "third"):
 """
 
 
-@pytest.mark.parametrize("module", ["yaml.cyaml", "sqlalchemy.sql.schema"])
-def test_ctrl_c_while_the_first_run_imports_leaves_later_runs_working(tmp_path: Path, module: str) -> None:
+@pytest.mark.parametrize(("module", "sampler"), [
+    ("yaml.cyaml", "random"),  # importing hermes.tuning
+    ("sqlalchemy.sql.schema", "random"),
+    ("optuna.samplers._tpe.sampler", "tpe"),  # checking the spec's sampler
+    ("numpy.linalg", "tpe"),
+])
+def test_ctrl_c_while_the_first_run_imports_leaves_later_runs_working(tmp_path: Path, module: str,
+                                                                     sampler: str) -> None:
     """Raised in the middle of the import, the KeyboardInterrupt left a submodule whose parent's import was cut
     short, and every later ``hermes.run`` in that process (a notebook's kernel) failed: "partially initialized
-    module 'yaml' has no attribute 'error'", "module 'sqlalchemy' has no attribute 'event'". The import now ends
-    first, then the Ctrl-C raises, before the run starts anything."""
-    spec = spec_of("interrupted", search=search(1, 0, 0.0), budget={"steps": 1}, policy={"name": "fifo"},
-                   resources={"gpus": "none", "cpu_slots": 1})
+    module 'yaml' has no attribute 'error'", "module 'sqlalchemy' has no attribute 'event'", "tpe needs Optuna,
+    which is not installed", "module 'optuna.pruners' has no attribute '_filter_study'". The import now ends first,
+    then the Ctrl-C raises, before the run starts anything."""
+    spec = spec_of("interrupted", search={**search(1, 0, 0.0), "sampler": sampler}, budget={"steps": 1},
+                   policy={"name": "fifo"}, resources={"gpus": "none", "cpu_slots": 1})
     spec["trial"] = {"function": "trials.curve:train", "workdir": str(TESTS)}
     done = subprocess.run([sys.executable, "-c", SCRIPT, module, json.dumps(spec)], cwd=tmp_path, env=environment(),
                           capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)

@@ -73,7 +73,7 @@ class NodeAgent:
         """``cpu_slots``: run that many CPU slots of ``threads_per_slot`` cores instead of the node's GPUs.
         ``shared``: the object the driver wrote under the storage URI (``CheckpointStore.mark_shared``), which
         this node must see there too. ``driver_script``: the driver's (``hermes.local.launchers.base``), whose command
-        line its trials see where they import it, as on one machine."""
+        line its trials see, as on one machine."""
         import ray
 
         set_driver_script(driver_script)  # this process runs no other driver's trials

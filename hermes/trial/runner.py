@@ -2,8 +2,8 @@
 
 The executor starts this in the trial's own process (and process group); it imports the
 function, limits torch's threads to the slot's share and calls the function with the config.
-``SCRIPT ARGV...``: the file of the script whose ``hermes.run`` drives the experiment and its command line, which
-the module sees as ``sys.argv`` where it is that script (``trial_argv``).
+``SCRIPT ARGV...``: the command line of the script whose ``hermes.run`` drives the experiment, its file first, which
+the trial's process sees as ``sys.argv`` (``set_trial_argv``).
 """
 
 from __future__ import annotations
@@ -50,15 +50,12 @@ def main(argv: list[str]) -> None:
 
 
 def set_trial_argv(module_name: str, script: Sequence[str]) -> None:
-    """Give the trial's module, before it is imported, the command line it would have run with: a module's top level
-    may parse ``sys.argv`` (argparse), which held the runner's or warm worker's own arguments. Where the module is the
-    script that drives the experiment (``script``: that script's file, then its command line), that script's command
-    line, as in the driver; else the module's file alone, as ``python train.py`` gives it."""
-    file = _module_file(module_name)
-    if len(script) > 1 and file is not None and os.path.realpath(file) == os.path.realpath(script[0]):
-        sys.argv = list(script[1:])
-    else:
-        sys.argv = [file or ""]
+    """Give the trial's process, before its module is imported, the command line it would have run with: any module
+    may parse ``sys.argv`` at its import (argparse in a settings module the trial's module imports), which held the runner's
+    or warm worker's own arguments. Where a script drives the experiment (``script``: its file, then its arguments),
+    that script's command line, as every module of the driver saw it; else the module's file alone, as
+    ``python train.py`` gives it."""
+    sys.argv = list(script) if script else [_module_file(module_name) or ""]
 
 
 def _module_file(module_name: str) -> str | None:

@@ -15,9 +15,9 @@ from hermes.local.runs import LocalTrial, Run
 # Ranks in the event loop: what a process said is read before its exit is handled.
 CHANNEL, WORKER_CHANNEL, EXIT, WORKER_EXIT = 0, 1, 2, 3
 
-# The script whose hermes.run drives this process's experiments: its file, then the command line it was given
-# (``python tune.py --scale 100``), which a trial importing that script sees as its sys.argv (hermes.trial.runner);
-# empty where no script drives them (hermes run, a server, a notebook).
+# The command line of the script whose hermes.run drives this process's experiments, its file first (``python
+# tune.py --scale 100``: /home/me/tune.py --scale 100), which their trials' processes see as sys.argv
+# (hermes.trial.runner); empty where no script drives them (hermes run, a server, a notebook).
 _driver_script: tuple[str, ...] = ()
 
 
