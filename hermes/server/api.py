@@ -44,7 +44,9 @@ Cursor = Annotated[int, Query(ge=0, le=STORE_INT_MAX)]  # what an answer gave to
 class _Route(APIRoute):
     """A route that refuses a JSON body nested past ``MAX_DEPTH`` with 422 before it is parsed: Python's parser,
     a 422 that echoes the input and the checks of a spec all recurse, so one nested some hundred levels deep
-    would exhaust the stack (a 500, or FastAPI's 400 for a body it cannot parse)."""
+    would exhaust the stack (a 500, or FastAPI's 400 for a body it cannot parse). A query parameter that holds a
+    NUL is refused with 422 naming it: no name or id holds one, and PostgreSQL refuses one even in a query (a 500,
+    where SQLite found nothing)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -57,6 +59,10 @@ class _Route(APIRoute):
             if _nesting(body) > MAX_DEPTH:
                 raise RequestValidationError([{"type": "too_deep", "loc": ("body",), "input": None,
                                                "msg": f"nests arrays and objects deeper than {MAX_DEPTH} levels"}])
+            holding_nul = [name for name, value in request.query_params.multi_items() if "\0" in value]
+            if holding_nul:
+                raise RequestValidationError([{"type": "nul", "loc": ("query", name), "input": None,
+                                               "msg": "must not hold a NUL character"} for name in holding_nul])
             return await handler(request)
 
         return handle
@@ -243,20 +249,29 @@ def experiment(experiment_id: int, hermes: HermesDep, user: UserDep) -> Experime
 @router.post("/experiments/{experiment_id}/cancel", status_code=status.HTTP_202_ACCEPTED,
              summary="stop the experiment's trials and end it")
 def cancel(experiment_id: int, hermes: HermesDep, user: UserDep) -> Experiment:
-    record = _experiment(hermes, user, experiment_id)
-    if record.status.is_final:
-        raise HTTPException(status.HTTP_409_CONFLICT, f"experiment {experiment_id} is {record.status.value} already")
+    _changeable(_experiment(hermes, user, experiment_id), "stop that `hermes run` process to cancel it")
     hermes.store.request_cancel(experiment_id)  # the pool stops its trials, or never starts it
     return _current(hermes, experiment_id)
 
 
 @router.put("/experiments/{experiment_id}/weight", summary="change the experiment's share of the GPU pool")
 def set_weight(experiment_id: int, body: WeightRequest, hermes: HermesDep, user: UserDep) -> Experiment:
-    record = _experiment(hermes, user, experiment_id)
-    if record.status.is_final:  # it ran with the weight it has: a new one would misstate its share
-        raise HTTPException(status.HTTP_409_CONFLICT, f"experiment {experiment_id} is {record.status.value} already")
+    _changeable(_experiment(hermes, user, experiment_id), "it has no share of the pool to change")
     hermes.store.set_weight(experiment_id, body.weight)
     return _current(hermes, experiment_id)
+
+
+def _changeable(record: ExperimentRecord, instead: str) -> None:
+    """409 for an experiment that a cancel or a weight would never reach: one that ended (it ran with the weight it
+    has: a new one would misstate its share), or one that `hermes run` runs in this store, which the pool never takes
+    up (the cancel was accepted, and the run finished anyway; an interrupted one kept it asked for ever)."""
+    if record.status.is_final:
+        raise HTTPException(status.HTTP_409_CONFLICT,
+                            f"experiment {record.experiment_id} is {record.status.value} already")
+    if record.owner is None:
+        raise HTTPException(status.HTTP_409_CONFLICT,
+                            f"experiment {record.experiment_id} ({record.name}) is run by `hermes run` in this "
+                            f"server's store, not by the server's pool: {instead}")
 
 
 def _current(hermes: Hermes, experiment_id: int) -> Experiment:

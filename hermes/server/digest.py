@@ -70,6 +70,7 @@ class ExperimentDigest:
         self.gpus: list[str] = []  # in order of arrival
         self._records: dict[str, TrialRecord] = {}
         self._reported: set[str] = set()  # trials with a report in the log: one that exits without any failed
+        self._last_reported: dict[str, int] = {}  # trial id -> the last step it reported (its reports read)
         self._records_read = False  # the trials' records, since the events that may change them were followed
         self._seq = 0
         self._metric_cursor = 0
@@ -159,7 +160,9 @@ class ExperimentDigest:
         for record in self.store.trials(self.experiment_id):
             if self._records.get(record.trial_id) != record:
                 self._records[record.trial_id] = record
-                self._summary(record.trial_id).update(_record_fields(record))
+                summary = self._summary(record.trial_id)
+                summary.update(_record_fields(record))
+                summary["step"] = self._step(record.trial_id)
 
     def _follow(self, events: list[tuple[int, Event]], decisions: list[DecisionRecord]) -> None:
         by_event: dict[int, list[DecisionRecord]] = {}
@@ -212,6 +215,8 @@ class ExperimentDigest:
         value = self.target.value(values)
         summary = self._summary(trial_id)
         summary["reports"] += 1
+        self._last_reported[trial_id] = max(step, self._last_reported.get(trial_id, 0))
+        summary["step"] = self._step(trial_id)
         summary["metrics"] = _json_numbers(values)
         if summary["first_report_at"] is None:
             summary["first_report_at"] = at
@@ -222,6 +227,13 @@ class ExperimentDigest:
                 if math.isfinite(value):
                     summary["best"], summary["best_step"] = value, step
         self.now = max(self.now, at)
+
+    def _step(self, trial_id: str) -> int:
+        """The trial's steps, as ``hermes results`` counts them: the last step it reported, where that is ahead of its
+        record's step, which falls back to its checkpoint's when a run ends before saving (a kill -9 of the server,
+        a crash), so that its best (``best_step``) was at a step past its steps."""
+        record = self._records.get(trial_id)
+        return max(0 if record is None else record.step, self._last_reported.get(trial_id, 0))
 
     def _summary(self, trial_id: str) -> dict[str, Any]:
         summary = self.trials.get(trial_id)

@@ -1248,12 +1248,14 @@ def _metric_values(trial_id: str, step: int, metrics: Mapping[str, float]) -> st
         raise StoreError(f"trial {trial_id} step {step}: metrics must be numbers, got {dict(metrics)!r}") from None
 
 
-
-
 def _storable(text: str) -> str:
     """``text`` with each lone surrogate written as its escape (``\\udcff``), which neither SQLite nor PostgreSQL can
-    store: what a trial or a command line says of a file whose name is not UTF-8 (``os.fsdecode``) holds them."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    store, and each NUL as ``\\x00``, which PostgreSQL's text refuses (SQLite kept it): what a trial or a command
+    line says of a file whose name is not UTF-8 (``os.fsdecode``) holds surrogates, and an error that quotes bytes
+    (``b'\\x00'`` decoded) a NUL. Every free text a store writes goes through here (errors, holders), so that every
+    backend keeps it alike; names and ids hold neither (Hermes makes them, or refuses such ones), and JSON columns
+    (specs, params, metrics, events, decisions) hold both escaped (``_dumps``)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\0", "\\x00")
 
 
 def _key(name: str, owner: str) -> str:
@@ -1268,6 +1270,8 @@ def _check_weight(weight: float) -> None:
 
 
 def _dumps(data: Any) -> str:
+    """JSON in ASCII: a NUL or a lone surrogate anywhere in ``data`` is written as its escape (``\\u0000``), which
+    every backend's text keeps."""
     try:
         return json.dumps(data)
     except (TypeError, ValueError) as error:
