@@ -302,7 +302,7 @@ class PoolSession:
         return [record for record in self.store.experiments(status=statuses) if record.owner is not None]
 
     def _read_spec(self, record: ExperimentRecord) -> ExperimentSpec:
-        return parse_spec(record.spec, source=f"experiment {record.name}", base_dir=self.directory)
+        return parse_spec(record.spec, source=f"experiment {record.name}", base_dir=self.directory, stored=True)
 
     def _open(self, record: ExperimentRecord) -> _Member | None:
         """Build the experiment's session and replay its log; None if it cannot run (marked failed) or waits for
@@ -377,7 +377,7 @@ class PoolSession:
         it is."""
         at = self.executor.now() if self.executor is not None else self._started
         try:
-            spec = parse_spec(record.spec, source=f"experiment {record.name}")
+            spec = parse_spec(record.spec, source=f"experiment {record.name}", stored=True)
             scheduler = Scheduler(make_policy("fifo"), max_failures=spec.trial.max_failures)
             replay(self.store, record.experiment_id, scheduler, lambda *_: None)
             if not scheduler.trials:
@@ -642,22 +642,22 @@ class SpecFilesMissing(SpecError):
     that for a moment's absence (a shared mount not up yet, a ``git checkout`` under way): the experiment waits."""
 
 
-def parse_present(data: dict[str, Any], *, source: str, base_dir: Path) -> ExperimentSpec:
+def parse_present(data: dict[str, Any], *, source: str, base_dir: Path, stored: bool = False) -> ExperimentSpec:
     """``parse_spec`` against this machine from ``base_dir``; SpecFilesMissing where it fails for a missing file
     alone, its message that of the SpecError."""
     try:
-        return parse_spec(data, source=source, base_dir=base_dir)
+        return parse_spec(data, source=source, base_dir=base_dir, stored=stored)
     except SpecError as error:
-        if not _files_missing(data, source, base_dir):
+        if not _files_missing(data, source, base_dir, stored):
             raise
         raise SpecFilesMissing(str(error), error.problems) from None
 
 
-def _files_missing(data: dict[str, Any], source: str, base_dir: Path) -> bool:
+def _files_missing(data: dict[str, Any], source: str, base_dir: Path, stored: bool) -> bool:
     """Whether the spec's document is sound and its workdir, or its function's module, is nowhere: not a loop of
     links or a folder that may not be searched, which stay as they are until someone mends them."""
     try:
-        spec = parse_spec(data, source=source)
+        spec = parse_spec(data, source=source, stored=stored)
     except SpecError:
         return False
     try:

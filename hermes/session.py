@@ -48,6 +48,7 @@ from hermes.execution.contract import Executor
 from hermes.execution.engine import Engine
 from hermes.execution.registry import make_engine
 from hermes.experiment import ExperimentSpec
+from hermes.experiment.spec import refuse_shell_words
 from hermes.plugins import importable_from
 from hermes.policies import make_policy, make_stopper
 from hermes.recovery import Recovered, replay
@@ -121,6 +122,10 @@ class ExperimentSession:
         self._hosted = False  # a host's loop drives it (``host``), not ``run``
         self._deferring = False  # an interrupt waits (``interrupt``): ``run`` writes how it ended, or releases
         self._deferred: BaseException | None = None  # an interrupt that came meanwhile, raised once that is done
+        if store is None and not (self.storage / STORE_FILE).exists():
+            # a new experiment, as no store holds it yet: its command is refused before anything is made
+            # (``_open_store`` checks one that a store does not hold)
+            refuse_shell_words(spec, f"experiment {spec.name}")
         if store is None and self.storage.is_dir():
             self._lock.acquire()
         try:
@@ -217,10 +222,14 @@ class ExperimentSession:
         may_change: tuple[str, ...] = (*(f"search.{field}" for field in BUDGET_FIELDS), "policy", "storage.dir")
         if found is not None and spec.same_workdir(found.spec):
             may_change += ("trial.workdir",)
+        new_command = found is None  # given now: a stored one runs as written, as before the check was made
         if found is not None and not self.store.events_after(found.experiment_id, 0, limit=1):
             # Nothing of it ever ran (its engine could not start: a Ray node that could not write storage.uri, say),
             # so nothing ties it to its spec: the corrected one replaces it, under the same name.
             may_change = tuple({*found.spec, *document})
+            new_command = found.spec.get("trial", {}).get("command") != spec.trial.command
+        if new_command:
+            refuse_shell_words(spec, f"experiment {spec.name}")
         self.experiment_id = self.store.create_or_open_experiment(spec.name, document, may_change=may_change)
         self.store.claim_writer(self.experiment_id, describe(self._lock.who))
 

@@ -14,13 +14,17 @@ by relative path into its working directory, which all trials share: it is known
 so the argv holds TRIAL_DIR_MARK in its place until ``with_trial_dir`` fills it in. A parameter of the search space
 named ``trial_dir`` fills it instead, as any parameter fills its placeholder.
 
-Since no shell runs the command, a word a shell would act on is refused where it stands unquoted: an operator
-(``> out.log``, ``2>&1``, ``|``, ``&&``, ``;``), a variable (``$HOME``, ``${X}``, ``$(cmd)``) or a leading ``~``; each
-reached the program as a literal argument. Quoted (``'a > b'``, ``bash -c '... > out.log'``) it is text, as in a shell.
+Since no shell runs the command, ``check_shell_words`` refuses a word a shell would act on: an operator (``> out.log``,
+``2>&1``, ``|``, ``&&``, ``;``) or a leading ``~`` unquoted, and a variable (``$HOME``, ``${X}``, ``$1``, ``$@``) or a
+command substitution (``$(cmd)``) unquoted or in double quotes, where a shell expands them too; each reached the program
+as literal text. In single quotes (``'a > b'``, ``'$HOME'``) it is text, as in a shell, and the script of ``bash -c
+SCRIPT`` is that shell's own to expand. It checks a command given now (a new experiment, a submission), never one read
+back from a store: that one ran as written before the check was made, and a rerun or a pool continues it so.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Collection, Mapping, Sequence
@@ -98,16 +102,14 @@ class CommandTemplate:
 def parse_template(template: str) -> CommandTemplate:
     """Split ``template`` into words, then find the placeholders of each; CommandError says what is wrong."""
     try:
-        words = _words(template)
+        words = shlex.split(template)
     except ValueError as error:  # unbalanced quotes, a trailing backslash
         raise CommandError(f"cannot parse {template!r}: {str(error).lower()}") from None
     if not words:
         raise CommandError("must not be empty")
     if "\0" in template:
         raise CommandError("holds a NUL character, which no command-line argument can carry")
-    for _, written in words:
-        _check_not_shell(written)
-    return CommandTemplate(template, tuple(_parts(word) for word, _ in words))
+    return CommandTemplate(template, tuple(_parts(word) for word in words))
 
 
 def validate_template(template: str, names: Collection[str]) -> CommandTemplate:
@@ -115,8 +117,12 @@ def validate_template(template: str, names: Collection[str]) -> CommandTemplate:
     parsed = parse_template(template)
     for name in parsed.placeholders:
         if name not in names and name != TRIAL_DIR:
+            variable = f"${{{name}}}"
+            shell = (f"; {variable} reads as a shell's variable, but no shell runs the command: run it through one "
+                     f"(bash -c '...', docs/trials.md), the shell's braces doubled, ${{{{{name}}}}}"
+                     if variable in template else "")
             raise CommandError(f"placeholder {{{name}}} is not in search.space (parameters: {', '.join(names)}), "
-                               f"nor {{{TRIAL_DIR}}}, the trial's own folder")
+                               f"nor {{{TRIAL_DIR}}}, the trial's own folder{shell}")
     return parsed
 
 
@@ -128,6 +134,16 @@ def command_argv(template: str, params: Mapping[str, Any]) -> tuple[str, ...]:
 def with_trial_dir(argv: Sequence[str], directory: str) -> list[str]:
     """``argv`` with the trial's folder, ``directory``, where ``{trial_dir}`` was."""
     return [argument.replace(TRIAL_DIR_MARK, directory) for argument in argv]
+
+
+def check_shell_words(template: str) -> None:
+    """Refuse a word of ``template`` (which ``parse_template`` takes) that a shell would act on, but that reaches the
+    program as it is written: only for a command given now, never a stored one (the module's docstring says why)."""
+    words = _words(template)
+    script = _script_index([word for word, _ in words])
+    for index, (_, written) in enumerate(words):
+        if index != script:
+            _check_not_shell(written)
 
 
 def _words(template: str) -> list[tuple[str, str]]:
@@ -145,36 +161,62 @@ def _words(template: str) -> list[tuple[str, str]]:
     return words
 
 
+_SHELLS = {"sh", "bash", "zsh", "dash", "ksh"}
+_SCRIPT_FLAG = re.compile(r"-[A-Za-z]*c[A-Za-z]*")  # -c, or among others: -lc, -ec, -ce
+_TAKES_A_VALUE = {"-o", "+o", "-O", "+O"}  # bash -o pipefail -c '...'
+
+
+def _script_index(words: list[str]) -> int | None:
+    """Where the script of ``bash -c SCRIPT`` (or sh, zsh, ..., with -lc, -ec alike) stands among ``words``: that
+    shell expands its variables itself. None where the command runs no shell's -c."""
+    if os.path.basename(words[0]) not in _SHELLS:
+        return None
+    for index in range(1, len(words)):
+        if _SCRIPT_FLAG.fullmatch(words[index]):
+            return index + 1
+        if not words[index].startswith(("-", "+")) and words[index - 1] not in _TAKES_A_VALUE:
+            return None  # a script file: what follows is its arguments
+    return None
+
+
 _OPERATORS = {"|": "a pipe", "|&": "a pipe", "||": "a command list", "&&": "a command list", ";": "a command list",
               "&": "a background job", "<": "a redirection", "<<": "a redirection", "<<<": "a redirection"}
 _REDIRECTION = re.compile(r"[0-9]*>|&>")  # > out.log, >> out.log, 2> err.log, 2>&1, &> all.log, >out.log
-_EXPANSION = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[^}]*\}?|\()")  # $HOME, ${HOME}, $(command)
+# $HOME, ${HOME}, $(command); a shell's own parameters: $1, $@, $*, $#, $?, $$, $!, $-
+_EXPANSION = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[^}]*\}?|\(|[0-9@*#?$!-])")
 _NO_SHELL = "but the command is not run by a shell, so the program would get it"
 _USE_A_SHELL = "run the command through a shell (bash -c '...', docs/trials.md), or quote the word to pass it as it is"
 _QUOTED = "\0"  # stands for a quoted or escaped character: no template holds a NUL
 
 
 def _check_not_shell(written: str) -> None:
-    """Refuse a word (as written) that a shell would act on: an operator, a variable or a leading ``~``, unquoted."""
+    """Refuse a word (as written) that a shell would act on: an operator or a leading ``~`` unquoted, a variable or
+    a command substitution unquoted or in double quotes."""
     bare = _unquoted(written)
     what = _OPERATORS.get(bare) or ("a redirection" if _REDIRECTION.match(bare) else None)
     if what is not None:
         raise CommandError(f"{written!r} is shell syntax ({what}), {_NO_SHELL} as an argument: {_USE_A_SHELL}")
-    expansion = _EXPANSION.search(bare)
+    expansion = _EXPANSION.search(_unquoted(written, expand_in_double_quotes=True))
     if expansion is not None:
         found = "$(...)" if expansion[0] == "$(" else expansion[0]
-        what = "a command substitution" if found == "$(...)" else "an environment variable"
+        if found == "$(...)":
+            what = "a command substitution"
+        else:
+            what = "an environment variable" if _NAME.match(found.lstrip("${")) else "a shell parameter"
         placeholder = f" (a placeholder is {found[1:]}, without $)" if found.startswith("${") else ""
-        raise CommandError(f"{written!r} holds {found}, {what}{placeholder}, {_NO_SHELL} unexpanded: write the "
-                           f"value out, {_USE_A_SHELL}")
+        quoted = ", which a shell expands in double quotes too" if bare[expansion.start()] == _QUOTED else ""
+        raise CommandError(f"{written!r} holds {found}, {what}{placeholder}{quoted}, {_NO_SHELL} unexpanded: write "
+                           "the value out, run the command through a shell (bash -c '...', docs/trials.md), or put "
+                           "the word in single quotes to pass it as it is")
     if bare.startswith("~"):
         raise CommandError(f"{written!r} starts with ~, a home folder to a shell, {_NO_SHELL} as it is: write the "
                            f"path out, {_USE_A_SHELL}")
 
 
-def _unquoted(written: str) -> str:
+def _unquoted(written: str, expand_in_double_quotes: bool = False) -> str:
     """``written`` with each quote, backslash and character they protect replaced by _QUOTED (POSIX rules, as
-    shlex's: nothing escapes in single quotes, only \\ and \" in double quotes)."""
+    shlex's: nothing escapes in single quotes, only \\ and \" in double quotes). ``expand_in_double_quotes``: what
+    double quotes hold is left as it is, as a shell still expands a ``$`` there."""
     bare = []
     quote = None
     index = 0
@@ -185,11 +227,11 @@ def _unquoted(written: str) -> str:
             bare.append(_QUOTED * len(written[index : index + 2]))  # the backslash and what it escapes
             index += 2
             continue
-        if quote is None and char in "'\"":
-            quote = char
-        elif char == quote:
-            quote = None
-        bare.append(char if quote is None and char not in "'\"" else _QUOTED)
+        if quote is None and char in "'\"" or char == quote:  # one that opens or closes
+            quote = char if quote is None else None
+            bare.append(_QUOTED)
+        else:
+            bare.append(char if quote is None or quote == '"' and expand_in_double_quotes else _QUOTED)
         index += 1
     return "".join(bare)
 

@@ -58,7 +58,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from hermes.errors import SpecError
-from hermes.experiment.command import CommandError, parse_template, validate_template
+from hermes.experiment.command import CommandError, check_shell_words, parse_template, validate_template
 from hermes.experiment.locate import missing_function
 from hermes.plugins import construct, importable_from
 from hermes.trial.protocol import MAX_STEP
@@ -95,14 +95,21 @@ def _path_text(value: Any) -> Any:
 _VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[^}]*\}?)")  # $HOME, ${HOME}
 
 
-def _no_variables(path: str) -> str:
+def _no_variables(path: str, info: ValidationInfo) -> str:
     """Refuse an environment variable in a path: nothing expands it, and ``$HOME/runs`` made a folder named
-    ``$HOME`` beside the spec. A leading ``~`` is your home (``_place``), as a shell's and Ray Tune's storage_path."""
+    ``$HOME`` beside the spec. A leading ``~`` is your home (``_place``), as a shell's and Ray Tune's storage_path.
+    Not in a stored spec read back (``parse_spec(stored=True)``): its experiment ran with that folder before."""
     variable = _VARIABLE.search(path)
-    if variable is not None:
+    if variable is not None and not _stored(info):
         raise ValueError(f"{path!r} holds {variable[0]}, an environment variable, but Hermes does not expand "
                          "environment variables: write the path out (a leading ~ is your home)")
     return path
+
+
+def _stored(info: ValidationInfo) -> bool:
+    """Whether the spec is a stored one read back (a pool taking it up, its old runs ended), not new input: checks
+    added since it was stored must not fail an experiment that ran as it was."""
+    return bool(info.context and info.context.get("stored"))
 
 
 # a path field: text, or a pathlib.Path from Python
@@ -717,9 +724,10 @@ class PolicySpec(_Section):
         return _seconds(value)
 
     @model_validator(mode="after")
-    def _period_once(self) -> PolicySpec:
-        """``settings`` passes params over period: given both, the run took params.period without a word."""
-        if self.period is not None and "period" in self.params:
+    def _period_once(self, info: ValidationInfo) -> PolicySpec:
+        """``settings`` passes params over period: given both, the run took params.period without a word (a stored
+        spec read back ran so, and goes on so: ``_stored``)."""
+        if self.period is not None and "period" in self.params and not _stored(info):
             raise _PathError("params.period", f"{self.params['period']!r}, while policy.period is {self.period:g}: "
                                               "both set the policy's period; give it once, as policy.period")
         return self
@@ -1192,16 +1200,17 @@ _SpecLoader.add_implicit_resolver(_FLOAT, _FLOAT_FORM, list("-+0123456789."))
 
 
 def parse_spec(data: dict[str, Any], source: str = "<spec>", base_dir: str | Path | None = None, *,
-               plugins_beside_trial: bool = False) -> ExperimentSpec:
+               plugins_beside_trial: bool = False, stored: bool = False) -> ExperimentSpec:
     """Validate a spec already read into a dict; ``source`` names it in error messages.
 
     With ``base_dir`` (the spec file's folder), relative paths start there and the spec is also
     checked against this machine, as ``load_spec`` does; without it (specs built in code) they start
     at the current directory and only the document is checked. ``plugins_beside_trial``: a policy, stopper or
     searcher of one's own is looked for in the trial's workdir first (``ExperimentSpec.plugins_from``), as
-    ``hermes run`` looks; never for a pool's spec (``ExperimentSpec.plugins_from`` says why).
+    ``hermes run`` looks; never for a pool's spec (``ExperimentSpec.plugins_from`` says why). ``stored``: a stored
+    spec read back, which checks added since it was stored leave as it ran (``_stored``).
     """
-    context = {"base_dir": base_dir, "plugins_beside_trial": plugins_beside_trial}
+    context = {"base_dir": base_dir, "plugins_beside_trial": plugins_beside_trial, "stored": stored}
     try:
         return ExperimentSpec.model_validate(data, context=context)
     except ValidationError as error:
@@ -1210,6 +1219,18 @@ def parse_spec(data: dict[str, Any], source: str = "<spec>", base_dir: str | Pat
         if len(problems) == 1:
             raise SpecError(f"{source}: {problems[0]}", located) from None
         raise SpecError(f"{source}: {len(problems)} problems:\n  " + "\n  ".join(problems), located) from None
+
+
+def refuse_shell_words(spec: ExperimentSpec, source: str) -> None:
+    """Refuse a word of ``trial.command`` that a shell would act on (``check_shell_words``), naming the field as
+    ``parse_spec`` does. For new input alone: a new experiment, a submission. ``parse_spec`` leaves it out, as it reads
+    back stored specs too, whose commands ran as written before this check was made, and are continued so."""
+    if spec.trial.command is None:
+        return
+    try:
+        check_shell_words(spec.trial.command)
+    except CommandError as error:
+        raise SpecError(f"{source}: trial.command: {error}", [("trial.command", str(error))]) from None
 
 
 def _describe(detail: ErrorDetails) -> tuple[str, str]:

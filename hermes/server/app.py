@@ -40,7 +40,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from hermes.errors import HermesError, SpecError
 from hermes.experiment import ExperimentSpec, parse_spec
-from hermes.experiment.spec import ResourcesSpec
+from hermes.experiment.spec import ResourcesSpec, refuse_shell_words
 from hermes.pool import PoolSession, parse_present, stored_form
 from hermes.server.area import (
     document_problems,
@@ -119,6 +119,12 @@ class Hermes:
         self._pool_failure: tuple[str, float] | None = None  # why the pool last stopped, and when it starts again
 
     def parse(self, data: dict[str, Any], owner: str, folder: str = "") -> ExperimentSpec:
+        """A submitted spec, as ``read`` reads it; its command is new input, which ``refuse_shell_words`` checks too."""
+        spec = self.read(data, owner, folder)
+        refuse_shell_words(spec, "spec")
+        return spec
+
+    def read(self, data: dict[str, Any], owner: str, folder: str = "", *, stored: bool = False) -> ExperimentSpec:
         """The spec as its owner's area reads it, as if its file lay in ``folder`` there (relative to
         the area); SpecError names the fields that are wrong.
 
@@ -128,10 +134,10 @@ class Hermes:
 
         Any other error while checking it is a SpecError too, with a line saying what failed (the traceback
         goes to the log): a spec is the caller's input, and its refusal a 422, never a 500; the pool that
-        reads it again fails that experiment alone.
+        reads it again fails that experiment alone. ``stored``: a stored spec read back (``parse_spec``).
         """
         try:
-            return self._parse(data, owner, folder)
+            return self._parse(data, owner, folder, stored)
         except SpecError:
             raise
         except Exception as error:
@@ -139,7 +145,7 @@ class Hermes:
             why = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
             raise SpecError(f"spec: the server could not check it ({why}); its log has the details") from None
 
-    def _parse(self, data: dict[str, Any], owner: str, folder: str) -> ExperimentSpec:
+    def _parse(self, data: dict[str, Any], owner: str, folder: str, stored: bool) -> ExperimentSpec:
         area = self.config.area(owner)
         problem = text_problem(folder)
         if problem is not None:  # no path holds it: resolving it would fail
@@ -149,8 +155,8 @@ class Hermes:
             raise SpecError(f"folder: {folder!r} {problem}", [("folder", f"{folder!r} {problem}")])
         base = (area / folder).resolve()
         _refuse(document_problems(data))
-        _refuse(spec_problems(parse_spec(data, source="spec"), area, self.config.root, base))
-        return parse_present(data, source="spec", base_dir=base)
+        _refuse(spec_problems(parse_spec(data, source="spec", stored=stored), area, self.config.root, base))
+        return parse_present(data, source="spec", base_dir=base, stored=stored)
 
     def read_spec(self, experiment: ExperimentRecord) -> ExperimentSpec:
         """A stored spec as the pool runs it: checked again when the pool takes it up (it may have
@@ -159,7 +165,7 @@ class Hermes:
         (SpecFilesMissing): a shared mount not up yet when the server starts, say."""
         if experiment.owner is None:
             raise SpecError(f"experiment {experiment.name} was not submitted to the server")
-        return self.parse(self._placed(experiment.spec, experiment.owner), experiment.owner)
+        return self.read(self._placed(experiment.spec, experiment.owner), experiment.owner, stored=True)
 
     def experiment_dir(self, experiment: ExperimentRecord) -> Path | None:
         """Where the experiment's trials keep their files (``<storage.dir>/<name>``), read from the
