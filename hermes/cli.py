@@ -982,9 +982,12 @@ def _add_server_places(parser: argparse.ArgumentParser, quiet: bool) -> None:
 
 
 def _server(args: argparse.Namespace) -> int:
-    try:
-        from hermes.server.app import ServerConfig, serve
+    try:  # the application (FastAPI, the pool) only to serve: an account command needs the store alone
         from hermes.server.auth import Accounts, TokenInfo, token_id
+        from hermes.server.config import ServerConfig
+
+        if args.action is None:
+            from hermes.server.app import serve
     except ImportError as error:
         raise HermesError(f"the server needs its extra: {install_extra('server')} ({error})") from None
 

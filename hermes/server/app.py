@@ -24,7 +24,6 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from hermes.errors import HermesError, SpecError
 from hermes.experiment import ExperimentSpec, parse_spec
-from hermes.experiment.spec import ResourcesSpec, refuse_shell_words
+from hermes.experiment.spec import refuse_shell_words
 from hermes.pool import PoolSession, parse_present, stored_form
 from hermes.server.area import (
     document_problems,
@@ -49,6 +48,7 @@ from hermes.server.area import (
     text_problem,
 )
 from hermes.server.auth import Accounts
+from hermes.server.config import ServerConfig
 from hermes.server.digest import ExperimentDigest
 from hermes.store import (
     ExperimentRecord,
@@ -63,7 +63,6 @@ from hermes.store.base import DamagedRecord
 log = logging.getLogger("hermes.server")
 
 STATIC = Path(__file__).parent / "static"
-MAX_BODY = 1 << 20  # bytes of a request body: a spec with a thousand listed configs fits many times over
 DIGESTS_KEPT = 200  # ended experiments whose digest stays in memory, the least recently read dropped (rebuilt if asked)
 OPEN = [status for status in ExperimentStatus if not status.is_final]  # an open experiment's digest is always kept
 POOL_RESTART_S = (1.0, 30.0)  # a pool stopped by an error starts again after the first, doubling up to the second
@@ -77,28 +76,6 @@ SWAGGER_UI = "/static/vendor/swagger-ui"  # Swagger UI for /docs, vendored (VERS
 CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'{hashes}; style-src 'self' 'unsafe-inline'; "
                            "img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; "
                            "frame-ancestors 'none'")
-
-
-@dataclass(frozen=True, slots=True)
-class ServerConfig:
-    root: Path  # holds hermes.db (by default) and the users' areas
-    database: str | None = None  # an SQLAlchemy URL; default: SQLite in root
-    max_body: int = MAX_BODY
-    run_experiments: bool = True  # False: an API over the store only (nothing is started)
-    resources: ResourcesSpec | None = None  # the pool's GPUs or CPU slots; default: this machine's GPUs, else 1 slot
-    poll: float = 0.5  # seconds between the pool's looks at the store (submissions, cancellations, weights)
-    ray_address: str | None = None  # run the pool on every node of this Ray cluster; None: on this machine
-    storage_uri: str | None = None  # on Ray, where durable checkpoints go (default: ROOT/pool/checkpoints)
-
-    @property
-    def database_url(self) -> str:
-        return self.database or f"sqlite:///{self.root.resolve() / 'hermes.db'}"
-
-    def area(self, user: str) -> Path:
-        """The user's area, made if missing: the folder that every file their specs name must lie in."""
-        path = self.root.resolve() / "users" / user
-        path.mkdir(parents=True, exist_ok=True)
-        return path
 
 
 class Hermes:

@@ -1,0 +1,35 @@
+"""Where a server keeps its store and its users' areas, and how it runs: apart from the application, so that the
+account commands (`hermes server add-user`, `tokens`, ...) need not import FastAPI and the pool to find the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hermes.experiment.spec import ResourcesSpec
+
+MAX_BODY = 1 << 20  # bytes of a request body: a spec with a thousand listed configs fits many times over
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    root: Path  # holds hermes.db (by default) and the users' areas
+    database: str | None = None  # an SQLAlchemy URL; default: SQLite in root
+    max_body: int = MAX_BODY
+    run_experiments: bool = True  # False: an API over the store only (nothing is started)
+    resources: ResourcesSpec | None = None  # the pool's GPUs or CPU slots; default: this machine's GPUs, else 1 slot
+    poll: float = 0.5  # seconds between the pool's looks at the store (submissions, cancellations, weights)
+    ray_address: str | None = None  # run the pool on every node of this Ray cluster; None: on this machine
+    storage_uri: str | None = None  # on Ray, where durable checkpoints go (default: ROOT/pool/checkpoints)
+
+    @property
+    def database_url(self) -> str:
+        return self.database or f"sqlite:///{self.root.resolve() / 'hermes.db'}"
+
+    def area(self, user: str) -> Path:
+        """The user's area, made if missing: the folder that every file their specs name must lie in."""
+        path = self.root.resolve() / "users" / user
+        path.mkdir(parents=True, exist_ok=True)
+        return path
