@@ -4,6 +4,7 @@
   static dashboard);
 - ``api``: the routes under /api, documented by OpenAPI at /docs;
 - ``auth``: users and hashed API tokens;
+- ``config``: the server's settings (its root, store, resources), which the account commands read alone;
 - ``digest``: each experiment's dashboard state, followed incrementally from the store;
 - ``client``: the store of a remote server, for `hermes submit/status/results/plot --server`;
 - ``static``: the dashboard (plain JavaScript, vendored uPlot and ECharts with their licences).
