@@ -31,7 +31,7 @@ from tests.test_run import (
 )
 
 STALL = {"factor": 5, "min": "1.5s"}  # steps of 0.1 s: no healthy trial is silent for 1.5 s
-PAUSE = 3.0  # seconds stopped: past the stall limit, and past what the runner's loop may miss (LOOK_EVERY + margin)
+PAUSE = 3.0  # seconds stopped: past the stall limit, and past what the runner may miss (PAUSE_MARGIN)
 
 
 def descendants(root: int) -> list[int]:
@@ -134,3 +134,47 @@ def test_a_trial_waiting_for_its_runners_answer_is_not_hung(tmp_path: Path, how:
                          env=environment(), capture_output=True, text=True, timeout=45, start_new_session=True)
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout.splitlines()[-1]) == {"succeeded": True, "error": None}
+
+
+BUSY_STOPPER = """
+import time
+
+from hermes.core.policy import EarlyStopper
+
+
+class Slow(EarlyStopper):
+    def should_stop(self, trial):
+        time.sleep(1.1)  # a heavy stopper, a slow commit: the runner busy, not stopped
+        return False
+"""
+
+HANGS = """
+import sys
+import time
+
+hang = int(sys.argv[1])
+for step in range(1, 6):
+    if hang and step == 2:
+        time.sleep(100000)
+    time.sleep(1.3)  # longer than the stopper's second: the runner keeps up, busy most of the time
+    print(f"epoch {step} accuracy {step / 1000:.4f}", flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_busy_runner_is_no_pause_and_a_hung_trial_beside_a_healthy_one_fails_in_time(tmp_path: Path) -> None:
+    """A runner busy for over a second at each report (a stopper that takes 1.1 s) was taken for a paused one: the
+    hung trial's silence grew by 0.2 s a report, and it failed only once the healthy one had ended."""
+    (tmp_path / "slow.py").write_text(BUSY_STOPPER)
+    (tmp_path / "hangs.py").write_text(HANGS)
+    spec = spec_of("busy", trial={"command": "python hangs.py {hang}", "workdir": str(tmp_path),
+                                  "metrics_regex": r"epoch (?P<step>\d+) accuracy (?P<value>\S+)",
+                                  "stall": {"after": "2s", "factor": 0}},
+                   search={"sampler": "grid", "space": {"hang": {"type": "grid", "values": [1, 0]}}},
+                   metric={"name": "accuracy", "mode": "max"}, budget={"steps": 5},
+                   policy={"name": "fifo", "stopper": {"name": "slow:Slow"}},
+                   resources={"gpus": "none", "cpu_slots": 2}, storage={"dir": "runs"})
+    ran = subprocess.run(hermes_command("run", str(write_spec(tmp_path, spec)), "--no-live"), cwd=tmp_path, check=False,
+                         env=environment(), capture_output=True, text=True, timeout=50)
+    lines = [line for line in ran.stdout.splitlines() if line.startswith("[") and (" failed " in line or " completed " in line)]
+    assert [("hung" in line, "completed" in line) for line in lines] == [(True, False), (False, True)], ran.stdout

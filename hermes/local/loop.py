@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import selectors
+import threading
 import time
 from typing import Any, Callable
 
@@ -12,13 +13,50 @@ from hermes.errors import HermesError
 
 Handler = Callable[[Any], None]
 
-# A stretch of the loop that ends this many seconds later than it should have was a pause of its process (Ctrl-Z,
-# Slurm's suspend, a frozen cgroup): a busy host delays it by milliseconds, a timer by 0.1% of its wait.
+# A beat of the pause watch (``_PauseWatch``) that comes this many seconds late was a stop of the whole process (Ctrl-Z,
+# Slurm's suspend, SIGSTOP, a frozen cgroup): a busy host delays a sleeping thread by milliseconds.
 PAUSE_MARGIN = 1.0
-# The longest a wait sleeps, so that a pause is told from a wait: one that a longer wait had hidden (stopped as it
-# began, continued at its end) was taken for the silence of trials stopped with it. A pause of up to
-# LOOK_EVERY + PAUSE_MARGIN seconds may go unseen.
-LOOK_EVERY = 1.0
+BEAT_S = 0.25  # how often the pause watch wakes
+
+
+class _PauseWatch:
+    """A thread that sleeps ``BEAT_S`` at a time and sums how late it wakes beyond ``PAUSE_MARGIN``: the seconds its
+    process was stopped. A runner busy in its own loop (a slow stopper, a store's commit) or blocked is no pause: the
+    GIL lets this thread run meanwhile, so only a stop of every thread makes it late (a single C call that holds the
+    GIL for over a second would pass for one, leaving a trial's limits that much longer)."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+        self._stopped = 0.0  # not yet taken
+        self._beat_at = now()  # the last beat, or the last look at a beat overdue
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="hermes-pause-watch", daemon=True)
+        self._thread.start()
+
+    def take(self) -> float:
+        """The seconds the process was stopped since the last call; a stop that the watch, continued with the rest,
+        has not woken to see yet included (its beat is overdue)."""
+        with self._lock:
+            self._late(self._now())
+            stopped, self._stopped = self._stopped, 0.0
+        return stopped
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._closed.wait(BEAT_S):
+            with self._lock:
+                self._late(self._now())
+
+    def _late(self, now: float) -> None:
+        late = now - self._beat_at - BEAT_S
+        if late > PAUSE_MARGIN:
+            self._stopped += late
+        if late > PAUSE_MARGIN or now - self._beat_at >= BEAT_S:  # counted once: the next beat is due from now
+            self._beat_at = now
 
 
 class EventLoop:
@@ -28,10 +66,9 @@ class EventLoop:
     ``wake`` (from any thread) makes a wait return at once, even when it comes first; ``period``
     seconds after ``started`` and every period after, ``tick`` reports True once.
 
-    ``paused(seconds)`` is told of a stretch that ended later than it should have (``PAUSE_MARGIN``): a wait (told
-    before its handlers run, so that what they read is not timed across it), its handlers, or its caller's time
-    between two waits. Its process was stopped some time in it (Ctrl-Z, a whole job suspended), or was held up; when
-    in it cannot be told, so the whole stretch is.
+    ``paused(seconds)`` is told, as a wait returns and before its handlers run (so that what they read is not timed
+    across it), of the seconds its process was stopped since the last wait (Ctrl-Z, a whole job suspended:
+    ``_PauseWatch``).
     """
 
     def __init__(
@@ -40,7 +77,7 @@ class EventLoop:
         self.period = period
         self.now = now
         self.paused = paused
-        self._done_at: float | None = None  # when the last wait was over: the next is due at once
+        self._pauses = _PauseWatch(now) if paused is not None else None
         self._next_tick = now() + period if period is not None else None
         self._selector = selectors.DefaultSelector()
         self._wake_read, self._wake_write = os.pipe()
@@ -61,16 +98,12 @@ class EventLoop:
         self._selector.unregister(fd)
 
     def wait(self, deadline: float | None = None) -> bool:
-        """Wait for something (or the next tick, or ``deadline``, or ``LOOK_EVERY`` seconds), run the handlers of what
-        is ready; True if woken."""
-        entered = self.now()
-        if self._done_at is not None:  # its caller's time since the last wait
-            self._note_late(entered - self._done_at, 0.0)
+        """Wait for something (or the next tick, or ``deadline``), run the handlers of what is ready; True if woken."""
         moments = [moment for moment in (self._next_tick, deadline) if moment is not None]
-        timeout = min(max(0.0, min(moments, default=math.inf) - entered), LOOK_EVERY)
+        timeout = max(0.0, min(moments) - self.now()) if moments else None
         ready = self._selector.select(timeout)
-        back = self.now()
-        self._note_late(back - entered, timeout)
+        if self._pauses is not None and self.paused is not None and (stopped := self._pauses.take()) > 0:
+            self.paused(stopped)
         woken = False
         for key, _ in sorted(ready, key=lambda item: item[0].data[0]):
             rank, handler, source = key.data
@@ -79,8 +112,6 @@ class EventLoop:
                 self._drain_wakes()
             else:
                 handler(source)
-        self._done_at = self.now()
-        self._note_late(self._done_at - back, 0.0)  # the handlers'
         return woken
 
     def tick(self) -> bool:
@@ -99,13 +130,11 @@ class EventLoop:
             pass  # a byte is pending already, or the loop is closed: the wait returns anyway
 
     def close(self) -> None:
+        if self._pauses is not None:
+            self._pauses.close()
         self._selector.close()
         os.close(self._wake_read)
         os.close(self._wake_write)
-
-    def _note_late(self, took: float, meant: float) -> None:
-        if took - meant > PAUSE_MARGIN and self.paused is not None:
-            self.paused(took)
 
     def _drain_wakes(self) -> None:
         try:
