@@ -52,7 +52,7 @@ from hermes.execution.contract import Executor
 from hermes.execution.engine import ended_trials, runs_no_more
 from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.locate import installed_files, workdir_files
-from hermes.experiment.spec import ResourcesSpec
+from hermes.experiment.spec import ResourcesSpec, refuse_shell_words
 from hermes.local.executor import LocalExecutor
 from hermes.local.engine import slots_for, tick_period
 from hermes.local.launch import TrialLaunch
@@ -195,7 +195,9 @@ class PoolSession:
 
     @staticmethod
     def submit(store: ExperimentStore, spec: ExperimentSpec, *, owner: str = "", weight: float = 1.0) -> int:
-        """Queue ``spec`` for a pool, stored as ``stored_form`` has it; return its experiment id."""
+        """Queue ``spec`` for a pool, stored as ``stored_form`` has it; return its experiment id. New input: its
+        command's shell words are refused here, as ``hermes run`` and a server's submission refuse them."""
+        refuse_shell_words(spec, f"experiment {spec.name}")
         return store.submit_experiment(spec.name, stored_form(spec), owner=owner, weight=weight)
 
     def gpus(self) -> int:
@@ -302,7 +304,8 @@ class PoolSession:
         return [record for record in self.store.experiments(status=statuses) if record.owner is not None]
 
     def _read_spec(self, record: ExperimentRecord) -> ExperimentSpec:
-        return parse_spec(record.spec, source=f"experiment {record.name}", base_dir=self.directory, stored=True)
+        return parse_spec(record.spec, source=f"experiment {record.name}", base_dir=self.directory,
+                          stored=ran_before(record))
 
     def _open(self, record: ExperimentRecord) -> _Member | None:
         """Build the experiment's session and replay its log; None if it cannot run (marked failed) or waits for
@@ -314,6 +317,8 @@ class PoolSession:
             return None
         try:
             spec = self.read_spec(record)
+            if not ran_before(record):  # new input still, written to the store by any route: checked as such
+                refuse_shell_words(spec, f"experiment {record.name}")
             if spec.name != record.name:
                 raise HermesError(f"experiment {record.name}: its spec is named {spec.name!r}")
             if _paths_aside(record.spec) not in _read_forms(spec):
@@ -640,6 +645,12 @@ def _paths_aside(data: dict[str, Any]) -> dict[str, Any]:
 class SpecFilesMissing(SpecError):
     """A file the spec names is not there now: its trial's workdir, or the module of its function. A pool takes
     that for a moment's absence (a shared mount not up yet, a ``git checkout`` under way): the experiment waits."""
+
+
+def ran_before(record: ExperimentRecord) -> bool:
+    """Whether a pool took the experiment up before: its stored spec ran as it is, and checks added since leave it so
+    (``parse_spec(stored=True)``); a queued one never ran, and is checked as new input."""
+    return record.status is not ExperimentStatus.QUEUED
 
 
 def parse_present(data: dict[str, Any], *, source: str, base_dir: Path, stored: bool = False) -> ExperimentSpec:

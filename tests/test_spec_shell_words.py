@@ -290,6 +290,7 @@ def test_a_server_takes_up_an_experiment_stored_with_a_shell_word_and_refuses_a_
         stored = hermes.stored(hermes.parse(spec("old", "python3 -c {program} --tag TAG"), "alice"))
         stored["trial"]["command"] = "python3 -c {program} --tag $TAG"  # as the server stored it before the check
         old = hermes.store.submit_experiment("old", stored, "alice")
+        hermes.store.set_status(old, ExperimentStatus.INTERRUPTED)  # it ran under the old server, killed mid-run
         for command, word in [('python3 -c {program} --data "$HOME/data"', "'\"$HOME/data\"' holds $HOME"),
                               ("python3 -c {program} $1", "'$1' holds $1")]:
             response = client.post("/api/experiments", json={"spec": spec("new", command)}, headers=headers)
@@ -330,12 +331,28 @@ def test_a_server_takes_up_an_experiment_stored_with_a_variable_in_its_path_or_a
         stored["storage"]["dir"] = stored["storage"]["dir"].replace("/runs", "/$RUNS")  # as stored before the checks
         stored["policy"].update(period=5.0, params={"period": 0.5})
         old = hermes.store.submit_experiment("old", stored, "alice")
+        hermes.store.set_status(old, ExperimentStatus.INTERRUPTED)  # it ran under the old server, killed mid-run
+        raw = hermes.store.submit_experiment("raw", {**stored, "name": "raw"}, "alice")  # written straight, never run
     config = ServerConfig(root=root, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
     with TestClient(create_app(config)) as client:
         server = Server.__new__(Server)
         server.client, server.tokens = client, {"alice": token}
         ended = server.wait(old)
         assert (ended["status"], ended["error"]) == ("finished", None)
+        refused = server.wait(raw)  # new input, whatever route wrote it to the store
+        assert refused["status"] == "failed" and "$RUNS, an environment variable" in refused["error"], refused
     assert (root / "users" / "alice" / "$RUNS" / "old").is_dir()  # where it ran before
     with pytest.raises(SpecError, match=r"\$RUNS, an environment variable"):  # new input is still refused
         parse_spec({**stored, "name": "new"})
+
+
+def test_a_submission_through_the_pool_api_is_new_input(tmp_path: Path) -> None:
+    """``PoolSession.submit`` (docs/pool.md) queued a command with ``> out.log`` for the pool, which read it back as
+    a stored spec: its words reached the program as arguments."""
+    from hermes.pool import PoolSession
+
+    spec = load_spec(command_spec(tmp_path, "python3 -c {program} > out.log"))
+    with closing(SqlStore(f"sqlite:///{tmp_path / 'pool.db'}")) as store:
+        with pytest.raises(SpecError, match="not run by a shell"):
+            PoolSession.submit(store, spec, owner="alice")
+        assert store.experiments() == []

@@ -40,7 +40,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from hermes.errors import HermesError, SpecError
 from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.spec import refuse_shell_words
-from hermes.pool import PoolSession, parse_present, stored_form
+from hermes.pool import PoolSession, parse_present, ran_before, stored_form
 from hermes.server.area import (
     document_problems,
     place_problem,
@@ -142,7 +142,8 @@ class Hermes:
         (SpecFilesMissing): a shared mount not up yet when the server starts, say."""
         if experiment.owner is None:
             raise SpecError(f"experiment {experiment.name} was not submitted to the server")
-        return self.read(self._placed(experiment.spec, experiment.owner), experiment.owner, stored=True)
+        return self.read(self._placed(experiment.spec, experiment.owner), experiment.owner,
+                         stored=ran_before(experiment))
 
     def experiment_dir(self, experiment: ExperimentRecord) -> Path | None:
         """Where the experiment's trials keep their files (``<storage.dir>/<name>``), read from the
