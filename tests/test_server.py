@@ -264,6 +264,8 @@ def test_a_plug_in_of_ones_own_is_refused_as_the_server_would_import_it(server: 
         (real_spec("p", policy={"name": "this:Policy"}), ["body", "spec", "policy", "name"]),
         (real_spec("s", policy={"name": "rr", "stopper": {"name": "this:Stopper"}}),
          ["body", "spec", "policy", "stopper", "name"]),
+        (real_spec("b", policy="this:Policy"), ["body", "spec", "policy"]),  # bare names, as the spec takes them
+        (real_spec("t", policy={"name": "rr", "stopper": "this:Stopper"}), ["body", "spec", "policy", "stopper"]),
         ({**real_spec("q"), "search": {**real_spec("q")["search"], "sampler": "this:Searcher"}},
          ["body", "spec", "search", "sampler"]),
         ({**real_spec("r"), "search": {**real_spec("r")["search"], "sampler": {"name": "this:Searcher"}}},
@@ -276,6 +278,8 @@ def test_a_plug_in_of_ones_own_is_refused_as_the_server_would_import_it(server: 
         assert problem["loc"] == loc and "module:Class" in problem["msg"], problem
     assert "The Zen of Python" not in capsys.readouterr().out  # `this` prints it when imported
     assert server.hermes.store.experiments() == []
+    bare = real_spec("m", policy={"name": "rr", "stopper": "median"})  # a built-in's bare name is taken
+    assert server.client.post("/api/experiments", json={"spec": bare}, headers=server.as_("alice")).status_code == 201
 
 
 def test_a_nul_character_is_refused_naming_its_field(server: Server) -> None:
