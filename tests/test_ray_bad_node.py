@@ -1,7 +1,8 @@
 """A bad Ray node, on a real cluster (hermes/testing/ray_cluster.py; a head and one worker node with a fake GPU):
 a node that lacks the trial's workdir, and one that joins mid-run without the storage.uri mount. Each bad node
 sees an empty tmpfs at the hidden path, in a mount namespace of its own (``unshare -m``), as a host without that
-shared volume mounted; it is killed when its test ends."""
+shared volume mounted. The node there from the start hides a folder of the module's, in which each test that uses
+it puts what the node must not see; the node that joins mid-run is killed when its test ends."""
 
 from __future__ import annotations
 
@@ -43,20 +44,39 @@ def cluster() -> Iterator[RayCluster]:
     assert not cluster.pids()
 
 
-@pytest.fixture
-def bad_node(cluster: RayCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], RayNode]]:
-    """Adds a worker node that sees an empty tmpfs at ``hidden``; killed at the end of the test."""
-    added: list[RayNode] = []
+def add_bad_node(cluster: RayCluster, hidden: Path) -> RayNode:
+    """Add a worker node that sees an empty tmpfs at ``hidden``."""
     popen = subprocess.Popen
 
-    def add(hidden: Path) -> RayNode:
-        def unshared(command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-            mount = f"mount -t tmpfs none {shlex.quote(str(hidden))} && exec {shlex.join(command)}"
-            return popen(["unshare", "-m", "--propagation", "private", "sh", "-c", mount], **kwargs)
+    def unshared(command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        mount = f"mount -t tmpfs none {shlex.quote(str(hidden))} && exec {shlex.join(command)}"
+        return popen(["unshare", "-m", "--propagation", "private", "sh", "-c", mount], **kwargs)
 
-        with monkeypatch.context() as patch:
-            patch.setattr(ray_cluster.subprocess, "Popen", unshared)
-            added.append(cluster.add_node())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ray_cluster.subprocess, "Popen", unshared)
+        return cluster.add_node()
+
+
+@pytest.fixture(scope="module")
+def hidden(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder ``bad_node`` sees empty."""
+    return tmp_path_factory.mktemp("volume")
+
+
+@pytest.fixture(scope="module")
+def bad_node(cluster: RayCluster, hidden: Path) -> RayNode:
+    """A worker node there from the start that sees an empty tmpfs at ``hidden``, shared by the module's tests (a node
+    takes seconds to start): what it lacks is what a test puts under ``hidden``. The cluster's end ends it."""
+    return add_bad_node(cluster, hidden)
+
+
+@pytest.fixture
+def joining_bad_node(cluster: RayCluster) -> Iterator[Callable[[Path], RayNode]]:
+    """Adds a worker node that sees an empty tmpfs at the path it is given; killed at the end of the test."""
+    added: list[RayNode] = []
+
+    def add(hidden: Path) -> RayNode:
+        added.append(add_bad_node(cluster, hidden))
         return added[-1]
 
     yield add
@@ -88,14 +108,14 @@ def curve(budget: int, cwd: Path) -> TrialLaunch:
 
 
 def test_a_node_without_the_trials_workdir_crashes_its_run_which_goes_on_elsewhere_from_its_checkpoint(
-    cluster: RayCluster, bad_node: Callable[[Path], RayNode], tmp_path: Path
+    cluster: RayCluster, bad_node: RayNode, hidden: Path, tmp_path: Path
 ) -> None:
     """Starting its warm worker there raised (no such folder): the trial failed for good, with the steps it had
     made, as if its spec were wrong; on one machine it is the spec's mistake, here the node's."""
-    workdir = tmp_path / "volume" / "code"  # on the bad node the volume is there, empty
+    workdir = hidden / "workdir" / "code"  # on the bad node the volume is there, empty
     workdir.mkdir(parents=True)
     good = node_name(cluster.nodes[1].node_id)
-    bad = node_name(bad_node(workdir.parent).node_id)
+    bad = node_name(bad_node.node_id)
     executor = RayExecutor(tmp_path / "run", storage_uri=(tmp_path / "durable").as_uri(), metric="score",
                            checkpoint_every=1)
     with executor:
@@ -117,7 +137,7 @@ def test_a_node_without_the_trials_workdir_crashes_its_run_which_goes_on_elsewhe
 
 
 def test_a_node_joining_mid_run_without_storage_is_left_out_and_the_run_goes_on(
-    cluster: RayCluster, bad_node: Callable[[Path], RayNode], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    cluster: RayCluster, joining_bad_node: Callable[[Path], RayNode], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Its agent refused to start (storage.uri not shared with it), which ended the whole running experiment,
     recorded failed, and every rerun while that node was in the cluster."""
@@ -129,7 +149,7 @@ def test_a_node_joining_mid_run_without_storage_is_left_out_and_the_run_goes_on(
         executor.next_events()  # the nodes
         executor.submit("a", curve(8, tmp_path))
         executor.apply(Start("a", f"{good}/gpu0"), executor.now())
-        bad = node_name(bad_node(durable).node_id)  # joins while the trial runs
+        bad = node_name(joining_bad_node(durable).node_id)  # joins while the trial runs
         events = events_until(executor, lambda e: isinstance(e, TrialExited))
         deadline = time.monotonic() + 30
         while not any(f"Ray node {bad}" in record.getMessage() for record in caplog.records):
@@ -144,14 +164,14 @@ def test_a_node_joining_mid_run_without_storage_is_left_out_and_the_run_goes_on(
 
 
 def test_a_node_there_at_the_start_without_storage_is_left_out_and_the_run_goes_on(
-    cluster: RayCluster, bad_node: Callable[[Path], RayNode], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    cluster: RayCluster, bad_node: RayNode, hidden: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Left out when it joined mid-run, the same node stopped every run (a rerun, say) that began while it was in the
     cluster, though the others could run it."""
-    durable = tmp_path / "durable"
+    durable = hidden / "durable"
     durable.mkdir()
     good = node_name(cluster.nodes[1].node_id)
-    bad = node_name(bad_node(durable).node_id)
+    bad = node_name(bad_node.node_id)
     with caplog.at_level(logging.WARNING, logger="hermes.ray"):
         executor = RayExecutor(tmp_path / "run", storage_uri=durable.as_uri(), metric="score")
         with executor:

@@ -542,20 +542,16 @@ def test_a_pool_on_ray_killed_with_sigkill_continues_from_the_durable_checkpoint
 def test_hermes_server_on_ray_runs_a_submitted_experiment_over_the_nodes(cluster: RayCluster, tmp_path: Path) -> None:
     """``hermes server --ray ADDRESS``, as a team runs it: a user's experiment submitted with ``hermes submit`` runs
     on several nodes of the cluster, and its trials' logs are where the dashboard reads them."""
-    import re
-
     import yaml
 
     from hermes.store import SqlStore
-    from tests.test_server import _free_port, _wait_for, give_code, real_spec
+    from tests.test_server import _free_port, _wait_for, add_user, real_spec
 
     env = {**os.environ, **cluster.env}
     root = tmp_path / "srv"
     hermes = [sys.executable, "-m", "hermes.cli"]
-    made = subprocess.run([*hermes, "server", "--root", str(root), "add-user", "erin"], capture_output=True,
-                          text=True, env=env, check=True)
-    env["HERMES_TOKEN"] = re.search(r"^hermes_\S+$", made.stdout, re.M)[0]  # type: ignore[index]
-    area = give_code(root, "erin")
+    env["HERMES_TOKEN"] = add_user(root, "erin")  # in this process: test_server runs `hermes server add-user`
+    area = root / "users" / "erin"
     (area / "spec.yaml").write_text(yaml.safe_dump(real_spec("on-ray", trials=6, steps=5, sleep=0.08)))
     url = f"http://127.0.0.1:{_free_port()}"
     server = subprocess.Popen([*hermes, "server", "--root", str(root), "--port", url.rpartition(":")[2],
@@ -565,8 +561,15 @@ def test_hermes_server_on_ray_runs_a_submitted_experiment_over_the_nodes(cluster
         submitted = subprocess.run([*hermes, "submit", "spec.yaml", "--server", url], capture_output=True, text=True,
                                    env=env, cwd=area)
         assert submitted.returncode == 0, submitted.stderr
-        wait_for(lambda: "finished" in subprocess.run([*hermes, "status", "--server", url], capture_output=True,
-                                                      text=True, env=env).stdout, 120, "the experiment to finish")
+
+        def finished() -> bool:  # asked of the API every 0.1 s: a `hermes status` each time kept a core busy
+            time.sleep(0.1)
+            return httpx_get(f"{url}/api/experiments/1", env["HERMES_TOKEN"])["status"] == "finished"
+
+        wait_for(finished, 120, "the experiment to finish")
+        shown = subprocess.run([*hermes, "status", "--server", url], capture_output=True, text=True, env=env,
+                               check=False)
+        assert "finished" in shown.stdout, shown.stdout + shown.stderr
         log = httpx_get(f"{url}/api/experiments/1/trials/1/log?stream=stderr", env["HERMES_TOKEN"])
         assert "about to fail" in log["text"]  # the failing trial's stderr, written on its node
         gpus = sum(int(node.num_gpus) for node in cluster.nodes)
@@ -681,7 +684,8 @@ def test_a_run_whose_node_ray_cannot_place_it_on_says_so(
     try:
         ray.get(holder.ready.remote(), timeout=60)
         with caplog.at_level(logging.WARNING, logger="hermes.ray"):
-            executor = RayExecutor(tmp_path, storage_uri=str(tmp_path / "ckpt"), metric="score", agent_timeout=8)
+            # its note comes after PLACEMENT_NOTE_S (5 s), at the latest as it gives the node up
+            executor = RayExecutor(tmp_path, storage_uri=str(tmp_path / "ckpt"), metric="score", agent_timeout=6)
         executor.close()
     finally:
         ray.kill(holder)
