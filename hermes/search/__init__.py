@@ -50,14 +50,18 @@ __all__ = [
 
 
 def make_searcher(search: SearchSpec, mode: Literal["max", "min"], slots: int = 1) -> BaseSearcher:
-    """The searcher of a validated ``search`` section, for a metric to ``mode`` on ``slots`` slots.
+    """The searcher of a validated ``search`` section, for a metric to ``mode`` on ``slots`` slots; one of the user's
+    has its proposals checked against the space (``BaseSearcher.bind``).
 
     ``max_pending``: the spec's, else unlimited for searchers that choose without results and have
     a trial count (all trials at once, as the policies like), else ``PENDING_PER_SLOT`` per slot.
     """
-    searcher = hermes_searcher(search)
-    if searcher is not None:
-        return searcher(search, max_pending=max_pending_for(search, searcher.learns, slots))
+    cls = hermes_searcher(search)
+    if cls is not None:
+        searcher = cls(search, max_pending=max_pending_for(search, cls.learns, slots))
+        own = f"{cls.__module__}:{cls.__qualname__}" in HERMES_SEARCHERS.values()
+        searcher.bind(search.sampler_name, None if own else search.space)
+        return searcher
     from hermes.search.optuna_search import OptunaSearcher
 
     pending = max_pending_for(search, True, slots)

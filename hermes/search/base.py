@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hermes.errors import HermesError
+from hermes.search.errors import SamplerFailed
+
+if TYPE_CHECKING:
+    from hermes.experiment.spec import Parameter
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +34,12 @@ class BaseSearcher(ABC):
     """Proposes configurations and may learn from their results (like Optuna's ask-and-tell).
 
     The public methods keep the bookkeeping every searcher needs (indices, pending trials, calls
-    that make no sense) and call the ``_propose``/``_report``/``_end`` hooks of the subclass.
+    that make no sense) and call the ``_propose``/``_report``/``_end`` hooks of the subclass. A searcher is
+    anyone's code: what a hook raises is SamplerFailed naming the searcher and the call, which ends its
+    experiment alone (a session, a pool), not a traceback through the engine.
+
+    ``sampler_name``: how its errors name it, the spec's ``search.sampler`` where ``make_searcher`` built it
+    (``bind``), else its class path.
 
     ``max_pending`` is how many unfinished trials the searcher wants in flight (None: no limit):
     a searcher that learns proposes better when it has seen more ends. It is advice to the caller
@@ -46,6 +57,14 @@ class BaseSearcher(ABC):
         self.max_pending = max_pending
         self._asked = 0
         self._ended: set[int] = set()
+        self.sampler_name = f"{type(self).__module__}:{type(self).__qualname__}"
+        self._checked_space: dict[str, Parameter] | None = None
+
+    def bind(self, name: str, space: dict[str, Parameter] | None) -> None:
+        """Name it as the spec does; ``space``: check every proposal against it (a searcher of the user's: Hermes's
+        own propose within the space by construction, and a search of 10,000 trials need not pay for a check)."""
+        self.sampler_name = name
+        self._checked_space = space
 
     @property
     def asked(self) -> int:
@@ -63,16 +82,21 @@ class BaseSearcher(ABC):
 
     def ask(self) -> Config | None:
         """The next configuration; None when the searcher has nothing more to propose, now or ever."""
-        params = self._propose(self._asked)
+        index = self._asked
+        with self._hook(f"proposing trial {index}"):
+            params = self._propose(index)
         if params is None:
             return None
+        if self._checked_space is not None:
+            params = self._in_space(index, params, self._checked_space)
         self._asked += 1
-        return Config(self._asked - 1, params)
+        return Config(index, params)
 
     def on_report(self, index: int, step: int, value: float) -> None:
         """Trial ``index`` reported ``value`` (the metric, in its own direction; NaN: diverged) at ``step``."""
         self._check_open(index)
-        self._report(index, step, float(value))
+        with self._hook(f"when told trial {index}'s step {step}"):
+            self._report(index, step, float(value))
 
     def on_end(self, index: int, value: float | None, *, stopped: bool = False) -> None:
         """Trial ``index`` ended with ``value`` (its best or final metric; None, NaN or infinite: it failed).
@@ -83,7 +107,8 @@ class BaseSearcher(ABC):
         """
         self._check_open(index)
         self._ended.add(index)
-        self._end(index, None if value is None or not math.isfinite(value) else float(value), stopped)
+        with self._hook(f"when told trial {index}'s end"):
+            self._end(index, None if value is None or not math.isfinite(value) else float(value), stopped)
 
     @abstractmethod
     def _propose(self, index: int) -> dict[str, Any] | None:
@@ -100,3 +125,70 @@ class BaseSearcher(ABC):
             raise HermesError(f"trial {index} was never asked")
         if index in self._ended:
             raise HermesError(f"the end of trial {index} was told already")
+
+    @contextmanager
+    def _hook(self, doing: str) -> Iterator[None]:
+        """What a hook raises, as the failure that ends the experiment, naming the searcher and the call; a
+        SamplerFailed is worded already (OptunaSearcher's)."""
+        try:
+            yield
+        except SamplerFailed:
+            raise
+        except Exception as error:
+            raise SamplerFailed(f"search.sampler {self.sampler_name} failed {doing}: {type(error).__name__}: "
+                                f"{error}") from error
+
+    def _in_space(self, index: int, params: Any, space: dict[str, Parameter]) -> dict[str, Any]:
+        """A proposal of the user's searcher as its trial gets it (see ``_as_declared``), its fixed parameters added
+        where it left them out (as ``sampler: list`` does), in space order; SamplerFailed where it is no dict of
+        the space's parameters or a value lies outside the space: else every trial ran with it, or failed in the
+        user's code on a missing name."""
+        fixed = {name: p.values[0] for name, p in space.items() if p.type == "constant"}
+        problem = _unfit(params, space, fixed)
+        if problem is None:
+            params = _as_declared(space, params)
+            outside = _outside(space, params)
+            problem = None if outside is None else f"a value outside the spec's space: {outside}"
+        if problem is not None:
+            raise SamplerFailed(f"search.sampler {self.sampler_name} failed proposing trial {index}: it gave {problem}")
+        return {name: params[name] if name in params else fixed[name] for name in space}
+
+
+def _unfit(params: Any, space: dict[str, Parameter], fixed: dict[str, Any]) -> str | None:
+    """Why ``params`` is no dict of the space's parameters (its fixed ones may be left out), or None."""
+    if not isinstance(params, dict):
+        return f"{type(params).__name__} {params!r}, not a dict of the space's parameters"
+    missing = [name for name in space if name not in params and name not in fixed]
+    if missing:
+        return f"no value for {', '.join(missing)} of the spec's space"
+    extra = [name for name in params if name not in space]
+    if extra:
+        return f"{', '.join(map(repr, extra))}, which the spec's space does not hold"
+    return None
+
+
+def _as_declared(space: dict[str, Parameter], params: dict[str, Any]) -> dict[str, Any]:
+    """A proposal's values as their parameters take them, where that changes no value: a number in a uniform's range
+    as a float (as ``sampler: list`` gives a config's ``0``, and Optuna's suggest_float), a whole float for an int as
+    an int, a NumPy scalar as the value it holds. A sampler's own values (GridSampler's ``search_space``) reach
+    ``trial.params`` as it gives them, unchecked and unconverted."""
+    from hermes.experiment.spec import _plain
+
+    declared = {}
+    for name, value in params.items():
+        value, parameter = _plain(value), space[name]
+        if parameter.type in ("uniform", "loguniform") and type(value) is int and parameter.contains(value):
+            value = float(value)
+        elif parameter.type == "int" and type(value) is float and value.is_integer():
+            value = int(value)
+        declared[name] = value
+    return declared
+
+
+def _outside(space: dict[str, Parameter], params: dict[str, Any]) -> str | None:
+    """Why a proposal lies outside the space, naming the first parameter and value that do (as a config of
+    ``sampler: list`` is told), or None."""
+    from hermes.experiment.spec import _misfit
+
+    problems = (_misfit(space[name], value, f"search.space.{name}") for name, value in params.items())
+    return next((problem for problem in problems if problem is not None), None)

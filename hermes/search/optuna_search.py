@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermes.errors import install_extra
 from hermes.plugins import import_plugin_module, plugin_hint
-from hermes.search.base import BaseSearcher
+from hermes.search.base import BaseSearcher, _as_declared, _outside
 from hermes.search.errors import SamplerError, SamplerFailed
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class OptunaSearcher(BaseSearcher):
         self._space = search.space
         self._distributions = _distributions(optuna, search, sampler)
         self._fixed = {name: p.values[0] for name, p in search.space.items() if p.type == "constant"}
-        self._sampler = search.sampler_name
+        self.sampler_name = search.sampler_name
         self._has_args = bool(search.sampler_args)
         self._trials: dict[int, optuna.trial.Trial] = {}
         self._steps: dict[int, set[int]] = {}  # steps reported, per running trial
@@ -91,8 +91,8 @@ class OptunaSearcher(BaseSearcher):
         params = _as_declared(self._space, trial.params)
         problem = _outside(self._space, params)
         if problem is not None:
-            raise SamplerFailed(f"search.sampler {self._sampler} failed proposing trial {index}: it gave a value outside "
-                                f"the spec's space: {problem}")
+            raise SamplerFailed(f"search.sampler {self.sampler_name} failed proposing trial {index}: it gave a value "
+                                f"outside the spec's space: {problem}")
         return {name: self._fixed[name] if name in self._fixed else params[name] for name in self._space}
 
     def _report(self, index: int, step: int, value: float) -> None:
@@ -125,7 +125,7 @@ class OptunaSearcher(BaseSearcher):
                      else "a wrong value" if isinstance(error, ValueError) else None)
             hint = (f"search.sampler.args may hold {wrong}" if wrong and self._has_args
                     else "a sampler of Hermes's own may suit: docs/search.md")
-            raise SamplerFailed(f"search.sampler {self._sampler} failed {doing}: {type(error).__name__}: {error} "
+            raise SamplerFailed(f"search.sampler {self.sampler_name} failed {doing}: {type(error).__name__}: {error} "
                                 f"({hint})") from error
 
 
@@ -248,33 +248,6 @@ def _startup(cls: type, args: dict[str, Any]) -> int:
     parameter = inspect.signature(cls).parameters.get("n_startup_trials")
     count = args.get("n_startup_trials", parameter.default if parameter else 0)
     return count if type(count) is int else 0  # another type fails when asked, or at the annotations' check
-
-
-def _as_declared(space: dict[str, Parameter], params: dict[str, Any]) -> dict[str, Any]:
-    """A proposal's values as their parameters take them, where that changes no value: a number in a uniform's range
-    as a float (as ``sampler: list`` gives a config's ``0``, and Optuna's suggest_float), a whole float for an int as
-    an int, a NumPy scalar as the value it holds. A sampler's own values (GridSampler's ``search_space``) reach
-    ``trial.params`` as it gives them, unchecked and unconverted."""
-    from hermes.experiment.spec import _plain
-
-    declared = {}
-    for name, value in params.items():
-        value, parameter = _plain(value), space[name]
-        if parameter.type in ("uniform", "loguniform") and type(value) is int and parameter.contains(value):
-            value = float(value)
-        elif parameter.type == "int" and type(value) is float and value.is_integer():
-            value = int(value)
-        declared[name] = value
-    return declared
-
-
-def _outside(space: dict[str, Parameter], params: dict[str, Any]) -> str | None:
-    """Why a proposal lies outside the space, naming the first parameter and value that do (as a config of
-    ``sampler: list`` is told), or None."""
-    from hermes.experiment.spec import _misfit
-
-    problems = (_misfit(space[name], value, f"search.space.{name}") for name, value in params.items())
-    return next((problem for problem in problems if problem is not None), None)
 
 
 def _check_annotations(cls: type, args: dict[str, Any], sampler: str) -> None:
