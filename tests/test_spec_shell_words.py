@@ -147,6 +147,8 @@ def test_a_shell_variable_in_braces_is_told_apart_from_a_placeholder(tmp_path: P
     ('"$HOME/data"', "$HOME, an environment variable, which a shell expands in double quotes too"),
     ('--lr="${lr}"', "${lr}, an environment variable (a placeholder is {lr}, without $), which a shell"),
     ('"$(whoami)"', "$(...), a command substitution, which a shell expands in double quotes too"),
+    ("--user=`whoami`", "`...`, a command substitution, but"),
+    ('"`date +%s`"', "`...`, a command substitution, which a shell expands in double quotes too"),
     ("'a'\"$USER\"", "$USER, an environment variable, which a shell"),
     ("$1", "$1, a shell parameter, but"),
     ('"$@"', "$@, a shell parameter, which a shell expands in double quotes too"),

@@ -182,8 +182,8 @@ def _script_index(words: list[str]) -> int | None:
 _OPERATORS = {"|": "a pipe", "|&": "a pipe", "||": "a command list", "&&": "a command list", ";": "a command list",
               "&": "a background job", "<": "a redirection", "<<": "a redirection", "<<<": "a redirection"}
 _REDIRECTION = re.compile(r"[0-9]*>|&>")  # > out.log, >> out.log, 2> err.log, 2>&1, &> all.log, >out.log
-# $HOME, ${HOME}, $(command); a shell's own parameters: $1, $@, $*, $#, $?, $$, $!, $-
-_EXPANSION = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[^}]*\}?|\(|[0-9@*#?$!-])")
+# $HOME, ${HOME}, $(command), `command`; a shell's own parameters: $1, $@, $*, $#, $?, $$, $!, $-
+_EXPANSION = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[^}]*\}?|\(|[0-9@*#?$!-])|`")
 _NO_SHELL = "but the command is not run by a shell, so the program would get it"
 _USE_A_SHELL = "run the command through a shell (bash -c '...', docs/trials.md), or quote the word to pass it as it is"
 _QUOTED = "\0"  # stands for a quoted or escaped character: no template holds a NUL
@@ -198,8 +198,8 @@ def _check_not_shell(written: str) -> None:
         raise CommandError(f"{written!r} is shell syntax ({what}), {_NO_SHELL} as an argument: {_USE_A_SHELL}")
     expansion = _EXPANSION.search(_unquoted(written, expand_in_double_quotes=True))
     if expansion is not None:
-        found = "$(...)" if expansion[0] == "$(" else expansion[0]
-        if found == "$(...)":
+        found = {"$(": "$(...)", "`": "`...`"}.get(expansion[0], expansion[0])
+        if found in ("$(...)", "`...`"):
             what = "a command substitution"
         else:
             what = "an environment variable" if _NAME.match(found.lstrip("${")) else "a shell parameter"
