@@ -27,7 +27,7 @@ playwright = pytest.importorskip("playwright.sync_api", reason="the browser test
 
 from test_server import ROOT, _free_port, _until, _wait_for, add_user, real_spec  # noqa: E402
 
-from hermes.store import SqlStore  # noqa: E402
+from hermes.store import ExperimentStatus, SqlStore  # noqa: E402
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 ARTIFACTS = Path(os.environ.get("HERMES_TEST_ARTIFACTS", ROOT / "test-artifacts"))
@@ -453,6 +453,27 @@ def test_a_long_name_wraps_and_a_phone_gets_one_column(server: tuple[str, str, s
     page.wait_for_selector(f'#experiments tr[data-id="{experiment_id}"]')
     assert page.evaluate(overflow) == 0
     assert errors == []
+
+
+def test_an_experiment_hermes_run_runs_in_the_store_offers_no_cancel_or_weight(
+    server: tuple[str, str, str], browser: Any, shared_server: tuple[str, str, str, Path],
+) -> None:
+    """The pool never takes up an experiment that `hermes run` writes into the server's store (it has no owner): the
+    page offered Cancel and Set weight, which the API refuses (409); it says who runs it instead."""
+    url, _, admin_token = server
+    with closing(SqlStore(f"sqlite:///{shared_server[3] / 'srv' / 'hermes.db'}")) as store:
+        local = store.create_or_open_experiment("run-locally", real_spec("run-locally"))  # as `hermes run` does
+        try:
+            errors: list[str] = []
+            page = signed_in(browser, url, admin_token, errors)
+            page.goto(f"{url}/#/experiments/{local}")
+            page.wait_for_selector("#not-pooled")
+            assert "stop that process to cancel it" in page.inner_text("#not-pooled")
+            assert page.locator("#cancel").count() == 0 and page.locator("input#weight").count() == 0
+            assert page.inner_text("span#weight") == "weight 1"
+            assert errors == []
+        finally:
+            store.set_status(local, ExperimentStatus.INTERRUPTED)  # ended, as its runner would leave it
 
 
 def test_the_page_says_what_went_wrong_and_keeps_trials_in_submission_order(

@@ -285,6 +285,7 @@ function experimentView(root, id, selectedTrial) {
     const key = JSON.stringify([e.status, counts, e.best, e.weight, e.error, e.damaged]);
     if (header.dataset.key === key) return;  // unchanged: leave the weight being typed alone
     header.dataset.key = key;
+    const ended = ["finished", "failed", "cancelled"].includes(e.status), pooled = e.owner != null;
     const weight = el("input", { type: "number", min: "0.01", step: "0.5", value: e.weight, size: 4, id: "weight" });
     // a refusal shows the API's reason beside the controls, and the field the weight the experiment keeps
     const refused = (error) => { controlError.textContent = error.message; weight.value = s.experiment.weight; };
@@ -308,10 +309,13 @@ function experimentView(root, id, selectedTrial) {
         el("span", {}, `owner ${e.owner ?? "-"} · ${e.metric} (${e.mode}) · ` + (e.damaged ? "trials not shown" :
            `${e.trials} trials: ${counts || "none yet"}` +
            ` · best ${fmt(e.best)}${e.best_trial ? " (trial " + e.best_trial + ")" : ""}`)),
-        // an ended experiment keeps the weight it ran with (the API refuses a change: 409)
-        ...(["finished", "failed", "cancelled"].includes(e.status) ? [el("span", { id: "weight" }, `weight ${fmt(e.weight)}`)]
+        // an ended experiment keeps the weight it ran with, and one that `hermes run` runs in this store (no owner)
+        // has no share of the pool: the API refuses a change of either (409)
+        ...(ended || !pooled ? [el("span", { id: "weight" }, `weight ${fmt(e.weight)}`)]
           : [el("label", {}, "weight ", weight), setWeight]),
-        e.status === "running" || e.status === "queued" ? cancel : "",
+        pooled && (e.status === "running" || e.status === "queued") ? cancel : "",
+        pooled || ended ? "" : el("span", { class: "reason", id: "not-pooled" },
+          "run by `hermes run` in this store, not by the pool: stop that process to cancel it"),
         controlError));
   }
 
