@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from hermes.core.decisions import Decision
 from hermes.core.events import Event, ExperimentCancelled, NodeRemoved, TrialSubmitted
 from hermes.core.policy import PluginError
-from hermes.core.pool import PoolScheduler, qualify
+from hermes.core.pool import PoolScheduler, Tenant, qualify
 from hermes.core.scheduler import Scheduler
 from hermes.errors import HermesError, SpecError
 from hermes.execution.contract import Executor
@@ -95,6 +95,7 @@ class _Member:
     recorder: StoreRecorder
     key: str
     inbox: deque[Event] = field(default_factory=deque)  # submissions its session posted, for the pool core
+    tenant: Tenant | None = None  # its accounts in the pool core, kept once it leaves it: its last ones are saved
     cancelled: bool = False
     failed: bool = False  # a plug-in of its failed: recorded failed, its trials are stopping (``_fail``)
     lost: bool = False  # another writer took it: nothing more is written, its trials are stopping (``_drop``)
@@ -247,6 +248,7 @@ class PoolSession:
         executor = self.executor = self._executor(started)
         ticker = threading.Thread(target=self._tick, name="hermes-pool-poll", daemon=True)
         ticker.start()
+        stopped = False  # ``stop`` ended the loop, every call settled: no error left the core and the log apart
         try:
             for member in opened:
                 self._attach(member, started)
@@ -265,10 +267,12 @@ class PoolSession:
                     self._apply(self._drain(), executor.now())
                 elif not events and executor.idle():
                     self._stopped.wait(self.poll)
+            stopped = True
         finally:
             self.running.clear()
             self._stopped.set()
             executor.close()
+            stopped_at = executor.now() if stopped else None  # its trials' processes have ended
             for member in self.members.values():
                 if member.session.scheduler.finished or member.failed or member.lost:
                     continue
@@ -276,10 +280,28 @@ class PoolSession:
                     self.store.set_status(member.record.experiment_id, ExperimentStatus.INTERRUPTED)
                 except HermesError:
                     log.exception("could not mark experiment %s interrupted", member.record.full_name)
+            if stopped_at is not None:
+                self._end_runs(stopped_at)
             try:  # after the marks: a store gone (the error that stopped the pool, say) fails this too
-                self._save_accounts()
+                self._save_accounts(stopped_at)
             except HermesError:
                 log.exception("could not save the pool's fair-share accounts")
+
+    def _end_runs(self, at: float) -> None:
+        """Record in each experiment's log that this pool's nodes left at ``at``, its stop, as a restarted pool records
+        the dead pool's (``_attach``, deciding nothing): the runs it stopped end when they stopped. Left to the next
+        pool, they ended at the store's last event, and the GPU time after their last report (an epoch of minutes)
+        was in neither the timeline nor the accounts. The next pool's clock starts after it. After an error the
+        core and the log may differ (a write that failed): they are left to the next pool."""
+        for member in self.members.values():
+            scheduler = member.session.scheduler
+            if member.lost or not scheduler.cluster.nodes:
+                continue
+            try:
+                member.session.lose_old_nodes(tuple(NodeRemoved(at, node) for node in scheduler.cluster.nodes),
+                                              member.recorder)
+            except HermesError:
+                log.exception("could not record the end of experiment %s's runs", member.record.full_name)
 
     def _executor(self, clock: float) -> LocalExecutor | RayExecutor:
         directory = self.directory / "pool"
@@ -427,6 +449,7 @@ class PoolSession:
             member.key, scheduler, at=now, weight=member.record.weight, owner=member.record.owner or "",
             used=member.record.gpu_seconds_used, owed=member.record.gpu_seconds_owed,
         ))
+        member.tenant = self.scheduler.tenants.get(member.key)  # None: it ended at once, charged nothing here
         self._apply(decisions + self._drain(), now)
         if member.record.cancel_requested:
             self._cancel(member, now)
@@ -455,10 +478,10 @@ class PoolSession:
         for owner, weight in self.store.owner_weights().items():
             if self.scheduler.owner_weights.get(owner, 1.0) != weight:
                 self._apply(self._call(lambda: self.scheduler.set_owner_weight(owner, weight, now)), now)
-        self._save_accounts()
+        self._save_accounts(now)
         self._shares = [
             Share(member.record.experiment_id, member.record.name, tenant.owner, tenant.weight, len(tenant.gpus),
-                  tenant.share, tenant.used, tenant.owed)
+                  tenant.share, *self.scheduler.accounts(tenant, now))
             for member in self.members.values()
             for tenant in [self.scheduler.tenants.get(member.key)]
             if tenant is not None
@@ -471,9 +494,10 @@ class PoolSession:
                    if (period := tick_period(member.session.spec)) is not None]
         self.executor.set_period(min(periods, default=None))
 
-    def _save_accounts(self) -> None:
+    def _save_accounts(self, at: float | None) -> None:
+        """Save the accounts charged up to ``at`` (``PoolScheduler.accounts``; None: up to the pool core's last call)."""
         self.store.save_accounts({
-            member.record.experiment_id: (tenant.used, tenant.owed)
+            member.record.experiment_id: self.scheduler.accounts(tenant, at)
             for member in self.members.values()
             for tenant in [self.scheduler.tenants.get(member.key)]
             if tenant is not None and not member.lost
@@ -604,6 +628,8 @@ class PoolSession:
             status = ExperimentStatus.FAILED
         try:
             if not member.lost:
+                if member.tenant is not None:  # charged up to its end; the last look at the store saved less
+                    self.store.save_accounts({member.record.experiment_id: self.scheduler.accounts(member.tenant)})
                 self.store.set_status(member.record.experiment_id, status, error=member.session.failure)
         except WriterLost as error:
             log.error("experiment %s leaves this pool: %s", member.record.full_name, error)

@@ -334,6 +334,7 @@ class PoolScheduler:
         event = GpuAdded(at, node, gpu) if node in scheduler.cluster.nodes else NodeAdded(at, node, (gpu,))
         self.holder[gpu] = tenant.key
         tenant.gpus.add(gpu)
+        self._backdate(tenant, at, 1)
         decisions = self._route(tenant, event)
         if tenant.key not in self.tenants:  # it finished with this GPU: nothing left to run
             return False, decisions
@@ -419,6 +420,16 @@ class PoolScheduler:
         return lowest
 
     # ------------------------------------------------------------------ bookkeeping
+    def accounts(self, tenant: Tenant, at: float | None = None) -> tuple[float, float]:
+        """The experiment's GPU seconds (used, owed) charged up to ``at``, the clock left where it is, so that no
+        decision changes. A call charges them only up to its own time: a host that saves or shows them between calls
+        (an epoch reports once in minutes) asks for them as of now. None: as the last call left them; one that left
+        the pool keeps those it had then."""
+        elapsed = 0.0
+        if at is not None and self.tenants.get(tenant.key) is tenant:
+            elapsed = max(0.0, at - self._clock)
+        return tenant.used + len(tenant.gpus) * elapsed, tenant.owed + tenant.share * elapsed
+
     def _begin(self, at: float) -> None:
         """Charge every experiment's accounts up to ``at`` and start new lists of routed events and failures."""
         self.routed = []
@@ -429,6 +440,13 @@ class PoolScheduler:
                 tenant.used += len(tenant.gpus) * elapsed
                 tenant.owed += tenant.share * elapsed
             self._clock = at
+
+    def _backdate(self, tenant: Tenant, at: float, gpus: int) -> None:
+        """The experiment holds ``gpus`` GPUs more (fewer, if negative) from ``at``. An event older than the clock (the
+        executor made it before a call at a later time, a submission say) begins or ends runs at its own time in the
+        experiment's log: its GPU time is charged from then, as the GPU timeline shows it, not from the clock."""
+        if at < self._clock:
+            tenant.used += gpus * (self._clock - at)
 
     def _update_shares(self) -> None:
         tenants = self.tenants
@@ -456,10 +474,12 @@ class PoolScheduler:
         self.routed.append(Routed(tenant.key, event, decisions))
         for gpu in [gpu for gpu in tenant.gpus if gpu not in scheduler.cluster.gpu_node]:  # released to the pool
             tenant.gpus.discard(gpu)
+            self._backdate(tenant, event.at, -1)
             if gpu in self.holder:
                 self.holder[gpu] = None
         qualified = [replace(d, trial_id=qualify(tenant.key, d.trial_id)) for d in decisions]
         if scheduler.finished:
+            self._backdate(tenant, event.at, -len(tenant.gpus))
             for gpu in tenant.gpus:
                 if gpu in self.holder:
                     self.holder[gpu] = None
