@@ -28,6 +28,7 @@ class Saver(ABC):
         if not name or "/" in name or name.startswith(".") or name == protocol.META_FILE:
             raise HermesError(f"invalid checkpoint part name {name!r}")
         self.name = name
+        self._checked: Path | None = None  # the checkpoint whose part ``_check`` found sound
         session = current()  # in a warm worker, several trials' savers live in one process
         # Weak: the session keeps its savers, and a cycle would hold the trial's model in its warm worker after the
         # trial ended, until Python's cyclic collector happens to run (numpy's and torch's memory never prompts it).
@@ -55,23 +56,36 @@ class Saver(ABC):
     def reload(self) -> None:
         """The parked trial resumes: move back what ``offload`` moved."""
 
+    def _check(self, checkpoint: Path) -> None:
+        """Raise DamagedCheckpoint where this part of ``checkpoint`` (a checkpoint's folder) cannot be loaded, and
+        change nothing of the trial: ``restore`` checks every part before it loads any. Here: that its folder is
+        there, where the checkpoint lists it (written, then lost)."""
+        if not (checkpoint / self.name).is_dir() and self.name in _parts(checkpoint):
+            raise protocol.DamagedCheckpoint(checkpoint / self.name, "it is missing")
+
     def restore(self) -> int:
-        """Load this part from the trial's newest checkpoint; return that checkpoint's step (0 when fresh)."""
-        latest = protocol.latest_checkpoint(self.session.directory)
+        """Load this part from the trial's newest checkpoint; return that checkpoint's step (0 when fresh).
+
+        Every part the trial has is checked before the first is loaded, whichever restores first: a damaged part
+        found once another was loaded would leave that one's state in the trial, which retrains from scratch."""
+        session = self.session
+        latest = protocol.latest_checkpoint(session.directory)
         if latest is None:
             return 0
         directory, step = latest
         try:
+            for saver in list(session.savers.values()):
+                if saver._checked != directory:
+                    saver._check(directory)
+                    saver._checked = directory
             if not (directory / self.name).is_dir():
-                if self.name in _parts(directory):  # written, then lost: retrain, as from a damaged one
-                    raise protocol.DamagedCheckpoint(directory / self.name, "it is missing")
                 raise HermesError(f"the checkpoint of step {step} has no part {self.name!r}: create every saver "
                                   "before the first report")
             self.load(directory / self.name)
         except protocol.DamagedCheckpoint as damage:
-            self.session.unreadable(damage)
+            session.unreadable(damage)
             return 0
-        self.session.note_restored()
+        session.note_restored()
         return step
 
 
@@ -93,6 +107,7 @@ class Checkpoint(Saver):
         self.objects = objects
         self.rng = rng
         self._devices: dict[str, Any] = {}  # object -> the device it was offloaded from
+        self._state: tuple[Path, dict[str, Any]] | None = None  # what ``_check`` read, and from where, for ``load``
         super().__init__(name)
 
     def save(self, directory: Path) -> None:
@@ -128,7 +143,27 @@ class Checkpoint(Saver):
             _move(self.objects[key], device)
         self._devices.clear()
 
+    def _check(self, checkpoint: Path) -> None:
+        """Read the state of this part (kept for ``load``): a file cut short is found only so."""
+        super()._check(checkpoint)
+        if (checkpoint / self.name).is_dir():
+            self._state = checkpoint / self.name, self._read(checkpoint / self.name)
+
     def load(self, directory: Path) -> None:
+        state = self._state[1] if self._state is not None and self._state[0] == directory else self._read(directory)
+        self._state = None
+        for key, value in self.objects.items():
+            if key not in state["objects"]:
+                raise HermesError(f"{_state_file(directory)} holds no {key!r} (it holds "
+                                  f"{', '.join(map(repr, state['objects'])) or 'nothing'}): the trial's Checkpoint "
+                                  "names its objects as when it was saved")
+            value.load_state_dict(state["objects"][key])
+        if state["rng"] is not None:
+            restore_rng(state["rng"])
+
+    @staticmethod
+    def _read(directory: Path) -> dict[str, Any]:
+        """The state saved in ``directory``; DamagedCheckpoint where none can be read from it."""
         path = _state_file(directory)
         if not path.is_file():  # lost (a crash before its rename cannot leave this: a folder is renamed whole)
             raise protocol.DamagedCheckpoint(directory, f"neither {_TORCH_FILE} nor {_PICKLE_FILE} is there")
@@ -140,14 +175,7 @@ class Checkpoint(Saver):
             raise protocol.DamagedCheckpoint(path, f"{type(error).__name__}: {error}") from None
         if not (isinstance(state, dict) and isinstance(state.get("objects"), dict) and "rng" in state):
             raise protocol.DamagedCheckpoint(path, "not a state that trial.Checkpoint wrote")
-        for key, value in self.objects.items():
-            if key not in state["objects"]:
-                raise HermesError(f"{path} holds no {key!r} (it holds "
-                                  f"{', '.join(map(repr, state['objects'])) or 'nothing'}): the trial's Checkpoint "
-                                  "names its objects as when it was saved")
-            value.load_state_dict(state["objects"][key])
-        if state["rng"] is not None:
-            restore_rng(state["rng"])
+        return state
 
 
 def load_state(checkpoint: str | Path | None, name: str = "state") -> dict[str, Any]:

@@ -175,9 +175,14 @@ class Session:
             self._retrain(damage, reported_step)
             return None
         if latest is None and reported_step > 0:
-            never = not (self.directory / protocol.CHECKPOINTS_DIR).exists()  # or deleted: nothing tells them apart
-            what = ("it has no checkpoint on disk: none was written (a trial parked in its worker's memory when its "
-                    "run ended writes none), or they were deleted" if never else "its checkpoint is gone")
+            root = self.directory / protocol.CHECKPOINTS_DIR
+            if not root.exists():  # never written, or deleted: nothing tells them apart
+                what = ("it has no checkpoint on disk: none was written (a trial parked in its worker's memory when "
+                        "its run ended writes none), or they were deleted")
+            elif _first_commit_cut_short(root):
+                what = "none of its checkpoints was committed: the write of its first was cut short (a crash, a kill)"
+            else:
+                what = "its checkpoint is gone"
             self._warn(f"it resumes at step {reported_step}, but {what} ({protocol.missing_checkpoint(self.directory)});"
                        " it retrains from scratch" + self._again(reported_step))
         return latest
@@ -191,10 +196,16 @@ class Session:
     def unreadable(self, damage: protocol.DamagedCheckpoint) -> None:
         """A saver could not read its part of the checkpoint the trial resumes from (a file cut short by a
         crash): as a damaged checkpoint found at the start (``_checkpoint``), it is set aside and the trial
-        retrains from scratch; retrying would only meet the same file, and used up its crash retries."""
+        retrains from scratch; retrying would only meet the same file, and used up its crash retries. Every
+        part is checked before one is loaded (``Saver.restore``), but a saver created after another restored
+        finds its part damaged once that one's state is in the trial: this run cannot retrain, so it ends, and the
+        next one (as after a crash) finds the checkpoint set aside."""
         if self._restored:
-            raise HermesError(f"{damage}, and another part of it is restored already: delete "
-                              f"{self.directory / protocol.CHECKPOINTS_DIR} to retrain the trial from scratch")
+            aside = self._set_aside(damage)
+            raise HermesError(f"{damage}, and another part of it, restored already, is in the trial: its checkpoints "
+                              f"were moved to {aside}, and this run ends; its next run retrains from scratch "
+                              "(as after a crash: trial.max_failures). Create every saver before restoring any, and "
+                              "a damaged part is found before any is restored") from None
         self._retrain(damage, self._known_step)
         self.start_step = self.last_step = 0
 
@@ -509,6 +520,20 @@ class Session:
 
 _OWN_FOLDER = re.compile(r"(\.tmp-)?step-\d+|\.tmp-download-\d+")  # what Hermes writes in a checkpoints/ folder
 _OWN_POINTERS = (protocol.LATEST_FILE, f"{protocol.LATEST_FILE}.tmp")  # and the pointer to its newest
+
+
+def _first_commit_cut_short(root: Path) -> bool:
+    """Whether ``root``, a trial's ``checkpoints/`` with none to resume from, holds what a crash during the commit of
+    its first checkpoint leaves: the pointer's temporary file, or a temporary folder and no committed one (a
+    ``latest`` deleted by hand leaves its ``step-<n>``)."""
+    try:
+        names = [entry.name for entry in root.iterdir()]
+    except OSError:  # no folder (a file there), or unreadable: nothing tells
+        return False
+    if protocol.LATEST_FILE in names:  # it names a checkpoint that is gone
+        return False
+    return f"{protocol.LATEST_FILE}.tmp" in names or (any(re.fullmatch(r"\.tmp-step-\d+", name) for name in names)
+                                                      and not any(re.fullmatch(r"step-\d+", name) for name in names))
 
 
 def remove_checkpoints(root: Path, keep: Path | None = None) -> None:

@@ -555,9 +555,10 @@ def _log(run: Run, output: Output, data: bytes) -> None:
     try:
         output.log.write(data)
         output.log.flush()
-    except OSError as error:  # a full disk: say whose log, where it said "a file"
+    except OSError as error:  # a full disk: say which log, by its path (opened from a descriptor, its name is that)
         if error.errno in NO_SPACE_ERRNOS:
-            raise NoSpaceError(f"trial {run.trial.trial_id}: {output.log.name}: {error.strerror}") from None
+            log = run.trial.directory / ("stderr.log" if output is run.outputs[-1] else "stdout.log")
+            raise NoSpaceError(f"trial {run.trial.trial_id}: {log}: {error.strerror}") from None
         raise
 
 
