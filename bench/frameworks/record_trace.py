@@ -25,7 +25,6 @@ if not __package__:  # run as a script: make `bench` importable from the reposit
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.frameworks.systems import SLOTS  # noqa: E402
-from bench.frameworks.workload import SPACE, Trainer, configurations  # noqa: E402
 
 Row = tuple[int, int, float, float]
 
@@ -34,6 +33,8 @@ def train(job: tuple[int, int, int]) -> tuple[list[Row], float]:
     """(trial, epoch, accuracy, seconds) of configuration ``index`` of ``configurations(trials)``, and the
     MB its checkpoint holds once trained."""
     import torch
+
+    from bench.frameworks.workload import Trainer, configurations
 
     index, trials, epochs = job
     trainer = Trainer(configurations(trials)[index])
@@ -52,10 +53,12 @@ def main() -> None:
                         help="the CSV to write (the shipped data/digits_mlp.csv is replaced only with --force)")
     parser.add_argument("--force", action="store_true", help="replace --out if it exists")
     args = parser.parse_args()
-    configs = configurations(args.trials)
-    names = list(SPACE)
     if args.out.exists() and not args.force:
         parser.error(f"--out {args.out} exists: give another path, or --force to replace it")
+    from bench.frameworks.workload import SPACE, configurations  # torch, seconds to import: after the checks
+
+    configs = configurations(args.trials)
+    names = list(SPACE)
     with Pool(SLOTS) as pool, args.out.open("w", newline="") as out:
         writer = csv.writer(out)
         writer.writerow(["trial", "epoch", "metric", "seconds", "state_mb", *(f"param_{name}" for name in names)])
