@@ -15,7 +15,7 @@ demo: install
 	$(VENV)/bin/hermes run examples/digits/experiment.yaml
 
 test: install
-	$(PY) -m compileall -q hermes examples tests bench >/dev/null  # bytecode written even under PYTHONDONTWRITEBYTECODE: the tests start thousands of Python processes
+	-$(PY) -m compileall -q hermes examples tests bench  # bytecode written even under PYTHONDONTWRITEBYTECODE: the tests start thousands of Python processes (a file that does not compile is pytest's to report)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m 'not alone' --durations=15  # a file on one worker: its module fixtures once
 	$(PY) -m pytest -q -m alone  # timing-sensitive tests, with nothing beside them
 

@@ -459,7 +459,7 @@ def test_an_experiment_hermes_run_runs_in_the_store_offers_no_cancel_or_weight(
     server: tuple[str, str, str], browser: Any, shared_server: tuple[str, str, str, Path],
 ) -> None:
     """The pool never takes up an experiment that `hermes run` writes into the server's store (it has no owner): the
-    page offered Cancel and Set weight, which the API refuses (409); it says who runs it instead."""
+    page offered Cancel and Set weight, which the API refuses (409); it says who runs it instead, while it runs."""
     url, _, admin_token = server
     with closing(SqlStore(f"sqlite:///{shared_server[3] / 'srv' / 'hermes.db'}")) as store:
         local = store.create_or_open_experiment("run-locally", real_spec("run-locally"))  # as `hermes run` does
@@ -471,9 +471,13 @@ def test_an_experiment_hermes_run_runs_in_the_store_offers_no_cancel_or_weight(
             assert "stop that process to cancel it" in page.inner_text("#not-pooled")
             assert page.locator("#cancel").count() == 0 and page.locator("input#weight").count() == 0
             assert page.inner_text("span#weight") == "weight 1"
+            store.set_status(local, ExperimentStatus.INTERRUPTED)  # as its runner leaves it: no process runs it now
+            page.reload()
+            page.wait_for_selector("h2:has-text('interrupted')")
+            assert page.locator("#not-pooled").count() == 0 and page.locator("#cancel").count() == 0
             assert errors == []
         finally:
-            store.set_status(local, ExperimentStatus.INTERRUPTED)  # ended, as its runner would leave it
+            store.set_status(local, ExperimentStatus.INTERRUPTED)  # the pool never takes it up: the fixture waits for none
 
 
 def test_the_page_says_what_went_wrong_and_keeps_trials_in_submission_order(

@@ -314,7 +314,7 @@ function experimentView(root, id, selectedTrial) {
         ...(ended || !pooled ? [el("span", { id: "weight" }, `weight ${fmt(e.weight)}`)]
           : [el("label", {}, "weight ", weight), setWeight]),
         pooled && (e.status === "running" || e.status === "queued") ? cancel : "",
-        pooled || ended ? "" : el("span", { class: "reason", id: "not-pooled" },
+        pooled || e.status !== "running" ? "" : el("span", { class: "reason", id: "not-pooled" },
           "run by `hermes run` in this store, not by the pool: stop that process to cancel it"),
         controlError));
   }
