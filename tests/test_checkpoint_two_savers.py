@@ -151,3 +151,43 @@ def test_a_resume_after_its_first_checkpoint_write_was_cut_short_says_none_was_c
         "hermes: trial t1: it resumes at step 1, but none of its checkpoints was committed: the write of its first was "
         f"cut short (a crash, a kill) (there is no {directory / 'checkpoints' / 'latest'}); it retrains from scratch "
         "(its steps up to 1 are trained again, not recorded again)\n")
+
+
+EXPORT_TRIAL = """
+from pathlib import Path
+import torch
+from hermes import trial
+
+
+def rss_mb():
+    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**20
+
+
+def train(config):
+    model = torch.nn.Linear(4, 1)
+    export = torch.nn.Linear(3000, 3000)  # 36 MB, saved for an export, never restored
+    state = trial.Checkpoint(model=model)
+    trial.Checkpoint(name="export", model=export)
+    before = rss_mb()
+    start = state.restore()
+    for step in range(start, trial.budget()):
+        trial.report(step + 1, loss=1 / (step + 1))
+        if start:
+            (trial.trial_dir() / "grown.txt").write_text(f"{rss_mb() - before:.1f}")
+            return
+        crashed = trial.trial_dir() / "crashed"
+        if step + 1 == 2 and not crashed.exists():
+            crashed.touch()
+            raise RuntimeError("crash once: the next run resumes from step 2")
+"""
+
+
+def test_a_part_checked_but_never_restored_is_not_held_once_the_trial_reports(tmp_path: Path) -> None:
+    """The first restore reads every ``Checkpoint`` part to check it, and kept a part that no ``restore`` ever took (an
+    export saved beside the state) in the trial's memory to its end: 36 MB here."""
+    pytest.importorskip("torch")
+    (tmp_path / "export.py").write_text(textwrap.dedent(EXPORT_TRIAL))
+    run_ok(write_spec(tmp_path, {**spec(tmp_path, "export", {"order": "-", "damage": "-"}, "warm worker"),
+                                 "trial": {"function": "export:train", "workdir": str(tmp_path)}}))
+    [grown] = (tmp_path / "runs" / "export" / "trials").glob("*/grown.txt")
+    assert float(grown.read_text()) < 18, f"{grown.read_text()} MB more after the first report than before restore"

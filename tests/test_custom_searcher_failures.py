@@ -95,6 +95,14 @@ class Pairs(Gives):
 
 class LeavesOutFixed(Gives):
     proposal = {"rate": 1}
+
+
+class RoundedPastLow(Gives):  # exp(log(low)) at a Sobol point of 0
+    proposal = {"rate": 0.19999999999999998}
+
+
+class ListedAsFloat(Gives):  # np.asarray([16, 32])[1] is 32.0
+    proposal = {"rate": 0.5, "width": 32.0}
 """
 RATE = {"type": "uniform", "low": 0.2, "high": 1.0}
 
@@ -184,11 +192,26 @@ def test_a_proposal_that_is_no_config_of_the_space_is_refused(importable: Path, 
 
 
 def test_a_proposal_may_leave_out_the_fixed_parameters_and_is_given_as_declared(importable: Path) -> None:
-    """As ``sampler: list`` takes a config: the fixed ones are added, a whole number for a uniform is a float."""
+    """A whole number for a uniform is a float; the fixed parameters left out stay out, as the proposals of an
+    experiment stored before the check were: its rerun compares them with the stored ones, and refused it."""
     search = parse_spec(spec_of(importable, "any", "LeavesOutFixed", sleep=0.5)).search
     config = make_searcher(search, "max").ask()
-    assert config is not None and config.params == {"rate": 1.0, "sleep": 0.5}
+    assert config is not None and config.params == {"rate": 1.0}
     assert type(config.params["rate"]) is float
+
+
+@pytest.mark.parametrize(("searcher", "space", "params"), [
+    ("RoundedPastLow", {}, {"rate": 0.19999999999999998}),
+    ("ListedAsFloat", {"width": {"type": "choice", "values": [16, 32]}}, {"rate": 0.5, "width": 32.0}),
+])
+def test_round_off_past_a_bound_or_a_listed_number_of_another_type_is_in_the_space(
+    importable: Path, searcher: str, space: dict[str, Any], params: dict[str, Any],
+) -> None:
+    """A searcher's arithmetic (exp of a log at a bound, float32) or NumPy's types (a float for a listed int) failed
+    the experiment at its first trial, which ran before the check."""
+    search = parse_spec(spec_of(importable, "any", searcher, **space)).search
+    config = make_searcher(search, "max").ask()
+    assert config is not None and config.params == params
 
 
 def test_a_pool_fails_only_the_experiment_whose_searcher_raises(importable: Path) -> None:

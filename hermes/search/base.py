@@ -139,22 +139,35 @@ class BaseSearcher(ABC):
                                 f"{error}") from error
 
     def _in_space(self, index: int, params: Any, space: dict[str, Parameter]) -> dict[str, Any]:
-        """A proposal of the user's searcher as its trial gets it (see ``_as_declared``), its fixed parameters added
-        where it left them out (as ``sampler: list`` does), in space order; SamplerFailed where it is no dict of
-        the space's parameters or a value lies outside the space: else every trial ran with it, or failed in the
-        user's code on a missing name."""
-        fixed = {name: p.values[0] for name, p in space.items() if p.type == "constant"}
+        """A proposal of the user's searcher as its trial gets it (see ``_as_declared``); SamplerFailed where it is no
+        dict of the space's parameters (its fixed ones may be left out, as before the check: a stored experiment's
+        proposals replay as they were) or a value lies outside the space: else every trial ran with it, or failed in
+        the user's code on a missing name. A value the searcher's arithmetic rounded past a bound, or a listed
+        number of another type (NumPy's float for a listed int), is in the space: it ran before the check too."""
+        fixed = {name for name, p in space.items() if p.type == "constant"}
         problem = _unfit(params, space, fixed)
         if problem is None:
             params = _as_declared(space, params)
-            outside = _outside(space, params)
+            outside = _outside(space, {name: value for name, value in params.items() if not _near(space[name], value)})
             problem = None if outside is None else f"a value outside the spec's space: {outside}"
         if problem is not None:
             raise SamplerFailed(f"search.sampler {self.sampler_name} failed proposing trial {index}: it gave {problem}")
-        return {name: params[name] if name in params else fixed[name] for name in space}
+        return params
 
 
-def _unfit(params: Any, space: dict[str, Parameter], fixed: dict[str, Any]) -> str | None:
+def _near(parameter: Parameter, value: Any) -> bool:
+    """Whether ``value``, outside ``parameter`` as written, is in it but for round-off (a float32 searcher, exp of a
+    log at a bound) or its type (0.0 where 0 is listed)."""
+    if type(value) not in (int, float):
+        return False
+    if parameter.type in ("uniform", "loguniform"):
+        return any(math.isclose(value, bound, rel_tol=1e-6) for bound in (parameter.low, parameter.high))
+    if parameter.type in ("choice", "grid"):
+        return any(type(listed) in (int, float) and listed == value for listed in parameter.values)
+    return False
+
+
+def _unfit(params: Any, space: dict[str, Parameter], fixed: set[str]) -> str | None:
     """Why ``params`` is no dict of the space's parameters (its fixed ones may be left out), or None."""
     if not isinstance(params, dict):
         return f"{type(params).__name__} {params!r}, not a dict of the space's parameters"

@@ -63,6 +63,9 @@ class Saver(ABC):
         if not (checkpoint / self.name).is_dir() and self.name in _parts(checkpoint):
             raise protocol.DamagedCheckpoint(checkpoint / self.name, "it is missing")
 
+    def forget_check(self) -> None:
+        """The trial reported without restoring this part (an export kept apart, say): drop what ``_check`` read."""
+
     def restore(self) -> int:
         """Load this part from the trial's newest checkpoint; return that checkpoint's step (0 when fresh).
 
@@ -148,6 +151,9 @@ class Checkpoint(Saver):
         super()._check(checkpoint)
         if (checkpoint / self.name).is_dir():
             self._state = checkpoint / self.name, self._read(checkpoint / self.name)
+
+    def forget_check(self) -> None:
+        self._state = None
 
     def load(self, directory: Path) -> None:
         state = self._state[1] if self._state is not None and self._state[0] == directory else self._read(directory)

@@ -359,6 +359,9 @@ class Session:
                 "state. Call restore() before the first report: loop `for epoch in range(state.restore(), "
                 "trial.budget())` (docs/trials.md)"
             )
+        if self.last_step == self.start_step:  # the first report of this run: a part left unrestored stays so
+            for saver in self.savers.values():
+                saver.forget_check()
         if not metrics:
             raise ValueError("report() needs at least one metric")
         if self.metric is None and len(metrics) > 1:
