@@ -54,8 +54,11 @@ def duplicates(database: Path) -> list[tuple[str, int, int]]:
 
 
 def test_a_second_runner_on_the_same_storage_dir_is_refused_naming_the_first(tmp_path: Path) -> None:
-    budget = 24  # 10 s of training at least: under load, 10 steps were done before the checks below killed it
-    spec = spec_of("two-runners", search=search(8, 0, 0.1), budget={"steps": budget})
+    budget = 6
+    # Each trial waits in its checkpoint of step 4 until the test lets it go: the first runner runs on until it is
+    # killed, however slow the checks below (under load, 10 s of sleeping steps were over before them).
+    spec = spec_of("two-runners", search=search(2, 0, 0.02, hold_save={"type": "choice", "values": [4]}),
+                   budget={"steps": budget})
     path = write_spec(tmp_path, spec)
     storage = (tmp_path / "runs").resolve()
     first = subprocess.Popen(
@@ -84,10 +87,12 @@ def test_a_second_runner_on_the_same_storage_dir_is_refused_naming_the_first(tmp
     status = hermes("status", str(storage), cwd=tmp_path)
     assert "two-runners (id 1): running when its runner ended without a word (killed?)" in status.stdout, status.stdout
 
+    for trial in ("0", "1"):  # the rerun's checkpoints of step 4 go on at once
+        (storage / "two-runners" / "trials" / trial / "go-4").touch()
     assert "(continued)" in run_ok(path).stdout
     view, _ = load_view(storage)
-    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED] * 8
-    assert len(view.metrics) == 8 * budget and not duplicates(storage / "hermes.db")
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED] * 2
+    assert len(view.metrics) == 2 * budget and not duplicates(storage / "hermes.db")
 
 
 # Where the runner dies, the n-th time it passes there: inside the transaction that records a report
@@ -144,7 +149,7 @@ def test_a_runner_killed_with_slots_free_is_continued_with_each_trial_run_once(t
     once more: its steps were stored twice or the rerun crashed."""
     budget = 8
     spec = spec_of("killed-with-slots-free", search={"configs": [{"rate": 0.5, "sleep": 0.01},
-                                                                 {"rate": 0.3, "sleep": 0.2}]},
+                                                                 {"rate": 0.3, "sleep": 0.1}]},
                    budget={"steps": budget}, resources={"gpus": "none", "cpu_slots": 3})
     path = write_spec(tmp_path, spec)
     storage = (tmp_path / "runs").resolve()
@@ -382,11 +387,12 @@ def test_a_store_its_disk_refuses_to_grow_interrupts_the_run_saying_so_and_a_rer
 ) -> None:
     """A file-size limit (``ulimit -f``), as a store made read-only or locked by another process past the wait:
     SQLAlchemy's whole dump ([SQL: ...] [parameters: ...]) was the message, and the run counted as failed."""
-    budget = 150
+    budget = 50
     spec = spec_of("limited", search=search(4, 0, 0.005), budget={"steps": budget}, policy={"name": "rr", "period": 0.2},
                    storage={"dir": "runs", "checkpoint_every": 50})
     path = write_spec(tmp_path, spec)
-    limit = 400 * 1024  # bytes any file of the runner may grow to: its store's log reaches it within the run
+    # bytes any file of the runner may grow to: its store's log (~20 KB a report) reaches it within the run
+    limit = 400 * 1024
     limited = subprocess.run(
         hermes_command("run", str(path), "--no-live"), cwd=tmp_path, env=environment(), capture_output=True,
         text=True, timeout=RUN_TIMEOUT,
@@ -411,8 +417,8 @@ HANGS = {  # limits, seconds a step, hang_after, the error's pattern
     "silent-at-least-min": ({"stall": {"factor": 5, "min": 0.8}}, 0.02, 2,
                             r"hung: no report for 0.8s, while its slowest step took 0\.\d+s \(trial.stall: .*\)"),  # 5x it < 0.8
     "silent-from-the-start": ({"stall": {"after": 1.5}}, 0.02, 0, r"hung: no report for 1.5s \(trial.stall.after\)"),
-    "over-its-time": ({"timeout": 4.0, "stall": {"factor": 0}}, 0.02, 2,
-                      r"timed out: it ran 4s in all \(trial.timeout\)"),
+    "over-its-time": ({"timeout": 2.0, "stall": {"factor": 0}}, 0.02, 2,
+                      r"timed out: it ran 2s in all \(trial.timeout\)"),
 }
 
 
