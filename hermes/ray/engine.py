@@ -35,6 +35,7 @@ def connect(address: str, setting: str) -> bool:
     """Make this process the driver of the Ray cluster at ``address`` (``auto``: the one this machine belongs to;
     ``local``: a new instance of this process's own), unless it is one already; whether it started a Ray of its
     own (for its caller to end). A HermesError names the ``setting`` that gave the address."""
+    field = setting  # the spec's, where RAY_ADDRESS gives the address in its place
     try:
         import ray
     except ImportError:
@@ -42,7 +43,7 @@ def connect(address: str, setting: str) -> bool:
     if address == "auto" and os.environ.get("RAY_ADDRESS") and not ray.is_initialized():
         # Ray connects there in place of auto: a bad one was reported as "'auto' is not an address", and one that
         # takes no connection was retried for minutes
-        address, setting = os.environ["RAY_ADDRESS"], f"RAY_ADDRESS (used for {setting}: auto)"
+        address, setting = os.environ["RAY_ADDRESS"], f"RAY_ADDRESS (used for {field}: auto)"
     target = _host_port(address)
     if target is not None and not 0 < target[1] < 65536:  # passed over by both checks below, retried by Ray for minutes
         raise HermesError(f"{setting}: {address!r}: port must be 1-65535")
@@ -56,8 +57,9 @@ def connect(address: str, setting: str) -> bool:
             _check_reachable(address, setting)
             ray.init(address=address, log_to_driver=False)
     except ConnectionError as error:
-        hint = ("; start a cluster on this machine (ray start --head), give the address of another, or set "
-                f"{setting}: local to start Ray for this run only; a cluster with token authentication needs its "
+        local = f"set {field}: local" if field == setting else f"unset RAY_ADDRESS and set {field}: local"
+        hint = ("; start a cluster on this machine (ray start --head), give the address of another, or "
+                f"{local} to start Ray for this run only; a cluster with token authentication needs its "
                 "RAY_AUTH_MODE and RAY_AUTH_TOKEN in this process's environment, as every node has them")
         raise HermesError(f"{setting}: cannot connect to {address!r}: {str(error).rstrip('.')}{hint}") from None
     except ValueError as error:  # Ray reads the address first: "garbage", "host:abc"

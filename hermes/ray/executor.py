@@ -58,6 +58,14 @@ HEAD_TIMEOUT = 5.0  # seconds a connection to the cluster's head may take before
 LAUNCH_FAILURE = "cannot start "
 
 
+def _agent_gone() -> tuple[type[Exception], ...]:
+    """What a call to an agent raises when the agent is gone for good: it died, or Ray can no longer place it (its
+    node died before it started there: not a RayActorError)."""
+    import ray
+
+    return ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError
+
+
 def node_name(node_id: str) -> str:
     """The Hermes name of a Ray node: the start of its NodeID (GPUs are ``<name>/gpu<i>``)."""
     return node_id[:12]
@@ -411,7 +419,7 @@ class RayExecutor(Executor[TrialLaunch]):
             events, numbered, busy, done = ray.get(ref)
         except ray.exceptions.ActorUnavailableError:
             return False  # transient: listen again
-        except ray.exceptions.RayActorError as error:
+        except _agent_gone() as error:
             self._lose(agent, error)
             return True
         changed = bool(events) or (busy, done) != (agent.busy, agent.done)
@@ -434,7 +442,7 @@ class RayExecutor(Executor[TrialLaunch]):
         except ray.exceptions.ActorUnavailableError:
             retry = agent.handle.call.remote(*arguments)  # the agent ignores it if the first one arrived
             self._calls[retry] = (agent, arguments)
-        except ray.exceptions.RayActorError as error:
+        except _agent_gone() as error:
             self._lose(agent, error)
         except ray.exceptions.RayTaskError as error:
             raise error.as_instanceof_cause() from None
