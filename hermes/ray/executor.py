@@ -175,12 +175,14 @@ class RayExecutor(Executor[TrialLaunch]):
 
     def _note_unplaced(self, agent_timeout: float) -> None:
         """Say which nodes' agents Ray has not started yet: other Ray work holds their GPUs (another experiment's
-        run, say). A second user's run waited there for minutes without a word."""
+        run, say), or the node died and Ray has not noticed yet. A second user's run waited there for minutes
+        without a word."""
         waiting = sorted(agent.node for agent in self._agents.values() if not agent.ready)
         if waiting:
             log.warning("waiting for Ray to start this run on node(s) %s: their GPUs are held by other Ray work "
-                        "(another experiment's run?); it starts on the others after %.0f s in all, and takes these "
-                        "up once Ray starts them", ", ".join(waiting), agent_timeout)
+                        "(another experiment's run?), or the node died and Ray has not marked it dead yet; it starts "
+                        "on the others after %.0f s in all, and takes these up once Ray starts them",
+                        ", ".join(waiting), agent_timeout)
 
     # ------------------------------------------------------------------ the contract
     def now(self) -> float:
