@@ -9,7 +9,6 @@ values takes a few more, see ``_below``).
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from typing import TYPE_CHECKING, Any
@@ -32,12 +31,12 @@ class RandomSearcher(BaseSearcher):
         super().__init__(max_pending=max_pending)
         self._seed = search.seed
         self._space = search.space
-        grid = search.grid
-        self._combinations = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+        self._grid = search.grid  # crossed lazily (``_combination``): a spec of 10 KB crosses to a million dicts
+        self._combinations = math.prod(len(values) for values in self._grid.values())
 
     def _propose(self, index: int) -> dict[str, Any]:
         stream = random.Random(f"{self._seed}:{index}")
-        combination = self._combinations[index % len(self._combinations)]
+        combination = self._combination(index % self._combinations)
         params = {}
         for name, parameter in self._space.items():
             if parameter.type == "constant":
@@ -45,6 +44,16 @@ class RandomSearcher(BaseSearcher):
             else:
                 params[name] = combination[name] if name in combination else _draw(parameter, stream)
         return params
+
+
+    def _combination(self, number: int) -> dict[str, Any]:
+        """The ``number``-th combination of the grid, as ``itertools.product`` orders them (the last parameter varying
+        fastest)."""
+        combination = {}
+        for name, values in reversed(self._grid.items()):
+            number, place = divmod(number, len(values))
+            combination[name] = values[place]
+        return combination
 
 
 class ListSearcher(BaseSearcher):
