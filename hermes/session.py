@@ -13,7 +13,7 @@ import errno
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -679,7 +679,7 @@ class ExperimentSession:
         if isinstance(event, TrialSubmitted) and replaying:
             if in_step:
                 config = self.searcher.ask()
-                if config is None or config.params != dict(event.params):
+                if config is None or _fixed_added(config.params, event.params, self.spec) != dict(event.params):
                     self.out_of_step = _out_of_step(event, config)
         elif isinstance(event, TrialReported) and in_step and event.trial_id not in self._told:
             # a trial run again after a reopening (``_reopens``) was told ended as it stopped: a searcher takes
@@ -745,6 +745,13 @@ class _Alarm:
                     self._wake()
                 else:
                     self._changed.wait(left)
+
+
+def _fixed_added(proposed: Mapping[str, Any], stored: Mapping[str, Any], spec: ExperimentSpec) -> dict[str, Any]:
+    """``proposed`` as the log stored it: a searcher of the user's that left fixed parameters out has them added, and a
+    proposal stored before that (without them) is the same proposal."""
+    fixed = {name for name, parameter in spec.search.space.items() if parameter.type == "constant"}
+    return {name: value for name, value in proposed.items() if name in stored or name not in fixed}
 
 
 def _out_of_step(submitted: TrialSubmitted, proposed: Config | None) -> str:

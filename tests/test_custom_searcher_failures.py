@@ -103,6 +103,10 @@ class RoundedPastLow(Gives):  # exp(log(low)) at a Sobol point of 0
 
 class ListedAsFloat(Gives):  # np.asarray([16, 32])[1] is 32.0
     proposal = {"rate": 0.5, "width": 32.0}
+
+
+class RoundedPastZero(Gives):  # 0.1 - 0.3 + 0.2
+    proposal = {"rate": 0.5, "dropout": 2.7755575615628914e-17}
 """
 RATE = {"type": "uniform", "low": 0.2, "high": 1.0}
 
@@ -192,17 +196,20 @@ def test_a_proposal_that_is_no_config_of_the_space_is_refused(importable: Path, 
 
 
 def test_a_proposal_may_leave_out_the_fixed_parameters_and_is_given_as_declared(importable: Path) -> None:
-    """A whole number for a uniform is a float; the fixed parameters left out stay out, as the proposals of an
-    experiment stored before the check were: its rerun compares them with the stored ones, and refused it."""
+    """As ``sampler: list`` takes a config: the fixed ones are added (every trial's config holds them, docs/search.md),
+    a whole number for a uniform is a float."""
     search = parse_spec(spec_of(importable, "any", "LeavesOutFixed", sleep=0.5)).search
     config = make_searcher(search, "max").ask()
-    assert config is not None and config.params == {"rate": 1.0}
+    assert config is not None and config.params == {"rate": 1.0, "sleep": 0.5}
     assert type(config.params["rate"]) is float
 
 
 @pytest.mark.parametrize(("searcher", "space", "params"), [
     ("RoundedPastLow", {}, {"rate": 0.19999999999999998}),
     ("ListedAsFloat", {"width": {"type": "choice", "values": [16, 32]}}, {"rate": 0.5, "width": 32.0}),
+    ("ListedAsFloat", {"width": 32}, {"rate": 0.5, "width": 32.0}),  # fixed: a choice of one
+    ("RoundedPastZero", {"dropout": {"type": "uniform", "low": -1.0, "high": 0.0}},
+     {"rate": 0.5, "dropout": 2.7755575615628914e-17}),
 ])
 def test_round_off_past_a_bound_or_a_listed_number_of_another_type_is_in_the_space(
     importable: Path, searcher: str, space: dict[str, Any], params: dict[str, Any],
@@ -235,3 +242,27 @@ def test_a_pool_fails_only_the_experiment_whose_searcher_raises(importable: Path
     assert [trial.state for trial in store.trials(calm)] == [TrialState.COMPLETED] * 3
     assert store.experiment(doomed).error == ("search.sampler broken_searchers:ProposeRaises failed proposing trial 1: "
                                               "RuntimeError: no second idea")
+
+
+def test_an_experiment_stored_without_the_fixed_parameters_its_searcher_left_out_continues(tmp_path: Path) -> None:
+    """Before proposals were checked, a proposal reached the log as the searcher gave it, its fixed parameters left
+    out: a rerun compared it with the proposal now given them, and refused to continue ("proposes ... now")."""
+    import json
+    import sqlite3
+
+    folder = project(tmp_path)
+    path = tmp_path / "experiment.yaml"
+    spec = spec_of(folder, "stored-before", "LeavesOutFixed", trials=1, sleep=0.01)
+    path.write_text(yaml.safe_dump(spec))
+    assert hermes("run", str(path), "--no-live", cwd=tmp_path).returncode == 0
+    with sqlite3.connect(tmp_path / "runs" / "hermes.db") as db:  # as the Hermes before the check wrote it
+        [(seq, data)] = db.execute("SELECT seq, data FROM events WHERE type = 'TrialSubmitted'").fetchall()
+        event = json.loads(data)
+        assert event["params"] == {"rate": 1.0, "sleep": 0.01}
+        del event["params"]["sleep"]
+        db.execute("UPDATE events SET data = ? WHERE seq = ?", (json.dumps(event), seq))
+    path.write_text(yaml.safe_dump({**spec, "search": {**spec["search"], "trials": 2}}))
+    result = hermes("run", str(path), "--no-live", cwd=tmp_path)
+    assert result.returncode == 0 and "stored-before: finished (continued)" in result.stdout, result.stderr
+    view, _ = load_view(tmp_path / "runs")
+    assert [trial.state for trial in view.trials] == [TrialState.COMPLETED] * 2

@@ -139,30 +139,33 @@ class BaseSearcher(ABC):
                                 f"{error}") from error
 
     def _in_space(self, index: int, params: Any, space: dict[str, Parameter]) -> dict[str, Any]:
-        """A proposal of the user's searcher as its trial gets it (see ``_as_declared``); SamplerFailed where it is no
-        dict of the space's parameters (its fixed ones may be left out, as before the check: a stored experiment's
-        proposals replay as they were) or a value lies outside the space: else every trial ran with it, or failed in
-        the user's code on a missing name. A value the searcher's arithmetic rounded past a bound, or a listed
-        number of another type (NumPy's float for a listed int), is in the space: it ran before the check too."""
-        fixed = {name for name, p in space.items() if p.type == "constant"}
-        problem = _unfit(params, space, fixed)
+        """A proposal of the user's searcher as its trial gets it (see ``_as_declared``), its fixed parameters added
+        where it left them out (as ``sampler: list`` does; a rerun takes a proposal stored without them for the same,
+        ``hermes.session``), in space order; SamplerFailed where it is no dict of the space's parameters or a value
+        lies outside the space: else every trial ran with it, or failed in the user's code on a missing name. A value
+        the searcher's arithmetic rounded past a bound, or a listed number of another type (NumPy's float for a listed
+        int), is in the space, as given: it ran before the check too."""
+        fixed = {name: p.values[0] for name, p in space.items() if p.type == "constant"}
+        problem = _unfit(params, space, set(fixed))
         if problem is None:
             params = _as_declared(space, params)
             outside = _outside(space, {name: value for name, value in params.items() if not _near(space[name], value)})
             problem = None if outside is None else f"a value outside the spec's space: {outside}"
         if problem is not None:
             raise SamplerFailed(f"search.sampler {self.sampler_name} failed proposing trial {index}: it gave {problem}")
-        return params
+        return {name: params[name] if name in params else fixed[name] for name in space}
 
 
 def _near(parameter: Parameter, value: Any) -> bool:
     """Whether ``value``, outside ``parameter`` as written, is in it but for round-off (a float32 searcher, exp of a
-    log at a bound) or its type (0.0 where 0 is listed)."""
+    log at a bound: a millionth of the bound, or of a uniform's range where a bound is 0) or its type (0.0 where 0 is
+    listed or fixed)."""
     if type(value) not in (int, float):
         return False
     if parameter.type in ("uniform", "loguniform"):
-        return any(math.isclose(value, bound, rel_tol=1e-6) for bound in (parameter.low, parameter.high))
-    if parameter.type in ("choice", "grid"):
+        scale = parameter.high - parameter.low if parameter.type == "uniform" else 0.0  # no log bound is 0
+        return any(abs(value - bound) <= 1e-6 * max(abs(bound), scale) for bound in (parameter.low, parameter.high))
+    if parameter.type in ("choice", "grid", "constant"):
         return any(type(listed) in (int, float) and listed == value for listed in parameter.values)
     return False
 
