@@ -36,6 +36,7 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
+import regex
 import yaml
 from pydantic import (
     AfterValidator,
@@ -649,9 +650,10 @@ class TrialSpec(_Section):
     def _regex(cls, pattern: str | None) -> str | None:
         if pattern is None:
             return None
-        try:
+        try:  # Python's re syntax, and the regex package, which searches it with a time limit, takes it too
             re.compile(pattern)
-        except re.error as error:
+            regex.compile(pattern)
+        except (re.error, regex.error) as error:
             raise ValueError(f"does not compile: {error}") from None
         return pattern
 

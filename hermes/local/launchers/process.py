@@ -19,9 +19,12 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from re import _compiler, _constants, _parser
 from typing import Any
+
+import regex
 
 from hermes.core.events import TrialExited, TrialSuspended
 from hermes.errors import HOST_LIMIT_ERRNOS, NO_SPACE_ERRNOS, STORAGE_LIMIT_ERRNOS, HermesError, NoSpaceError
@@ -50,6 +53,10 @@ MAX_LINE = 1 << 20  # bytes of a line kept: of a longer one (a progress bar draw
 # with .*?x; a pattern led by one repeat is tried once, ``_search``); a line of metrics is shorter, per-class lists
 # and ids of misclassified samples included (1,024 cut those, and a later class's accuracy was read as the epoch's)
 SEARCHED = 16_384
+# seconds that searching one line with trial.metrics_regex may take: a sane pattern takes a few milliseconds at most
+# on SEARCHED characters; one that backtracks without end ((a|a)+ on a line of 40 a's) is stopped there and its trial
+# fails, where re held the GIL for hours and froze the runner, or a server's API for every user
+SEARCH_LIMIT = 1.0
 _SEGMENT = re.compile(rb"[^\r\n]*[\r\n]")  # a segment of output with the byte that ends it
 # a group's pattern that reads a whole number as Python prints it: 1e-05, nan, -inf; not a sentence's last point (0.25.)
 NUMBER = r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?)\b)"
@@ -451,7 +458,15 @@ class ScriptLauncher(ProcessLauncher):
             _log(run, run.outputs[-1], f"hermes: trial {run.trial.trial_id}: a line of {len(text)} characters was "
                                        f"searched in its last {SEARCHED} only (trial.metrics_regex reads the metrics "
                                        "at the end of a long line)\n".encode())
-        match = _search(pattern, text, start)
+        try:
+            match = _search(pattern, text, start)
+        except TimeoutError:
+            self.host.fail(run, f"trial.metrics_regex took over its limit of {SEARCH_LIMIT:g} s to search one line "
+                                f"(of {len(text)} characters; a sane pattern takes milliseconds): it backtracks "
+                                "without end, likely through nested repeats such as (a+)+ or (a|a)+ that match the "
+                                "same text in many ways; repeat each part once (a+), and make what follows a repeat "
+                                "unable to match what it matches")
+            return None
         if match is None:
             return None
         trial, host = run.trial, self.host
@@ -651,21 +666,30 @@ def _misread(group: str, printed: str, begun: bool, at_cut: bool) -> str:
     return f"{where}: read it whole, with (?P<{group}>{whole})"
 
 
-def _search(pattern: re.Pattern[str], text: str, start: int) -> re.Match[str] | None:
+def _search(pattern: re.Pattern[str], text: str, start: int) -> regex.Match[str] | None:
     """What ``pattern.search(text, start)`` finds, found in fewer tries where the pattern is led by a repeat of one
     character's class (``.*?``, ``.+``, ``(?P<step>\\d+)``, ``\\D*``): a match that starts right after a character
     the class takes would start one earlier too (the lead takes that character as well, and the rest matches as it
     did), so the first match starts at ``start`` or after a character the class does not take, and it is tried only
     there: once, for ``.*?`` (a line holds no newline), where a search tries every character, each time to the line's
-    end."""
+    end. The ``regex`` package matches, with the GIL released and TimeoutError past SEARCH_LIMIT seconds in all: re
+    cannot be stopped, and holds the GIL while it backtracks."""
+    matcher = _matcher(pattern.pattern)
     starts = _lead_starts(pattern)
     if starts is None:
-        return pattern.search(text, start)
+        return matcher.search(text, start, timeout=SEARCH_LIMIT, concurrent=True)
+    deadline = time.monotonic() + SEARCH_LIMIT
     for at in itertools.chain([start], (found.start() for found in starts.finditer(text, start + 1))):
-        match = pattern.match(text, at)
+        match = matcher.match(text, at, timeout=max(deadline - time.monotonic(), 0.0), concurrent=True)  # 0: at once
         if match is not None:
             return match
     return None
+
+
+@functools.lru_cache(maxsize=64)
+def _matcher(source: str) -> regex.Pattern[str]:
+    """trial.metrics_regex compiled by ``regex``, which the spec checks it with too."""
+    return regex.compile(source)
 
 
 @functools.lru_cache(maxsize=64)
