@@ -16,7 +16,7 @@ demo: install
 
 test: install
 	-$(PY) -m compileall -q hermes examples tests bench  # bytecode written even under PYTHONDONTWRITEBYTECODE: the tests start thousands of Python processes (a file that does not compile is pytest's to report)
-	$(PY) -m pytest -q -n 2 --dist loadfile -m 'not alone' --durations=15  # a file on one worker: its module fixtures once
+	$(PY) -m pytest -q -n 3 --dist loadfile -m 'not alone' --durations=15  # a file on one worker: its module fixtures once; three files at once, as its tests wait (sleeps, subprocesses) about 40% of the time on 2 cores
 	$(PY) -m pytest -q -m alone  # timing-sensitive tests, with nothing beside them
 
 bench: install
