@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from hermes.errors import ClusterLost, HermesError, HostLimit, NoSpaceError, install_extra
+from hermes.server.config import MAX_ACTIVE
 
 if TYPE_CHECKING:
     from hermes.core.decisions import Decision
@@ -948,6 +949,9 @@ def _add_server(commands: argparse._SubParsersAction) -> None:
                              "the users' areas must be a shared mount on every node")
     server.add_argument("--storage-uri", metavar="URI",
                         help="on Ray, where durable checkpoints go (default: ROOT/pool/checkpoints)")
+    server.add_argument("--max-experiments", type=_positive_int, default=MAX_ACTIVE, metavar="N",
+                        help="experiments a user may have queued, running or interrupted at once; a submission "
+                             f"past them is refused (default {MAX_ACTIVE})")
     actions = server.add_subparsers(dest="action", metavar="{add-user,add-token,tokens,revoke-token}")
     add_user = actions.add_parser("add-user", help="create a user and print their first token")
     _add_server_places(add_user, quiet=True)
@@ -993,7 +997,8 @@ def _server(args: argparse.Namespace) -> int:
 
     config = ServerConfig(root=Path(args.root), database=args.database)
     if args.action is None:
-        config = dataclasses.replace(config, ray_address=args.ray, storage_uri=args.storage_uri)
+        config = dataclasses.replace(config, ray_address=args.ray, storage_uri=args.storage_uri,
+                                     max_active=args.max_experiments)
         if args.cpu_slots:
             from hermes.experiment.spec import ResourcesSpec
 

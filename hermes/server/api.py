@@ -25,7 +25,7 @@ from hermes.server.app import Hermes, damage_detail
 from hermes.server.area import place_problem
 from hermes.server.auth import User
 from hermes.server.digest import ExperimentDigest, describe, explain
-from hermes.store import ExperimentRecord, ExperimentStatus, NameTaken, StoreError
+from hermes.store import ExperimentRecord, ExperimentStatus, NameTaken, StoreError, TooManyExperiments
 from hermes.store.base import DamagedRecord
 from hermes.store.codec import to_dict
 
@@ -206,7 +206,14 @@ def submit(body: SubmitRequest, hermes: HermesDep, user: UserDep) -> Experiment:
                   for path, message in error.problems] or [{"loc": ["body", "spec"], "msg": str(error), "type": "spec"}]
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail) from None
     try:
-        experiment_id = hermes.store.submit_experiment(spec.name, hermes.stored(spec), user.name, body.weight)
+        experiment_id = hermes.store.submit_experiment(spec.name, hermes.stored(spec), user.name, body.weight,
+                                                       max_active=hermes.config.max_active)
+    except TooManyExperiments:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS, f"you have {hermes.config.max_active} experiments queued, running or "
+            "interrupted, the most this server takes from one user (`hermes server --max-experiments`): submit this "
+            "one when one of them has ended, or cancel one"
+        ) from None
     except NameTaken:  # its message names the database, which is not the caller's business
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"you have an experiment named {spec.name!r} already; give this one another name "

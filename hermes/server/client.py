@@ -236,7 +236,8 @@ class RemoteStore(ExperimentStore):
     ) -> None:
         raise self._read_only()
 
-    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str = "", weight: float = 1.0) -> int:
+    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str = "", weight: float = 1.0,
+                          max_active: int | None = None) -> int:
         raise self._read_only()
 
     def set_weight(self, experiment_id: int, weight: float) -> None:

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from hermes.experiment.spec import ResourcesSpec
 
 MAX_BODY = 1 << 20  # bytes of a request body: a spec with a thousand listed configs fits many times over
+MAX_ACTIVE = 50  # unfinished experiments per user: more than a person queues, fewer than a runaway script
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +19,7 @@ class ServerConfig:
     root: Path  # holds hermes.db (by default) and the users' areas
     database: str | None = None  # an SQLAlchemy URL; default: SQLite in root
     max_body: int = MAX_BODY
+    max_active: int = MAX_ACTIVE  # experiments a user may have queued, running or interrupted at once
     run_experiments: bool = True  # False: an API over the store only (nothing is started)
     resources: ResourcesSpec | None = None  # the pool's GPUs or CPU slots; default: this machine's GPUs, else 1 slot
     poll: float = 0.5  # seconds between the pool's looks at the store (submissions, cancellations, weights)

@@ -54,6 +54,10 @@ class NameTaken(StoreError):
     """An experiment of that name (of that owner) is in the store already: ``submit_experiment`` refuses it."""
 
 
+class TooManyExperiments(StoreError):
+    """The owner has as many unfinished experiments as ``submit_experiment``'s ``max_active`` allows."""
+
+
 class StoreUnavailable(StoreError):
     """The store cannot be written now: another process held it locked past the wait, it was made read-only,
     or its disk refused the write (a file-size limit). Nothing of the write was kept; not the experiment's
@@ -195,9 +199,12 @@ class ExperimentStore(ABC):
 
     # ------------------------------------------------------------------ a pool's experiments (hermes.pool)
     @abstractmethod
-    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str = "", weight: float = 1.0) -> int:
+    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str = "", weight: float = 1.0,
+                          max_active: int | None = None) -> int:
         """Queue a new experiment for a pool (status queued); a name the owner uses already raises
         StoreError. Names are per owner: two owners may each have an experiment called ``mnist``.
+        ``max_active``: the owner's unfinished experiments (queued, running or interrupted) this one may join, or
+        TooManyExperiments; counted in the write that adds it, so submissions at once cannot pass it together.
 
         ``spec`` as ``ExperimentSpec.model_dump(mode="json")`` gives it (what a runner stores), so
         that the pool's session reopens it as is."""

@@ -42,6 +42,7 @@ from hermes.store.base import (
     StoreError,
     StoreFull,
     StoreUnavailable,
+    TooManyExperiments,
     TrialRecord,
     WriterLost,
 )
@@ -190,6 +191,7 @@ _MISSING = object()
 SQLITE_MAX_PATHNAME = 512  # SQLite's longest path, in bytes (as ``hermes.experiment.spec`` checks a runner's store)
 POOL_LOCK_SUFFIX = ".pool.lock"  # beside a SQLite file: ``hermes.db.pool.lock``, held by the store's pool
 POOL_LOCK_KEY = int.from_bytes(b"hermpool")  # PostgreSQL's advisory lock that the store's pool holds
+ACTIVE_LOCK_SPACE = int.from_bytes(b"hact")  # PostgreSQL's advisory locks that count an owner's experiments
 SCHEMA_LOCK_KEY = int.from_bytes(b"hermschm")  # and the one held while a store's tables are made or brought up
 _POOL_HOLDER = sa.text(  # who holds that lock: the session, and its application name (``_pool_name``)
     "SELECT a.application_name, a.client_addr, a.backend_start "
@@ -406,7 +408,8 @@ class SqlStore(ExperimentStore):
                 )
 
     # ------------------------------------------------------------------ a pool's experiments
-    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str = "", weight: float = 1.0) -> int:
+    def submit_experiment(self, name: str, spec: Mapping[str, Any], owner: str = "", weight: float = 1.0,
+                          max_active: int | None = None) -> int:
         if not name:
             raise StoreError("an experiment needs a non-empty name")
         _check_weight(weight)
@@ -421,6 +424,8 @@ class SqlStore(ExperimentStore):
                                 + (f" (of {owner})" if owner else ""))
             if any(row.name == key or row.owner == owner for row in taken):
                 raise already
+            if max_active is not None:
+                self._check_active(connection, str(owner), max_active)
             try:
                 inserted = connection.execute(
                     EXPERIMENTS.insert().values(
@@ -467,6 +472,21 @@ class SqlStore(ExperimentStore):
         with self._reading() as connection:
             rows = connection.execute(sa.select(OWNER_WEIGHTS).order_by(OWNER_WEIGHTS.c.owner)).all()
         return {row.owner: row.weight for row in rows}
+
+    @staticmethod
+    def _check_active(connection: sa.Connection, owner: str, max_active: int) -> None:
+        if connection.dialect.name == "postgresql":  # SQLite's write transactions are one at a time already
+            connection.execute(sa.text("SELECT pg_advisory_xact_lock(:space, hashtext(:owner))"),
+                               {"space": ACTIVE_LOCK_SPACE, "owner": owner})
+        unfinished = [status.value for status in ExperimentStatus if not status.is_final]
+        active = connection.execute(
+            sa.select(sa.func.count())
+            .select_from(EXPERIMENTS.join(EXPERIMENT_SETTINGS, EXPERIMENT_SETTINGS.c.experiment_id == EXPERIMENTS.c.id))
+            .where(EXPERIMENT_SETTINGS.c.owner == owner, EXPERIMENTS.c.status.in_(unfinished))
+        ).scalar_one()
+        if active >= max_active:
+            raise TooManyExperiments(f"{owner} has {active} experiments queued, running or interrupted, the most "
+                                     f"allowed ({max_active})")
 
     @staticmethod
     def _set_settings(connection: sa.Connection, experiment_id: int, **values: Any) -> None:
