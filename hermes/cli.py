@@ -949,6 +949,9 @@ def _add_server(commands: argparse._SubParsersAction) -> None:
                              "the users' areas must be a shared mount on every node")
     server.add_argument("--storage-uri", metavar="URI",
                         help="on Ray, where durable checkpoints go (default: ROOT/pool/checkpoints)")
+    server.add_argument("--root-path", type=_root_path, default="", metavar="PATH",
+                        help="the path a reverse proxy serves the server under, e.g. /hermes (for /docs's Try it "
+                             "out; the dashboard works under any path without it)")
     server.add_argument("--max-experiments", type=_positive_int, default=MAX_ACTIVE, metavar="N",
                         help="experiments a user may have queued, running or interrupted at once; a submission "
                              f"past them is refused (default {MAX_ACTIVE})")
@@ -1003,7 +1006,7 @@ def _server(args: argparse.Namespace) -> int:
             from hermes.experiment.spec import ResourcesSpec
 
             config = dataclasses.replace(config, resources=ResourcesSpec(gpus="none", cpu_slots=args.cpu_slots))
-        _opened(lambda: serve(config, args.host, args.port), args.database)
+        _opened(lambda: serve(config, args.host, args.port, args.root_path), args.database)
         return 0
     if args.action == "revoke-token" and bool(args.token) == args.all:
         raise HermesError("hermes server revoke-token: name the tokens to revoke, or give --all (not both)")
@@ -1147,6 +1150,13 @@ _size = number_type(float, lambda value: 0 <= value < math.inf, "a number >= 0")
 _positive_int = number_type(int, lambda value: value >= 1, "a positive whole number")
 _non_negative_int = number_type(int, lambda value: value >= 0, "a whole number >= 0")
 _port = number_type(int, lambda value: 0 <= value <= 65535, "a port number, 0 to 65535")
+
+
+def _root_path(text: str) -> str:
+    """A URL path without its trailing slash: the one uvicorn and FastAPI take as ``root_path``."""
+    if text and not text.startswith("/") or any(mark in text for mark in "?# "):
+        raise argparse.ArgumentTypeError(f"must be a path that starts with /, such as /hermes, got {text!r}")
+    return text.rstrip("/")
 
 
 if __name__ == "__main__":

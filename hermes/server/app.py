@@ -67,7 +67,7 @@ DIGESTS_KEPT = 200  # ended experiments whose digest stays in memory, the least 
 OPEN = [status for status in ExperimentStatus if not status.is_final]  # an open experiment's digest is always kept
 POOL_RESTART_S = (1.0, 30.0)  # a pool stopped by an error starts again after the first, doubling up to the second
 POOL_STOP_S = 30.0  # seconds ``Hermes.close`` waits for the pool to stop before the server exits without it
-SWAGGER_UI = "/static/vendor/swagger-ui"  # Swagger UI for /docs, vendored (VERSION there), as the dashboard's charts
+SWAGGER_UI = "static/vendor/swagger-ui"  # Swagger UI for /docs, vendored (VERSION there), as the dashboard's charts
 # What the server's pages may load, on every answer: this origin's scripts, styles, images and API alone, so that no
 # other site's script runs where the dashboard keeps the user's token (localStorage), and no other site's page frames
 # them to trick a click (frame-ancestors; X-Frame-Options for older browsers). Inline scripts only by their hash (the
@@ -339,7 +339,7 @@ class SecurityHeaders:
 def docs_page(title: str, openapi_url: str) -> tuple[bytes, str]:
     """/docs: FastAPI's Swagger UI page on the vendored Swagger UI (FastAPI's own loads it from a CDN, unpinned, on the
     dashboard's origin), and the policy that lets its inline script run, by its SHA-256."""
-    page = get_swagger_ui_html(openapi_url=openapi_url, title=f"{title} API", swagger_favicon_url="/static/favicon.svg",
+    page = get_swagger_ui_html(openapi_url=openapi_url, title=f"{title} API", swagger_favicon_url="static/favicon.svg",
                                swagger_js_url=f"{SWAGGER_UI}/swagger-ui-bundle.js",
                                swagger_css_url=f"{SWAGGER_UI}/swagger-ui.css")
     scripts = re.findall(rb"<script>(.*?)</script>", page.body, re.DOTALL)
@@ -432,7 +432,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.hermes = hermes
     app.include_router(router, prefix="/api")
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    docs, docs_policy = docs_page(app.title, app.openapi_url or "/openapi.json")
+    # Relative URLs, in the dashboard's pages too: behind a proxy that serves it under a path (/hermes/), they
+    # resolve under that path, where /static/... left it for the proxy's own site.
+    docs, docs_policy = docs_page(app.title, (app.openapi_url or "/openapi.json").lstrip("/"))
 
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:
@@ -556,16 +558,18 @@ class HeadTimeout(H11Protocol):
             self.transport.close()
 
 
-def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8600) -> None:
+def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8600, root_path: str = "") -> None:
     """Run the server until Ctrl-C, SIGTERM (uvicorn handles both) or SIGHUP (its terminal or SSH session closed:
-    taken as SIGTERM, so the pool records its experiments interrupted; under nohup it stays ignored)."""
+    taken as SIGTERM, so the pool records its experiments interrupted; under nohup it stays ignored).
+    ``root_path``: the path a proxy serves it under (/hermes), which the OpenAPI document gives as its server, so
+    that /docs's "Try it out" calls the API there; the dashboard's URLs are relative and need none."""
     import uvicorn
 
     if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:
         signal.signal(signal.SIGHUP, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
 
     app = create_app(config)
-    server_config = uvicorn.Config(app, host=host, port=port, http=HeadTimeout)  # configures uvicorn's loggers
+    server_config = uvicorn.Config(app, host=host, port=port, http=HeadTimeout, root_path=root_path)  # configures uvicorn's loggers
     hermes_log = logging.getLogger("hermes")  # the server's and the pool's messages
     hermes_log.setLevel(logging.INFO)
     hermes_log.addHandler(logging.StreamHandler())

@@ -31,7 +31,7 @@ class Unreachable extends Error {}
 async function api(path, options = {}) {
   let response;
   try {
-    response = await fetch("/api" + path, {
+    response = await fetch("api" + path, {
       ...options,
       headers: { "Authorization": "Bearer " + state.token, "Content-Type": "application/json" },
     });
@@ -122,7 +122,7 @@ async function refusal(token) {
   if (!TOKEN.test(token)) return NOT_A_TOKEN;
   let response;
   try {
-    response = await fetch("/api/me", { headers: { "Authorization": "Bearer " + token } });
+    response = await fetch("api/me", { headers: { "Authorization": "Bearer " + token } });
   } catch {
     return "The server did not answer: try again.";
   }
@@ -142,7 +142,7 @@ function listView(root) {
     el("thead", {}, el("tr", {}, ...["id", "name", "owner", "status", "trials", "best", "metric", "weight", "submitted"]
       .map((h) => el("th", {}, h)))), body);
   root.append(el("h2", {}, "Experiments"), scrolling(table), el("p", { class: "muted" },
-    "Submit with: hermes submit spec.yaml --server " + location.origin));
+    "Submit with: hermes submit spec.yaml --server " + location.origin + location.pathname.replace(/\/$/, "")));
   const rows = new Map();
   return every(POLL_MS, async () => {
     for (const e of await api("/experiments")) {
