@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hermes.cli import number_type
 from hermes.sim.compare import Setting, run_one
 from hermes.sim.trace import load_trace
 
@@ -29,15 +30,21 @@ def _steps(grid: np.ndarray, curve: list[tuple[float, float]]) -> np.ndarray:
     return np.where(index >= 0, values[np.maximum(index, 0)], np.nan)
 
 
+_positive_int = number_type(int, lambda value: value >= 1, "a positive whole number")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--gpus", type=int, default=4)
+    parser.add_argument("--seeds", type=_positive_int, default=5)
+    parser.add_argument("--gpus", type=_positive_int, default=4)
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
     args = parser.parse_args()
     from matplotlib.figure import Figure
 
-    os.makedirs(args.out, exist_ok=True)
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as error:
+        parser.error(f"argument --out: cannot make {args.out}: {error.strerror}")
     for file, mode, label in TRACES:
         trace = load_trace(DATA / file, mode)
         figure = Figure(figsize=(8, 4.5), layout="constrained")

@@ -436,6 +436,13 @@ def main() -> None:
             _trace(name, mode, noise=args.noise, epochs=epochs)
         except TraceError as error:
             parser.exit(2, f"{parser.prog}: error: {error}\n")
+    json_file = None
+    if args.json:
+        try:  # now, so that a path it cannot write is refused before the run, not after it; appending, so that a
+            # file of an earlier panel stays as it was should this run be stopped
+            json_file = open(args.json, "a", encoding="utf-8")
+        except OSError as error:
+            parser.error(f"--json {args.json}: cannot write: {error.strerror}")
     labels = trace_labels(traces)
     started = time.perf_counter()
     jobs = [(name, mode, policy, seed, gpus, profile, trials, args.noise, epochs)
@@ -471,13 +478,15 @@ def main() -> None:
         print("\nissue 14 targets for hermes (warm costs, 4 GPUs):")
         print("\n".join(targets(panel, limits, 4, "warm")))
     print(f"\n(wall time {time.perf_counter() - started:.0f} s)")
-    if args.json:
+    if json_file:
         block = ("trace", "mode", "gpus", "costs")
         blocks = [{**dict(zip(block, key)), "rows": rows, "oracle": limits[key]} for key, rows in panel.items()]
         per_seed = [{**dict(zip(("trace", "mode", "policy", "seed", "gpus", "costs"), job)), **asdict(run)}
                     for job, run in results.items()]
-        with open(args.json, "w", encoding="utf-8") as file:
-            json.dump(_standard({"panel": blocks, "runs": per_seed}), file, indent=1, allow_nan=False)
+        with json_file:
+            if json_file.seekable():  # not a pipe, /dev/stdout say
+                json_file.truncate(0)
+            json.dump(_standard({"panel": blocks, "runs": per_seed}), json_file, indent=1, allow_nan=False)
 
 
 if __name__ == "__main__":

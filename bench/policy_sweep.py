@@ -3,7 +3,8 @@
 Every policy replays the same random arrival orders (seeds 0..K-1) with the default switch
 costs. For each trace the table gives, averaged over seeds: in how many seeds the final-best
 trial was fully trained, the time until then (over the seeds where it was), the mean time to
-first feedback, each as a speed-up over FIFO, and the time-sharing overhead.
+first feedback, each as a speed-up over FIFO (FIFO's mean over the policy's, over the seeds where
+both got there, as `hermes simulate --compare`), and the time-sharing overhead.
 
 Synthetic traces vary what makes scheduling hard (see ``hermes.sim.synthetic``: curves that
 cross late, a misleading first epoch, noise, diverging trials) and how long an epoch takes
@@ -19,14 +20,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
-from hermes.policies import POLICIES, make_policy
-from hermes.sim.simulate import simulate
+from hermes.cli import number_type
+from hermes.policies import POLICIES, make_policy, policy_class
+from hermes.sim.compare import Summary, summarise
+from hermes.sim.simulate import SimulationResult, simulate
 from hermes.sim.synthetic import synthetic_trace
 from hermes.sim.trace import Trace, load_trace
 
@@ -49,47 +50,31 @@ SYNTHETIC = (
 DEFAULT_POLICIES = ("fifo", "rr", "slaq", "asha", "hyperband", "hermes")
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    policy: str
-    seeds: int
-    best_reached: int
-    time_to_best_s: float  # mean over the seeds where the best was fully trained
-    first_feedback_s: float
-    overhead: float
-    preemptions: float
-
-
-def _run(job: tuple[Trace, str, int, int, dict[str, Any]]) -> tuple[float | None, float, float, int]:
+def _run(job: tuple[Trace, str, int, int, dict[str, Any]]) -> SimulationResult:
     trace, policy, seed, gpus, params = job
-    result = simulate(trace, make_policy(policy, **params), gpus=gpus, seed=seed)
-    return result.time_to_best_s, result.mean_first_feedback_s, result.overhead_fraction, result.preemptions
+    return simulate(trace, make_policy(policy, **params), gpus=gpus, seed=seed)
 
 
-def sweep(trace: Trace, policies: list[str], seeds: int, gpus: int, hermes: dict[str, Any], workers: int) -> list[Row]:
+def sweep(
+    trace: Trace, policies: list[str], seeds: int, gpus: int, hermes: dict[str, Any], workers: int
+) -> list[Summary]:
+    """Each policy's runs summarised as `hermes simulate --compare` does, so that its speed-ups pair the seeds."""
     jobs = [(trace, p, s, gpus, hermes if p == "hermes" else {}) for p in policies for s in range(seeds)]
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
             results = list(pool.map(_run, jobs, chunksize=1))
     else:
         results = [_run(job) for job in jobs]
-    rows = []
-    for i, policy in enumerate(policies):
-        mine = results[i * seeds : (i + 1) * seeds]
-        reached = [r[0] for r in mine if r[0] is not None]
-        rows.append(Row(
-            policy, seeds, len(reached), statistics.fmean(reached) if reached else math.nan,
-            statistics.fmean(r[1] for r in mine), statistics.fmean(r[2] for r in mine),
-            statistics.fmean(r[3] for r in mine),
-        ))
-    return rows
+    return [summarise(policy, dict(enumerate(results[i * seeds : (i + 1) * seeds])))
+            for i, policy in enumerate(policies)]
 
 
-def table(title: str, rows: list[Row]) -> str:
+def table(title: str, rows: list[Summary]) -> str:
     fifo = next((r for r in rows if r.policy == "fifo"), None)
 
-    def ratio(mine: float, theirs: float | None) -> str:
-        return f"{theirs / mine:7.1f}x" if theirs and mine and not math.isnan(mine) else "      - "
+    def ratio(row: Summary, figure: str, spec: str) -> str:
+        speedup = row.speedup(fifo, figure) if fifo else math.nan
+        return f"{speedup:{spec}}x" if not math.isnan(speedup) else "      - "
 
     header = (
         f"{'policy':<10}{'best':>6}{'to best h':>11}{'vs fifo':>9}{'1st fb h':>10}{'vs fifo':>9}"
@@ -99,9 +84,8 @@ def table(title: str, rows: list[Row]) -> str:
     for r in rows:
         lines.append(
             f"{r.policy:<10}{f'{r.best_reached}/{r.seeds}':>6}{r.time_to_best_s / 3600:>11.3f}"
-            f"{ratio(r.time_to_best_s, fifo.time_to_best_s if fifo else None):>9}{r.first_feedback_s / 3600:>10.3f}"
-            f"{ratio(r.first_feedback_s, fifo.first_feedback_s if fifo else None):>9}{r.overhead:>10.2%}"
-            f"{r.preemptions:>9.0f}"
+            f"{ratio(r, 'time_to_best_s', '7.2f'):>9}{r.mean_first_feedback_s / 3600:>10.3f}"
+            f"{ratio(r, 'mean_first_feedback_s', '7.1f'):>9}{r.overhead_fraction:>10.2%}{r.preemptions:>9.0f}"
         )
     return "\n".join(lines)
 
@@ -129,22 +113,54 @@ def _value(text: str) -> Any:
     return text
 
 
+def _setting(text: str) -> tuple[str, Any]:
+    """An argparse type: ``NAME=VALUE``, a hermes setting."""
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"must be NAME=VALUE, got {text!r}")
+    return name, _value(value)
+
+
+def _policies(text: str) -> list[str]:
+    """An argparse type: comma-separated policies that load, each named once; refused here, in one line, rather
+    than in every worker."""
+    names = list(dict.fromkeys(text.split(",")))
+    for name in names:
+        try:
+            policy_class(name)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return names
+
+
+_positive_int = number_type(int, lambda value: value >= 1, "a positive whole number")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", choices=("real", "synthetic", "all"), default="real")
-    parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--gpus", type=int, default=4)
-    parser.add_argument("--policies", default=",".join(p for p in DEFAULT_POLICIES if p in POLICIES))
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a hermes setting")
+    parser.add_argument("--seeds", type=_positive_int, default=10)
+    parser.add_argument("--gpus", type=_positive_int, default=4)
+    parser.add_argument("--policies", type=_policies,
+                        default=[p for p in DEFAULT_POLICIES if p in POLICIES])
+    parser.add_argument("--set", type=_setting, action="append", default=[], metavar="NAME=VALUE",
+                        help="a hermes setting")
     parser.add_argument("--only", help="run only traces whose title contains this text")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--workers", type=_positive_int, default=os.cpu_count() or 1)
     args = parser.parse_args()
-    hermes = {name: _value(value) for name, value in (item.split("=", 1) for item in args.set)}
-    policies = args.policies.split(",")
+    hermes, policies = dict(args.set), args.policies
+    if hermes:  # built once here, so that a setting hermes does not take is one line, not a worker's traceback
+        if "hermes" not in policies:
+            parser.error("argument --set: only hermes takes settings, and --policies leaves it out")
+        try:
+            make_policy("hermes", **hermes)
+        except (TypeError, ValueError) as error:
+            parser.error(f"argument --set: {error}")
+    chosen = [(title, trace) for title, trace in traces(args.suite) if not args.only or args.only in title]
+    if not chosen:
+        parser.error(f"argument --only: no trace of the {args.suite} suite has {args.only!r} in its title")
     started = time.perf_counter()
-    for title, trace in traces(args.suite):
-        if args.only and args.only not in title:
-            continue
+    for title, trace in chosen:
         rows = sweep(trace, policies, args.seeds, args.gpus, hermes, args.workers)
         print(table(f"{title} ({len(trace.trials)} trials, {args.gpus} GPUs, {args.seeds} seeds)", rows), flush=True)
     print(f"(wall time {time.perf_counter() - started:.0f} s)")

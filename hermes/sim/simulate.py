@@ -40,11 +40,12 @@ class Tolerance:
 
     @classmethod
     def parse(cls, text: str) -> Tolerance:
-        """``"1%"`` is relative, ``"0.5"`` is absolute (in the metric's unit); neither may be negative (a distance)."""
+        """``"1%"`` is relative, ``"0.5"`` is absolute (in the metric's unit); neither may be negative (a distance)
+        nor overflow to infinity (``1e400``, as ``inf``), which would put every trial on target."""
         match = re.fullmatch(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(%?)\s*", text)
-        if not match:
+        amount = float(match.group(1)) if match else math.nan
+        if not match or not math.isfinite(amount):
             raise ValueError(f"target tolerance must be a number or a percentage, got {text!r}")
-        amount = float(match.group(1))
         if amount < 0:
             raise ValueError(f"target tolerance must not be negative (a distance from the best), got {text!r}")
         return cls(amount / 100 if match.group(2) else amount, bool(match.group(2)))
