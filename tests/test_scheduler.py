@@ -397,6 +397,7 @@ def test_budget_reaching_report_makes_no_decision_and_exit_frees_the_gpu() -> No
     # The turn is long over and b waits, but a has reached its budget: it exits by itself.
     assert core.report(5, "a", 2) == []
     assert core.state("a") is TrialState.RUNNING
+    assert core(PeriodElapsed(5.05)) == []  # nor at a tick while it ends (its final evaluation, its last save)
     assert core.exited(5.1, "a") == [Start("b", "g0")]
     assert core.state("a") is TrialState.COMPLETED
     assert core.trial("a").gpu is None

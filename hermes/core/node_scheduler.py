@@ -185,9 +185,11 @@ class NodeScheduler:
         self.claims.pop(trial.trial_id, None)
 
     def review(self, trial: Trial, now: float) -> list[Decision]:
-        """Preempt running ``trial`` if its turn is over and a better trial waits on this node."""
+        """Preempt running ``trial`` if its turn is over and a better trial waits on this node. One that reported its
+        budget's last step is ending (a final evaluation, its last save): preempted, it held its memory stopped, and
+        its end waited a round of turns (an unmodified program's final phase was stopped and resumed for minutes)."""
         policy = self.policy
-        if not policy.time_sharing or trial.state is not RUNNING or trial.stop_requested:
+        if not policy.time_sharing or trial.state is not RUNNING or trial.stop_requested or trial.step >= trial.budget:
             return []
         if not checked_turn_over(policy, trial, now):
             return []
