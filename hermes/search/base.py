@@ -149,7 +149,10 @@ class BaseSearcher(ABC):
         problem = _unfit(params, space, set(fixed))
         if problem is None:
             params = _as_declared(space, params)
-            outside = _outside(space, {name: value for name, value in params.items() if not _near(space[name], value)})
+            outside = _outside(space, params)  # near, a scan of a choice's values, only for what this refuses
+            if outside is not None:
+                outside = _outside(space, {name: value for name, value in params.items()
+                                           if not _near(space[name], value)})
             problem = None if outside is None else f"a value outside the spec's space: {outside}"
         if problem is not None:
             raise SamplerFailed(f"search.sampler {self.sampler_name} failed proposing trial {index}: it gave {problem}")
