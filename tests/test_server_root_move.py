@@ -6,6 +6,7 @@ answered 404. Real servers (FastAPI's TestClient, the second one's pool running 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,28 @@ def test_an_area_linked_to_a_shared_mount_under_users_owner_runs_its_experiments
         shown = server.get(f"/api/experiments/{made['id']}/trials/0/log")["text"]
     assert shown == (shared / "runs" / "linked" / "trials" / "0" / "stdout.log").read_text()  # in the mount
     assert not (shared / "hermes").exists()
+
+
+def test_a_copied_root_runs_its_open_experiments_in_the_copy_while_the_old_root_stays(tmp_path: Path) -> None:
+    """`cp -a old new` (the old root kept as a backup), then `hermes server --root new`: the stored paths under the
+    old root exist still, so they were read as stored, and every open experiment failed for good, "outside your
+    area". Those under another server's root (it holds hermes.db) are read in this one's area."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    with TestClient(create_app(ServerConfig(root=old, run_experiments=False))) as client:
+        hermes = client.app.state.hermes  # type: ignore[attr-defined]
+        token = hermes.accounts.add_user("alice")
+        give_code(old, "alice")
+        spec = real_spec("open", trials=1, steps=2, sleep=0.01, storage={"dir": "runs"})
+        opened = client.post("/api/experiments", json={"spec": spec}, headers={"Authorization": f"Bearer {token}"})
+        opened.raise_for_status()
+    (old / "users" / "alice" / "runs").mkdir()  # exists in both
+    shutil.copytree(old, new, symlinks=True)
+
+    config = ServerConfig(root=new, resources=ResourcesSpec(gpus="none", cpu_slots=1), poll=0.1)
+    with TestClient(create_app(config)) as client:
+        server = Server.__new__(Server)
+        server.client, server.tokens = client, {"alice": token}
+        finished = server.wait(opened.json()["id"])
+        assert (finished["status"], finished["error"], finished["by_state"]) == ("finished", None, {"completed": 1})
+    assert (new / "users" / "alice" / "runs" / "open" / "trials" / "0" / "stdout.log").is_file()
+    assert list((old / "users" / "alice" / "runs").iterdir()) == []  # the backup is left as it was

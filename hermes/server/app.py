@@ -50,6 +50,7 @@ from hermes.server.area import (
 from hermes.server.auth import Accounts
 from hermes.server.config import ServerConfig
 from hermes.server.digest import ExperimentDigest
+from hermes.session import STORE_FILE
 from hermes.store import (
     ExperimentRecord,
     ExperimentStatus,
@@ -169,19 +170,24 @@ class Hermes:
     def _moved_here(self, path: str, owner: str) -> str:
         """A path of ``owner``'s stored spec, read under this root. The store keeps them absolute (``stored``), under
         the root of the server that took the spec, or under the area's target where the area is a link to a shared
-        mount. One that exists no more, outside this root and the area's target, that lies in ``users/<owner>/``
-        (the last such pair of its folders) was stored before the root moved here, and lies in the area here at the
-        same place; any other stays as stored (relative: from the area). A link's target is never moved: its own
-        path may hold ``users/<owner>`` (``/nfs/users/alice/hermes``), and its experiments waited for ever for
-        files at a place in the area that held none."""
+        mount. One outside this root and the area's target that lies in ``users/<owner>/`` (the last such pair of
+        its folders) was stored before the root moved or was copied here, and lies in the area here at the same
+        place, where it exists no more, or where the folder above that ``users`` is another server's root (a copy
+        kept as a backup: its experiments failed for good here, "outside your area"); any other stays as stored
+        (relative: from the area). A link's target is never moved: its own path may hold ``users/<owner>``
+        (``/nfs/users/alice/hermes``), and its experiments waited for ever for files at a place in the area that
+        held none."""
         stored = Path(path)
-        if not stored.is_absolute() or stored.is_relative_to(self.config.root.resolve()) or os.path.exists(stored):
+        area = self.config.area(owner)
+        if not stored.is_absolute() or stored.is_relative_to(self.config.root.resolve()):
             return path
-        if stored.is_relative_to(self.config.area(owner).resolve()):  # an area linked out, its storage dir not made
+        if stored.is_relative_to(area.resolve()):  # an area linked out, its storage dir not made yet
             return path
         parts = stored.parts
-        area = [index for index in range(len(parts) - 1) if parts[index:index + 2] == ("users", owner)]
-        return str(self.config.area(owner).joinpath(*parts[area[-1] + 2:])) if area else path
+        pairs = [index for index in range(len(parts) - 1) if parts[index:index + 2] == ("users", owner)]
+        if not pairs or os.path.exists(stored) and not _server_root(Path(*parts[:pairs[-1]])):
+            return path
+        return str(area.joinpath(*parts[pairs[-1] + 2:]))
 
     def stored(self, spec: ExperimentSpec) -> dict[str, Any]:
         """The spec as the store keeps it: its paths resolved in its owner's area, so that the pool reads it alike."""
@@ -334,6 +340,11 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, sending)
+
+
+def _server_root(folder: Path) -> bool:
+    """Whether ``folder`` is a Hermes server's root: it holds the store, or the pool's folder once a pool ran there."""
+    return (folder / STORE_FILE).is_file() or (folder / "pool").is_dir()
 
 
 def docs_page(title: str, openapi_url: str) -> tuple[bytes, str]:
