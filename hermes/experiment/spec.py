@@ -134,13 +134,18 @@ class _PathError(ValueError):
 
 
 class _Section(BaseModel):
-    """A mapping of the spec: unknown keys are errors that list the known ones (typos fail loudly)."""
+    """A mapping of the spec: unknown keys are errors that list the known ones (typos fail loudly), and a bare value
+    given for it (``metric: accuracy``) says what it must hold, where pydantic named its class (MetricSpec)."""
 
     model_config = ConfigDict(extra="forbid")
+    _example: ClassVar[str] = ""  # the section written out, for that error; else its fields are listed
 
     @model_validator(mode="before")
     @classmethod
     def _known_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict | BaseModel):
+            such = f"such as {cls._example}" if cls._example else f"of {', '.join(cls.model_fields)}"
+            raise ValueError(f"must be a mapping {such}, got {data!r}")
         if isinstance(data, dict):
             for key in data:
                 if key not in cls.model_fields:
@@ -344,6 +349,7 @@ PARAMETER_TYPES = ("uniform", "loguniform", "int", "choice", "grid")  # and "con
 
 
 class SearchSpec(_Section):
+    _example = "{sampler: random, trials: 20, space: {lr: {type: loguniform, low: 1e-4, high: 0.1}}}"
     # A name (random, grid, list, tpe, cmaes, gp, qmc), {name: ..., args: {...}}, any Optuna
     # sampler by class path: {optuna: optuna.samplers.NSGAIISampler, args: {...}}, or a searcher of
     # one's own (a hermes.search.BaseSearcher) as module:Class.
@@ -595,6 +601,7 @@ class TrialSpec(_Section):
     """What one trial runs: a Python function, or a command line with ``{param}`` placeholders (and ``{trial_dir}``,
     the trial's own folder)."""
 
+    _example = "{function: train:main} or {command: python train.py --lr {lr}}"
     function: str | None = None  # "package.module:function"
     command: str | None = None
     metrics_regex: str | None = None  # for unmodified scripts: parses their output lines
@@ -672,11 +679,13 @@ class TrialSpec(_Section):
 
 
 class MetricSpec(_Section):
+    _example = "{name: accuracy, mode: max}"
     name: str = Field(min_length=1)
     mode: Literal["max", "min"]
 
 
 class BudgetSpec(_Section):
+    _example = "{steps: 20}"
     # steps (usually epochs) a trial trains unless the scheduler stops it; one that reports past them is stopped there
     steps: Annotated[StrictPositiveInt, Field(le=MAX_STEP)]
 
@@ -785,6 +794,7 @@ def _build_once(cls: type, params: dict[str, Any], field: str, what: str) -> Non
 
 
 class ResourcesSpec(_Section):
+    _example = "{gpus: none, cpu_slots: 4}"
     gpus: Literal["all", "none"] | list[int] = "all"  # or the indices of the GPUs to use
     # trials run at once where there is no GPU; each slot's warm worker starts with the first trial
     cpu_slots: Annotated[StrictPositiveInt, Field(le=MAX_SLOTS)] = 1
@@ -806,6 +816,7 @@ class ResourcesSpec(_Section):
 
 
 class StorageSpec(_Section):
+    _example = "{dir: runs}"
     dir: PathText = "runs"  # holds hermes.db (all experiments, by name), checkpoints and logs
     checkpoint_every: StrictPositiveInt = 1  # steps between checkpoints (its cost: docs/trials.md)
     # engine: ray: where durable checkpoints go so that any node can resume any trial (an fsspec URI:
@@ -832,6 +843,7 @@ class StorageSpec(_Section):
 class RaySpec(_Section):
     """The Ray engine's settings (docs/ray.md); used with ``engine: ray`` only."""
 
+    _example = "{address: local}"
     # ray.init's: "auto" on a cluster's node, "<ip>:<port>", or "local" for a Ray of this run's own
     address: str = Field(default="auto", min_length=1)
     poll: StrictPositiveFloat = 0.25  # seconds between reads of Ray's node table, for joining and lost nodes

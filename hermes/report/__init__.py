@@ -7,6 +7,7 @@ Times are the experiment's clock (seconds since it started), as stamped on its e
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import re
@@ -206,6 +207,25 @@ def format_number(value: float | None) -> str:
     return f"{value:.4g}" if math.isfinite(value) else str(value)
 
 
+def param_text(value: object) -> str:
+    """A hyper-parameter as CSV writes it: as JSON does (true, [64, 32]), but text as it is, unless it would read as
+    JSON: text "1" or "true" is written quoted, as JSON text, apart from the choice's 1 or true beside it (a reader
+    takes a cell as JSON where it parses, else as text)."""
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError:
+            return value
+        return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value)
+
+
+def format_param(value: object) -> str:
+    """A hyper-parameter for people: a float to four significant digits (``format_number``), else as CSV writes it
+    (``param_text``), so that text "1" shows apart from 1, and "true" from true."""
+    return format_number(value) if isinstance(value, float) else param_text(value)
+
+
 TRACEBACK = "Traceback (most recent call last):"
 FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+), in ')  # of a traceback (not of faulthandler's)
 # faulthandler's dump of a fatal error (a segfault): the thread that crashed, innermost frame first
@@ -364,9 +384,11 @@ __all__ = [
     "Target",
     "format_duration",
     "format_number",
+    "format_param",
     "format_table",
     "is_live",
     "open_store",
+    "param_text",
     "pick_experiment",
     "printable",
     "shown_state",

@@ -25,8 +25,10 @@ from hermes.report import (
     ExperimentView,
     format_duration,
     format_number,
+    format_param,
     format_table,
     is_live,
+    param_text,
     shown_state,
     summarise_error,
 )
@@ -98,7 +100,7 @@ def standings(view: ExperimentView) -> list[Standing]:
                 reports=len(own),
                 gpu_seconds=gpu_seconds.get(trial.trial_id, 0.0),
                 error=trial.error,
-                best_metrics=dict(best_metrics),
+                best_metrics=_named(best_metrics, view.target.name),
             )
         )
     # sorted() is stable, so ties keep submission order.
@@ -142,7 +144,7 @@ def format_results(
         for s in top:
             writer.writerow(
                 [s.rank, s.trial_id, states[s.trial_id], _csv(s.best), _csv(s.best_step), _csv(_finite(s.final)),
-                 s.steps, s.budget, s.reports, round(s.gpu_seconds, 3), *(_csv_param(s.params[name]) if name in s.params else "" for name in names),
+                 s.steps, s.budget, s.reports, round(s.gpu_seconds, 3), *(param_text(s.params[name]) if name in s.params else "" for name in names),
                  _csv(s.error), *(_csv(value) for value in files[s.trial_id].values()),
                  *(_csv(_finite(s.best_metrics.get(name))) for name in others)]
             )
@@ -153,7 +155,7 @@ def format_results(
     rows = [
         [str(s.rank), s.trial_id, states[s.trial_id], format_number(s.best), _csv(s.best_step), format_number(s.final),
          f"{s.steps}/{s.budget}", format_duration(s.gpu_seconds),
-         *(_param(s.params[name]) if name in s.params else "-" for name in names),
+         *(format_param(s.params[name]) if name in s.params else "-" for name in names),
          *([summarise_error(s.error, ERROR_WIDTH) if s.error else "-"] if errors else [])]
         for s in top
     ]
@@ -181,6 +183,14 @@ def _as_json(standing: Standing) -> dict[str, Any]:
     }
 
 
+def _named(metrics: dict[str, float], metric: str) -> dict[str, float]:
+    """A report's metrics with the objective by the metric's name, as README says best_metrics hold it: a command's
+    ``metrics_regex`` reads it in a group ``value``, which the store keeps as read (``Target.value`` reads it)."""
+    if metric in metrics or "value" not in metrics:
+        return dict(metrics)
+    return {metric if name == "value" else name: value for name, value in metrics.items()}
+
+
 def _files(experiment_dir: Path | None, standing: Standing, saved_step: int) -> dict[str, str | None]:
     """The trial's directory, if it is on this machine, and its newest committed checkpoint, in the durable storage
     too, of a step it lists (None: none)."""
@@ -201,12 +211,3 @@ def _finite(value: float | None) -> float | None:
 
 def _csv(value: object) -> str:
     return "" if value is None else str(value)
-
-
-def _csv_param(value: object) -> str:
-    """A hyper-parameter as JSON writes it (true, [1, 2]) unless it is text: as ``--format json`` and traces have it."""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def _param(value: object) -> str:
-    return format_number(value) if isinstance(value, float) else str(value)

@@ -341,14 +341,20 @@ class SqlStore(ExperimentStore):
             if refused:
                 given = json.loads(spec_json)
                 held = "; ".join(shown for path in refused if (shown := _stored_and_given(stored.spec, given, path)))
+                reordered = {path: orders for path, orders in _reordered(stored.spec, given).items()
+                             if _order_field(path) in refused}
+                orders = "; ".join(f"its store orders {path} as {', '.join(before)} (now {', '.join(after)})"
+                                   for path, (before, after) in reordered.items())
+                read_otherwise = len(refused) > len(reordered)  # YAML 1.1 read values otherwise, never an order
                 raise StoreError(
                     f"experiment {name!r} already exists in {self.url} with a different spec "
                     f"(differs in {', '.join(refused)}); give it a new name (hermes run SPEC --name NEW, or "
                     "hermes.run(spec, name=...)) or use another storage dir to start anew"
                     + (f"; its store holds {held}: a spec that gives those, as Hermes reads them now, continues it"
                        if held else "")
-                    + "; a spec not edited since may have been read differently by the Hermes that recorded it "
-                    "(YAML 1.1: 010, 1e-4, yes/no/on/off)"
+                    + (f"; {orders}: a spec in that order continues it" if orders else "")
+                    + ("; a spec not edited since may have been read differently by the Hermes that recorded it "
+                       "(YAML 1.1: 010, 1e-4, yes/no/on/off)" if read_otherwise else "")
                 )
             if differences:
                 connection.execute(EXPERIMENTS.update().where(EXPERIMENTS.c.id == row.id).values(spec=spec_json))
@@ -1300,9 +1306,39 @@ def _dumps(data: Any) -> str:
 
 _FREE = ("description",)  # what a rerun may always change in a spec: it changes no result
 
-# Mappings whose order is part of what they say: the random searcher draws the parameters in space order, so
-# the same parameters in another order propose other configurations than the log holds.
-_ORDERED = {"search.space": "the order of its parameters"}
+
+def _drawn_order(spec: Any) -> list[str]:
+    """The parameters of a stored spec's space whose order its searcher sees: Hermes's random and grid searchers draw
+    them in space order, and Optuna's samplers are asked them so, all without the fixed ones (stored as their bare
+    value), which take no draw; a searcher of one's own (module:Class) is given the whole space, fixed ones in it."""
+    space, sampler = _at(spec, "search.space"), _at(spec, "search.sampler")
+    if not isinstance(space, dict):
+        return []
+    name = sampler.get("name") if isinstance(sampler, dict) else sampler
+    own = isinstance(name, str) and ":" in name
+    return [key for key, parameter in space.items() if own or isinstance(parameter, dict)]
+
+
+# Mappings whose order is part of what they say, and the keys whose order counts in a spec: the same parameters drawn
+# in another order propose other configurations than the log holds.
+_ORDERED = {"search.space": ("the order of its parameters", _drawn_order)}
+
+
+def _order_field(path: str) -> str:
+    """How ``differing_fields`` names an ``_ORDERED`` path whose order differs."""
+    return f"{path} ({_ORDERED[path][0]})"
+
+
+def _reordered(old: Any, new: Any) -> dict[str, tuple[list[str], list[str]]]:
+    """Each ``_ORDERED`` path whose keys that count, of those in both specs, come in another order: those keys in
+    each."""
+    found = {}
+    for path, (_, order) in _ORDERED.items():
+        before, after = order(old), order(new)
+        before, after = [key for key in before if key in after], [key for key in after if key in before]
+        if before != after:
+            found[path] = (before, after)
+    return found
 
 
 def _stored_and_given(stored: Any, given: Any, path: str) -> str | None:
@@ -1348,20 +1384,22 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else f"{text[:77]}..."
 
 
-def differing_fields(old: Any, new: Any, path: str = "") -> list[str]:
-    """Dotted paths where two JSON documents differ, types included (key order matters only at ``_ORDERED`` paths)."""
+def differing_fields(old: Any, new: Any) -> list[str]:
+    """Dotted paths where two stored specs differ, types included (key order matters only as ``_ORDERED`` says)."""
+    return [*_differing_values(old, new, ""), *map(_order_field, _reordered(old, new))]
+
+
+def _differing_values(old: Any, new: Any, path: str) -> list[str]:
+    """Dotted paths where two JSON documents differ, types included, key order aside."""
     if isinstance(old, dict) and isinstance(new, dict):
         keys = [*old, *(key for key in new if key not in old)]
-        differences = [
+        return [
             difference
             for key in keys
-            for difference in differing_fields(
+            for difference in _differing_values(
                 old.get(key, _MISSING), new.get(key, _MISSING), f"{path}.{key}" if path else str(key)
             )
         ]
-        if path in _ORDERED and [key for key in old if key in new] != [key for key in new if key in old]:
-            differences.append(f"{path} ({_ORDERED[path]})")
-        return differences
     return [] if _same_json(old, new) else [path or "the whole spec"]
 
 
