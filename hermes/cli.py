@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from hermes.errors import ClusterLost, HermesError, HostLimit, NoSpaceError, install_extra
-from hermes.server.config import MAX_ACTIVE
+from hermes.server.config import MAX_ACTIVE, ServerConfig
 
 if TYPE_CHECKING:
     from hermes.core.decisions import Decision
@@ -991,7 +991,6 @@ def _add_server_places(parser: argparse.ArgumentParser, quiet: bool) -> None:
 def _server(args: argparse.Namespace) -> int:
     try:  # the application (FastAPI, the pool) only to serve: an account command needs the store alone
         from hermes.server.auth import Accounts, TokenInfo, token_id
-        from hermes.server.config import ServerConfig
 
         if args.action is None:
             from hermes.server.app import serve
@@ -999,6 +998,8 @@ def _server(args: argparse.Namespace) -> int:
         raise HermesError(f"the server needs its extra: {install_extra('server')} ({error})") from None
 
     config = ServerConfig(root=Path(args.root), database=args.database)
+    if args.action in (None, "add-user"):  # the commands that make a server's places
+        _opened(lambda: _make_places(config, args.database), args.database)
     if args.action is None:
         config = dataclasses.replace(config, ray_address=args.ray, storage_uri=args.storage_uri,
                                      max_active=args.max_experiments)
@@ -1016,17 +1017,17 @@ def _server(args: argparse.Namespace) -> int:
     accounts = _opened(lambda: Accounts(config.database_url), args.database)
     try:
         if args.action == "tokens":
-            _print_tokens(accounts.tokens(args.name))
+            _print_tokens(_opened(lambda: accounts.tokens(args.name), args.database))
             return 0
         if args.action == "revoke-token":
-            revoked = accounts.revoke(args.name, None if args.all else args.token)
+            revoked = _opened(lambda: accounts.revoke(args.name, None if args.all else args.token), args.database)
             print(f"revoked {len(revoked)} token(s) of {args.name}{': ' if revoked else ''}{', '.join(revoked)}")
             return 0
         if args.action == "add-user":
-            token = accounts.add_user(args.name, admin=args.admin)
+            token = _opened(lambda: accounts.add_user(args.name, admin=args.admin), args.database)
             print(f"{args.name}'s area, where every file their specs name must lie: {config.area(args.name)}")
         else:
-            token = accounts.add_token(args.name, args.label)
+            token = _opened(lambda: accounts.add_token(args.name, args.label), args.database)
     finally:
         accounts.close()
     print(f"token for {args.name} (shown once; the server keeps only its hash; id {token_id(token)}):\n{token}")
@@ -1034,7 +1035,8 @@ def _server(args: argparse.Namespace) -> int:
 
 
 def _opened(open_: Callable[[], Any], database: str | None) -> Any:
-    """``open_()``, with a database URL that SQLAlchemy or its driver refuses named as a HermesError."""
+    """``open_()``, with a database that SQLAlchemy or its driver refuses (its URL, or a write: a read-only store)
+    named as a HermesError, not a traceback that holds the SQL and the tokens' digests."""
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
@@ -1042,6 +1044,23 @@ def _opened(open_: Callable[[], Any], database: str | None) -> Any:
     except SQLAlchemyError as error:
         reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
         raise HermesError(f"--database {database or 'sqlite (in --root)'}: cannot use it: {reason}") from None
+
+
+def _make_places(config: ServerConfig, database: str | None) -> None:
+    """The root, and a SQLite database's folder, made now: one that cannot be (a file on its way, a read-only disk)
+    is named in one line, where the first module to make it gave a traceback."""
+    from sqlalchemy import make_url
+
+    places = [(f"--root {config.root}", config.root)]
+    url = make_url(config.database_url)
+    if database and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        folder = Path(url.database).parent
+        places.append((f"--database {database}: its folder {folder}", folder))
+    for named, folder in places:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise HermesError(f"{named}: cannot make the folder: {error.strerror or error}") from None
 
 
 def _print_tokens(tokens: list[TokenInfo]) -> None:

@@ -61,7 +61,7 @@ class RunnerLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             file = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644), "r+b", buffering=0)
         except OSError as error:
-            raise _cannot_write(self.path, error) from None
+            raise self._cannot_write(error) from None
         try:
             _lock(file.fileno())
             file.truncate(0)
@@ -71,12 +71,23 @@ class RunnerLock:
             raise StorageInUse(self._in_use(holder(self.path))) from None
         except OSError as error:  # a full disk, say: its holder cannot be named
             file.close()
-            raise _cannot_write(self.path, error) from None
+            raise self._cannot_write(error) from None
         except BaseException:  # a Ctrl-C between taking the lock and naming its holder too: else it stays held
             file.close()
             raise
         self._file = file
         return self
+
+    def _cannot_write(self, error: OSError) -> HermesError:
+        """Why the runner cannot write its lock, in one line: a full disk as a full disk is said everywhere, else the
+        storage dir and the reason (permission denied, read-only file system), before anything was written."""
+        if error.errno in NO_SPACE_ERRNOS:
+            return NoSpaceError(f"{self.path}: {error.strerror}")
+        reason = (error.strerror or str(error)).lower() + (f": {error.filename}" if error.filename else "")
+        return StoreUnavailable(f"{self._folder} {self.path.parent} cannot be written ({reason}); {self._writable}")
+
+    _folder = "the storage dir"
+    _writable = "give storage.dir a folder this user can write"
 
     def _in_use(self, who: dict[str, Any] | None) -> str:
         return (f"{self.path.parent} is in use by another runner, {describe(who)}; "
@@ -115,6 +126,10 @@ class RunnerLock:
 class PoolLock(RunnerLock):
     """A pool's hold on its folder (``<directory>/pool``): one pool per folder. Refused, it names the folder's
     option, not storage.dir: a pool has none, and runs no one experiment."""
+
+    _folder = "the pool's folder"
+    _writable = ("give the pool a folder this user can write (`hermes server --root`, `python -m hermes.pool "
+                 "--dir`)")
 
     def _in_use(self, who: dict[str, Any] | None) -> str:
         return (f"{self.path.parent} is in use by another pool, {describe(who)}; one pool per folder: stop it, or "
@@ -238,16 +253,6 @@ def holder(path: str | Path) -> dict[str, Any] | None:
         return None
     finally:
         os.close(fd)  # releases the shared lock, if taken
-
-
-def _cannot_write(path: Path, error: OSError) -> HermesError:
-    """Why the runner cannot write its lock at ``path``, in one line: a full disk as a full disk is said everywhere,
-    else the storage dir and the reason (permission denied, read-only file system), before anything was written."""
-    if error.errno in NO_SPACE_ERRNOS:
-        return NoSpaceError(f"{path}: {error.strerror}")
-    reason = (error.strerror or str(error)).lower() + (f": {error.filename}" if error.filename else "")
-    return StoreUnavailable(f"the storage dir {path.parent} cannot be written ({reason}); "
-                            "give storage.dir a folder this user can write")
 
 
 def _lock(fd: int) -> None:
