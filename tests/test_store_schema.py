@@ -190,6 +190,31 @@ def test_a_store_whose_settings_lack_the_pool_accounts_is_read_as_it_is_and_brou
     assert rows(url, "SELECT version FROM hermes_schema") == [(SCHEMA_VERSION,)]
 
 
+def test_a_store_whose_accounts_have_no_database_default_takes_new_submissions(url: str) -> None:
+    """The settings of the releases before 3e9fc98 made the accounts NOT NULL with a default of SQLAlchemy's alone, no
+    database default: a server that a newer Hermes ran on such a store answered every submission with a 500 (NOT
+    NULL constraint failed: experiment_settings.gpu_seconds_used)."""
+    store = SqlStore(url)
+    store.submit_experiment("old", SPEC, owner="ann")
+    store.close()
+    if url.startswith("sqlite"):  # SQLite alters no column: the table is made again, as that release made it
+        execute(url, "CREATE TABLE settings_then (experiment_id INTEGER NOT NULL PRIMARY KEY REFERENCES experiments "
+                     "(id), owner VARCHAR(255), weight FLOAT NOT NULL, cancel_requested BOOLEAN NOT NULL, error TEXT, "
+                     "gpu_seconds_used FLOAT NOT NULL, gpu_seconds_owed FLOAT NOT NULL)",
+                "INSERT INTO settings_then SELECT experiment_id, owner, weight, cancel_requested, error, "
+                "gpu_seconds_used, gpu_seconds_owed FROM experiment_settings",
+                "DROP TABLE experiment_settings", "ALTER TABLE settings_then RENAME TO experiment_settings")
+    else:
+        execute(url, "ALTER TABLE experiment_settings ALTER COLUMN gpu_seconds_used DROP DEFAULT",
+                "ALTER TABLE experiment_settings ALTER COLUMN gpu_seconds_owed DROP DEFAULT")
+    store = SqlStore(url)
+    try:
+        submitted = store.submit_experiment("new", SPEC, owner="ann")
+        assert (store.experiment(submitted).gpu_seconds_used, store.experiment(submitted).gpu_seconds_owed) == (0, 0)
+    finally:
+        store.close()
+
+
 def test_a_store_a_newer_hermes_stamped_is_refused_before_anything_is_written(url: str) -> None:
     """It was written into: an experiment, its writer and its settings, before a raw constraint failed (a column
     the newer Hermes always fills), or a record of a newer kind was called damaged."""

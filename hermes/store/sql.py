@@ -160,9 +160,10 @@ EXPERIMENT_SETTINGS = sa.Table(
     sa.Column("weight", sa.Float, nullable=False),
     sa.Column("cancel_requested", sa.Boolean, nullable=False),
     sa.Column("error", sa.Text),
-    # added after the table: a server default, so that ALTER TABLE can add them to a store without them
-    sa.Column("gpu_seconds_used", sa.Float, nullable=False, server_default="0"),
-    sa.Column("gpu_seconds_owed", sa.Float, nullable=False, server_default="0"),
+    # added after the table: a server default, so that ALTER TABLE can add them to a store without them; and written
+    # by each insert, as the releases before did: their tables have no server default (an insert without them failed)
+    sa.Column("gpu_seconds_used", sa.Float, nullable=False, default=0.0, server_default="0"),
+    sa.Column("gpu_seconds_owed", sa.Float, nullable=False, default=0.0, server_default="0"),
 )
 OWNER_WEIGHTS = sa.Table(
     "owner_weights",
