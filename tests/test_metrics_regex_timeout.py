@@ -59,3 +59,31 @@ def test_the_spec_takes_python_re_syntax_only(pattern: str) -> None:
 
     with pytest.raises(ValidationError, match="does not compile"):
         TrialSpec(command=f"{sys.executable} x.py", metrics_regex=pattern)
+
+
+def test_a_sound_pattern_on_a_long_line_beside_busy_threads_is_searched_well_within_the_limit() -> None:
+    """A pattern led by a repeat was matched at each place it could start, one timed match each: on a line of 16,000
+    characters with no metric, beside two busy threads (a server's), the GIL handed over at each took the search past
+    its 1 s limit, and a sound pattern failed its trial as backtracking without end."""
+    import re
+    import threading
+
+    from hermes.local.launchers.process import _search
+
+    line = ("per-class recall " + ", ".join(f"class_{index}" for index in range(3000)))[:16000]
+    busy = threading.Event()
+
+    def spin() -> None:
+        while not busy.is_set():
+            pass
+
+    threads = [threading.Thread(target=spin) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        assert _search(re.compile(r"\s*val_acc[:=]\s*(?P<value>[\d.]+)"), line, 0) is None  # before: TimeoutError
+        assert _search(re.compile(r"\s*val_acc[:=]\s*(?P<value>[\d.]+)"), line + " val_acc: 0.93", 0)["value"] == "0.93"
+    finally:
+        busy.set()
+        for thread in threads:
+            thread.join()

@@ -73,13 +73,15 @@ def test_a_metrics_line_of_a_few_thousand_characters_is_read_where_its_first_mat
 
 
 @pytest.mark.parametrize("pattern", [r".*?x(?P<value>\S+)", r".+(?P<value>\d)x", r"(?P<step>\d+).*?x(?P<value>\S*)",
-                                     r"(?i)\D*(?P<value>\d+)X", r"[^x]+?(?P<value>x\d)", r"(?P<step>\d+)x(?P=step)"])
+                                     r"(?i)\D*(?P<value>\d+)X", r"[^x]+?(?P<value>x\d)", r"(?P<step>\d+)x(?P=step)",
+                                     r"(?x) [\d.]+ x (?P<value> \d )", r"[\]\-a-c]+(?P<value>\d)x", r"(?s).*?x(?P<value>7)",
+                                     r"[^\d\s]*(?P<value>\d)x", r"\s*(?P<value>\d)x", r"(?:\w+?)x(?P<value>\d)"])
 def test_the_search_of_a_line_finds_what_a_plain_search_of_its_end_finds(pattern: str) -> None:
     """A pattern led by a repeat of one class is tried only where a match can start: what it reads is unchanged."""
     from hermes.local.launchers.process import _search
 
     compiled = re.compile(pattern)
-    for text in ["", "x", "12x3", "ab12x12x3.", "..1x1 22x22 x9", "7" * 20000 + "x7", "a1x" * 6000]:
+    for text in ["", "x", "12x3", "ab12x12x3.", "..1x1 22x22 x9", " a]-1x b-2x", "7" * 20000 + "x7", "a1x" * 6000]:
         start = max(0, len(text) - SEARCHED)
         expected, found = compiled.search(text, start), _search(compiled, text, start)
         assert (found and (found.span(), found.groupdict())) == (expected and (expected.span(), expected.groupdict()))

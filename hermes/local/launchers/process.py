@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import json
 import math
 import os
@@ -21,7 +20,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from re import _compiler, _constants, _parser
+from re import _constants, _parser
 from typing import Any
 
 import regex
@@ -57,6 +56,12 @@ SEARCHED = 16_384
 # on SEARCHED characters; one that backtracks without end ((a|a)+ on a line of 40 a's) is stopped there and its trial
 # fails, where re held the GIL for hours and froze the runner, or a server's API for every user
 SEARCH_LIMIT = 1.0
+_GLOBAL_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")  # a pattern's leading flags, (?i)
+_CATEGORIES = {  # a class's categories as a pattern writes them
+    _constants.CATEGORY_DIGIT: r"\d", _constants.CATEGORY_NOT_DIGIT: r"\D",
+    _constants.CATEGORY_SPACE: r"\s", _constants.CATEGORY_NOT_SPACE: r"\S",
+    _constants.CATEGORY_WORD: r"\w", _constants.CATEGORY_NOT_WORD: r"\W",
+}
 _SEGMENT = re.compile(rb"[^\r\n]*[\r\n]")  # a segment of output with the byte that ends it
 # a group's pattern that reads a whole number as Python prints it: 1e-05, nan, -inf; not a sentence's last point (0.25.)
 NUMBER = r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?)\b)"
@@ -667,36 +672,33 @@ def _misread(group: str, printed: str, begun: bool, at_cut: bool) -> str:
 
 
 def _search(pattern: re.Pattern[str], text: str, start: int) -> regex.Match[str] | None:
-    """What ``pattern.search(text, start)`` finds, found in fewer tries where the pattern is led by a repeat of one
-    character's class (``.*?``, ``.+``, ``(?P<step>\\d+)``, ``\\D*``): a match that starts right after a character
-    the class takes would start one earlier too (the lead takes that character as well, and the rest matches as it
-    did), so the first match starts at ``start`` or after a character the class does not take, and it is tried only
-    there: once, for ``.*?`` (a line holds no newline), where a search tries every character, each time to the line's
-    end. The ``regex`` package matches, with the GIL released and TimeoutError past SEARCH_LIMIT seconds in all: re
-    cannot be stopped, and holds the GIL while it backtracks."""
-    matcher = _matcher(pattern.pattern)
-    starts = _lead_starts(pattern)
-    if starts is None:
-        return matcher.search(text, start, timeout=SEARCH_LIMIT, concurrent=True)
-    deadline = time.monotonic() + SEARCH_LIMIT
-    for at in itertools.chain([start], (found.start() for found in starts.finditer(text, start + 1))):
-        match = matcher.match(text, at, timeout=max(deadline - time.monotonic(), 0.0), concurrent=True)  # 0: at once
-        if match is not None:
-            return match
-    return None
+    """What ``pattern.search(text, start)`` finds, searched by the ``regex`` package with the GIL released and
+    TimeoutError past SEARCH_LIMIT seconds (re cannot be stopped, and holds the GIL while it backtracks), in one
+    search: a timed match per place to try cost microseconds each, and as many GIL hand-overs, beside busy threads
+    long enough to fail a sound pattern on a long line (``_matcher``)."""
+    return _matcher(pattern).search(text, start, timeout=SEARCH_LIMIT, concurrent=True)
 
 
 @functools.lru_cache(maxsize=64)
-def _matcher(source: str) -> regex.Pattern[str]:
-    """trial.metrics_regex compiled by ``regex``, which the spec checks it with too."""
-    return regex.compile(source)
+def _matcher(pattern: re.Pattern[str]) -> regex.Pattern[str]:
+    """trial.metrics_regex compiled by ``regex`` (which the spec checks it with too), tried in fewer places where it is
+    led by a repeat of one character's class (``.*?``, ``.+``, ``(?P<step>\\d+)``, ``\\D*``): a match that starts right
+    after a character the class takes would start one earlier too (the lead takes that character as well, and the
+    rest matches as it did), so the first match starts where the search starts (``\\G``) or after a character the
+    class does not take, and the pattern is guarded so: once, for ``.*?`` (a line holds no newline), where a search
+    tries every place, each time to the line's end."""
+    lead = _lead_class(pattern)
+    if lead is None:
+        return regex.compile(pattern.pattern)
+    body = pattern.pattern
+    while (flags := _GLOBAL_FLAGS.match(body)) is not None:  # given as flags: they must lead the pattern
+        body = body[flags.end():]
+    return regex.compile(rf"(?:\G|(?<!{lead}))(?:{body})", pattern.flags)
 
 
-@functools.lru_cache(maxsize=64)
-def _lead_starts(pattern: re.Pattern[str]) -> re.Pattern[str] | None:
-    """Where ``_search`` tries ``pattern`` after its first character: a pattern of the places not after a character of
-    its lead's class; None where it has no such lead, or refers back to a group's text (``(?P=step)``), which a match
-    that starts earlier may change."""
+def _lead_class(pattern: re.Pattern[str]) -> str | None:
+    """The class (as ``regex`` reads it) of the repeat that leads ``pattern``, for ``_matcher``; None where it has no
+    such lead, or refers back to a group's text (``(?P=step)``), which a match that starts earlier may change."""
     parsed = _parser.parse(pattern.pattern, pattern.flags)
     items, pending = parsed.data, [parsed]
     while pending:
@@ -709,11 +711,38 @@ def _lead_starts(pattern: re.Pattern[str]) -> re.Pattern[str] | None:
     if not items or items[0][0] not in (_constants.MAX_REPEAT, _constants.MIN_REPEAT):
         return None
     _, most, repeated = items[0][1]
-    one = (_constants.ANY, _constants.LITERAL, _constants.NOT_LITERAL, _constants.IN)
-    if most != _constants.MAXREPEAT or len(repeated.data) != 1 or repeated.data[0][0] not in one:
+    if most != _constants.MAXREPEAT or len(repeated.data) != 1:
         return None
-    return _compiler.compile(_parser.SubPattern(parsed.state, [(_constants.ASSERT_NOT, (-1, repeated))]),
-                             pattern.flags)
+    return _class_source(*repeated.data[0])
+
+
+def _class_source(op: Any, argument: Any) -> str | None:
+    """One parsed character class as a pattern's text, each character as its code point; None for any other item."""
+    if op is _constants.ANY:
+        return "."
+    if op is _constants.LITERAL:
+        return f"[{_code(argument)}]"
+    if op is _constants.NOT_LITERAL:
+        return f"[^{_code(argument)}]"
+    if op is not _constants.IN:
+        return None
+    parts = []
+    for item, value in argument:
+        if item is _constants.NEGATE:
+            parts.append("^")
+        elif item is _constants.LITERAL:
+            parts.append(_code(value))
+        elif item is _constants.RANGE:
+            parts.append(f"{_code(value[0])}-{_code(value[1])}")
+        elif item is _constants.CATEGORY and value in _CATEGORIES:
+            parts.append(_CATEGORIES[value])
+        else:
+            return None
+    return f"[{''.join(parts)}]"
+
+
+def _code(character: int) -> str:
+    return f"\\U{character:08x}"
 
 
 @functools.lru_cache(maxsize=64)
