@@ -238,3 +238,21 @@ def test_a_run_that_ended_without_a_report_ends_failed_on_the_gpu_timeline(tmp_p
         store.close()
     assert states == {"silent": TrialState.FAILED, "ok": TrialState.COMPLETED}
     assert ends == {"silent": "failed", "ok": "completed"}
+
+
+# ---------------------------------------------------------------------- a child that outlives the program
+LEFT_CHILD = ("import subprocess, sys, time\n"
+              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])  # a logger, a loader worker\n"
+              "for epoch in range(1, 6):  # a bar redrawn with \\r to the end, never ended by a newline\n"
+              "    sys.stdout.write(f'\\rtrain {epoch}/5 epoch={epoch}, accuracy={0.1 * epoch:.3f}')\n"
+              "    sys.stdout.flush()\n"
+              "    time.sleep(0.05)\n")
+
+
+def test_a_program_whose_child_outlives_it_reports_its_last_lines(tmp_path: Path) -> None:
+    """The child, killed with its group but not gone yet, held the pipes open when the program's exit was collected:
+    the bar's step before the last, held until its line moved on, and its last, not ended by a newline, were never
+    read (the trial completed at step 3 of 5)."""
+    path = program_spec(tmp_path, "child", LEFT_CHILD, r"epoch=(?P<step>\d+), accuracy=(?P<accuracy>\d+\.\d+)", 5)
+    run_ok(path)
+    assert values_of(tmp_path / "runs") == {"0": [(step, round(0.1 * step, 3)) for step in range(1, 6)]}

@@ -214,17 +214,21 @@ class ProcessLauncher(Launcher):
         except BlockingIOError:
             return False
         if not chunk:
-            self._close_output(output)
-            if output.buffer:  # a last line without a newline
-                line, output.buffer = _kept(output.buffer, self.line_limit), b""
-                self._line(run, output, line)
-            self._ended(run, output)
+            self._end_output(run, output)
             return False
         if output.log is not None:
             _log(run, output, chunk)
         for line in _lines(output, chunk, self.line_limit):
             self._line(run, output, line)
         return True
+
+    def _end_output(self, run: Run, output: Output) -> None:
+        """Nothing more comes of the pipe: its last line without a newline, and what ``_ended`` holds, are said."""
+        self._close_output(output)
+        if output.buffer:  # a last line without a newline
+            line, output.buffer = _kept(output.buffer, self.line_limit), b""
+            self._line(run, output, line)
+        self._ended(run, output)
 
     def _drain(self, run: Run) -> None:
         for output in run.outputs:
@@ -264,6 +268,9 @@ class ProcessLauncher(Launcher):
         self.kill(run)  # leftover children; the leader is not reaped yet, so its group id is still ours
         code = run.process.wait()
         self._drain(run)
+        for output in run.outputs:  # a child it left, killed but not gone yet, holds the pipe open: its end is now
+            if output.fd is not None:
+                self._end_output(run, output)
         misused = self._misused.get(run)
         self._close(run)
         trial, host = run.trial, self.host
