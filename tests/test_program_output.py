@@ -87,6 +87,24 @@ def test_the_search_of_a_line_finds_what_a_plain_search_of_its_end_finds(pattern
         assert (found and (found.span(), found.groupdict())) == (expected and (expected.span(), expected.groupdict()))
 
 
+@pytest.mark.parametrize(("pattern", "text"), [
+    (r"(?x) .*? step \s (?P<step>\d+) \s acc \s (?P<value>[\d.]+)  # step, then accuracy", "step 3 acc 0.5"),
+    (r"(?a).*?step (?P<step>\d+) loss (?P<value>\d+)", "step \u0663 loss 5 step 3 loss 7"),
+    (r"(?a).*?epoch\s*[[(](?P<step>\d+)\D+(?P<value>[\d.]+)", "epoch [3] acc 0.5"),
+    (r"(?ix)\s* ACC [=:] (?P<value>\d) # a comment", "x acc=4"),
+])
+def test_flags_of_a_pattern_led_by_a_repeat_read_as_python_reads_them(pattern: str, text: str) -> None:
+    """A comment ending a verbose pattern took in the close of the group that guards its lead (the pattern did not
+    compile: the runner, or a server's pool, stopped at the first line), and re's ASCII flag was regex's VERSION1
+    (Unicode digits, sets of another syntax)."""
+    from hermes.local.launchers.process import _search
+
+    compiled = re.compile(pattern)
+    expected, found = compiled.search(text), _search(compiled, text, 0)
+    assert expected is not None and found is not None
+    assert (found.span(), found.groupdict()) == (expected.span(), expected.groupdict())
+
+
 # ---------------------------------------------------------------------- 2. {trial_dir}
 LEGACY = ("import argparse, json, os, sys\n"
           "parser = argparse.ArgumentParser()  # a legacy trainer: it resumes from its own checkpoint if it finds one\n"

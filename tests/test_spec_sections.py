@@ -19,8 +19,8 @@ from tests.test_run import hermes, search, spec_of, write_spec
     ("budget", 20, "budget: must be a mapping such as {steps: 20}, got 20"),
     ("resources", "cpu", "resources: must be a mapping such as {gpus: none, cpu_slots: 4}, got 'cpu'"),
     ("storage", "runs", "storage: must be a mapping such as {dir: runs}, got 'runs'"),
-    ("trial", "tiny:train", "trial: must be a mapping such as {function: train:main} or {command: python train.py "
-                            "--lr {lr}}, got 'tiny:train'"),
+    ("trial", "tiny:train", "trial: must be a mapping such as {function: train:main} or {command: 'python train.py "
+                            "--lr {lr}'}, got 'tiny:train'"),
     ("search", "random", "search: must be a mapping such as {sampler: random, trials: 20, space: "),
     ("ray", "local", "ray: must be a mapping such as {address: local}, got 'local'"),
 ])
@@ -40,3 +40,16 @@ def test_a_nested_section_lists_its_fields_and_every_problem_is_said(tmp_path: P
     assert refused.returncode == 2
     assert "trial.stall: must be a mapping of factor, min, after, got 5" in refused.stderr
     assert "metric: must be a mapping such as {name: accuracy, mode: max}, got ['accuracy']" in refused.stderr
+
+
+def test_every_example_a_refusal_gives_is_a_spec_that_reads() -> None:
+    """The trial's example, {command: python train.py --lr {lr}}, was no YAML: its {lr} ended the flow mapping."""
+    import yaml
+
+    from hermes.experiment.spec import ExperimentSpec
+
+    for field in ExperimentSpec.model_fields.values():
+        section = field.annotation
+        example = getattr(section, "_example", "") if isinstance(section, type) else ""
+        for written in filter(None, example.split(" or ") if example else []):
+            assert isinstance(yaml.safe_load(written), dict), written

@@ -601,7 +601,7 @@ class TrialSpec(_Section):
     """What one trial runs: a Python function, or a command line with ``{param}`` placeholders (and ``{trial_dir}``,
     the trial's own folder)."""
 
-    _example = "{function: train:main} or {command: python train.py --lr {lr}}"
+    _example = "{function: train:main} or {command: 'python train.py --lr {lr}'}"  # quoted: {lr} ends a flow map
     function: str | None = None  # "package.module:function"
     command: str | None = None
     metrics_regex: str | None = None  # for unmodified scripts: parses their output lines

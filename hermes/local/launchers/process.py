@@ -56,7 +56,7 @@ SEARCHED = 16_384
 # on SEARCHED characters; one that backtracks without end ((a|a)+ on a line of 40 a's) is stopped there and its trial
 # fails, where re held the GIL for hours and froze the runner, or a server's API for every user
 SEARCH_LIMIT = 1.0
-_GLOBAL_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")  # a pattern's leading flags, (?i)
+_GLOBAL_FLAGS = re.compile(r"(?:\(\?[aiLmsux]+\))*")  # a pattern's leading flags: (?i), (?x)(?a)
 _CATEGORIES = {  # a class's categories as a pattern writes them
     _constants.CATEGORY_DIGIT: r"\d", _constants.CATEGORY_NOT_DIGIT: r"\D",
     _constants.CATEGORY_SPACE: r"\s", _constants.CATEGORY_NOT_SPACE: r"\S",
@@ -472,6 +472,9 @@ class ScriptLauncher(ProcessLauncher):
                                        "at the end of a long line)\n".encode())
         try:
             match = _search(pattern, text, start)
+        except regex.error as error:  # a pattern the spec check passed that regex reads otherwise: its trial alone
+            self.host.fail(run, f"trial.metrics_regex cannot be searched: {error}")
+            return None
         except TimeoutError:
             self.host.fail(run, f"trial.metrics_regex took over its limit of {SEARCH_LIMIT:g} s to search one line "
                                 f"(of {len(text)} characters; a sane pattern takes milliseconds): it backtracks "
@@ -697,10 +700,10 @@ def _matcher(pattern: re.Pattern[str]) -> regex.Pattern[str]:
     lead = _lead_class(pattern)
     if lead is None:
         return regex.compile(pattern.pattern)
-    body = pattern.pattern
-    while (flags := _GLOBAL_FLAGS.match(body)) is not None:  # given as flags: they must lead the pattern
-        body = body[flags.end():]
-    return regex.compile(rf"(?:\G|(?<!{lead}))(?:{body})", pattern.flags)
+    flags = _GLOBAL_FLAGS.match(pattern.pattern).group()  # they must lead it still, read as regex reads them
+    body = pattern.pattern[len(flags):]
+    end = "\n" if pattern.flags & re.VERBOSE else ""  # a comment at the pattern's end would take in the group's )
+    return regex.compile(rf"{flags}(?:\G|(?<!{lead}))(?:{body}{end})")
 
 
 def _lead_class(pattern: re.Pattern[str]) -> str | None:
