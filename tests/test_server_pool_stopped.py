@@ -82,3 +82,22 @@ def test_a_pool_stopped_by_a_store_that_refuses_writes_shows_its_experiments_int
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_an_experiment_the_stopped_pool_recorded_interrupted_says_why() -> None:
+    """A pool stopped by its lost Ray cluster (the store fine) recorded its experiments interrupted, with no error:
+    the API showed them interrupted, error null, the reason in /api/cluster alone."""
+    from hermes.server.api import _summary
+    from hermes.store import ExperimentRecord, ExperimentStatus
+
+    def shown(status: ExperimentStatus, error: str | None, owner: str | None = "alice") -> tuple[str, str | None]:
+        record = ExperimentRecord(1, "exp", {}, 0.0, status, owner=owner, error=error)
+        summary = _summary(record, pool_stopped=STOPPED + "lost the Ray cluster")
+        return summary.status, summary.error
+
+    assert shown(ExperimentStatus.INTERRUPTED, None) == ("interrupted", STOPPED + "lost the Ray cluster")
+    assert shown(ExperimentStatus.RUNNING, None) == ("interrupted", STOPPED + "lost the Ray cluster")
+    waiting = "waiting for its files: ..."  # a reason of its own stays
+    assert shown(ExperimentStatus.INTERRUPTED, waiting) == ("interrupted", waiting)
+    assert shown(ExperimentStatus.FINISHED, None) == ("finished", None)
+    assert shown(ExperimentStatus.INTERRUPTED, None, owner=None) == ("interrupted", None)  # hermes run's

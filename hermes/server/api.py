@@ -176,10 +176,13 @@ class Experiment(BaseModel):
 
 def _summary(experiment: ExperimentRecord, spec: bool = False, pool_stopped: str | None = None) -> Experiment:
     """With ``pool_stopped`` (``Hermes.pool_stopped``), an experiment the pool ran is shown interrupted, saying why:
-    the pool could not record that, so its record still says running."""
+    the pool could not record that, so its record still says running; or it could (its Ray cluster lost, the store
+    fine), and the record says interrupted with no reason of its own."""
     metric = experiment.spec.get("metric", {})
     status, error = experiment.status.value, experiment.error
-    if pool_stopped is not None and experiment.owner is not None and experiment.status is ExperimentStatus.RUNNING:
+    stopped = experiment.status is ExperimentStatus.RUNNING or (
+        experiment.status is ExperimentStatus.INTERRUPTED and experiment.error is None)
+    if pool_stopped is not None and experiment.owner is not None and stopped:
         status, error = ExperimentStatus.INTERRUPTED.value, pool_stopped
     return Experiment(
         id=experiment.experiment_id, name=experiment.name, owner=experiment.owner, status=status,
