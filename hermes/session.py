@@ -228,6 +228,10 @@ class ExperimentSession:
             # so nothing ties it to its spec: the corrected one replaces it, under the same name.
             may_change = tuple({*found.spec, *document})
             new_command = found.spec.get("trial", {}).get("command") != spec.trial.command
+        elif found is not None and all(trial.started_at is None for trial in self.store.trials(found.experiment_id)):
+            # Its trials were drawn, and none ever started (on Ray it waited for GPUs the cluster lacks, and said to
+            # set resources.gpus: none): where they are to run may change, as what they are may not.
+            may_change += ("resources",)
         if new_command:
             refuse_shell_words(spec, f"experiment {spec.name}")
         self.experiment_id = self.store.create_or_open_experiment(spec.name, document, may_change=may_change)
