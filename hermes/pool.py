@@ -35,6 +35,7 @@ this machine (``engine="local"``) or on every node of a Ray cluster (``engine="r
 from __future__ import annotations
 
 import logging
+import posixpath
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -94,6 +95,7 @@ class _Member:
     session: ExperimentSession
     recorder: StoreRecorder
     key: str
+    checkpoints: str | None = None  # on Ray, its durable checkpoints' folder under the storage URI (``_checkpoints``)
     inbox: deque[Event] = field(default_factory=deque)  # submissions its session posted, for the pool core
     tenant: Tenant | None = None  # its accounts in the pool core, kept once it leaves it: its last ones are saved
     cancelled: bool = False
@@ -102,23 +104,28 @@ class _Member:
 
 
 class _SharedExecutor:
-    """An experiment's view of the pool's executor: its trial ids qualified, its settings on each trial."""
+    """An experiment's view of the pool's executor: its trial ids qualified, its settings on each trial.
+    ``checkpoints``: on Ray, the folder of its durable checkpoints under the storage URI ('': the URI itself)."""
 
-    def __init__(self, executor: LocalExecutor | RayExecutor, key: str, spec: ExperimentSpec) -> None:
-        self._executor, self._key, self._spec = executor, key, spec
+    def __init__(
+        self, executor: LocalExecutor | RayExecutor, key: str, spec: ExperimentSpec, checkpoints: str | None = None
+    ) -> None:
+        self._executor, self._key, self._spec, self._checkpoints = executor, key, spec, checkpoints
 
     def submit(
         self, trial_id: str, work: TrialLaunch, *, at: float | None = None, reported_step: int = 0
     ) -> TrialSubmitted:
         spec = self._spec
+        qualified = qualify(self._key, trial_id)
         work = replace(
             work,
             worker_group=self._key,
             metric=spec.metric.name,
             checkpoint_every=spec.storage.checkpoint_every,
             directory=str(spec.storage_dir / spec.name / "trials" / trial_id),
+            durable=None if self._checkpoints is None else posixpath.join(self._checkpoints, qualified),
         )
-        event = self._executor.submit(qualify(self._key, trial_id), work, at=at, reported_step=reported_step)
+        event = self._executor.submit(qualified, work, at=at, reported_step=reported_step)
         return replace(event, trial_id=trial_id)
 
     def now(self) -> float:
@@ -132,7 +139,8 @@ class PoolSession:
     logs). ``engine``: ``local`` (this machine) or ``ray`` (every node of the Ray cluster at
     ``ray_address``, one agent per node as under ``engine: ray``; trials keep their files where
     their spec says, so the users' folders must be a shared mount on every node, and durable
-    checkpoints go to ``storage_uri``, by default ``<directory>/pool/checkpoints``).
+    checkpoints go to ``storage_uri``, by default ``<directory>/pool/checkpoints``, each experiment's in a folder of
+    its own there, named after its creation in the store: other stores' pools may share the URI).
     ``resources``: the pool's GPUs or CPU slots (default: the GPUs, else this machine's CPU slots;
     on Ray, ``gpus: none`` with ``cpu_slots`` runs that many on every node). ``poll``: seconds
     between looks at the store for submissions, cancellations and weights.
@@ -355,6 +363,7 @@ class PoolSession:
             session = ExperimentSession(spec, store=self.store, experiment_id=record.experiment_id,
                                         host_runs=lambda: not self._run_over.is_set())
             session.replay()
+            checkpoints = self._checkpoints(record) if self.engine == "ray" else None
         except SpecFilesMissing as error:
             self._wait(record, str(error), waited)
             return None
@@ -367,9 +376,21 @@ class PoolSession:
             reason = f"the pool could not take it up: {why} (the traceback is in the pool's log)"
         else:
             return _Member(record, session, StoreRecorder(self.store, record.experiment_id, session.scheduler),
-                           f"e{record.experiment_id}")
+                           f"e{record.experiment_id}", checkpoints)
         self._end_unopened(record, ExperimentStatus.FAILED, reason)
         return None
+
+    def _checkpoints(self, record: ExperimentRecord) -> str:
+        """The folder of the experiment's durable checkpoints under the storage URI: one of its own, named after its
+        creation in this store (``experiment_uri``, as ``hermes run``'s). Keyed by its trials' qualified ids alone
+        (``e1.0``), two servers' pools sharing one URI, or a store made anew beside the old checkpoints, overwrote
+        each other's, and one's trial resumed from the other's state. One that ran before these folders keeps its
+        checkpoints in the URI itself: ''."""
+        from hermes.ray.storage import experiment_uri
+
+        continued = bool(self.store.events_after(record.experiment_id, 0, limit=1))
+        uri = experiment_uri(self.storage_uri, record.created_at, continued)
+        return "" if uri == self.storage_uri else uri.rpartition("/")[2]
 
     def _wait(self, record: ExperimentRecord, missing: str, waited: str | None) -> None:
         """A file its spec names is missing (``SpecFilesMissing``): the experiment waits, queued or interrupted,
@@ -427,7 +448,8 @@ class PoolSession:
         began on its GPU), and let it share the GPUs."""
         session, scheduler = member.session, member.session.scheduler
         experiment_id = member.record.experiment_id
-        shared: Executor = _SharedExecutor(self.executor, member.key, session.spec)  # type: ignore[assignment]
+        shared: Executor = _SharedExecutor(self.executor, member.key, session.spec,  # type: ignore[assignment]
+                                           member.checkpoints)
         session.host(shared, member.inbox.append)
         for trial in scheduler.trials.values():  # those it ran fall back to their checkpoints: the core knows that step
             shared.submit(trial.trial_id, session.engine.work(trial.params), at=trial.submitted_at,

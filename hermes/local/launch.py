@@ -44,6 +44,9 @@ class TrialLaunch:
     worker_group: str | None = None  # whose warm workers it shares (a pool's experiment); None: the executor's
     limits: TrialLimits | None = None  # when it counts as hung (its spec's trial.timeout and trial.stall)
     ran: float = 0.0  # seconds it ran elsewhere (on other Ray nodes), which its trial.timeout counts too
+    # where its durable checkpoints go under the Ray executor's storage URI (a pool's: its experiment's folder and
+    # qualified id, so that other stores' experiments of the same id keep theirs apart); None: its trial id
+    durable: str | None = None
 
     def __post_init__(self) -> None:
         if self.budget < 1:

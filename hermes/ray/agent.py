@@ -114,6 +114,7 @@ class NodeAgent:
         self._exports: dict[str, Future] = {}  # trial -> the call waiting for its state
         self._known: set[str] = set()  # trials the local executor has
         self._directories: dict[str, Path] = {}  # trial -> its own directory (TrialLaunch.directory: a pool's)
+        self._durables: dict[str, str] = {}  # trial -> its durable checkpoints' key (TrialLaunch.durable: a pool's)
         self._pump_thread = threading.Thread(target=self._pump, name="hermes-agent-pump", daemon=True)
         self._pump_thread.start()
 
@@ -226,13 +227,13 @@ class NodeAgent:
         if kind == "submit" or kind == "receive":
             trial_id, work, reported_step = args[:3]
             if trial_id not in self._known:
-                self._note_directory(trial_id, work)
+                self._note_places(trial_id, work)
                 local.submit(trial_id, work, reported_step=reported_step)
                 self._known.add(trial_id)
         elif kind == "apply":
             decision = args[0]
             if isinstance(decision, Start):
-                self.storage.delete(decision.trial_id)
+                self.storage.delete(self._durable(decision.trial_id))
             local.apply(decision, local.now())
         elif kind == "settle":
             trial_id, step = args
@@ -254,6 +255,7 @@ class NodeAgent:
             for trial_id in local.end_worker_group(args[0]):
                 self._known.discard(trial_id)
                 self._directories.pop(trial_id, None)
+                self._durables.pop(trial_id, None)
                 self._awaiting.pop(trial_id, None)
         else:
             raise ValueError(f"unknown command {kind!r}")
@@ -272,7 +274,8 @@ class NodeAgent:
             return
         with self._changed:
             self._uploads += 1
-        upload = self._uploader.submit(self.storage.upload_latest, event.trial_id, self._trial_dir(event.trial_id))
+        upload = self._uploader.submit(self.storage.upload_latest, self._durable(event.trial_id),
+                                       self._trial_dir(event.trial_id))
         upload.add_done_callback(lambda done: self._uploaded(event, done))
 
     def _uploaded(self, event: TrialReported, upload: Future) -> None:
@@ -296,14 +299,22 @@ class NodeAgent:
             self._changed.notify_all()
 
     # ------------------------------------------------------------------ trial state
-    def _note_directory(self, trial_id: str, work: TrialLaunch) -> None:
+    def _note_places(self, trial_id: str, work: TrialLaunch) -> None:
         """A launch that names the trial's directory (a pool's trials keep their experiment's files, on a mount
-        that every node shares) puts its files there instead of under this agent's directory."""
+        that every node shares) puts its files there instead of under this agent's directory; one that names its
+        durable checkpoints' key (a pool's: its experiment's folder, apart from other stores' experiments of the same
+        id) keeps them there instead of under its trial id."""
         if work.directory:
             self._directories[trial_id] = Path(work.directory)
+        if work.durable:
+            self._durables[trial_id] = work.durable
 
     def _trial_dir(self, trial_id: str) -> Path:
         return self._directories.get(trial_id) or self.local.directory / "trials" / trial_id
+
+    def _durable(self, trial_id: str) -> str:
+        """Where the trial's durable checkpoints are under the storage URI (``TrialLaunch.durable``)."""
+        return self._durables.get(trial_id, trial_id)
 
     def _state(self, trial_id: str) -> State | None:
         """The newest checkpoint of a trial handed over, read into memory for the object store."""
@@ -328,12 +339,12 @@ class NodeAgent:
                 state = ray.get(carried)
             except ray.exceptions.RayError:
                 state = None  # its node died on the way: the durable checkpoint it is
-        self._note_directory(trial_id, work)
+        self._note_places(trial_id, work)
         trial_dir = self._trial_dir(trial_id)
         checkpoints = trial_dir / protocol.CHECKPOINTS_DIR
         remove_checkpoints(checkpoints)  # Hermes's, not the trial's own files there (its best model, say)
         if state is None:
-            step = self.storage.download(trial_id, trial_dir)
+            step = self.storage.download(self._durable(trial_id), trial_dir)
             if work.movable and durable_step > 0 and (step is None or step < durable_step):
                 self._post(f"trial {trial_id}'s durable checkpoint of step {durable_step} is not in "
                            f"{self.storage.uri}: it resumes from {'its beginning' if step is None else f'step {step}'}"

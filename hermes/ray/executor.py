@@ -211,7 +211,7 @@ class RayExecutor(Executor[TrialLaunch]):
         step = self._durable[trial_id]
         if step is None:
             try:
-                latest = self._storage.latest(trial_id)
+                latest = self._storage.latest(self._work[trial_id].durable or trial_id)
             except OSError:
                 latest = None  # unknown: the node's download says what there is
             known = self._progress[trial_id].checkpoint_step  # the step it was submitted with

@@ -2,8 +2,8 @@
 
 A trial writes its checkpoints locally (``<trial_dir>/checkpoints/step-<n>/``, hermes/trial/session.py);
 the node that runs it uploads each one to ``<uri>/<trial_id>/`` (``uri``: the experiment's own,
-``experiment_uri``) and the node that resumes it downloads the newest into its own trial directory, where
-``Saver.restore`` reads it unchanged.
+``experiment_uri``; a pool's trials go to ``<uri>/<TrialLaunch.durable>/``) and the node that resumes it downloads
+the newest into its own trial directory, where ``Saver.restore`` reads it unchanged.
 The URI is anything fsspec opens: ``file:///...`` or a plain path on a shared mount (NFS, a
 ReadWriteMany volume), ``s3://bucket/prefix`` (s3fs), ``gs://bucket/prefix`` (gcsfs).
 
@@ -42,11 +42,11 @@ LINKS_FILE = ".hermes-links.json"  # in an uploaded checkpoint: its symbolic lin
 
 
 def experiment_uri(uri: str, created_at: float, continued: bool) -> str:
-    """Where an experiment's durable checkpoints go under ``uri`` (``<storage.uri>/<name>``): a folder named after
-    its creation time in its store (UTC), so that experiments of the same name in other stores never touch each
-    other's: one's start deleted the other's, and a rerun restored the other's state. The folder is marked as the
-    experiment starts; an experiment ``continued`` (its store has events) without that mark was made before these
-    folders, and keeps its checkpoints in ``uri`` itself."""
+    """Where an experiment's durable checkpoints go under ``uri`` (``<storage.uri>/<name>``, or a pool's storage URI):
+    a folder named after its creation time in its store (UTC), so that experiments of the same name (or a pool's of
+    the same id) in other stores never touch each other's: one's start deleted the other's, and a rerun restored the
+    other's state. The folder is marked as the experiment starts; an experiment ``continued`` (its store has events)
+    without that mark was made before these folders, and keeps its checkpoints in ``uri`` itself."""
     stamp = datetime.fromtimestamp(created_at, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     store = CheckpointStore(f"{uri.rstrip('/')}/{stamp}")
     mark = f"{store.root}/{EXPERIMENT_MARK}"
