@@ -28,6 +28,9 @@ class ApiError extends Error {
 // header says since when the page shows nothing new, and the polls go on until it answers.
 class Unreachable extends Error {}
 
+// The token was refused (revoked, or the server forgot it): the sign-in form says so, and a poll just stops.
+class Refused extends Error {}
+
 async function api(path, options = {}) {
   let response;
   try {
@@ -40,7 +43,7 @@ async function api(path, options = {}) {
   }
   if ([502, 503, 504].includes(response.status)) throw unreachable(`${response.status} ${response.statusText}`);
   answered();
-  if (response.status === 401) { showLogin("Your token was refused."); throw new Error("unauthorised"); }
+  if (response.status === 401) { showLogin("Your token was refused."); throw new Refused("unauthorised"); }
   if (!response.ok) throw new ApiError(response.status, await response.text());
   return response.json();
 }
@@ -79,6 +82,17 @@ const tickLabel = (low, high) => {
   const digits = span > 0 ? Math.min(15, Math.max(3, Math.ceil(Math.log10(magnitude / span)) + 3)) : 3;
   return (v) => +Number(v).toPrecision(digits);
 };
+// A time on the pool's clock, in seconds as the timeline's axis and the scheduler's reasons give it.
+const clock = (v) => v === null || v === undefined ? "-" : v.toFixed(1) + "s";
+// Step labels for an axis of uPlot, short however large the steps (1.5M, not 1500000), with the significant digits
+// that tell its ticks apart.
+const stepLabels = (u, splits) => {
+  const increment = splits.length > 1 ? Math.abs(splits[1] - splits[0]) : 1;
+  const magnitude = Math.max(...splits.map(Math.abs));
+  const digits = Math.min(21, Math.max(1, Math.ceil(Math.log10(magnitude / increment)) + 2));
+  const format = new Intl.NumberFormat("en", { notation: "compact", maximumSignificantDigits: digits });
+  return splits.map((v) => format.format(v));
+};
 const seconds = (v) => v === null || v === undefined ? "-" : v < 60 ? v.toFixed(1) + "s" :
   v < 3600 ? (v / 60).toFixed(1) + "m" : (v / 3600).toFixed(2) + "h";
 const scrolling = (table) => el("div", { class: "scroll" }, table);  // a wide table scrolls in its box, not the page
@@ -98,7 +112,8 @@ function every(ms, tick) {
     try {
       await tick();
     } catch (error) {
-      if (!(error instanceof Unreachable)) console.error(error);  // the notice under the header says that one
+      // the notice under the header says the one, the sign-in form the other
+      if (!(error instanceof Unreachable || error instanceof Refused)) console.error(error);
     }
     if (!stopped) timer = setTimeout(run, ms);
   };
@@ -176,7 +191,7 @@ function experimentView(root, id, selectedTrial) {
   const s = {
     trials: new Map(), order: [], position: new Map(), curves: new Map(), runs: [], gpus: [], now: 0,
     trialVersion: 0, runVersion: 0, curveCursor: 0, sort: { key: "best", desc: true }, page: 0,
-    experiment: null, selected: selectedTrial, maxStep: 0,
+    experiment: null, selected: selectedTrial, steps: new Set(), xs: [],
   };
   const header = el("div");
   const board = el("table", { id: "leaderboard" });
@@ -244,8 +259,7 @@ function experimentView(root, id, selectedTrial) {
       const c = await api(`/experiments/${id}/curves?after=${s.curveCursor}`);
       for (let i = 0; i < c.trial.length; i++) {
         if (!s.curves.has(c.trial[i])) s.curves.set(c.trial[i], new Map());
-        if (c.value[i] !== null) s.curves.get(c.trial[i]).set(c.step[i], c.value[i]);
-        s.maxStep = Math.max(s.maxStep, c.step[i]);
+        if (c.value[i] !== null) { s.curves.get(c.trial[i]).set(c.step[i], c.value[i]); s.steps.add(c.step[i]); }
       }
       s.curveCursor = c.cursor;
       more = c.more;
@@ -279,44 +293,60 @@ function experimentView(root, id, selectedTrial) {
     s.order.forEach((t, i) => s.position.set(t, i));
   }
 
+  // The header's title and controls are drawn again only when what they offer changes (the experiment ended, say);
+  // its figures change in place, and the weight field is one element for the view's life: a weight being typed
+  // keeps its value and its focus across polls, and takes the experiment's weight only while it was not edited.
+  const title = el("div"), summary = el("span"), controls = el("div", { class: "controls" });
+  const weight = el("input", { type: "number", min: "0.01", step: "0.5", size: 4, id: "weight" });
+  const weightLabel = el("label", {}, "weight ", weight);
+  let weightShown = null;  // the experiment's weight as the field last took it
+  const weightText = el("span", { id: "weight" });
+  // a refusal shows the API's reason beside the controls, and the field the weight the experiment keeps
+  const refused = (error) => { controlError.textContent = error.message; weight.value = s.experiment.weight; };
+  const setWeight = el("button", { onclick: async () => {
+    controlError.textContent = "";
+    await api(`/experiments/${id}/weight`, { method: "PUT", body: JSON.stringify({ weight: +weight.value }) })
+      .catch(refused);
+  } }, "Set weight");
+  const cancel = el("button", { id: "cancel", onclick: async () => {
+    if (confirm(`Cancel ${s.experiment.name}? Its trials are stopped.`)) {
+      controlError.textContent = "";
+      await api(`/experiments/${id}/cancel`, { method: "POST" }).catch(refused);
+    }
+  } }, "Cancel");
+  const notPooled = el("span", { class: "reason", id: "not-pooled" },
+    "run by `hermes run` in this store, not by the pool: stop that process to cancel it");
+
   function renderHeader() {
     const e = s.experiment;
     const counts = Object.entries(e.by_state).map(([k, v]) => `${v} ${k}`).join(", ");
-    const key = JSON.stringify([e.status, counts, e.best, e.weight, e.error, e.damaged]);
-    if (header.dataset.key === key) return;  // unchanged: leave the weight being typed alone
-    header.dataset.key = key;
+    summary.textContent = `owner ${e.owner ?? "-"} · ${e.metric} (${e.mode}) · ` + (e.damaged ? "trials not shown" :
+      `${e.trials} trials: ${counts || "none yet"}` +
+      ` · best ${fmt(e.best)}${e.best_trial ? " (trial " + e.best_trial + ")" : ""}`);
+    if (weightShown === null || (weight.value !== "" && +weight.value === weightShown)) weight.value = e.weight;
+    weightShown = e.weight;
+    weightText.textContent = `weight ${fmt(e.weight)}`;
+    const titleKey = JSON.stringify([e.status, e.error, e.damaged]);
+    if (title.dataset.key !== titleKey) {
+      title.dataset.key = titleKey;
+      title.replaceChildren(
+        el("h2", {}, `${e.name} `, statusBadge(e.status)),
+        e.error ? el("p", { class: "error reason", id: "experiment-error" }, e.error) : "",
+        e.damaged ? el("p", { class: "error reason damaged", id: "experiment-damaged" },
+          el("span", { class: "status" }, "damaged record"), " ", e.damaged) : "");
+    }
+    // an ended experiment keeps the weight it ran with, and one that `hermes run` runs in this store (no owner)
+    // has no share of the pool: the API refuses a change of either (409)
     const ended = ["finished", "failed", "cancelled"].includes(e.status), pooled = e.owner != null;
-    const weight = el("input", { type: "number", min: "0.01", step: "0.5", value: e.weight, size: 4, id: "weight" });
-    // a refusal shows the API's reason beside the controls, and the field the weight the experiment keeps
-    const refused = (error) => { controlError.textContent = error.message; weight.value = s.experiment.weight; };
-    const setWeight = el("button", { onclick: async () => {
-      controlError.textContent = "";
-      await api(`/experiments/${id}/weight`, { method: "PUT", body: JSON.stringify({ weight: +weight.value }) })
-        .catch(refused);
-    } }, "Set weight");
-    const cancel = el("button", { id: "cancel", onclick: async () => {
-      if (confirm(`Cancel ${e.name}? Its trials are stopped.`)) {
-        controlError.textContent = "";
-        await api(`/experiments/${id}/cancel`, { method: "POST" }).catch(refused);
-      }
-    } }, "Cancel");
-    header.replaceChildren(
-      el("h2", {}, `${e.name} `, statusBadge(e.status)),
-      e.error ? el("p", { class: "error reason", id: "experiment-error" }, e.error) : "",
-      e.damaged ? el("p", { class: "error reason damaged", id: "experiment-damaged" },
-        el("span", { class: "status" }, "damaged record"), " ", e.damaged) : "",
-      el("div", { class: "controls" },
-        el("span", {}, `owner ${e.owner ?? "-"} · ${e.metric} (${e.mode}) · ` + (e.damaged ? "trials not shown" :
-           `${e.trials} trials: ${counts || "none yet"}` +
-           ` · best ${fmt(e.best)}${e.best_trial ? " (trial " + e.best_trial + ")" : ""}`)),
-        // an ended experiment keeps the weight it ran with, and one that `hermes run` runs in this store (no owner)
-        // has no share of the pool: the API refuses a change of either (409)
-        ...(ended || !pooled ? [el("span", { id: "weight" }, `weight ${fmt(e.weight)}`)]
-          : [el("label", {}, "weight ", weight), setWeight]),
-        pooled && (e.status === "running" || e.status === "queued") ? cancel : "",
-        pooled || e.status !== "running" ? "" : el("span", { class: "reason", id: "not-pooled" },
-          "run by `hermes run` in this store, not by the pool: stop that process to cancel it"),
-        controlError));
+    const weighed = pooled && !ended, cancellable = pooled && ["running", "queued"].includes(e.status);
+    const unpooled = !pooled && e.status === "running";
+    const controlsKey = JSON.stringify([weighed, cancellable, unpooled]);
+    if (controls.dataset.key !== controlsKey) {
+      controls.dataset.key = controlsKey;
+      controls.replaceChildren(summary, ...(weighed ? [weightLabel, setWeight] : [weightText]),
+        cancellable ? cancel : "", unpooled ? notPooled : "", controlError);
+    }
+    if (header.firstChild !== title) header.replaceChildren(title, controls);
   }
 
   // ---------------------------------------------------------------- leaderboard
@@ -378,10 +408,17 @@ function experimentView(root, id, selectedTrial) {
   }
 
   // ---------------------------------------------------------------- curves (uPlot: one series per trial)
+  // The x values are the steps some trial reported, not every step up to the last: steps may count iterations, in
+  // millions, and the chart's cost follows the reports. A trial's line joins its reports across the others' steps.
   function renderCurves() {
     const ids = s.order.filter((t) => s.curves.has(t));
-    const xs = Array.from({ length: s.maxStep }, (_, i) => i + 1);
-    const data = [xs, ...ids.map((t) => { const c = s.curves.get(t); return xs.map((x) => c.get(x) ?? null); })];
+    if (s.xs.length !== s.steps.size) s.xs = [...s.steps].sort((a, b) => a - b);
+    const xs = s.xs, at = new Map(xs.map((x, i) => [x, i]));
+    const data = [xs, ...ids.map((t) => {
+      const column = new Array(xs.length).fill(null);
+      for (const [step, value] of s.curves.get(t)) column[at.get(step)] = value;
+      return column;
+    })];
     // a series of one report draws no line: it shows as a point (its index in data is its series' in the plot)
     charts.curveSingles = data.map((column, i) => i > 0 && column.filter((v) => v !== null).length === 1);
     if (!charts.curves || charts.curveCount !== ids.length) {
@@ -392,7 +429,7 @@ function experimentView(root, id, selectedTrial) {
       charts.curves = new uPlot({
         width, height: 300, legend: { show: false }, cursor: { drag: { x: true, y: true } },
         scales: { x: { time: false } },
-        axes: [{ label: "step" }, { label: s.experiment.metric }],
+        axes: [{ label: "step", values: stepLabels }, { label: s.experiment.metric }],
         series: [{}, ...ids.map((t) => ({ label: "trial " + t, stroke: trialColour(s.position.get(t)),
                                          width: 1, spanGaps: true,
                                          points: { show: (u, i) => charts.curveSingles[i] === true, size: 7,
@@ -410,15 +447,18 @@ function experimentView(root, id, selectedTrial) {
   function renderParallel() {
     const space = s.experiment.spec.search.space;
     const names = Object.keys(space);
+    // the values of a parameter drawn as categories: a choice's, a grid's, or a fixed text's (the API gives a fixed
+    // parameter as its bare value); null for a number
+    const categories = (p) => p.type === "choice" || p.type === "grid" ? p.values :
+      typeof p === "string" || typeof p === "boolean" ? [p] : null;
     const axes = names.map((name, dim) => {
       const p = space[name];
-      if (p.type === "choice" || p.type === "grid") return { dim, name, type: "category", data: p.values.map(String) };
+      if (categories(p)) return { dim, name, type: "category", data: categories(p).map(String) };
       return { dim, name, type: p.type === "loguniform" ? "log" : "value", min: p.low, max: p.high,
                axisLabel: { formatter: tickLabel(p.low, p.high) } };
     });
     const rows = [...s.trials.values()].filter((t) => t.best !== null).map((t) =>
-      [...names.map((n) => space[n].type === "choice" || space[n].type === "grid" ? String(t.params[n]) :
-        t.params[n]), t.best]);
+      [...names.map((n) => categories(space[n]) ? String(t.params[n]) : t.params[n]), t.best]);
     const values = rows.map((r) => r[names.length]);
     // the colours spread over the values the trials reached, however close (0.99966 to 0.99993 as much as 0 to 1)
     const [low, high] = values.length ? [Math.min(...values), Math.max(...values)] : [0, 1];
@@ -541,10 +581,10 @@ function describeRun(r) {
   if (!r) return "";
   const how = r.migrated ? "migrated here" : r.resumed ? "resumed" : "started";
   const lines = [`trial ${r.trial} on ${r.gpu}`,
-    `${how} at ${seconds(r.started_at)}` + (r.start_reason ? `: ${r.start_reason}` : ""),
+    `${how} at ${clock(r.started_at)}` + (r.start_reason ? `: ${r.start_reason}` : ""),
     r.yield_requested_at !== null ?
-      `asked to yield at ${seconds(r.yield_requested_at)}: ${r.yield_reason ?? ""}` : "",
-    r.ended_at !== null ? `${r.ended_by} at ${seconds(r.ended_at)}: ${r.end_reason ?? ""}` : "still running"];
+      `asked to yield at ${clock(r.yield_requested_at)}: ${r.yield_reason ?? ""}` : "",
+    r.ended_at !== null ? `${r.ended_by} at ${clock(r.ended_at)}: ${r.end_reason ?? ""}` : "still running"];
   const [first, ...rest] = lines.filter(Boolean).map(escape);
   return `<b>${first}</b><br>` + rest.join("<br>");
 }
@@ -610,6 +650,7 @@ function trialPanel(box, id, selected, s) {
       const data = [reports.map((r) => r.step), ...names.map((n) => reports.map((r) => Number(r.values[n])))];
       plot?.destroy();
       plot = new uPlot({ width: plotBox.clientWidth || 400, height: 180, scales: { x: { time: false } },
+        axes: [{ values: stepLabels }, {}],
         series: [{ label: "step" }, ...names.map((n, i) => ({ label: n, stroke: trialColour(i + 3) }))],
       }, data, plotBox);
     }
@@ -635,25 +676,61 @@ function clusterView(root) {
   const usersError = el("p", { class: "error", id: "users-error" });
   root.append(el("h3", {}, "Users"), el("p", { class: "muted" },
     "Each user's weight in the fair share of the pool; an admin may change it."), scrolling(users), usersError);
-  const showUsers = async () => {
-    const [me, list] = await Promise.all([api("/me"), api("/users")]);
-    users.replaceChildren(el("tr", {}, ...["user", "admin", "weight", ""].map((h) => el("th", {}, h))),
-      ...list.map((u) => {
-        const input = el("input", { type: "number", min: "0.01", step: "0.5", value: u.weight, size: 4 });
-        const set = el("button", { onclick: async () => {
-          usersError.textContent = "";
-          users.setAttribute("aria-busy", "true");  // until the table is drawn again: an edit now would be lost
-          try {
-            await api(`/users/${encodeURIComponent(u.user)}/weight`,
-                      { method: "PUT", body: JSON.stringify({ weight: +input.value }) });
-          } catch (error) { usersError.textContent = `${u.user}: ${error.message}`; }
-          try { await showUsers(); } finally { users.removeAttribute("aria-busy"); }
-        } }, "Set weight");
-        return el("tr", { "data-user": u.user }, el("td", {}, u.user), el("td", {}, u.admin ? "yes" : ""),
-          el("td", {}, me.admin ? input : fmt(u.weight)), el("td", {}, me.admin ? set : ""));
-      }));
+  // Read at every poll, and changed in place: a row is drawn again only when it offers other controls, and a weight
+  // field takes the user's weight only while it was not edited, so a weight being typed keeps its value and focus.
+  const rows = new Map();  // user: their row
+  let asked = 0, drawn = 0;  // reads of the table asked for, and the latest drawn: a poll's and a Set's may cross
+  users.append(el("tr", {}, ...["user", "admin", "weight", ""].map((h) => el("th", {}, h))));
+  // A user's row, with a weight field and its button for an admin; ``weight``: the one the field last took.
+  const userRow = (user, admin) => {
+    const row = { admin, weight: null, input: el("input", { type: "number", min: "0.01", step: "0.5", size: 4 }),
+                  cells: [el("td", {}, user), el("td"), el("td")] };
+    const set = el("button", { onclick: async () => {
+      usersError.textContent = "";
+      users.setAttribute("aria-busy", "true");  // until the table is read again
+      try {
+        await api(`/users/${encodeURIComponent(user)}/weight`,
+                  { method: "PUT", body: JSON.stringify({ weight: +row.input.value }) });
+      } catch (error) {
+        usersError.textContent = `${user}: ${error.message}`;
+        row.input.value = row.weight;  // the weight the user keeps
+      }
+      try { await showUsers(); } finally { users.removeAttribute("aria-busy"); }
+    } }, "Set weight");
+    if (admin) row.cells[2].append(row.input);
+    row.element = el("tr", { "data-user": user }, ...row.cells, el("td", {}, admin ? set : ""));
+    return row;
   };
-  showUsers().catch((error) => { usersError.textContent = error.message; });
+  const showUsers = async () => {
+    const ticket = ++asked;
+    const [me, list] = await Promise.all([api("/me"), api("/users")]);
+    if (ticket < drawn) return;  // older than what the table shows
+    drawn = ticket;
+    for (const u of list) {
+      let row = rows.get(u.user);
+      if (row?.admin !== me.admin) {
+        const fresh = userRow(u.user, me.admin);
+        if (row) row.element.replaceWith(fresh.element); else users.append(fresh.element);
+        rows.set(u.user, row = fresh);
+      }
+      row.cells[1].textContent = u.admin ? "yes" : "";
+      if (!me.admin) row.cells[2].textContent = fmt(u.weight);
+      else if (row.weight === null || (row.input.value !== "" && +row.input.value === row.weight)) {
+        row.input.value = u.weight;
+      }
+      row.weight = u.weight;
+    }
+    const listed = new Set(list.map((u) => u.user));
+    for (const [user, row] of rows) if (!listed.has(user)) { row.element.remove(); rows.delete(user); }
+  };
+  const stopUsers = every(POLL_MS, async () => {
+    try {
+      await showUsers();
+    } catch (error) {
+      if (!(error instanceof ApiError)) throw error;
+      usersError.textContent = error.message;
+    }
+  });
   const chart = echarts.init(chartBox);
   const poolBox = el("div", { class: "chart", id: "pool-timeline" });
   const legend = el("p", { id: "pool-legend" });
@@ -668,8 +745,8 @@ function clusterView(root) {
   const poolChart = poolTimeline.chart;
   const ownerColour = (owner) => owner === "(other users)" ? "#9e9e9e" : trialColour(pool.owners.get(owner) ?? 0);
   const describePoolRun = (r) => r.owner === "(other users)" ?
-    `<b>another user's trial on ${escape(r.gpu)}</b><br>${seconds(r.started_at)} to ` +
-      (r.ended_at === null ? "now" : seconds(r.ended_at)) :
+    `<b>another user's trial on ${escape(r.gpu)}</b><br>${clock(r.started_at)} to ` +
+      (r.ended_at === null ? "now" : clock(r.ended_at)) :
     `<b>${escape(r.owner)}: ${escape(r.name)}</b><br>` + describeRun(r);
   let shownRuns = [];
   poolChart.on("click", (p) => {
@@ -729,7 +806,7 @@ function clusterView(root) {
     });
   });
   return () => {
-    stop(); stopPool();
+    stop(); stopPool(); stopUsers();
     window.removeEventListener("resize", resize);
     chart.dispose(); poolChart.dispose();
   };
