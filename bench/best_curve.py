@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hermes.cli import number_type
+from hermes.cli import positive_int
 from hermes.sim.compare import Setting, run_one
 from hermes.sim.trace import load_trace
 
@@ -30,13 +30,10 @@ def _steps(grid: np.ndarray, curve: list[tuple[float, float]]) -> np.ndarray:
     return np.where(index >= 0, values[np.maximum(index, 0)], np.nan)
 
 
-_positive_int = number_type(int, lambda value: value >= 1, "a positive whole number")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seeds", type=_positive_int, default=5)
-    parser.add_argument("--gpus", type=_positive_int, default=4)
+    parser.add_argument("--seeds", type=positive_int, default=5)
+    parser.add_argument("--gpus", type=positive_int, default=4)
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
     args = parser.parse_args()
     from matplotlib.figure import Figure

@@ -12,11 +12,9 @@ import argparse
 import math
 import os
 import time
-from collections.abc import Callable
-from typing import Any
 
-from hermes.cli import number_type
-from hermes.policies import POLICIES, policy_class
+from hermes.cli import listed, policy_name, positive_int
+from hermes.policies import POLICIES
 from hermes.sim.compare import Setting, Summary, compare, format_table
 from hermes.sim.trace import load_trace
 
@@ -41,34 +39,13 @@ def ratios(summaries: list[Summary]) -> str:
     return "\n".join(lines)
 
 
-def _policy(name: str) -> str:
-    """A policy that loads: refused here, in one line, rather than in every worker."""
-    try:
-        policy_class(name)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return name
-
-
-def _listed(parse: Callable[[str], Any]) -> Callable[[str], list[Any]]:
-    """An argparse type: a comma-separated list, each item read by ``parse``, each named once."""
-
-    def parse_all(text: str) -> list[Any]:
-        return list(dict.fromkeys(parse(item) for item in text.split(",")))
-
-    return parse_all
-
-
-_positive_int = number_type(int, lambda value: value >= 1, "a positive whole number")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seeds", type=_positive_int, default=10)
-    parser.add_argument("--gpus", type=_listed(_positive_int), default=[1, 4, 16])
-    parser.add_argument("--policies", type=_listed(_policy),
+    parser.add_argument("--seeds", type=positive_int, default=10)
+    parser.add_argument("--gpus", type=listed(positive_int), default=[1, 4, 16])
+    parser.add_argument("--policies", type=listed(policy_name),
                         default=[p for p in (*BASELINES, "hermes") if p in POLICIES])
-    parser.add_argument("--workers", type=_positive_int, default=os.cpu_count() or 1)
+    parser.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     policies = args.policies
     started = time.perf_counter()

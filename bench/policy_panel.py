@@ -43,14 +43,13 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
-from hermes.cli import number_type
+from hermes.cli import listed, number_type, positive_int
 from hermes.errors import TraceError
 from hermes.policies import policy_class, stopper_class
 from hermes.sim.compare import Setting, run_one
@@ -351,17 +350,7 @@ def targets(
 
 
 # --seeds 0 would judge nothing, --noise nan feed NaN metrics to the policies
-_positive_int = number_type(int, lambda value: value >= 1, "a positive whole number")
 _share = number_type(float, lambda value: 0 <= value < math.inf, "a number >= 0")
-
-
-def _listed(parse: Callable[[str], Any]) -> Callable[[str], list[Any]]:
-    """An argparse type: a comma-separated list, each item read by ``parse``, each named once."""
-
-    def parse_all(text: str) -> list[Any]:
-        return list(dict.fromkeys(parse(item) for item in text.split(",")))
-
-    return parse_all
 
 
 def _profile(name: str) -> str:
@@ -406,21 +395,21 @@ def _standard(value: Any) -> Any:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="4 GPUs, 3 seeds, warm costs")
-    parser.add_argument("--seeds", type=_positive_int, help="seeds 0..K-1 (default 10; 3 with --quick)")
-    parser.add_argument("--gpus", type=_listed(_positive_int),
+    parser.add_argument("--seeds", type=positive_int, help="seeds 0..K-1 (default 10; 3 with --quick)")
+    parser.add_argument("--gpus", type=listed(positive_int),
                         help="comma-separated cluster sizes (default 4,16; 4 with --quick)")
-    parser.add_argument("--costs", type=_listed(_profile),
+    parser.add_argument("--costs", type=listed(_profile),
                         help="comma-separated profiles (default warm,process; warm with --quick)")
     parser.add_argument("--traces", type=chosen_traces, default=list(TRACES),
                         help="comma-separated shipped trace names, or PATH:max|min of any trace file "
                              "(default: every shipped trace)")
-    parser.add_argument("--trials", type=_positive_int,
+    parser.add_argument("--trials", type=positive_int,
                         help="small searches: N trials of each trace per seed (default: all)")
     parser.add_argument("--noise", type=_share, default=0.0,
                         help="scatter every report but the last by this share of the final metrics' spread (default 0)")
-    parser.add_argument("--epochs", type=_positive_int, help="other searches: every trial's budget cut at N epochs")
-    parser.add_argument("--policies", type=_listed(_policy), default=list(POLICIES))
-    parser.add_argument("--workers", type=_positive_int, default=2, help="processes (default 2)")
+    parser.add_argument("--epochs", type=positive_int, help="other searches: every trial's budget cut at N epochs")
+    parser.add_argument("--policies", type=listed(_policy), default=list(POLICIES))
+    parser.add_argument("--workers", type=positive_int, default=2, help="processes (default 2)")
     parser.add_argument("--json", help="also write the panel, with per-seed figures, to this file")
     args = parser.parse_args()
     seeds = args.seeds or (3 if args.quick else 10)

@@ -24,8 +24,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from hermes.cli import number_type
-from hermes.policies import POLICIES, make_policy, policy_class
+from hermes.cli import listed, policy_name, positive_int
+from hermes.policies import POLICIES, make_policy
 from hermes.sim.compare import Summary, summarise
 from hermes.sim.simulate import SimulationResult, simulate
 from hermes.sim.synthetic import synthetic_trace
@@ -121,32 +121,17 @@ def _setting(text: str) -> tuple[str, Any]:
     return name, _value(value)
 
 
-def _policies(text: str) -> list[str]:
-    """An argparse type: comma-separated policies that load, each named once; refused here, in one line, rather
-    than in every worker."""
-    names = list(dict.fromkeys(text.split(",")))
-    for name in names:
-        try:
-            policy_class(name)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-    return names
-
-
-_positive_int = number_type(int, lambda value: value >= 1, "a positive whole number")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", choices=("real", "synthetic", "all"), default="real")
-    parser.add_argument("--seeds", type=_positive_int, default=10)
-    parser.add_argument("--gpus", type=_positive_int, default=4)
-    parser.add_argument("--policies", type=_policies,
+    parser.add_argument("--seeds", type=positive_int, default=10)
+    parser.add_argument("--gpus", type=positive_int, default=4)
+    parser.add_argument("--policies", type=listed(policy_name),
                         default=[p for p in DEFAULT_POLICIES if p in POLICIES])
     parser.add_argument("--set", type=_setting, action="append", default=[], metavar="NAME=VALUE",
                         help="a hermes setting")
     parser.add_argument("--only", help="run only traces whose title contains this text")
-    parser.add_argument("--workers", type=_positive_int, default=os.cpu_count() or 1)
+    parser.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     hermes, policies = dict(args.set), args.policies
     if hermes:  # built once here, so that a setting hermes does not take is one line, not a worker's traceback

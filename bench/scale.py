@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from hermes.cli import number_type
+from hermes.cli import policy_name, positive_int
 from hermes.core.scheduler import Scheduler
 from hermes.errors import TraceError
-from hermes.policies import make_policy, policy_class
+from hermes.policies import make_policy
 from hermes.sim.simulate import simulate
 from hermes.sim.trace import Trace, load_trace
 
@@ -33,23 +33,11 @@ def resampled(trace: Trace, trials: int, seed: int) -> Trace:
     return Trace(f"{trace.path} x{trials}", trace.mode, curves)
 
 
-def _policy(name: str) -> str:
-    """A policy that loads: refused here, in one line, not in a traceback."""
-    try:
-        policy_class(name)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return name
-
-
-_positive_int = number_type(int, lambda value: value >= 1, "a positive whole number")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--policy", type=_policy, default="hermes")
-    parser.add_argument("--trials", type=_positive_int, default=10_000)
-    parser.add_argument("--gpus", type=_positive_int, default=1_000)
+    parser.add_argument("--policy", type=policy_name, default="hermes")
+    parser.add_argument("--trials", type=positive_int, default=10_000)
+    parser.add_argument("--gpus", type=positive_int, default=1_000)
     parser.add_argument("--trace", default=str(DATA / "lcbench_189908.csv"))
     parser.add_argument("--mode", choices=("max", "min"), default="max")
     args = parser.parse_args()

@@ -149,7 +149,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("spec", help="experiment spec (YAML)")
     run.add_argument("--name", help="the experiment's name, in place of the spec's (to run one spec twice)")
     run.add_argument("--no-live", action="store_true", help="no live view; print a line per finished trial")
-    run.add_argument("--top", type=_positive_int, default=5, metavar="N", help="trials in the final leaderboard (default 5)")
+    run.add_argument("--top", type=positive_int, default=5, metavar="N", help="trials in the final leaderboard (default 5)")
     run.set_defaults(handler=_run)
 
 
@@ -165,7 +165,7 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
     """`hermes run`, with SIGTERM and SIGHUP taken as Ctrl-C (``terminations``)."""
     from contextlib import closing
 
-    again = f"hermes run {shlex.quote(args.spec)}" + (f" --name {shlex.quote(args.name)}" if args.name is not None else "")
+    again = f"hermes run {_shell_word(args.spec)}" + (f" --name {_shell_word(args.name)}" if args.name is not None else "")
     try:
         with _interrupts_unwrapped(terminations):
             with _ctrl_c_noted(terminations):  # where pydantic builds the spec's model classes, and checks it
@@ -246,7 +246,7 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
               file=sys.stderr)
         return 2
     except HostLimit as error:
-        rename = f"hermes run {shlex.quote(args.spec)} --name {shlex.quote(f'{spec.name}-2')}"
+        rename = f"hermes run {_shell_word(args.spec)} --name {shlex.quote(f'{spec.name}-2')}"
         print(f"hermes: error: this machine ran out of what a trial needs: {error}\ninterrupted: "
               f"{_host_limit_fix(error, session)}, then run `{again}` again to continue; or lower search.max_pending "
               f"in {args.spec}, for fewer trials under way, and run it as a new experiment (`{rename}`): a rerun of "
@@ -271,12 +271,32 @@ def _run_taking(args: argparse.Namespace, terminations: _Terminations) -> int:
     # a spec, a script or a searcher that cannot work: said where CI looks, the exit code
     print(f"hermes: error: {printable(error)}", file=sys.stderr)
     if not outcome.ran:  # the error of its last run, not of the code as it is now
-        rename = f"hermes run {shlex.quote(args.spec)} --name {shlex.quote(f'{spec.name}-2')}"
+        rename = f"hermes run {_shell_word(args.spec)} --name {shlex.quote(f'{spec.name}-2')}"
         more = "" if session.failure else ", or raise search.trials to add trials to this one"  # not past its failure
         print(f"{spec.name} had already ended, so nothing ran: this error is its earlier run's, and an ended "
               f"experiment's failed trials are not run again; to run changed code, run it as a new experiment "
               f"(`{rename}`){more}", file=sys.stderr)
     return 1
+
+
+def _shell_word(text: str) -> str:
+    """``text`` quoted as one word that bash reads back as the same bytes. An argument that holds bytes that are not
+    UTF-8 (which Python holds as lone surrogates, "\\udcff") in bash's ``$'...'`` form, each such byte as ``\\xff``:
+    quoted as text, the command printed to run it again named no file. Anything else as ``shlex.quote`` quotes it."""
+    if not any(_undecoded(character) for character in text):
+        return shlex.quote(text)
+    escaped = []
+    for character in text:
+        if _undecoded(character) or not character.isprintable():
+            escaped += [f"\\x{byte:02x}" for byte in os.fsencode(character)]
+        else:
+            escaped.append("\\" + character if character in "\\'" else character)
+    return f"$'{''.join(escaped)}'"
+
+
+def _undecoded(character: str) -> bool:
+    """Whether ``character`` is a byte that was not UTF-8, as ``os.fsdecode`` holds it."""
+    return "\udc80" <= character <= "\udcff"
 
 
 def _spent_before(store: ExperimentStore, experiment: ExperimentRecord, spec: ExperimentSpec) -> str | None:
@@ -573,8 +593,8 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--experiment", help="with a storage dir: the experiment (default: the newest in the store)")
     sim.add_argument("--mode", choices=("max", "min"),
                      help="direction in which the metric improves (a CSV needs it; a stored experiment knows it)")
-    sim.add_argument("--gpus", required=True, type=_positive_int, help="GPUs of the simulated cluster")
-    sim.add_argument("--nodes", type=_positive_int, help=f"default: one node per {GPUS_PER_NODE} GPUs")
+    sim.add_argument("--gpus", required=True, type=positive_int, help="GPUs of the simulated cluster")
+    sim.add_argument("--nodes", type=positive_int, help=f"default: one node per {GPUS_PER_NODE} GPUs")
     sim.add_argument("--policy",
                      help=f"{', '.join(POLICIES)} (default hermes), or a policy of your own as module:Class, looked "
                           "for in the current folder first")
@@ -592,9 +612,9 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--json", action="store_true",
                      help="print the figures as one JSON object (with --compare: a list, an object per policy)")
     sim.add_argument("--compare", help="comma-separated policies to compare, e.g. fifo,rr,slaq,hermes")
-    sim.add_argument("--seeds", type=_positive_int,
+    sim.add_argument("--seeds", type=positive_int,
                      help=f"with --compare: how many seeds to average over, from --seed on (default {COMPARED_SEEDS})")
-    sim.add_argument("--workers", type=_positive_int, help="with --compare: processes to use (default 1)")
+    sim.add_argument("--workers", type=positive_int, help="with --compare: processes to use (default 1)")
     sim.set_defaults(handler=_simulate)
 
 
@@ -823,7 +843,7 @@ def _add_results(commands: argparse._SubParsersAction) -> None:
         description="The leaderboard of a stored experiment: trials ranked by their best reported metric.",
     )
     _add_storage_arguments(results)
-    results.add_argument("--top", type=_positive_int, metavar="N",
+    results.add_argument("--top", type=positive_int, metavar="N",
                          help=f"how many trials (default: {TABLE_TOP} in the table, every trial in csv and json)")
     results.add_argument("--format", choices=RESULT_FORMATS, default="table", help="csv and json are for programs")
     results.set_defaults(handler=_results)
@@ -941,7 +961,7 @@ def _add_server(commands: argparse._SubParsersAction) -> None:
     _add_server_places(server, quiet=False)
     server.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     server.add_argument("--port", type=_port, default=8600, help="port to listen on (default 8600; 0: any free one)")
-    server.add_argument("--cpu-slots", type=_positive_int, metavar="N",
+    server.add_argument("--cpu-slots", type=positive_int, metavar="N",
                         help="run trials on N CPU slots instead of the GPUs (default: the GPUs, else one slot; "
                              "on Ray: N per node)")
     server.add_argument("--ray", metavar="ADDRESS",
@@ -952,7 +972,7 @@ def _add_server(commands: argparse._SubParsersAction) -> None:
     server.add_argument("--root-path", type=_root_path, default="", metavar="PATH",
                         help="the path a reverse proxy serves the server under, e.g. /hermes (for /docs's Try it "
                              "out; the dashboard works under any path without it)")
-    server.add_argument("--max-experiments", type=_positive_int, default=MAX_ACTIVE, metavar="N",
+    server.add_argument("--max-experiments", type=positive_int, default=MAX_ACTIVE, metavar="N",
                         help="experiments a user may have queued, running or interrupted at once; a submission "
                              f"past them is refused (default {MAX_ACTIVE})")
     actions = server.add_subparsers(dest="action", metavar="{add-user,add-token,tokens,revoke-token}")
@@ -1166,7 +1186,28 @@ def _whole_as_int(text: str) -> int | float:
 
 _positive_period = number_type(_whole_as_int, lambda value: 0 < value < math.inf, "a positive number")
 _size = number_type(float, lambda value: 0 <= value < math.inf, "a number >= 0")
-_positive_int = number_type(int, lambda value: value >= 1, "a positive whole number")
+positive_int = number_type(int, lambda value: value >= 1, "a positive whole number")
+
+
+def listed(parse: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    """An argparse type: a comma-separated list, each item read by ``parse``, each named once."""
+
+    def parse_all(text: str) -> list[Any]:
+        return list(dict.fromkeys(parse(item) for item in text.split(",")))
+
+    return parse_all
+
+
+def policy_name(name: str) -> str:
+    """An argparse type for the benchmarks: a policy that loads, refused in one line rather than in every worker."""
+    from hermes.policies import policy_class
+
+    try:
+        policy_class(name)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return name
+
 _non_negative_int = number_type(int, lambda value: value >= 0, "a whole number >= 0")
 _port = number_type(int, lambda value: 0 <= value <= 65535, "a port number, 0 to 65535")
 

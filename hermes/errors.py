@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import shlex
+import threading
 from pathlib import Path
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})  # what a full disk, or a full quota, raises
@@ -12,6 +13,19 @@ NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})  # what a full disk, o
 STORAGE_LIMIT_ERRNOS = NO_SPACE_ERRNOS | {errno.EFBIG, errno.EROFS}
 # What a host out of open files (ulimit -n), processes (a pids limit) or memory raises where a process or a pipe is made
 HOST_LIMIT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
+
+
+def start_thread(thread: threading.Thread) -> None:
+    """Start one of Hermes's own threads. Where the host has none to give (each thread counts as a process: ``ulimit
+    -u``, a container's pids limit), OSError EAGAIN, as a fork meets there (``HOST_LIMIT_ERRNOS``), in place of
+    Python's RuntimeError "can't start new thread": the host's limit, which interrupts the run, not a bug or a
+    trial's crash."""
+    try:
+        thread.start()
+    except RuntimeError as error:
+        if "can't start new thread" not in str(error):  # a thread started twice is a bug, not the host's limit
+            raise
+        raise OSError(errno.EAGAIN, f"{error} ({thread.name})") from error
 
 
 def install_extra(extra: str) -> str:

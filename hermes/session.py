@@ -286,6 +286,8 @@ class ExperimentSession:
             # Ray node's agent that failed) or Ctrl-C leaves no runner: one shown running is interrupted (a rerun that
             # gets past it continues it; one that never ran takes a corrected spec, ``_open_store``).
             self.abandon(interrupted=replayed or isinstance(error, KeyboardInterrupt))
+            if isinstance(error, OSError) and error.errno in HOST_LIMIT_ERRNOS:  # its pipes, guard or thread: as below
+                raise HostLimit(f"{error.strerror} (errno {errno.errorcode.get(error.errno)})") from error
             raise
         self._lock.note_clock(executor.now())  # reports count a running experiment's time from it
         try:

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from hermes.errors import HermesError
+from hermes.errors import HermesError, start_thread
 
 Handler = Callable[[Any], None]
 
@@ -32,7 +32,7 @@ class _PauseWatch:
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="hermes-pause-watch", daemon=True)
-        self._thread.start()
+        start_thread(self._thread)
 
     def take(self) -> float:
         """The seconds the process was stopped since the last call; a stop that the watch, continued with the rest,

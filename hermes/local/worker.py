@@ -33,7 +33,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from hermes.errors import STORAGE_LIMIT_ERRNOS
+from hermes.errors import STORAGE_LIMIT_ERRNOS, start_thread
 from hermes.local.system import NotRegularFile, open_regular
 from hermes.local.watchdog import EXIT_GRACE
 from hermes.trial import protocol
@@ -259,7 +259,12 @@ class Worker:
         channel = self.channels[trial_id] = _TrialChannel(trial_id, self.outbox, self._rest_streams,
                                                           self._await_return)
         thread = threading.Thread(target=self._run, args=(channel, command), name=f"trial-{trial_id}", daemon=True)
-        thread.start()
+        try:
+            start_thread(thread)
+        except OSError as error:  # no thread to be had: the host's limit, not the trial's crash (nor the worker's)
+            del self.channels[trial_id]
+            self.outbox.send({"type": protocol.ENDED, "trial": trial_id, "outcome": protocol.HOST_LIMIT,
+                              "error": f"its warm worker cannot start its thread: {error.strerror}"})
 
     def _rest_streams(self, trial_id: str) -> None:
         for stream in (self.stdout, self.stderr):

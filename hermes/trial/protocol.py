@@ -52,6 +52,8 @@ OK, FAILED, STOPPED = "ok", "failed", "stopped"  # and SUSPENDED: it checkpointe
 # do the same
 NO_SPACE = "no_space"  # its disk is full (error: the OSError): not the trial's fault, the run stops
 EXIT_NO_SPACE = 75  # the same, as the exit code of a function trial's own process (sysexits' EX_TEMPFAIL)
+HOST_LIMIT = "host_limit"  # its warm worker could not start its thread (error: why): the host's limit of processes
+# (``ulimit -u``, a pids limit), not the trial's fault: the run stops, and a rerun continues it
 
 # Executor -> warm worker commands, one JSON object per line.
 START = "start"  # {"op", "trial", "function", "directory", "budget", "metric", "checkpoint_every", "reported_step"}

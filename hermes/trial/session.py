@@ -612,14 +612,22 @@ def _sync_tree(directory: Path) -> None:
 
 def _sync_all(paths: list[Path]) -> None:
     """Flush them all, at once: fsyncs issued together share the disk's flushes (a journal commit),
-    so several cost about as much as one."""
+    so several cost about as much as one. Where no thread can be started (a limit of processes: ``ulimit -u``, a pids
+    limit), one after another in the calling thread: slower, but a limit of the host's is no crash of the trial (one
+    that crashed so at each checkpoint failed for good)."""
     global _syncing
     if len(paths) == 1:
         _sync(paths[0])
         return
     if _syncing is None:
         _syncing = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hermes-fsync")
-    for done in [_syncing.submit(_sync, path) for path in paths]:
+    try:
+        syncs = [_syncing.submit(_sync, path) for path in paths]
+    except RuntimeError:  # "can't start new thread": those submitted run when a thread of the pool can, if ever
+        for path in paths:
+            _sync(path)
+        return
+    for done in syncs:
         done.result()
 
 

@@ -11,6 +11,7 @@ and silently catch up to the step the core knows.
 
 from __future__ import annotations
 
+import errno
 import functools
 import glob
 import json
@@ -315,6 +316,8 @@ class WarmLauncher(Launcher):
             host.emit(TrialExited(now, trial.trial_id, False, run.error))
         elif outcome == protocol.NO_SPACE:
             raise NoSpaceError(f"trial {trial.trial_id}: {error}")
+        elif outcome == protocol.HOST_LIMIT:  # as a fork that fails for it: the run stops, and a rerun continues it
+            raise OSError(errno.EAGAIN, f"trial {trial.trial_id}: {error}")
         elif outcome == protocol.OK:
             host.emit(TrialExited(now, trial.trial_id, True))
         elif outcome == protocol.MISUSED:  # it would fail the same way run again: no crash to run again
