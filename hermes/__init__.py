@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,12 +27,13 @@ def __getattr__(name: str) -> Any:
 
 
 def _import_tuning() -> ModuleType:
-    """``hermes.tuning``, with Ctrl-C held back while its few hundred modules load (``sigint_held``)."""
+    """``hermes.tuning``, with Ctrl-C held back while its few hundred modules load (``sigint_held``). Imported, not
+    taken from ``sys.modules``, once there too: another thread may be importing it still, and the import's lock makes
+    this one wait for the whole module (it got one without ``run`` yet, an AttributeError)."""
     if "hermes.tuning" in sys.modules:
-        return sys.modules["hermes.tuning"]
+        return importlib.import_module("hermes.tuning")
     with sigint_held():
-        from hermes import tuning
-    return tuning
+        return importlib.import_module("hermes.tuning")
 
 
 @contextmanager

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import inspect
+import os
 import sys
 import types
 import typing
@@ -14,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 _FOLDER: ContextVar[Path | None] = ContextVar("plugin_folder", default=None)
+# Each module a plug-in's import loaded from its folder (the plug-in's, and those it imports from there): that
+# folder, its file, and the file's mtime then (``_forget_stale``)
+_FROM_FOLDER: dict[str, tuple[Path, Path, int]] = {}
 
 
 @contextmanager
@@ -48,8 +53,79 @@ def load_class(path: str, base: type, base_name: str | None = None) -> type:
 def import_plugin_module(module: str) -> types.ModuleType:
     """Import a plug-in's module as ``load_class`` does (the folder ``importable_from`` gives first on the path): a
     custom Optuna sampler's (``search.sampler: {optuna: ...}``) too."""
-    with _first_on_path(_FOLDER.get()):
-        return importlib.import_module(module)
+    folder = _FOLDER.get()
+    with _first_on_path(folder):
+        if folder is None:  # a pool's: the first module of a name serves every experiment (docs/extending.md)
+            return importlib.import_module(module)
+        folder = folder.resolve()
+        _forget_stale(module, folder)
+        present = set(sys.modules)
+        loaded = importlib.import_module(module)
+        for name in [*_chain(module), *(set(sys.modules) - present)]:
+            file = _file(getattr(sys.modules.get(name), "__file__", None))
+            if not _kept(name) and _in_folder(name, file, folder):
+                _FROM_FOLDER[name] = (folder, file, _mtime(file))
+        return loaded
+
+
+def _forget_stale(module: str, folder: Path) -> None:
+    """Drop from ``sys.modules`` what a fresh process would not import now, the folder first on its path: a notebook
+    that ran a project whose workdir has mysampler.py, then another's with its own, ran the first one's searcher,
+    and never re-read a plug-in edited since. Stale: a module of the plug-in's name (or a package of it) for which
+    the folder now gives another file than the one loaded, and one loaded from a plug-in folder for which the path
+    now gives another file, or none, or whose file changed since; with the latter go all the modules loaded from its
+    folder, which may hold what it defined (``from helpers import X``). The old modules live on in what they built (a
+    policy of an experiment running in another thread keeps its code); Hermes's and Python's own never go."""
+    stale: set[str] = set()
+    for name in {*([] if _kept(module) else _chain(module)), *_FROM_FOLDER}:
+        loaded = sys.modules.get(name)
+        if loaded is None:
+            continue
+        parent = name.rpartition(".")[0]
+        locations = getattr(sys.modules.get(parent), "__path__", None) if parent else sys.path
+        spec = importlib.machinery.PathFinder.find_spec(name, list(locations)) if locations is not None else None
+        found = _file(spec.origin if spec is not None and spec.has_location else None)
+        before, file = _FROM_FOLDER.get(name), _file(getattr(loaded, "__file__", None))
+        if before is not None and (found, _mtime(found)) != before[1:]:
+            stale |= {other for other, (place, *_) in _FROM_FOLDER.items() if place == before[0]}
+        elif before is None and found != file and _in_folder(name, found, folder):
+            stale.add(name)  # imported otherwise (by the notebook itself), and shadowed by the folder
+    for key in list(sys.modules) if stale else []:
+        if any(key == name or key.startswith(f"{name}.") for name in stale):
+            del sys.modules[key]
+    for name in [name for name in _FROM_FOLDER if name not in sys.modules]:
+        del _FROM_FOLDER[name]
+
+
+def _chain(module: str) -> list[str]:
+    """``a.b.c``'s packages and itself: ``a``, ``a.b``, ``a.b.c``."""
+    parts = module.split(".")
+    return [".".join(parts[:depth]) for depth in range(1, len(parts) + 1)]
+
+
+def _kept(module: str) -> bool:
+    """Whether ``module`` is never dropped (``_forget_stale``): Hermes's, Python's, or the program's own."""
+    top = module.partition(".")[0]
+    return top in ("hermes", "__main__") or top in sys.stdlib_module_names
+
+
+def _in_folder(module: str, file: Path | None, folder: Path) -> bool:
+    """Whether ``file``, of ``module``, is the folder's own: its top-level module or package lies in the folder
+    itself, not in a virtualenv kept there (numpy, reloaded, would break)."""
+    if file is None or not file.is_relative_to(folder):
+        return False
+    return file.relative_to(folder).parts[0].partition(".")[0] == module.partition(".")[0]
+
+
+def _file(path: str | None) -> Path | None:
+    return Path(path).resolve() if path else None
+
+
+def _mtime(path: Path | None) -> int:
+    try:
+        return os.stat(path).st_mtime_ns if path is not None else -1
+    except OSError:
+        return -1
 
 
 def plugin_hint() -> str:

@@ -28,6 +28,7 @@ from hermes.experiment.locate import (
     TRIAL_IS_A_FUNCTION,
     TRIAL_IS_NOT_ASYNC,
     set_under_main_guard,
+    workdir_files,
 )
 from hermes.local.launchers.base import set_driver_script
 from hermes.report import ExperimentView, every_trial_failed, shown_state
@@ -134,7 +135,28 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
         root = path.parents[module.count(".")]  # the folder that holds the module, or its top package
         named.setdefault("workdir", str(root))
         _warn_of_guarded_globals(function, name, path)
+    file = path if script is not None else getattr(sys.modules.get(module), "__file__", None)
+    _refuse_another_copy(function, module, file, named.get("workdir", "."))
     return {**spec, "trial": {**named, "function": f"{module}:{name}"}}
+
+
+def _refuse_another_copy(function: Any, module: str, file: str | Path | None, workdir: Any) -> None:
+    """SpecError where the trial's workdir holds another file of ``module`` than the function's: a trial's process
+    imports its module from there first, so the trials ran that file (an older copy beside a notebook, which imported
+    the function from ../src) and not the function given, without a word."""
+    try:
+        folder = (Path.cwd() / Path(workdir).expanduser()).resolve()  # as parse_spec reads it, from the current folder
+        expected = Path(file).resolve() if file is not None else None
+    except (TypeError, RuntimeError, OSError):  # not a path, or not one here: the spec check says so
+        return
+    found = workdir_files(f"{module}:_", folder)
+    if expected is None or not found or not found[-1].is_file() or found[-1].resolve() == expected:
+        return
+    root = expected.parents[module.count(".") + (expected.name == "__init__.py")]
+    raise SpecError(f"trial.function: {function.__qualname__} is in {expected}, but a trial's process imports "
+                    f"{module} from its workdir ({folder}) first, where it is {found[-1]}, another file, which the "
+                    f"trials would run in its place: set trial.workdir to {root}, the folder of the one given, or move "
+                    f"{found[0]} away", [("trial.function", "another file of its module in trial.workdir")])
 
 
 def _not_called_by_trials(function: Any) -> tuple[str, str] | None:
