@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -280,11 +280,19 @@ class ExperimentSession:
         try:
             recovered = self.replay()
             replayed = True
-            executor = self.executor = self.engine.executor(self.storage / self.spec.name, recovered.now)
+            # A Ctrl-C amid the start of its threads and processes left them running in this process (a notebook's)
+            # for good: one that starts at once takes it when it is built (Ray's waits for its cluster: not there).
+            with self._interrupts_deferred() if self.engine.starts_at_once else nullcontext():
+                executor = self.executor = self.engine.executor(self.storage / self.spec.name, recovered.now)
+            deferred, self._deferred = self._deferred, None
+            if deferred is not None:
+                raise deferred
         except BaseException as error:
             # Nothing ran. A log that does not replay leaves the experiment as it was; an engine that cannot start (a
             # Ray node's agent that failed) or Ctrl-C leaves no runner: one shown running is interrupted (a rerun that
             # gets past it continues it; one that never ran takes a corrected spec, ``_open_store``).
+            if self.executor is not None:
+                self.executor.close()
             self.abandon(interrupted=replayed or isinstance(error, KeyboardInterrupt))
             if isinstance(error, OSError) and error.errno in HOST_LIMIT_ERRNOS:  # its pipes, guard or thread: as below
                 raise HostLimit(f"{error.strerror} (errno {errno.errorcode.get(error.errno)})") from error

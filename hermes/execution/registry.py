@@ -26,6 +26,8 @@ class ExecutionEngine(ABC):
     Made from the spec before anything is written to the store, so a spec the engine cannot run
     (a GPU this machine lacks) leaves no experiment behind."""
 
+    starts_at_once = False  # its executor is built in moments: an interrupt meanwhile waits until it is (``run``)
+
     def __init__(self, spec: ExperimentSpec) -> None:
         self.spec = spec
         self.workdir = str(spec.workdir)  # where trials run, resolved once

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 
 class LocalEngine(ExecutionEngine):
+    starts_at_once = True
+
     def __init__(self, spec: ExperimentSpec) -> None:
         super().__init__(spec)
         self.slots = slots_for(spec.resources)
