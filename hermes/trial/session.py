@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 import threading
+import traceback
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -495,6 +496,13 @@ class Session:
         except Exception as error:
             # measured before the partial checkpoint's room is given back
             full, too_large = _out_of_room(root), _file_at_size_limit(temporary)
+            # the room comes back once nothing holds its files open: torch.save's writer, a local of the frames
+            # that raised, held a deleted file's blocks until the exception was gone (its traceback, printed to a
+            # log on that disk meanwhile, ended after its first line)
+            cause: BaseException | None = error
+            while cause is not None:
+                traceback.clear_frames(cause.__traceback__)
+                cause = cause.__cause__ or cause.__context__
             shutil.rmtree(temporary, ignore_errors=True)
             # torch.save says RuntimeError, numpy an OSError without errno: a full disk or a file-size limit is no
             # crash of the trial (its retries would be used up), it interrupts the run, which continues once lifted
