@@ -812,7 +812,9 @@ def interrupts_between_batches(session: ExperimentSession, hangups: bool | None 
         signal.signal(signum, again if signum == signal.SIGINT else signal.SIG_DFL)
         if signum == signal.SIGHUP:
             _leave_terminal(terminals)
-        exception = KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
+        exception = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(
+            f"stopped by {signal.Signals(signum).name}: the experiment is recorded interrupted, and running it again "
+            "continues it")
         if not session.interrupt(exception):
             raise exception
 

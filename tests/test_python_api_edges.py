@@ -129,3 +129,32 @@ def test_a_global_that_the_scripts_main_block_sets_is_warned_of(tmp_path: Path) 
     assert ("hermes: warning: trial.function train reads DATA, which tune.py sets under `if __name__ == "
             "\"__main__\":`, a block its trials do not run (they import tune.py afresh): set it at the module's top "
             "level or in the function\n") in output.stderr, output.stderr
+
+
+SIGTERMED = """
+import hermes
+spec = {{"name": "term", "trial": {{"function": "trials.curve:train", "workdir": {tests!r}}},
+        "search": {{"sampler": "list", "configs": [{{"rate": 0.5, "sleep": 0.5}}]}},
+        "metric": {{"name": "score", "mode": "max"}}, "budget": {{"steps": 100}},
+        "resources": {{"gpus": "none", "cpu_slots": 1}}, "storage": {{"dir": {runs!r}}}}}
+hermes.run(spec)
+"""
+
+
+def test_a_script_stopped_by_sigterm_says_so(tmp_path: Path) -> None:
+    """A batch system's SIGTERM to a script that calls hermes.run ended in a bare `hermes.session.Terminated`."""
+    import signal
+    import time
+
+    script = tmp_path / "driver.py"
+    script.write_text(SIGTERMED.format(tests=str(TESTS), runs=str(tmp_path / "runs")))
+    driver = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=environment(), text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "runs").glob("term/trials/0/stdout.log")):  # its trial runs
+        assert time.monotonic() < deadline and driver.poll() is None
+        time.sleep(0.05)
+    driver.send_signal(signal.SIGTERM)
+    _, stderr = driver.communicate(timeout=60)
+    assert stderr.rstrip().splitlines()[-1] == ("hermes.session.Terminated: stopped by SIGTERM: the experiment is "
+                                                "recorded interrupted, and running it again continues it"), stderr
