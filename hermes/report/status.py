@@ -27,6 +27,7 @@ from hermes.report import (
     ExperimentView,
     format_duration,
     format_number,
+    format_param,
     format_table,
     is_live,
     printable,
@@ -222,7 +223,7 @@ def format_status(status: Status) -> str:
             why = "none: every value reported is NaN or infinite" if values else silent
         lines.append(f"best        {why}")
     else:
-        params = printable(", ".join(f"{name}={value}" for name, value in best.params.items()))
+        params = printable(", ".join(f"{name}={format_param(value)}" for name, value in best.params.items()))
         lines.append(
             f"best        trial {best.trial_id}: {target.name} {format_number(best.best)} at step {best.best_step}"
             + (f" ({params})" if params else "")
