@@ -43,6 +43,7 @@ from hermes.errors import (
     HermesError,
     HostLimit,
     NoSpaceError,
+    start_thread,
 )
 from hermes.execution.contract import Executor
 from hermes.execution.engine import Engine
@@ -317,9 +318,9 @@ class ExperimentSession:
             self.reserve.acquire()
             recorder = StoreRecorder(self.store, self.experiment_id, self.scheduler)
             loop = Engine(self.scheduler, executor, [recorder, self._after, *self.listeners], submitter=self)
-            if self.budget.seconds is not None or self.budget.gpu_seconds is not None:
-                self._alarm = _Alarm(executor.now, executor.wake)
             try:
+                if self.budget.seconds is not None or self.budget.gpu_seconds is not None:
+                    self._alarm = _Alarm(executor.now, executor.wake)  # its thread may meet the host's limit
                 self.store.set_status(self.experiment_id, ExperimentStatus.RUNNING)
                 with self._cancel_lock:  # from here on, cancel() posts to the loop itself
                     self._post = loop.post
@@ -735,7 +736,7 @@ class _Alarm:
         self._closed = False
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="hermes-budget-alarm", daemon=True)
-        self._thread.start()
+        start_thread(self._thread)
 
     def set(self, at: float | None) -> None:
         with self._changed:
