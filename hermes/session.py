@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,7 @@ class ExperimentSession:
         self._lock = RunnerLock(self.storage, spec.name)
         self._folder_lock = ExperimentLock(self.storage / spec.name, spec.name, live=host_runs or (lambda: True))
         self._hosted = False  # a host's loop drives it (``host``), not ``run``
+        self._building = False  # ``run`` builds an executor that starts at once: an interrupt waits for it
         self._deferring = False  # an interrupt waits (``interrupt``): ``run`` writes how it ended, or releases
         self._deferred: BaseException | None = None  # an interrupt that came meanwhile, raised once that is done
         if store is None and not (self.storage / STORE_FILE).exists():
@@ -283,9 +284,12 @@ class ExperimentSession:
             replayed = True
             # A Ctrl-C amid the start of its threads and processes left them running in this process (a notebook's)
             # for good: one that starts at once takes it when it is built (Ray's waits for its cluster: not there).
-            with self._interrupts_deferred() if self.engine.starts_at_once else nullcontext():
+            self._building = self.engine.starts_at_once
+            try:
                 executor = self.executor = self.engine.executor(self.storage / self.spec.name, recovered.now)
-            deferred, self._deferred = self._deferred, None
+            finally:
+                self._building = False
+                deferred, self._deferred = self._deferred, None
             if deferred is not None:
                 raise deferred
         except BaseException as error:
@@ -433,8 +437,9 @@ class ExperimentSession:
         transaction is cut in half (``Engine.interrupt``; safe from a signal handler of the thread that
         runs it); while it writes how the run ended or releases what it holds at its end, once that is done. False
         where neither is so (or ``at_once``, outside those): the caller may raise it at once there, in the setup
-        before the loop, where ``run`` writes nothing but that the experiment was interrupted."""
-        if self._deferring:
+        before the loop, where ``run`` writes nothing but that the experiment was interrupted; while its executor
+        is built (``_building``), all but one ``at_once``: a second Ctrl-C stops a start that hangs."""
+        if self._deferring or (self._building and not at_once):
             self._deferred = self._deferred or exception
             return True
         if self._loop is None or at_once:

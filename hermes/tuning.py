@@ -140,6 +140,14 @@ def _function_named(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**spec, "trial": {**named, "function": f"{module}:{name}"}}
 
 
+def _same_file(one: Path, other: Path) -> bool:
+    """The same file, by whatever path: a link, hard or symbolic, or a second mount of the folder."""
+    try:
+        return os.path.samefile(one, other)
+    except OSError:
+        return False
+
+
 def _refuse_another_copy(function: Any, module: str, file: str | Path | None, workdir: Any) -> None:
     """SpecError where the trial's workdir holds another file of ``module`` than the function's: a trial's process
     imports its module from there first, so the trials ran that file (an older copy beside a notebook, which imported
@@ -150,7 +158,7 @@ def _refuse_another_copy(function: Any, module: str, file: str | Path | None, wo
     except (TypeError, RuntimeError, OSError):  # not a path, or not one here: the spec check says so
         return
     found = workdir_files(f"{module}:_", folder)
-    if expected is None or not found or not found[-1].is_file() or found[-1].resolve() == expected:
+    if expected is None or not found or not found[-1].is_file() or _same_file(found[-1], expected):
         return
     root = expected.parents[module.count(".") + (expected.name == "__init__.py")]
     raise SpecError(f"trial.function: {function.__qualname__} is in {expected}, but a trial's process imports "

@@ -56,3 +56,23 @@ def test_a_function_whose_module_the_workdir_holds_another_copy_of_is_refused(tm
                               f"{nb / 'shadowed_train.py'}, another file"), ran.stdout
     assert f"set trial.workdir to {src}" in refused
     assert after == "ran 2.0"  # the function given
+
+
+def test_the_same_file_reached_by_another_path_is_no_other_copy(tmp_path: Path) -> None:
+    """A hard link (or a second mount of the project) names the function's own file: refused, the user was told to
+    move their only copy away."""
+    from hermes.tuning import _function_named
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "work").mkdir()
+    (tmp_path / "src" / "linked_train.py").write_text(TRAIN.format(which=1))
+    os.link(tmp_path / "src" / "linked_train.py", tmp_path / "work" / "linked_train.py")
+    sys.path.insert(0, str(tmp_path / "src"))
+    try:
+        import linked_train
+
+        named = _function_named({"trial": {"function": linked_train.train, "workdir": str(tmp_path / "work")}})
+    finally:
+        sys.path.remove(str(tmp_path / "src"))
+        sys.modules.pop("linked_train", None)
+    assert named["trial"]["function"] == "linked_train:train"
