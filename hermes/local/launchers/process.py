@@ -52,10 +52,11 @@ MAX_LINE = 1 << 20  # bytes of a line kept: of a longer one (a progress bar draw
 # with .*?x; a pattern led by one repeat is tried once, ``_search``); a line of metrics is shorter, per-class lists
 # and ids of misclassified samples included (1,024 cut those, and a later class's accuracy was read as the epoch's)
 SEARCHED = 16_384
-# seconds that searching one line with trial.metrics_regex may take: a sane pattern takes a few milliseconds at most
-# on SEARCHED characters; one that backtracks without end ((a|a)+ on a line of 40 a's) is stopped there and its trial
+# seconds that searching one line with trial.metrics_regex may take: a sane pattern takes milliseconds, or a second
+# at most where it is quadratic on SEARCHED characters (.*?(?P<step>\d+)/3 on a line of digits: 0.8 s here, past 1 s
+# on a loaded machine); one that backtracks without end ((a|a)+ on a line of 40 a's) is stopped there and its trial
 # fails, where re held the GIL for hours and froze the runner, or a server's API for every user
-SEARCH_LIMIT = 1.0
+SEARCH_LIMIT = 2.0
 _GLOBAL_FLAGS = re.compile(r"(?:\(\?[aiLmsux]+\))*")  # a pattern's leading flags: (?i), (?x)(?a)
 _CATEGORIES = {  # a class's categories as a pattern writes them
     _constants.CATEGORY_DIGIT: r"\d", _constants.CATEGORY_NOT_DIGIT: r"\D",
@@ -686,7 +687,15 @@ def _search(pattern: re.Pattern[str], text: str, start: int) -> regex.Match[str]
     TimeoutError past SEARCH_LIMIT seconds (re cannot be stopped, and holds the GIL while it backtracks), in one
     search: a timed match per place to try cost microseconds each, and as many GIL hand-overs, beside busy threads
     long enough to fail a sound pattern on a long line (``_matcher``)."""
+    if _lead_class(pattern) == "." and "\n" not in text:  # its one place to start: the search's own is slower
+        return _plain(pattern).match(text, start, timeout=SEARCH_LIMIT, concurrent=True)
     return _matcher(pattern).search(text, start, timeout=SEARCH_LIMIT, concurrent=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _plain(pattern: re.Pattern[str]) -> regex.Pattern[str]:
+    """trial.metrics_regex compiled by ``regex`` as it is (which the spec checks it with too)."""
+    return regex.compile(pattern.pattern)
 
 
 @functools.lru_cache(maxsize=64)
@@ -699,13 +708,14 @@ def _matcher(pattern: re.Pattern[str]) -> regex.Pattern[str]:
     tries every place, each time to the line's end."""
     lead = _lead_class(pattern)
     if lead is None:
-        return regex.compile(pattern.pattern)
+        return _plain(pattern)
     flags = _GLOBAL_FLAGS.match(pattern.pattern).group()  # they must lead it still, read as regex reads them
     body = pattern.pattern[len(flags):]
     end = "\n" if pattern.flags & re.VERBOSE else ""  # a comment at the pattern's end would take in the group's )
     return regex.compile(rf"{flags}(?:\G|(?<!{lead}))(?:{body}{end})")
 
 
+@functools.lru_cache(maxsize=64)
 def _lead_class(pattern: re.Pattern[str]) -> str | None:
     """The class (as ``regex`` reads it) of the repeat that leads ``pattern``, for ``_matcher``; None where it has no
     such lead, or refers back to a group's text (``(?P=step)``), which a match that starts earlier may change."""
