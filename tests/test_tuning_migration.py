@@ -339,6 +339,63 @@ def test_a_function_a_trial_cannot_call_with_its_config_is_refused_up_front(
     assert not (tmp_path / "runs").exists()
 
 
+NAMED_TRIALS = """
+def train_with_data(config, data):
+    pass
+
+
+def train_keyword_only(*, config):
+    pass
+
+
+def train_yielding(config):
+    if config:
+        yield {"acc": config["lr"]}
+
+
+def train_with_a_default(config, data=None, *, seed=0):
+    pass
+
+
+def train_with_a_nested_generator(config):
+    def batches():
+        yield 1
+    return None
+
+
+def train_with_args(*args):
+    pass
+"""
+
+
+@pytest.mark.parametrize(("name", "said"), [
+    ("train_with_data", "cannot be called as a trial's process calls it, with the config as its one argument "
+                        "(train(config)): it takes (config, data); its first parameter takes the config"),
+    ("train_keyword_only", "cannot be called as a trial's process calls it, with the config as its one argument "
+                           "(train(config)): it takes (config);"),
+    ("train_yielding", "is a generator function (it yields), as Ray Tune's old function API took: a trial reports "
+                       "each result with trial.report(step, metric=value), not yield"),
+    ("train_with_a_default", None),
+    ("train_with_a_nested_generator", None),
+    ("train_with_args", None),
+])
+def test_a_named_function_a_trial_cannot_call_with_its_config_is_refused_by_the_spec_check(
+    tmp_path: Path, name: str, said: str | None
+) -> None:
+    """Named as ``module:function`` (a YAML spec, or a text in hermes.run's dict), these passed the check that a
+    function object fails, and each trial started and failed: "missing 1 required positional argument", pointing at
+    Hermes's worker.py, or "ended without a report" for a generator."""
+    (tmp_path / "named.py").write_text(NAMED_TRIALS)
+    spec = {"name": "signature", "trial": {"function": f"named:{name}", "workdir": str(tmp_path)},
+            "search": {"configs": [{"lr": 0.5}]}, "metric": {"name": "acc", "mode": "max"}, "budget": {"steps": 1}}
+    if said is None:
+        assert parse_spec(spec, base_dir=tmp_path).trial.function == f"named:{name}"
+        return
+    with pytest.raises(SpecError) as raised:
+        parse_spec(spec, base_dir=tmp_path)
+    assert f"module named ({tmp_path / 'named.py'}) defines {name!r}, which {said}" in str(raised.value), raised.value
+
+
 GIVEN_DATA_BY_A_DECORATOR = """
 import functools
 

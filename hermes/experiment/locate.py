@@ -22,7 +22,7 @@ import pkgutil
 import subprocess
 import sys
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from hermes.local.system import trial_python_path
@@ -84,6 +84,11 @@ def missing_function(target: str, workdir: Path) -> str | None:
         return f"module {module_name} ({origin}) defines {name!r} as a class: {TRIAL_IS_A_FUNCTION}"
     if certain and _only_defined_by(tree.body, name, ast.AsyncFunctionDef):
         return f"module {module_name} ({origin}) defines {name!r} as an async def: {TRIAL_IS_NOT_ASYNC}"
+    if certain and _only_defined_by(tree.body, name, ast.FunctionDef):
+        last = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == name][-1]
+        uncallable = _not_called_by_trials(last)
+        if uncallable is not None:
+            return f"module {module_name} ({origin}) defines {name!r}, which {uncallable}"
     if name in bound or not certain:
         return None
     if name in _top_level_names(guarded)[0]:
@@ -340,13 +345,44 @@ def _top_level_names(body: list[ast.stmt]) -> tuple[set[str], bool, list[ast.stm
     return bound, certain, guarded
 
 
-def _only_defined_by(body: list[ast.stmt], name: str, kind: type[ast.ClassDef | ast.AsyncFunctionDef]) -> bool:
+def _only_defined_by(body: list[ast.stmt], name: str,
+                     kind: type[ast.ClassDef | ast.AsyncFunctionDef | ast.FunctionDef]) -> bool:
     """Whether the module's top level binds ``name`` by undecorated statements of ``kind`` alone (``class``, ``async
-    def``): a decorator, or an assignment after it, may make it a plain function."""
+    def``, ``def``): a decorator, or an assignment after it, may make it another function."""
     definitions = [node for node in body if isinstance(node, kind) and node.name == name]
     others = [node for node in body if node not in definitions]
     return (bool(definitions) and not any(node.decorator_list for node in definitions)
             and name not in _top_level_names(others)[0])
+
+
+def _not_called_by_trials(function: ast.FunctionDef) -> str | None:
+    """Why a trial's process, which calls its function with the config alone (``train(config)``) and takes its
+    reports from trial.report, cannot run this ``def``; None where it can. Told from the syntax, as ``hermes.run``
+    tells it from a function object: each trial of such a function would start, and fail."""
+    if any(isinstance(node, (ast.Yield, ast.YieldFrom)) for node in _own_nodes(function.body)):
+        return ("is a generator function (it yields), as Ray Tune's old function API took: a trial reports each "
+                "result with trial.report(step, metric=value), not yield")
+    arguments = function.args
+    positional = [*arguments.posonlyargs, *arguments.args]
+    required = positional[: len(positional) - len(arguments.defaults)]
+    keywords = [argument for argument, default in zip(arguments.kwonlyargs, arguments.kw_defaults) if default is None]
+    if len(required) <= 1 and not keywords and (positional or arguments.vararg is not None):
+        return None
+    shown = ", ".join(argument.arg for argument in [*positional, *arguments.kwonlyargs])
+    return (f"cannot be called as a trial's process calls it, with the config as its one argument (train(config)): "
+            f"it takes ({shown}); its first parameter takes the config (def train(config): ...), and any other needs "
+            "a default (load the data a trial needs at the module's top level or inside the function)")
+
+
+def _own_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
+    """The nodes of a function's body, leaving out those of the functions, lambdas and classes defined in it: a
+    ``yield`` there makes them generators, not it."""
+    nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+    pending: list[ast.AST] = [node for node in body if not isinstance(node, nested)]
+    while pending:
+        node = pending.pop()
+        yield node
+        pending.extend(child for child in ast.iter_child_nodes(node) if not isinstance(child, nested))
 
 
 def _is_main_guard(test: ast.expr) -> bool:
