@@ -7,6 +7,7 @@ import importlib.machinery
 import inspect
 import os
 import sys
+import threading
 import types
 import typing
 from collections.abc import Iterator
@@ -19,6 +20,10 @@ _FOLDER: ContextVar[Path | None] = ContextVar("plugin_folder", default=None)
 # Each module a plug-in's import loaded from its folder (the plug-in's, and those it imports from there): that
 # folder, its file, and the file's mtime then (``_forget_stale``)
 _FROM_FOLDER: dict[str, tuple[Path, Path, int]] = {}
+# Held across forgetting, the path's change and the import: two runs at once in one process (two notebook threads)
+# each get their own folder's module (unheld, one dropped the module the other was importing, KeyError, or found it
+# in the other's folder). Reentrant: a plug-in's module may load another plug-in as it is imported.
+_IMPORTING = threading.RLock()
 
 
 @contextmanager
@@ -54,7 +59,7 @@ def import_plugin_module(module: str) -> types.ModuleType:
     """Import a plug-in's module as ``load_class`` does (the folder ``importable_from`` gives first on the path): a
     custom Optuna sampler's (``search.sampler: {optuna: ...}``) too."""
     folder = _FOLDER.get()
-    with _first_on_path(folder):
+    with _IMPORTING, _first_on_path(folder):
         if folder is None:  # a pool's: the first module of a name serves every experiment (docs/extending.md)
             return importlib.import_module(module)
         folder = folder.resolve()
@@ -74,22 +79,23 @@ def _forget_stale(module: str, folder: Path) -> None:
     and never re-read a plug-in edited since. Stale: a module of the plug-in's name (or a package of it) for which
     the folder now gives another file than the one loaded, and one loaded from a plug-in folder for which the path
     now gives another file, or none, or whose file changed since; with the latter go all the modules loaded from its
-    folder, which may hold what it defined (``from helpers import X``). The old modules live on in what they built (a
-    policy of an experiment running in another thread keeps its code); Hermes's and Python's own never go."""
+    folder, which may hold what it defined (``from helpers import X``). A module of the plug-in's name that the
+    folder gives but Hermes did not load (the notebook imported it to try it) goes too: its file may have been edited
+    since, and when it was read is not known. The old modules live on in what they built (a policy of an experiment
+    running in another thread keeps its code); Hermes's and Python's own never go."""
     stale: set[str] = set()
     for name in {*([] if _kept(module) else _chain(module)), *_FROM_FOLDER}:
-        loaded = sys.modules.get(name)
-        if loaded is None:
+        if sys.modules.get(name) is None:
             continue
         parent = name.rpartition(".")[0]
         locations = getattr(sys.modules.get(parent), "__path__", None) if parent else sys.path
         spec = importlib.machinery.PathFinder.find_spec(name, list(locations)) if locations is not None else None
         found = _file(spec.origin if spec is not None and spec.has_location else None)
-        before, file = _FROM_FOLDER.get(name), _file(getattr(loaded, "__file__", None))
+        before = _FROM_FOLDER.get(name)
         if before is not None and (found, _mtime(found)) != before[1:]:
             stale |= {other for other, (place, *_) in _FROM_FOLDER.items() if place == before[0]}
-        elif before is None and found != file and _in_folder(name, found, folder):
-            stale.add(name)  # imported otherwise (by the notebook itself), and shadowed by the folder
+        elif before is None and _in_folder(name, found, folder):
+            stale.add(name)  # imported otherwise (by the notebook itself): shadowed by the folder, or maybe edited
     for key in list(sys.modules) if stale else []:
         if any(key == name or key.startswith(f"{name}.") for name in stale):
             del sys.modules[key]
