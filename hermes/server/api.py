@@ -6,9 +6,12 @@ one, so a client that polls fetches only what is new.
 
 from __future__ import annotations
 
+import errno
 import math
+import os
 import re
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
@@ -16,13 +19,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from hermes.core.events import Event, TrialExited, TrialReported
 from hermes.core.share import MAX_WEIGHT, MIN_WEIGHT
 from hermes.errors import SpecError
+from hermes.local.system import open_regular
 from hermes.server.app import Hermes, damage_detail
-from hermes.server.area import place_problem
 from hermes.server.auth import User
 from hermes.server.digest import ExperimentDigest, describe, explain
 from hermes.store import ExperimentRecord, ExperimentStatus, NameTaken, StoreError, TooManyExperiments
@@ -46,12 +50,15 @@ class _Route(APIRoute):
     a 422 that echoes the input and the checks of a spec all recurse, so one nested some hundred levels deep
     would exhaust the stack (a 500, or FastAPI's 400 for a body it cannot parse). A query parameter that holds a
     NUL is refused with 422 naming it: no name or id holds one, and PostgreSQL refuses one even in a query (a 500,
-    where SQLite found nothing)."""
+    where SQLite found nothing). Both after the token is checked (``_caller``): they answered a request with none 422,
+    not 401, and read its body first."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def handle(request: Request) -> Response:
+            # the token first: a request without a valid one is answered 401, its body never read nor scanned
+            request.state.user = await run_in_threadpool(_caller, request, await _bearer(request))
             try:
                 body = await request.body()
             except ClientDisconnect:  # gone, or refused by BodyLimit, which answered 413: no one to answer
@@ -90,9 +97,8 @@ def _hermes(request: Request) -> Hermes:
     return request.app.state.hermes
 
 
-def _user(
-    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> User:
+def _caller(request: Request, credentials: HTTPAuthorizationCredentials | None) -> User:
+    """The user whose token the request carries; 401 for none or an unknown one."""
     user = None if credentials is None else _hermes(request).accounts.user_for(credentials.credentials)
     if user is None:
         raise HTTPException(
@@ -101,6 +107,14 @@ def _user(
             headers={"WWW-Authenticate": "Bearer"},
         )
     return user
+
+
+def _user(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> User:
+    """The caller, whom ``_Route`` found before reading the body (one look-up in the database per request);
+    ``credentials`` declares the bearer scheme in the OpenAPI schema, for /docs."""
+    return request.state.user
 
 
 HermesDep = Annotated[Hermes, Depends(_hermes)]
@@ -422,17 +436,13 @@ def trial_log(
     if digest.trial(trial_id) is None:  # only known ids make a path: no ../ can reach outside the experiment
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial {trial_id!r} in experiment {experiment_id}")
     directory = hermes.experiment_dir(record)
-    path = None if directory is None else directory / "trials" / trial_id / f"{stream}.log"
-    if directory is None or path is None or place_problem(path, directory) is not None:  # a link out, a loop
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"trial {trial_id!r} has no {stream} log to show")
-    path = path.resolve()
-    size = path.stat().st_size if path.is_file() else 0
-    start = max(size - LOG_TAIL, 0) if offset is None else min(offset, size)
-    chunk = b""
-    if size > start:
-        with open(path, "rb") as file:
-            file.seek(start)
-            chunk = file.read(min(size - start, LOG_TAIL))
+    none = HTTPException(status.HTTP_404_NOT_FOUND, f"trial {trial_id!r} has no {stream} log to show")
+    if directory is None:
+        raise none
+    try:
+        size, start, chunk = _log_chunk(directory / "trials" / trial_id / f"{stream}.log", offset)
+    except OSError:  # a link, a loop, no permission, no regular file: never a 500
+        raise none from None
     # Whole characters only: a chunk skips what is left of a character begun before it (a tail starts anywhere),
     # and ends before a character it would cut, which the next chunk starts with; an invalid byte shows as U+FFFD.
     head = chunk[:3]
@@ -440,6 +450,24 @@ def trial_log(
     cut = re.search(rb"(?:[\xc0-\xdf]|[\xe0-\xef][\x80-\xbf]?|[\xf0-\xf7][\x80-\xbf]{0,2})\Z", chunk)
     end = len(chunk) if cut is None else cut.start()
     return {"offset": start + end, "size": size, "text": chunk[lead:end].decode("utf-8", errors="replace")}
+
+
+def _log_chunk(path: Path, offset: int | None) -> tuple[int, int, bytes]:
+    """The log's size, where its chunk starts (``offset``; None: the last ``LOG_TAIL`` bytes) and the chunk, all read
+    from one descriptor: opened once, with no link in its last part, and checked to be the file at ``path`` (no link
+    on the way either). Checking the path, then opening it by name again, opened whatever a link swapped in between
+    led to: another user's log, /etc/passwd. A missing log is empty; OSError for one that is refused."""
+    try:
+        fd = open_regular(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0, 0, b""
+    with os.fdopen(fd, "rb") as file:
+        if os.readlink(f"/proc/self/fd/{fd}") != str(path):
+            raise OSError(errno.EXDEV, "leads out of its trial's directory", str(path))
+        size = file.seek(0, os.SEEK_END)
+        start = max(size - LOG_TAIL, 0) if offset is None else min(offset, size)
+        file.seek(start)
+        return size, start, file.read(min(size - start, LOG_TAIL))
 
 
 # ---------------------------------------------------------------------- users
