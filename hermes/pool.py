@@ -26,7 +26,9 @@ an experiment ended without being taken up has its old runs ended first. A polic
 what the core cannot use, fails its own experiment as under ``hermes run`` (recorded failed at once,
 with its ``PluginError``): its trials are stopped, and the others go on with its GPUs.
 Relative paths in a stored spec start at ``directory``; trials keep their files where ``hermes
-run`` keeps them (``<storage.dir>/<name>/trials/<id>``).
+run`` keeps them (``<storage.dir>/<name>/trials/<id>``). The pool follows no link out of an experiment's folder: one
+whose trials folder, a trial's folder or ``hermes.lock`` resolves outside it fails (``FolderLeadsOut``), writing
+nothing there; a user's link below their own experiment's folder had the pool write into another user's experiment.
 Function trials run in warm workers of their experiment's own (``TrialLaunch.worker_group``): its
 code and working directory serve no other experiment, and its workers end with it. The pool runs on
 this machine (``engine="local"``) or on every node of a Ray cluster (``engine="ray"``).
@@ -48,7 +50,7 @@ from hermes.core.events import Event, ExperimentCancelled, NodeRemoved, TrialSub
 from hermes.core.policy import PluginError
 from hermes.core.pool import PoolScheduler, Tenant, qualify
 from hermes.core.scheduler import Scheduler
-from hermes.errors import HermesError, SpecError
+from hermes.errors import HermesError, SpecError, start_thread
 from hermes.execution.contract import Executor
 from hermes.execution.engine import ended_trials, runs_no_more
 from hermes.experiment import ExperimentSpec, parse_spec
@@ -59,6 +61,7 @@ from hermes.local.engine import slots_for, tick_period
 from hermes.local.launch import TrialLaunch
 from hermes.policies import make_policy
 from hermes.recovery import replay
+from hermes.server.area import place_problem
 from hermes.session import ExperimentSession
 from hermes.store.base import WAITING_FOR_FILES, ExperimentRecord, ExperimentStatus, ExperimentStore, WriterLost
 from hermes.store.lock import PoolLock, describe
@@ -95,6 +98,7 @@ class _Member:
     session: ExperimentSession
     recorder: StoreRecorder
     key: str
+    folder: Path  # its folder, <storage.dir>/<name>, as resolved when the pool took it up: nothing below leads out
     checkpoints: str | None = None  # on Ray, its durable checkpoints' folder under the storage URI (``_checkpoints``)
     inbox: deque[Event] = field(default_factory=deque)  # submissions its session posted, for the pool core
     tenant: Tenant | None = None  # its accounts in the pool core, kept once it leaves it: its last ones are saved
@@ -105,17 +109,22 @@ class _Member:
 
 class _SharedExecutor:
     """An experiment's view of the pool's executor: its trial ids qualified, its settings on each trial.
-    ``checkpoints``: on Ray, the folder of its durable checkpoints under the storage URI ('': the URI itself)."""
+    ``folder``: the experiment's folder as the pool took it up (``_Member.folder``); a trial whose folder leads out
+    of it is refused (FolderLeadsOut). ``checkpoints``: on Ray, the folder of its durable checkpoints under the
+    storage URI ('': the URI itself)."""
 
     def __init__(
-        self, executor: LocalExecutor | RayExecutor, key: str, spec: ExperimentSpec, checkpoints: str | None = None
+        self, executor: LocalExecutor | RayExecutor, key: str, spec: ExperimentSpec, folder: Path,
+        checkpoints: str | None = None,
     ) -> None:
-        self._executor, self._key, self._spec, self._checkpoints = executor, key, spec, checkpoints
+        self._executor, self._key, self._spec, self._folder = executor, key, spec, folder
+        self._checkpoints = checkpoints
 
     def submit(
         self, trial_id: str, work: TrialLaunch, *, at: float | None = None, reported_step: int = 0
     ) -> TrialSubmitted:
         spec = self._spec
+        confine_below(spec, self._folder, f"trials/{trial_id}")
         qualified = qualify(self._key, trial_id)
         work = replace(
             work,
@@ -254,10 +263,10 @@ class PoolSession:
         started = self._started = self.store.latest_event_at()
         opened = [member for member in map(self._open, self._pool_records(_OPEN)) if member is not None]
         executor = self.executor = self._executor(started)
-        ticker = threading.Thread(target=self._tick, name="hermes-pool-poll", daemon=True)
-        ticker.start()
         stopped = False  # ``stop`` ended the loop, every call settled: no error left the core and the log apart
         try:
+            # in the try: a host's thread limit left the executor (its guard process, its files) open at each restart
+            start_thread(threading.Thread(target=self._tick, name="hermes-pool-poll", daemon=True))
             for member in opened:
                 self._attach(member, started)
             self.ran = True
@@ -357,12 +366,17 @@ class PoolSession:
                 raise HermesError(f"experiment {record.name}: engine: {spec.engine!r}; the pool decides where its "
                                   "trials run (leave engine out)")
             spec = spec.model_copy(update={"resources": self.resources})  # the pool's run it, not its spec's
+            folder = (spec.storage_dir / spec.name).resolve()
+            for below in ("hermes.lock", "trials"):  # before its session takes the lock
+                confine_below(spec, folder, below)
             # Until this pool stops, its sessions keep their folders from each other (two experiments' folders may
             # coincide: one user's name linked to another's folder); a pool started again in this process takes
             # them over from a stopped one's sessions, which live on until collected.
             session = ExperimentSession(spec, store=self.store, experiment_id=record.experiment_id,
                                         host_runs=lambda: not self._run_over.is_set())
             session.replay()
+            for trial_id in session.scheduler.trials:  # the folders its trials ran in, which they go on in
+                confine_below(spec, folder, f"trials/{trial_id}")
             checkpoints = self._checkpoints(record) if self.engine == "ray" else None
         except SpecFilesMissing as error:
             self._wait(record, str(error), waited)
@@ -376,7 +390,7 @@ class PoolSession:
             reason = f"the pool could not take it up: {why} (the traceback is in the pool's log)"
         else:
             return _Member(record, session, StoreRecorder(self.store, record.experiment_id, session.scheduler),
-                           f"e{record.experiment_id}", checkpoints)
+                           f"e{record.experiment_id}", folder, checkpoints)
         self._end_unopened(record, ExperimentStatus.FAILED, reason)
         return None
 
@@ -449,7 +463,7 @@ class PoolSession:
         session, scheduler = member.session, member.session.scheduler
         experiment_id = member.record.experiment_id
         shared: Executor = _SharedExecutor(self.executor, member.key, session.spec,  # type: ignore[assignment]
-                                           member.checkpoints)
+                                           member.folder, member.checkpoints)
         session.host(shared, member.inbox.append)
         for trial in scheduler.trials.values():  # those it ran fall back to their checkpoints: the core knows that step
             shared.submit(trial.trial_id, session.engine.work(trial.params), at=trial.submitted_at,
@@ -585,7 +599,10 @@ class PoolSession:
                     while member.key in self.scheduler.tenants and not member.session.scheduler.finished:
                         if not member.inbox and member.key not in asked:
                             asked.add(member.key)
-                            member.inbox.extend(member.session.submissions(self.executor.now()))
+                            try:
+                                member.inbox.extend(member.session.submissions(self.executor.now()))
+                            except FolderLeadsOut as error:  # before the executor wrote anything there
+                                decisions += self._fail(member, error)
                         if not member.inbox:
                             break
                         event = member.inbox.popleft()
@@ -597,11 +614,12 @@ class PoolSession:
             self._draining = False
         return decisions + self._settle()
 
-    def _fail(self, member: _Member, error: PluginError) -> list[Decision]:
-        """A policy or stopper of the experiment raised, or answered what its core cannot use: it fails alone, as
-        under ``hermes run`` (recorded failed at once, with the error), and its core stops its trials, asking its
-        plug-ins nothing more (a policy that raised may raise again, at the cancellation; FIFO never does)."""
-        reason = f"{type(error).__name__}: {error}"
+    def _fail(self, member: _Member, error: PluginError | FolderLeadsOut) -> list[Decision]:
+        """A policy or stopper of the experiment raised, or answered what its core cannot use, or a new trial's
+        folder leads out of the experiment's: it fails alone, as under ``hermes run`` (recorded failed at once,
+        with the error), and its core stops its trials, asking its plug-ins nothing more (a policy that raised may
+        raise again, at the cancellation; FIFO never does)."""
+        reason = f"{type(error).__name__}: {error}" if isinstance(error, PluginError) else str(error)
         log.warning("experiment %s failed: %s", member.record.full_name, reason)
         member.failed = True
         try:
@@ -688,6 +706,22 @@ def _paths_aside(data: dict[str, Any]) -> dict[str, Any]:
         if isinstance(part, dict):
             aside[section] = {key: value for key, value in part.items() if key != field}
     return aside
+
+
+class FolderLeadsOut(SpecError):
+    """A folder or file that the pool makes below an experiment's folder resolves outside it (a link there)."""
+
+
+def confine_below(spec: ExperimentSpec, folder: Path, below: str) -> None:
+    """Raise FolderLeadsOut where ``below`` (a path under the spec's ``<storage.dir>/<name>``) resolves outside
+    ``folder``, that folder as the pool took it up, or cannot be read; worded as the server's spec check words a
+    refusal, never naming where a link leads: a user's link below their own experiment's folder to another user's
+    had the pool write its trials there (their checkpoints deleted), or take that experiment's lock."""
+    problem = place_problem(spec.storage_dir / spec.name / below, folder, named="the experiment's folder")
+    if problem is not None:
+        raise FolderLeadsOut(f"experiment {spec.name}: storage.dir: {f'{spec.name}/{below}'!r} {problem}; the pool "
+                             "follows no link out of <storage.dir>/<name>: remove it, or give the experiment another "
+                             "name")
 
 
 class SpecFilesMissing(SpecError):

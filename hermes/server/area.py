@@ -301,14 +301,17 @@ def spec_problems(spec: ExperimentSpec, area: Path, root: Path, folder: Path | N
     return problems
 
 
-def place_problem(path: Path, area: Path, program: bool = False) -> str | None:
+def place_problem(
+    path: Path, area: Path, program: bool = False, *, named: str = "your area on the server"
+) -> str | None:
     """Why ``path`` is refused: it resolves outside ``area`` (resolved), or the server cannot look at it (links
     that loop, a name too long, no permission); None where it lies inside. Never where a link leads.
-    ``program``: a command's program, whose folders are resolved but not the file (a venv's python is a link)."""
+    ``program``: a command's program, whose folders are resolved but not the file (a venv's python is a link).
+    ``named``: what the refusal calls ``area`` (a pool confines what lies below an experiment's folder to it)."""
     try:
         resolved = path.parent.resolve() / path.name if program and path.name not in ("", "..") else path.resolve()
         if not resolved.is_relative_to(area):
-            return "leads outside your area on the server"
+            return f"leads outside {named}"
         _look_at(resolved)
     except RuntimeError:  # Path.resolve's symlink loop before Python 3.13 (from 3.13, lstat's ELOOP below)
         return "cannot be read on the server: its links go round in a loop"

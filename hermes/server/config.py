@@ -3,6 +3,7 @@ account commands (`hermes server add-user`, `tokens`, ...) need not import FastA
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,10 +29,31 @@ class ServerConfig:
 
     @property
     def database_url(self) -> str:
-        return self.database or f"sqlite:///{self.root.resolve() / 'hermes.db'}"
+        """The database's URL. A SQLite database not made yet is made here, empty, readable by the server's account
+        alone (0600), before SQLite or the first module to open it makes it readable by every local account (644):
+        it holds every user's experiments and the tokens' digests. SQLite gives its -wal and -shm the same mode."""
+        url = self.database or f"sqlite:///{self.root.resolve() / 'hermes.db'}"
+        _make_private(url)
+        return url
 
     def area(self, user: str) -> Path:
         """The user's area, made if missing: the folder that every file their specs name must lie in."""
         path = self.root.resolve() / "users" / user
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+
+def _make_private(url: str) -> None:
+    """Make the SQLite file of ``url`` with mode 0600 if there is none; one that exists keeps its mode. A folder that
+    cannot be made, or a file that cannot be, is left to whoever opens the database, which names it."""
+    from sqlalchemy import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:") or parsed.query.get("uri"):
+        return
+    path = Path(parsed.database)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError:  # there already (FileExistsError), or not to be made here
+        pass
