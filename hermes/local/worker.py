@@ -81,6 +81,7 @@ class _TrialChannel:
         self.suspended = False  # it said its checkpoint is committed: its run ends suspended, however it returns
         self.ended = False  # its run's end was said
         self.exit_timer: threading.Timer | None = None  # at its commit or loop's stop: fires unless it returns
+        self.no_timer: str | None = None  # why its exit timer could not start: its run ends for the host's limit
         self._outbox = outbox
         self._on_park = on_park
         self._on_last_word = on_last_word
@@ -278,9 +279,14 @@ class Worker:
         has left to do is return, within ``EXIT_GRACE``. Timed from the first such word."""
         if channel.exit_timer is not None:
             return
-        channel.exit_timer = threading.Timer(EXIT_GRACE, self._exit_for_lingering, (channel, why))
-        channel.exit_timer.daemon = True
-        channel.exit_timer.start()
+        timer = threading.Timer(EXIT_GRACE, self._exit_for_lingering, (channel, why))
+        timer.name, timer.daemon = f"exit-timer-{channel.trial_id}", True
+        try:
+            start_thread(timer)
+        except OSError as error:  # no thread to be had: the host's limit, as for the trial's own thread (``start``)
+            channel.no_timer = f"its warm worker cannot start its exit timer: {error.strerror}"
+            return
+        channel.exit_timer = timer
 
     def _exit_for_lingering(self, channel: _TrialChannel, why: tuple[str, str]) -> None:
         """Its function did not return in time: exit, as the executor kills a trial's process that lingers. The
@@ -362,6 +368,8 @@ class Worker:
             del self.channels[channel.trial_id]
         if channel.suspended:  # however the function ended then: a thread of it that was suspended ends quietly
             outcome, error = protocol.SUSPENDED, None
+        if channel.no_timer is not None:  # the run stops for the host's limit; a rerun continues the trial
+            outcome, error = protocol.HOST_LIMIT, channel.no_timer
         return outcome, error
 
 

@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import queue
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from hermes.core.decisions import Start
 from hermes.core.events import Event, TrialReported
-from hermes.errors import HermesError
+from hermes.errors import HermesError, start_thread
 from hermes.local.executor import LocalExecutor
 from hermes.local.launch import TrialLaunch
 from hermes.local.launchers.base import set_driver_script
@@ -39,6 +40,7 @@ from hermes.ray.storage import checked_store, checkpoint_contents, make_links
 from hermes.trial import protocol
 from hermes.trial.session import remove_checkpoints
 
+UPLOADERS = 2  # threads that upload checkpoints to the storage URI, beside the pump
 State = dict[str, Any]  # {"step": n, "files": {relative path: bytes}, "links": {relative path: target}}: a trial's
 # newest checkpoint (its links as links: ``hermes.ray.storage.checkpoint_contents``)
 
@@ -106,7 +108,8 @@ class NodeAgent:
         self._local_busy = True  # whether any run of the local executor may still report
         self._uploads = 0  # checkpoint uploads under way, each with a report to post
         self._upload_failed = False  # whether the user was warned that an upload failed
-        self._uploader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hermes-upload")
+        # (report, its durable key, its directory) for the uploader threads; None ends one
+        self._to_upload: queue.SimpleQueue[tuple[TrialReported, str, Path] | None] = queue.SimpleQueue()
         self._replied: tuple[bool, int] | None = None  # (busy, done) of the last next_events reply
         self._woken = False
         self._closed = False
@@ -115,8 +118,18 @@ class NodeAgent:
         self._known: set[str] = set()  # trials the local executor has
         self._directories: dict[str, Path] = {}  # trial -> its own directory (TrialLaunch.directory: a pool's)
         self._durables: dict[str, str] = {}  # trial -> its durable checkpoints' key (TrialLaunch.durable: a pool's)
+        # Every thread starts here, none as it is needed: a node whose limit of processes (``ulimit -u``, a pids limit)
+        # leaves none refuses to run trials, saying so in a line (``start_thread``), as its executor's would
+        uploaders = [threading.Thread(target=self._upload, name=f"hermes-upload-{n}", daemon=True)
+                     for n in range(UPLOADERS)]
         self._pump_thread = threading.Thread(target=self._pump, name="hermes-agent-pump", daemon=True)
-        self._pump_thread.start()
+        try:
+            for thread in [*uploaders, self._pump_thread]:
+                start_thread(thread)
+        except OSError:
+            self._end_uploaders()
+            self.local.close()
+            raise
 
     # ------------------------------------------------------------------ what the driver calls
     def call(self, seq: int, commands: list[tuple], carried: list[Any] | None = None) -> State | None:
@@ -193,7 +206,7 @@ class NodeAgent:
                     self._changed.notify_all()
         finally:
             self.local.close()
-            self._uploader.shutdown(wait=False, cancel_futures=True)
+            self._end_uploaders()
 
     def _next_call(self) -> tuple[int, list[tuple], Future] | None:
         with self._changed:
@@ -274,12 +287,26 @@ class NodeAgent:
             return
         with self._changed:
             self._uploads += 1
-        upload = self._uploader.submit(self.storage.upload_latest, self._durable(event.trial_id),
-                                       self._trial_dir(event.trial_id))
-        upload.add_done_callback(lambda done: self._uploaded(event, done))
+        self._to_upload.put((event, self._durable(event.trial_id), self._trial_dir(event.trial_id)))
 
-    def _uploaded(self, event: TrialReported, upload: Future) -> None:
-        error = upload.exception()
+    def _upload(self) -> None:
+        """An uploader thread: upload the checkpoints of the reports queued (``_forward``), then post each report."""
+        while (queued := self._to_upload.get()) is not None:
+            if self._closed:
+                continue  # what has not started uploading is dropped
+            event, durable, directory = queued
+            error: Exception | None = None
+            try:
+                self.storage.upload_latest(durable, directory)
+            except Exception as failure:
+                error = failure
+            self._uploaded(event, error)
+
+    def _end_uploaders(self) -> None:
+        for _ in range(UPLOADERS):
+            self._to_upload.put(None)
+
+    def _uploaded(self, event: TrialReported, error: Exception | None) -> None:
         if error is not None:  # not durable: the core must not count on it, and the user must know
             event = dataclasses.replace(event, checkpointed=False)
             if not self._upload_failed:

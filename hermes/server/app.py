@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import hashlib
 import logging
 import math
@@ -37,7 +38,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from hermes.errors import HermesError, SpecError
+from hermes.errors import HermesError, HostLimit, SpecError, start_thread
 from hermes.experiment import ExperimentSpec, parse_spec
 from hermes.experiment.spec import refuse_shell_words
 from hermes.pool import PoolSession, parse_present, ran_before, stored_form
@@ -150,13 +151,17 @@ class Hermes:
         """Where the experiment's trials keep their files (``<storage.dir>/<name>``), read from the
         stored spec; None where that is outside its owner's area. An experiment that ``hermes run``
         wrote into the server's database (no owner) keeps them beside it, in the root. Resolved; None also where
-        the server cannot read it (its links loop, say)."""
+        the server cannot read it (its links loop, say). Resolved once, and that path checked: a check of the path,
+        then a resolve of it again, took whatever link the user swapped in between (another user's experiment)."""
         if experiment.owner is None:
             return (self.config.root / experiment.name).resolve()
         area = self.config.area(experiment.owner).resolve()  # a link to a shared mount, say
         storage = self._placed(experiment.spec, experiment.owner).get("storage", {}).get("dir", "runs")
-        directory = area / str(storage) / experiment.name
-        return directory.resolve() if place_problem(directory, area) is None else None
+        try:
+            directory = (area / str(storage) / experiment.name).resolve()
+        except (OSError, RuntimeError):  # links that loop (RuntimeError before Python 3.13)
+            return None
+        return directory if place_problem(directory, area) is None else None
 
     def _placed(self, spec: dict[str, Any], owner: str) -> dict[str, Any]:
         """``owner``'s stored spec with its workdir and storage dir where they are now (``_moved_here``)."""
@@ -250,10 +255,13 @@ class Hermes:
         return overview
 
     def start(self) -> None:
-        """Run the submitted experiments: the pool, in a thread of its own, until ``close``. A second server of
-        the same root is refused here, before its pool takes over any experiment."""
+        """Run the submitted experiments: the pool, in a thread of its own, until ``close``; once (``serve`` starts
+        it before the application). A second server of the same root is refused here, before its pool takes over any
+        experiment; a host whose limit of processes leaves no thread for the pool, too (OSError EAGAIN)."""
+        if self._pool_thread.ident is not None:
+            return
         self.pool.claim()
-        self._pool_thread.start()
+        start_thread(self._pool_thread)
 
     def _new_pool(self) -> PoolSession:
         config = self.config
@@ -593,6 +601,15 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8600, root_
         listening = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
     except OSError as error:
         raise HermesError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    if config.run_experiments:
+        try:  # here, not in the application's startup, where uvicorn says a failure in a traceback
+            app.state.hermes.start()
+        except BaseException as error:
+            listening.close()
+            if not isinstance(error, BlockingIOError):  # EAGAIN: no thread for the pool
+                raise
+            raise HostLimit(f"the pool cannot start: {error.strerror} (errno {errno.errorcode.get(error.errno)}); "
+                            "raise the limit of processes (`ulimit -u`, or a container's pids limit)") from None
     bound_host, bound_port = listening.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     hermes_log.info("Hermes serves on http://%s:%d (the dashboard; the API under /api, its OpenAPI at /docs)", shown,

@@ -77,6 +77,7 @@ class WarmLauncher(Launcher):
         self._workers: dict[tuple[str, str | None], Worker] = {}  # (slot name, group) -> its warm worker
         # (a retiring one is not here)
         self._retiring: list[Worker] = []
+        self._closing = False  # the run stops: an end that would stop it again is dropped (``_ended``)
 
     # ------------------------------------------------------------------ decisions
     def launch(self, trial: LocalTrial, slot: Slot) -> None:
@@ -187,6 +188,7 @@ class WarmLauncher(Launcher):
                 pass  # removed by hand
 
     def close(self) -> None:
+        self._closing = True
         for worker in [*self._workers.values(), *self._retiring]:
             self._end(worker)
 
@@ -314,6 +316,8 @@ class WarmLauncher(Launcher):
             host.emit(TrialExited(now, trial.trial_id, False, "stopped"))
         elif run.error is not None:
             host.emit(TrialExited(now, trial.trial_id, False, run.error))
+        elif outcome in (protocol.NO_SPACE, protocol.HOST_LIMIT) and self._closing:
+            pass  # said as the run stops (for this very limit, often): a rerun continues it; the close goes on
         elif outcome == protocol.NO_SPACE:
             raise NoSpaceError(f"trial {trial.trial_id}: {error}")
         elif outcome == protocol.HOST_LIMIT:  # as a fork that fails for it: the run stops, and a rerun continues it
