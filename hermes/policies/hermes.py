@@ -308,6 +308,13 @@ from two standings on 5 trials keeps one spare degree of freedom for the standar
 REFIT_GROWTH = 0.05
 """The model is refitted when the rung records have grown by this fraction since the last fit."""
 
+MIN_RUNG_FACTOR = 1.1
+"""The finest ``rung_factor``: a rung per 10% more training. A report costs a record per rung it crosses and a refit
+one pass per rung, and a trial has ``log(budget) / log(rung_factor)`` rungs: at most 227 at the largest budget
+(2**31 steps) here, 7 times the default's, where a factor of 1.000001 gave a 4-step trial 1.4 million (a shared
+server's pool stalled for 40 s). Closer rungs tell nothing new, as rungs are at whole steps: at 1.01, 70 of them
+fall between steps 1 and 2, each valued from the same report."""
+
 WINDOW = 64
 """At most this many reports are averaged into a rung value, which bounds the cost of a report."""
 
@@ -425,11 +432,11 @@ class HermesPolicy(SchedulingPolicy):
         suspend and resume cost, the prior of the learned price (None: the engine's, see ``configure``);
         ``overhead_budget``: the share of training time switching after the first reports may take;
         ``min_trials``: trials a link or the horizon needs (half the known trials, if fewer);
-        ``rung_factor``: growth of the steps between rungs; ``momentum``: predict from the latest change
-        too (of standing into rung 1, the rise deeper), not the standing only; ``shortest_first``: order
-        unmeasured trials by predicted first-report time (else by arrival); ``cost_aware``: less
-        optimism for trials dearer than most (see "What a trial costs"); ``prior``: predict from the
-        hyper-parameters too where a first report tells little (see "What the hyper-parameters say");
+        ``rung_factor``: growth of the steps between rungs (at least ``MIN_RUNG_FACTOR``); ``momentum``: predict
+        from the latest change too (of standing into rung 1, the rise deeper), not the standing only;
+        ``shortest_first``: order unmeasured trials by predicted first-report time (else by arrival);
+        ``cost_aware``: less optimism for trials dearer than most (see "What a trial costs"); ``prior``: predict from
+        the hyper-parameters too where a first report tells little (see "What the hyper-parameters say");
         ``defer_behind``: a trial clearly behind the others' median loses its optimism, and waits last
         where its prediction is below the average too (see "Trials clearly behind lose the benefit of
         the doubt").
@@ -446,8 +453,9 @@ class HermesPolicy(SchedulingPolicy):
             raise ValueError(f"overhead_budget must be in (0, 1), got {overhead_budget}")
         if min_trials < FEWEST_TRIALS:
             raise ValueError(f"min_trials must be at least {FEWEST_TRIALS}, got {min_trials}")
-        if not rung_factor > 1:
-            raise ValueError(f"rung_factor must be > 1, got {rung_factor}")
+        if not rung_factor >= MIN_RUNG_FACTOR:
+            raise ValueError(f"rung_factor must be at least {MIN_RUNG_FACTOR} (closer rungs fall on the same whole "
+                             f"steps and multiply the cost of a report), got {rung_factor}")
         self.optimism = optimism
         self.ageing = ageing
         self._switch_cost_given = switch_cost is not None  # else the engine's profile sets it
