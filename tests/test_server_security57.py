@@ -56,17 +56,7 @@ def test_a_log_swapped_for_a_link_while_it_is_read_never_shows_what_the_link_lea
     own.write_text("bob's own line\n")
     os.link(own, log)
     flipper = subprocess.Popen([sys.executable, "-c", FLIP, str(own), str(target), str(log)])  # no GIL shared
-    answers: dict[int | str, int] = {}
-    try:
-        for _ in range(200):
-            response = server.client.get(f"/api/experiments/{bobs}/trials/0/log",
-                                         params={"stream": "stderr", "offset": 0}, headers=server.as_("bob"))
-            assert "secret" not in response.text, response.text
-            key = response.json()["text"] if response.status_code == 200 else response.status_code
-            answers[key] = answers.get(key, 0) + 1
-    finally:
-        flipper.kill()
-        flipper.wait()
+    answers = _polled(server, bobs, flipper, stream="stderr", offset=0)
     assert set(answers) <= {"bob's own line\n", 404}, answers  # a link there is no log to show; never a 500
     os.replace(own, log)
     assert server.get(f"/api/experiments/{bobs}/trials/0/log", "bob", stream="stderr")["text"] == "bob's own line\n"
@@ -90,16 +80,7 @@ def test_an_experiment_folder_swapped_for_a_link_while_it_is_found_never_shows_a
     (own / "trials" / "0" / "stdout.log").write_text("bob's own line\n")
     mine.symlink_to(own)  # a link inside his area, to a folder of his own: his experiment's folder all the same
     flipper = subprocess.Popen([sys.executable, "-c", FLIP_FOLDER, str(own), str(hers), str(mine)])
-    answers: dict[int | str, int] = {}
-    try:
-        for _ in range(200):
-            response = server.client.get(f"/api/experiments/{bobs}/trials/0/log", headers=server.as_("bob"))
-            assert "secret" not in response.text, response.text
-            key = response.json()["text"] if response.status_code == 200 else response.status_code
-            answers[key] = answers.get(key, 0) + 1
-    finally:
-        flipper.kill()
-        flipper.wait()
+    answers = _polled(server, bobs, flipper)
     assert set(answers) <= {"bob's own line\n", 404}, answers
 
 
@@ -126,6 +107,23 @@ def test_a_log_whose_trial_folder_is_a_link_out_is_not_shown(server: Server, tmp
     response = server.client.get(f"/api/experiments/{bobs}/trials/0/log", headers=server.as_("bob"))
     assert response.status_code == 404 and "secret" not in response.text, response.text
     assert server.get(f"/api/experiments/{bobs}/trials/1/log", "bob") == {"offset": 0, "size": 0, "text": ""}
+
+
+def _polled(server: Server, experiment_id: int, flipper: subprocess.Popen[bytes], **params: object) -> dict[int | str, int]:
+    """Bob's trial 0's log asked for 200 times while ``flipper`` swaps links, then stopped: how often each answer
+    (a text, or a status) came; none may hold another user's secret."""
+    answers: dict[int | str, int] = {}
+    try:
+        for _ in range(200):
+            response = server.client.get(f"/api/experiments/{experiment_id}/trials/0/log", params=params,
+                                         headers=server.as_("bob"))
+            assert "secret" not in response.text, response.text
+            key = response.json()["text"] if response.status_code == 200 else response.status_code
+            answers[key] = answers.get(key, 0) + 1
+    finally:
+        flipper.kill()
+        flipper.wait()
+    return answers
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer hermes_not-a-token"}])
