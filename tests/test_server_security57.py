@@ -109,7 +109,9 @@ def test_a_log_whose_trial_folder_is_a_link_out_is_not_shown(server: Server, tmp
     assert server.get(f"/api/experiments/{bobs}/trials/1/log", "bob") == {"offset": 0, "size": 0, "text": ""}
 
 
-def _polled(server: Server, experiment_id: int, flipper: subprocess.Popen[bytes], **params: object) -> dict[int | str, int]:
+def _polled(
+    server: Server, experiment_id: int, flipper: subprocess.Popen[bytes], **params: object
+) -> dict[int | str, int]:
     """Bob's trial 0's log asked for 200 times while ``flipper`` swaps links, then stopped: how often each answer
     (a text, or a status) came; none may hold another user's secret."""
     answers: dict[int | str, int] = {}
